@@ -1,0 +1,332 @@
+//! Finding and launching Chromium: one process group, one profile and one CDP port per worker.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::str::FromStr;
+use std::time::Duration;
+
+use chromiumoxide::handler::HandlerConfig;
+use chromiumoxide::Browser;
+use futures::StreamExt;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+use tracing::Instrument;
+
+use crate::error::PoolError;
+use crate::lock::PortLock;
+
+/// Executable names tried on PATH when `--chrome` is not given, in order.
+pub const CHROME_NAMES: &[&str] = &["chromium", "chromium-browser", "google-chrome"];
+
+/// Flags every worker gets. The background-networking ones keep Chromium from calling out
+/// (these machines have no network, and a pool must not phone home anyway).
+pub const CHROME_FLAGS: &[&str] = &[
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-default-browser-check",
+    "--disable-dev-shm-usage",
+];
+
+/// An inclusive range of CDP ports, written `9300-9399`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PortRange {
+    /// First port.
+    pub start: u16,
+    /// Last port, inclusive.
+    pub end: u16,
+}
+
+impl FromStr for PortRange {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let (a, b) = s.split_once('-').ok_or_else(|| format!("port range {s:?} is not START-END"))?;
+        let start: u16 = a.trim().parse().map_err(|_| format!("bad start port {a:?}"))?;
+        let end: u16 = b.trim().parse().map_err(|_| format!("bad end port {b:?}"))?;
+        if start == 0 || end < start {
+            return Err(format!("port range {s:?} is empty or starts at 0"));
+        }
+        Ok(PortRange { start, end })
+    }
+}
+
+impl std::fmt::Display for PortRange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}-{}", self.start, self.end)
+    }
+}
+
+/// Finds the Chromium executable: `explicit` if given, else the first of [`CHROME_NAMES`]
+/// on PATH.
+pub fn find_chrome(explicit: Option<&Path>) -> Result<PathBuf, PoolError> {
+    if let Some(path) = explicit {
+        if is_executable(path) {
+            return Ok(path.to_path_buf());
+        }
+        if path.components().count() == 1 {
+            if let Some(found) = search_path(&path.to_string_lossy()) {
+                return Ok(found);
+            }
+        }
+        return Err(PoolError::BadChromium(path.display().to_string()));
+    }
+    CHROME_NAMES
+        .iter()
+        .find_map(|name| search_path(name))
+        .ok_or_else(|| PoolError::NoChromium { tried: CHROME_NAMES.join(", ") })
+}
+
+fn search_path(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path).map(|dir| dir.join(name)).find(|p| is_executable(p))
+}
+
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    path.metadata().map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0).unwrap_or(false)
+}
+
+/// How workers are launched.
+#[derive(Debug, Clone)]
+pub struct LaunchConfig {
+    /// The Chromium executable.
+    pub chrome: PathBuf,
+    /// Profiles live under `<profiles_dir>/port-<N>`.
+    pub profiles_dir: PathBuf,
+    /// Host-wide directory of port lock files, shared by every server on the host.
+    pub lock_dir: PathBuf,
+    /// CDP ports to use.
+    pub ports: PortRange,
+    /// How long Chromium may take to print its DevTools endpoint.
+    pub launch_timeout: Duration,
+    /// Deadline for each CDP call made by the pool itself.
+    pub cdp_timeout: Duration,
+}
+
+/// A running Chromium process: its group, its port lock and its profile. Dropping it kills
+/// the whole group and deletes the profile, so a worker can never outlive its owner's handle.
+#[derive(Debug)]
+pub(crate) struct Process {
+    child: Child,
+    pgid: libc::pid_t,
+    pub(crate) lock: Option<PortLock>,
+    pub(crate) profile: PathBuf,
+    killed: bool,
+}
+
+impl Process {
+    pub(crate) fn pid(&self) -> u32 {
+        self.pgid as u32
+    }
+
+    pub(crate) fn port(&self) -> u16 {
+        self.lock.as_ref().map(PortLock::port).unwrap_or(0)
+    }
+
+    /// Whether the main Chromium process has exited.
+    pub(crate) fn exited(&mut self) -> bool {
+        !matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Kills the group and strays, reaps the child, deletes the profile, frees the port.
+    pub(crate) async fn kill(mut self) {
+        self.signal_all();
+        if tokio::time::timeout(Duration::from_secs(5), self.child.wait()).await.is_err() {
+            tracing::warn!(pid = self.pgid, "chromium did not exit after sigkill");
+        }
+        let profile = self.profile.clone();
+        if let Err(e) = tokio::fs::remove_dir_all(&profile).await {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                tracing::warn!(profile = %profile.display(), error = %e, "could not remove profile");
+            }
+        }
+        self.killed = true;
+        self.lock.take();
+    }
+
+    fn signal_all(&self) {
+        // SAFETY: killpg on the group we created with process_group(0); ESRCH is harmless.
+        unsafe {
+            libc::killpg(self.pgid, libc::SIGKILL);
+        }
+        kill_strays(&self.profile);
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        if !self.killed {
+            self.signal_all();
+            let _ = std::fs::remove_dir_all(&self.profile);
+        }
+    }
+}
+
+/// Kills processes outside the group that still name this profile (Chromium's crashpad
+/// handlers start their own sessions; `HOME` points into the profile so they name it).
+fn kill_strays(profile: &Path) {
+    let needle = profile.as_os_str().as_encoded_bytes();
+    let Ok(entries) = std::fs::read_dir("/proc") else { return };
+    for entry in entries.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<libc::pid_t>().ok()) else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else { continue };
+        if cmdline.windows(needle.len()).any(|w| w == needle) {
+            // SAFETY: sending SIGKILL to a pid we just read; a race with pid reuse would need
+            // the new process to name our deleted profile, which cannot happen.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+            }
+        }
+    }
+}
+
+/// A launched, connected browser.
+pub(crate) struct Launched {
+    pub(crate) process: Process,
+    pub(crate) browser: Browser,
+    pub(crate) handler_task: tokio::task::JoinHandle<()>,
+}
+
+/// Takes a free port, starts Chromium on it with a fresh profile and connects CDP.
+pub(crate) async fn launch(cfg: &LaunchConfig, worker: &str) -> Result<Launched, PoolError> {
+    let lock = take_port(cfg).await?;
+    let port = lock.port();
+    let profile = cfg.profiles_dir.join(format!("port-{port}"));
+    // A profile left by a crashed server that held this port is stale: start clean.
+    if profile.exists() {
+        tokio::fs::remove_dir_all(&profile).await?;
+    }
+    let home = profile.join("home");
+    tokio::fs::create_dir_all(&home).await?;
+
+    let mut cmd = Command::new(&cfg.chrome);
+    cmd.args(CHROME_FLAGS)
+        .arg(format!("--user-data-dir={}", profile.join("chrome").display()))
+        .arg(format!("--remote-debugging-port={port}"))
+        .arg("--remote-debugging-address=127.0.0.1")
+        .arg("about:blank")
+        // Keep everything Chromium writes outside its user-data-dir inside the profile too.
+        .env("HOME", &home)
+        .env("XDG_CONFIG_HOME", home.join(".config"))
+        .env("XDG_CACHE_HOME", home.join(".cache"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
+    let mut child = cmd.spawn().map_err(|e| PoolError::Launch(format!("spawn {}: {e}", cfg.chrome.display())))?;
+    let pgid = child.id().map(|p| p as libc::pid_t).unwrap_or(0);
+    let stderr = child.stderr.take();
+    let process = Process { child, pgid, lock: Some(lock), profile, killed: false };
+
+    let Some(stderr) = stderr else {
+        process.kill().await;
+        return Err(PoolError::Launch("no stderr pipe".into()));
+    };
+    let mut lines = BufReader::new(stderr).lines();
+    let found = tokio::time::timeout(cfg.launch_timeout, async {
+        while let Ok(Some(line)) = lines.next_line().await {
+            if let Some(rest) = line.split("DevTools listening on ").nth(1) {
+                return Some(rest.trim().to_string());
+            }
+        }
+        None
+    })
+    .await;
+    let ws_url = match found {
+        Ok(Some(url)) => url,
+        Ok(None) => {
+            process.kill().await;
+            return Err(PoolError::Launch("chromium exited before printing its devtools endpoint".into()));
+        }
+        Err(_) => {
+            process.kill().await;
+            return Err(PoolError::Launch(format!("no devtools endpoint within {:?}", cfg.launch_timeout)));
+        }
+    };
+    // Keep draining stderr so Chromium never blocks on a full pipe; ends when the process dies.
+    tokio::spawn(
+        async move {
+            while let Ok(Some(line)) = lines.next_line().await {
+                tracing::trace!(%line, "chromium stderr");
+            }
+        }
+        .instrument(tracing::debug_span!("chromium_stderr", worker = %worker)),
+    );
+
+    let handler_cfg = HandlerConfig {
+        viewport: None,
+        request_timeout: cfg.cdp_timeout,
+        ..HandlerConfig::default()
+    };
+    let connected = tokio::time::timeout(cfg.cdp_timeout, Browser::connect_with_config(ws_url, handler_cfg)).await;
+    let (browser, mut handler) = match connected {
+        Ok(Ok(pair)) => pair,
+        Ok(Err(e)) => {
+            process.kill().await;
+            return Err(PoolError::Cdp(format!("connect: {e}")));
+        }
+        Err(_) => {
+            process.kill().await;
+            return Err(PoolError::CdpTimeout { what: "connect", after: cfg.cdp_timeout });
+        }
+    };
+    // The handler drives the CDP connection; it ends when the websocket closes.
+    let handler_task = tokio::spawn(
+        async move {
+            while let Some(event) = handler.next().await {
+                if let Err(e) = event {
+                    tracing::debug!(error = %e, "cdp handler");
+                }
+            }
+        }
+        .instrument(tracing::debug_span!("cdp_handler", worker = %worker)),
+    );
+    Ok(Launched { process, browser, handler_task })
+}
+
+async fn take_port(cfg: &LaunchConfig) -> Result<PortLock, PoolError> {
+    let cfg = cfg.clone();
+    tokio::task::spawn_blocking(move || {
+        let pid = std::process::id();
+        for port in cfg.ports.start..=cfg.ports.end {
+            let Some(lock) = PortLock::try_acquire(&cfg.lock_dir, port, pid)? else { continue };
+            // Something outside browserpool may hold the port: skip it rather than fail later.
+            if std::net::TcpListener::bind(("127.0.0.1", port)).is_err() {
+                drop(lock);
+                continue;
+            }
+            return Ok(lock);
+        }
+        Err(PoolError::NoFreePort(cfg.ports.to_string()))
+    })
+    .await
+    .map_err(|e| PoolError::Launch(format!("port task: {e}")))?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn port_range_parses_and_rejects() {
+        assert_eq!("9300-9399".parse::<PortRange>().unwrap(), PortRange { start: 9300, end: 9399 });
+        assert!("9399-9300".parse::<PortRange>().is_err());
+        assert!("9300".parse::<PortRange>().is_err());
+        assert!("0-10".parse::<PortRange>().is_err());
+        assert!("a-b".parse::<PortRange>().is_err());
+    }
+
+    #[test]
+    fn explicit_missing_chrome_is_a_clear_error() {
+        let err = find_chrome(Some(Path::new("/nonexistent/chrome"))).unwrap_err();
+        assert!(err.to_string().contains("/nonexistent/chrome"), "{err}");
+    }
+}

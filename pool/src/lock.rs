@@ -1,0 +1,162 @@
+//! Port lock files shared by every browserpool server on a host.
+//!
+//! One file per CDP port, `port-<N>.lock`, holding the owner server's PID. Whoever holds the
+//! lock owns the port and the matching profile directory. A lock whose PID is no longer alive is
+//! stale and taken over. Check-and-create runs under an exclusive `flock` on a guard file so
+//! two servers reclaiming the same stale lock cannot both win.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+
+/// A held port lock; dropping it removes the file (only if it still names this process).
+#[derive(Debug)]
+pub struct PortLock {
+    port: u16,
+    path: PathBuf,
+    pid: u32,
+}
+
+impl PortLock {
+    /// Tries to take the lock for `port` in `dir` on behalf of process `pid`.
+    ///
+    /// Returns `Ok(None)` when a live process holds it. A lock naming a dead PID, or an
+    /// unreadable one, is reclaimed.
+    pub fn try_acquire(dir: &Path, port: u16, pid: u32) -> io::Result<Option<PortLock>> {
+        fs::create_dir_all(dir)?;
+        let _guard = Guard::lock(dir)?;
+        let path = dir.join(format!("port-{port}.lock"));
+        match read_pid(&path)? {
+            Some(owner) if owner == pid || pid_alive(owner) => return Ok(None),
+            Some(owner) => {
+                tracing::info!(port, stale_pid = owner, "reclaiming stale port lock");
+                fs::remove_file(&path)?;
+            }
+            None if path.exists() => {
+                tracing::warn!(port, "reclaiming unreadable port lock");
+                fs::remove_file(&path)?;
+            }
+            None => {}
+        }
+        let mut file = OpenOptions::new().write(true).create_new(true).open(&path)?;
+        writeln!(file, "{pid}")?;
+        file.sync_all()?;
+        Ok(Some(PortLock { port, path, pid }))
+    }
+
+    /// The locked port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+}
+
+impl Drop for PortLock {
+    fn drop(&mut self) {
+        // Only remove a file that still names us: never delete another server's lock.
+        if let Ok(Some(owner)) = read_pid(&self.path) {
+            if owner == self.pid {
+                let _ = fs::remove_file(&self.path);
+            }
+        }
+    }
+}
+
+/// Reads the PID in a lock file; `None` when the file is missing or does not hold a PID.
+pub fn read_pid(path: &Path) -> io::Result<Option<u32>> {
+    let mut text = String::new();
+    match File::open(path) {
+        Ok(mut f) => f.read_to_string(&mut text)?,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    Ok(text.trim().parse().ok())
+}
+
+/// Whether a process with this PID exists (signal 0 probes without sending anything).
+pub fn pid_alive(pid: u32) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return false;
+    };
+    if pid <= 0 {
+        return false;
+    }
+    // SAFETY: kill with signal 0 only checks for existence and permission.
+    let rc = unsafe { libc::kill(pid, 0) };
+    rc == 0 || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
+/// Exclusive flock on `<dir>/.guard`, released on drop (closing the fd releases it).
+struct Guard {
+    _file: File,
+}
+
+impl Guard {
+    fn lock(dir: &Path) -> io::Result<Guard> {
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(dir.join(".guard"))?;
+        // SAFETY: flock on a valid fd owned by `file` for the guard's lifetime.
+        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Guard { _file: file })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dead_pid() -> u32 {
+        // A child that has exited and been reaped: its PID is free.
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        child.wait().unwrap();
+        pid
+    }
+
+    #[test]
+    fn fresh_lock_is_taken_and_released_on_drop() {
+        let dir = tempfile::tempdir().unwrap();
+        let lock = PortLock::try_acquire(dir.path(), 9300, std::process::id()).unwrap().unwrap();
+        assert_eq!(read_pid(&dir.path().join("port-9300.lock")).unwrap(), Some(std::process::id()));
+        assert!(PortLock::try_acquire(dir.path(), 9300, std::process::id()).unwrap().is_none());
+        drop(lock);
+        assert!(!dir.path().join("port-9300.lock").exists());
+    }
+
+    #[test]
+    fn stale_lock_of_dead_pid_is_reclaimed() {
+        let dir = tempfile::tempdir().unwrap();
+        let dead = dead_pid();
+        assert!(!pid_alive(dead));
+        fs::write(dir.path().join("port-9301.lock"), format!("{dead}\n")).unwrap();
+        let lock = PortLock::try_acquire(dir.path(), 9301, std::process::id()).unwrap();
+        assert!(lock.is_some(), "a lock left by a dead pid must be taken over");
+        assert_eq!(read_pid(&dir.path().join("port-9301.lock")).unwrap(), Some(std::process::id()));
+    }
+
+    #[test]
+    fn lock_of_live_process_is_respected() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut other = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        fs::write(dir.path().join("port-9302.lock"), format!("{}\n", other.id())).unwrap();
+        let lock = PortLock::try_acquire(dir.path(), 9302, std::process::id()).unwrap();
+        assert!(lock.is_none(), "a lock held by a live process must not be taken");
+        assert_eq!(read_pid(&dir.path().join("port-9302.lock")).unwrap(), Some(other.id()));
+        other.kill().unwrap();
+        other.wait().unwrap();
+        assert!(PortLock::try_acquire(dir.path(), 9302, std::process::id()).unwrap().is_some());
+    }
+
+    #[test]
+    fn garbage_lock_is_reclaimed() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(dir.path().join("port-9303.lock"), "not a pid").unwrap();
+        assert!(PortLock::try_acquire(dir.path(), 9303, std::process::id()).unwrap().is_some());
+    }
+}

@@ -1,0 +1,417 @@
+//! The warm pool: keeps `warm` workers booted with a blank page, hands them out as leases,
+//! and kills and replaces each worker when its lease ends. At most `max_workers` Chromium
+//! processes exist at once (warm + booting + leased).
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime};
+
+use chromiumoxide::Browser;
+use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
+use tracing::Instrument;
+
+use crate::driver::{Driver, Viewport};
+use crate::error::PoolError;
+use crate::launcher::{launch, LaunchConfig, Process};
+
+/// Identifies one Chromium worker for its whole life (boot to kill).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct WorkerId(pub String);
+
+impl WorkerId {
+    fn new() -> Self {
+        WorkerId(format!("w-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]))
+    }
+}
+
+impl std::fmt::Display for WorkerId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Pool sizing and launch settings.
+#[derive(Debug, Clone)]
+pub struct PoolConfig {
+    /// How workers are launched.
+    pub launch: LaunchConfig,
+    /// Workers kept booted and idle, ready to lease.
+    pub warm: usize,
+    /// Cap on Chromium processes (warm + booting + leased).
+    pub max_workers: usize,
+}
+
+/// Where a worker is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WorkerState {
+    /// Booted, blank page loaded, waiting for a lease.
+    Warm,
+    /// Handed to a session.
+    Leased,
+}
+
+/// One worker as the ops console sees it.
+#[derive(Debug, Clone)]
+pub struct WorkerStatus {
+    pub id: WorkerId,
+    pub state: WorkerState,
+    pub pid: u32,
+    pub cdp_port: u16,
+    pub started_at: SystemTime,
+}
+
+/// A snapshot of the pool.
+#[derive(Debug, Clone)]
+pub struct PoolStatus {
+    pub workers: Vec<WorkerStatus>,
+    pub warm: usize,
+    pub booting: usize,
+    pub leased: usize,
+    pub capacity: usize,
+}
+
+/// A booted Chromium with its CDP connection and the page sessions drive.
+struct Worker {
+    id: WorkerId,
+    process: Process,
+    // Kept so the CDP connection lives as long as the worker.
+    _browser: Browser,
+    handler_task: tokio::task::JoinHandle<()>,
+    driver: Driver,
+    started_at: SystemTime,
+}
+
+impl Worker {
+    fn status(&self, state: WorkerState) -> WorkerStatus {
+        WorkerStatus {
+            id: self.id.clone(),
+            state,
+            pid: self.process.pid(),
+            cdp_port: self.process.port(),
+            started_at: self.started_at,
+        }
+    }
+
+    async fn kill(self) {
+        self.handler_task.abort();
+        self.process.kill().await;
+    }
+}
+
+#[derive(Default)]
+struct State {
+    warm: VecDeque<Worker>,
+    booting: usize,
+    /// Callers holding a slot but not yet a worker.
+    pending: usize,
+    leased: HashMap<WorkerId, WorkerStatus>,
+    closed: bool,
+    last_boot_error: Option<String>,
+}
+
+struct Inner {
+    cfg: PoolConfig,
+    state: Mutex<State>,
+    /// One permit per lease, FIFO, so waiters are served in arrival order.
+    slots: Arc<Semaphore>,
+    /// Signalled when a worker turns warm.
+    warm_ready: Notify,
+    /// Signalled when the refill loop should look again.
+    refill: Notify,
+}
+
+impl Inner {
+    fn state(&self) -> MutexGuard<'_, State> {
+        // A panic while holding this lock is a bug; the state itself stays consistent.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The warm pool. Cheap to clone.
+#[derive(Clone)]
+pub struct Pool {
+    inner: Arc<Inner>,
+}
+
+impl Pool {
+    /// Creates the pool and starts its refill loop, which ends when `shutdown` turns true.
+    pub fn start(cfg: PoolConfig, shutdown: watch::Receiver<bool>) -> Pool {
+        let max = cfg.max_workers.max(1);
+        let inner = Arc::new(Inner {
+            cfg: PoolConfig { max_workers: max, ..cfg },
+            state: Mutex::new(State::default()),
+            slots: Arc::new(Semaphore::new(max)),
+            warm_ready: Notify::new(),
+            refill: Notify::new(),
+        });
+        let pool = Pool { inner };
+        let looped = pool.clone();
+        tokio::spawn(looped.refill_loop(shutdown).instrument(tracing::info_span!("pool_refill")));
+        pool
+    }
+
+    /// Leases a warm worker, waiting up to `wait` for one to be free.
+    ///
+    /// Dropping the returned future while it waits leaks nothing: the slot is returned and the
+    /// worker it would have taken stays warm.
+    pub async fn lease(&self, wait: Duration, viewport: Viewport) -> Result<Lease, PoolError> {
+        let deadline = tokio::time::Instant::now() + wait;
+        let permit = match tokio::time::timeout_at(deadline, self.inner.slots.clone().acquire_owned()).await {
+            Ok(Ok(permit)) => permit,
+            Ok(Err(_)) => return Err(PoolError::ShuttingDown),
+            Err(_) => return Err(self.exhausted(wait)),
+        };
+        let _pending = Pending::new(&self.inner);
+        self.inner.refill.notify_one();
+        loop {
+            let notified = self.inner.warm_ready.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let worker = {
+                let mut state = self.inner.state();
+                if state.closed {
+                    return Err(PoolError::ShuttingDown);
+                }
+                let mut found = None;
+                while let Some(mut w) = state.warm.pop_front() {
+                    if w.process.exited() {
+                        tracing::warn!(worker = %w.id, "warm worker died while idle");
+                        tokio::spawn(w.kill());
+                        continue;
+                    }
+                    state.leased.insert(w.id.clone(), w.status(WorkerState::Leased));
+                    found = Some(w);
+                    break;
+                }
+                found
+            };
+            if let Some(worker) = worker {
+                self.inner.refill.notify_one();
+                let lease = Lease { pool: self.clone(), worker: Some(worker), _permit: permit };
+                // Apply the session's viewport; a worker that cannot take it is not usable.
+                lease.driver().set_viewport(viewport, self.inner.cfg.launch.cdp_timeout).await.map_err(|e| {
+                    PoolError::Cdp(format!("set viewport: {}", e.message))
+                })?;
+                return Ok(lease);
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return Err(self.exhausted(wait));
+            }
+        }
+    }
+
+    fn exhausted(&self, wait: Duration) -> PoolError {
+        match self.inner.state().last_boot_error.clone() {
+            Some(err) => PoolError::Launch(err),
+            None => PoolError::Exhausted(wait),
+        }
+    }
+
+    /// A snapshot of every worker.
+    pub fn status(&self) -> PoolStatus {
+        let state = self.inner.state();
+        let mut workers: Vec<WorkerStatus> = state.warm.iter().map(|w| w.status(WorkerState::Warm)).collect();
+        workers.extend(state.leased.values().cloned());
+        workers.sort_by(|a, b| a.id.cmp(&b.id));
+        PoolStatus {
+            warm: state.warm.len(),
+            booting: state.booting,
+            leased: state.leased.len(),
+            capacity: self.inner.cfg.max_workers,
+            workers,
+        }
+    }
+
+    /// Waits until `n` workers are warm (or the deadline passes); for startup and benches.
+    pub async fn wait_warm(&self, n: usize, within: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let notified = self.inner.warm_ready.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.inner.state().warm.len() >= n {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return false;
+            }
+        }
+    }
+
+    /// Stops leasing, kills every warm worker and waits for boots in flight to be killed.
+    /// Leases still held are killed when their holders release or drop them.
+    pub async fn shutdown(&self) {
+        self.inner.slots.close();
+        let warm: Vec<Worker> = {
+            let mut state = self.inner.state();
+            state.closed = true;
+            state.warm.drain(..).collect()
+        };
+        self.inner.warm_ready.notify_waiters();
+        for worker in warm {
+            worker.kill().await;
+        }
+        let deadline = Instant::now() + self.inner.cfg.launch.launch_timeout + Duration::from_secs(5);
+        while self.inner.state().booting > 0 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    async fn refill_loop(self, mut shutdown: watch::Receiver<bool>) {
+        loop {
+            if *shutdown.borrow() {
+                break;
+            }
+            let notified = self.inner.refill.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let to_boot = {
+                let mut state = self.inner.state();
+                if state.closed {
+                    break;
+                }
+                let max = self.inner.cfg.max_workers;
+                let target = (self.inner.cfg.warm + state.pending).min(max.saturating_sub(state.leased.len()));
+                let have = state.warm.len() + state.booting;
+                let n = target.saturating_sub(have);
+                state.booting += n;
+                n
+            };
+            for _ in 0..to_boot {
+                let pool = self.clone();
+                let id = WorkerId::new();
+                let span = tracing::info_span!("worker_boot", worker = %id);
+                tokio::spawn(pool.boot(id).instrument(span));
+            }
+            tokio::select! {
+                _ = notified => {}
+                _ = shutdown.changed() => {}
+            }
+        }
+        tracing::debug!("refill loop ended");
+    }
+
+    async fn boot(self, id: WorkerId) {
+        let started = Instant::now();
+        let result = boot_worker(&self.inner.cfg.launch, id.clone()).await;
+        // Decide under the lock, act (await) after it is released.
+        let (orphan, failed) = {
+            let mut state = self.inner.state();
+            match result {
+                Ok(worker) if !state.closed => {
+                    state.booting -= 1;
+                    tracing::debug!(worker = %id, pid = worker.process.pid(), port = worker.process.port(), ms = started.elapsed().as_millis() as u64, "worker warm");
+                    state.last_boot_error = None;
+                    state.warm.push_back(worker);
+                    (None, false)
+                }
+                // Still counted as booting until killed, so shutdown waits for it.
+                Ok(worker) => (Some(worker), false),
+                Err(e) => {
+                    state.booting -= 1;
+                    tracing::error!(worker = %id, error = %e, "worker failed to boot");
+                    state.last_boot_error = Some(e.to_string());
+                    (None, true)
+                }
+            }
+        };
+        self.inner.warm_ready.notify_waiters();
+        if let Some(worker) = orphan {
+            worker.kill().await;
+            self.inner.state().booting -= 1;
+        }
+        if failed {
+            // Back off so a missing or broken Chromium does not spin.
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        self.inner.refill.notify_one();
+    }
+
+    fn finish_lease(&self, id: &WorkerId) {
+        self.inner.state().leased.remove(id);
+        self.inner.refill.notify_one();
+    }
+}
+
+async fn boot_worker(cfg: &LaunchConfig, id: WorkerId) -> Result<Worker, PoolError> {
+    let launched = launch(cfg, &id.0).await?;
+    let driver = match Driver::attach(&launched.browser, cfg.cdp_timeout).await {
+        Ok(driver) => driver,
+        Err(e) => {
+            launched.handler_task.abort();
+            launched.process.kill().await;
+            return Err(e);
+        }
+    };
+    Ok(Worker {
+        id,
+        process: launched.process,
+        _browser: launched.browser,
+        handler_task: launched.handler_task,
+        driver,
+        started_at: SystemTime::now(),
+    })
+}
+
+/// Counts a caller holding a slot without a worker yet; the count drops with the guard, so a
+/// cancelled `lease` future un-counts itself.
+struct Pending<'a>(&'a Inner);
+
+impl<'a> Pending<'a> {
+    fn new(inner: &'a Inner) -> Self {
+        inner.state().pending += 1;
+        Pending(inner)
+    }
+}
+
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        self.0.state().pending -= 1;
+    }
+}
+
+/// A worker handed to one session. [`Lease::release`] kills it and frees the slot; dropping a
+/// lease does the same synchronously, so no code path can leak a Chromium.
+pub struct Lease {
+    pool: Pool,
+    worker: Option<Worker>,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl Lease {
+    /// The worker's id.
+    pub fn worker_id(&self) -> &WorkerId {
+        &self.worker.as_ref().expect("lease holds its worker until release").id
+    }
+
+    /// The driver for this worker's pages.
+    pub fn driver(&self) -> &Driver {
+        &self.worker.as_ref().expect("lease holds its worker until release").driver
+    }
+
+    /// Whether Chromium has exited under this lease.
+    pub fn crashed(&mut self) -> bool {
+        self.worker.as_mut().map(|w| w.process.exited()).unwrap_or(true)
+    }
+
+    /// Kills the worker's process group, deletes its profile and lets the pool refill.
+    pub async fn release(mut self) {
+        if let Some(worker) = self.worker.take() {
+            let id = worker.id.clone();
+            worker.kill().await;
+            self.pool.finish_lease(&id);
+        }
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if let Some(worker) = self.worker.take() {
+            let id = worker.id.clone();
+            worker.handler_task.abort();
+            // Process's own Drop kills the group and removes the profile synchronously.
+            drop(worker);
+            self.pool.finish_lease(&id);
+        }
+    }
+}

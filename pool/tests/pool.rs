@@ -1,0 +1,81 @@
+//! The pool against a real Chromium: boot, lease, act, release, nothing left behind.
+
+use std::time::Duration;
+
+use browserpool_pool::{canonicalize, find_chrome, ActionCall, LaunchConfig, Pool, PoolConfig, PortRange, Viewport};
+use serde_json::json;
+
+fn config(dir: &std::path::Path, warm: usize, max: usize) -> PoolConfig {
+    PoolConfig {
+        launch: LaunchConfig {
+            chrome: find_chrome(None).expect("chromium must be installed for these tests"),
+            profiles_dir: dir.join("profiles"),
+            lock_dir: dir.join("locks"),
+            ports: PortRange { start: 19300, end: 19399 },
+            launch_timeout: Duration::from_secs(30),
+            cdp_timeout: Duration::from_secs(10),
+        },
+        warm,
+        max_workers: max,
+    }
+}
+
+fn call(action: &str, selector: &str, payload: serde_json::Value) -> ActionCall {
+    ActionCall {
+        action: canonicalize(action).unwrap(),
+        selector: selector.into(),
+        payload,
+        timeout: Duration::from_secs(5),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lease_act_release_leaves_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    let pool = Pool::start(config(dir.path(), 1, 2), rx);
+    assert!(pool.wait_warm(1, Duration::from_secs(30)).await, "a worker must turn warm");
+
+    let lease = pool.lease(Duration::from_secs(30), Viewport::default()).await.unwrap();
+    let pid = pool.status().workers.iter().find(|w| &w.id == lease.worker_id()).unwrap().pid;
+    let out = lease.driver().run(&call("evaluate", "", json!("1 + 2"))).await.unwrap();
+    assert_eq!(out.value, json!(3));
+    let out = lease.driver().run(&call("evaluate", "", json!("window.innerWidth"))).await.unwrap();
+    assert_eq!(out.value, json!(1280));
+    let err = lease.driver().run(&call("evaluate", "", json!("throw new Error('boom')"))).await.unwrap_err();
+    assert!(err.message.contains("boom"), "{err:?}");
+    lease.release().await;
+    assert!(!browserpool_pool::lock::pid_alive(pid), "released worker's process must be gone");
+
+    pool.shutdown().await;
+    let _ = tx.send(true);
+    let profiles: Vec<_> = std::fs::read_dir(dir.path().join("profiles")).unwrap().collect();
+    assert!(profiles.is_empty(), "profiles left: {profiles:?}");
+    let locks: Vec<_> = std::fs::read_dir(dir.path().join("locks"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".lock"))
+        .collect();
+    assert!(locks.is_empty(), "locks left: {locks:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_lease_kills_its_worker() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_tx, rx) = tokio::sync::watch::channel(false);
+    let pool = Pool::start(config(dir.path(), 1, 1), rx);
+    let lease = pool.lease(Duration::from_secs(30), Viewport::default()).await.unwrap();
+    let pid = pool.status().workers[0].pid;
+    // Pool of one: a second lease must wait and time out.
+    let err = pool.lease(Duration::from_millis(200), Viewport::default()).await.err().unwrap();
+    assert!(matches!(err, browserpool_pool::PoolError::Exhausted(_)), "{err}");
+    drop(lease);
+    for _ in 0..100 {
+        if !browserpool_pool::lock::pid_alive(pid) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(!browserpool_pool::lock::pid_alive(pid));
+    pool.shutdown().await;
+}
