@@ -161,8 +161,9 @@ impl Pool {
             Ok(Err(_)) => return Err(PoolError::ShuttingDown),
             Err(_) => return Err(self.exhausted(wait)),
         };
-        let _pending = Pending::new(&self.inner);
-        self.inner.refill.notify_one();
+        // Counted as pending (so refill boots one for us) only once no warm worker is there;
+        // counting earlier would make refill boot a spare on every lease.
+        let mut pending: Option<Pending<'_>> = None;
         loop {
             let notified = self.inner.warm_ready.notified();
             tokio::pin!(notified);
@@ -193,6 +194,10 @@ impl Pool {
                     PoolError::Cdp(format!("set viewport: {}", e.message))
                 })?;
                 return Ok(lease);
+            }
+            if pending.is_none() {
+                pending = Some(Pending::new(&self.inner));
+                self.inner.refill.notify_one();
             }
             if tokio::time::timeout_at(deadline, notified).await.is_err() {
                 return Err(self.exhausted(wait));

@@ -1,0 +1,395 @@
+//! Tokens: the signing key in the data dir, minting, validation, scopes, and the tower layer
+//! that checks every RPC except health and reflection.
+
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use base64::Engine;
+use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::config::JwtAlg;
+
+/// Issuer and audience of every token this server mints and accepts.
+pub const ISSUER: &str = "browserpool";
+pub const AUDIENCE: &str = "browserpool";
+/// Clock skew tolerated on `exp` and `nbf`.
+pub const LEEWAY_S: u64 = 30;
+
+/// A permission a token can carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    SessionsRead,
+    SessionsWrite,
+    SessionsShared,
+    ContextExport,
+    ContextImport,
+    Admin,
+}
+
+impl Scope {
+    pub const ALL: [Scope; 6] = [
+        Scope::SessionsRead,
+        Scope::SessionsWrite,
+        Scope::SessionsShared,
+        Scope::ContextExport,
+        Scope::ContextImport,
+        Scope::Admin,
+    ];
+
+    /// The wire spelling, e.g. `sessions:read`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scope::SessionsRead => "sessions:read",
+            Scope::SessionsWrite => "sessions:write",
+            Scope::SessionsShared => "sessions:shared",
+            Scope::ContextExport => "context:export",
+            Scope::ContextImport => "context:import",
+            Scope::Admin => "admin",
+        }
+    }
+
+    /// Parses a wire spelling.
+    pub fn parse(s: &str) -> Option<Scope> {
+        Scope::ALL.into_iter().find(|scope| scope.as_str() == s)
+    }
+}
+
+/// The claims of a browserpool JWT; every field is required.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Claims {
+    pub iss: String,
+    pub aud: String,
+    pub sub: String,
+    pub tenant: String,
+    pub scopes: Vec<String>,
+    pub exp: u64,
+    pub nbf: u64,
+    pub iat: u64,
+    pub jti: String,
+}
+
+impl Claims {
+    /// Whether the token carries `scope`. `admin` carries every scope.
+    pub fn has(&self, scope: Scope) -> bool {
+        self.scopes.iter().any(|s| s == scope.as_str() || s == Scope::Admin.as_str())
+    }
+
+    /// Whether the token carries `admin` (acts across tenants).
+    pub fn is_admin(&self) -> bool {
+        self.scopes.iter().any(|s| s == Scope::Admin.as_str())
+    }
+
+    /// SHA-256 of the jti, hex; what logs and records may show instead of the token.
+    pub fn jti_hash(&self) -> String {
+        hex::encode(Sha256::digest(self.jti.as_bytes()))
+    }
+}
+
+/// Why a token was refused. Messages are safe to send: they never echo the token.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum AuthError {
+    #[error("missing authorization metadata: send `authorization: Bearer <jwt>`")]
+    Missing,
+    #[error("authorization metadata is not `Bearer <jwt>`")]
+    NotBearer,
+    #[error("invalid token: {0}")]
+    Invalid(String),
+    #[error("token lacks scope {0}")]
+    MissingScope(&'static str),
+    #[error("unknown scope {0:?}")]
+    UnknownScope(String),
+    #[error("signing key: {0}")]
+    Key(String),
+}
+
+/// The server's signing key and its validation rules.
+pub struct Keys {
+    alg: Algorithm,
+    kid: String,
+    encoding: EncodingKey,
+    decoding: DecodingKey,
+}
+
+impl std::fmt::Debug for Keys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Keys").field("alg", &self.alg).field("kid", &self.kid).finish_non_exhaustive()
+    }
+}
+
+const HS256_FILE: &str = "jwt-hs256.key";
+const ED25519_FILE: &str = "jwt-ed25519.key";
+
+impl Keys {
+    /// Loads the data dir's signing key, creating one (mode 0600) on first use. An existing key
+    /// wins over `alg`, so restarting with another flag never invalidates live tokens silently.
+    pub fn load_or_create(data_dir: &Path, alg: JwtAlg) -> Result<Keys, AuthError> {
+        fs::create_dir_all(data_dir).map_err(|e| AuthError::Key(format!("create {}: {e}", data_dir.display())))?;
+        let hs = data_dir.join(HS256_FILE);
+        let ed = data_dir.join(ED25519_FILE);
+        if hs.exists() {
+            return Keys::hs256(&read_secret(&hs)?);
+        }
+        if ed.exists() {
+            return Keys::ed25519(&read_secret(&ed)?);
+        }
+        let mut seed = [0u8; 32];
+        getrandom::fill(&mut seed).map_err(|e| AuthError::Key(format!("random: {e}")))?;
+        let (path, keys) = match alg {
+            JwtAlg::Hs256 => (hs, Keys::hs256(&seed)?),
+            JwtAlg::Eddsa => (ed, Keys::ed25519(&seed)?),
+        };
+        write_private(&path, base64::engine::general_purpose::STANDARD.encode(seed).as_bytes())
+            .map_err(|e| AuthError::Key(format!("write {}: {e}", path.display())))?;
+        tracing::info!(path = %path.display(), alg = ?keys.alg, "created signing key");
+        Ok(keys)
+    }
+
+    fn hs256(secret: &[u8]) -> Result<Keys, AuthError> {
+        Ok(Keys {
+            alg: Algorithm::HS256,
+            kid: kid(secret),
+            encoding: EncodingKey::from_secret(secret),
+            decoding: DecodingKey::from_secret(secret),
+        })
+    }
+
+    fn ed25519(seed: &[u8]) -> Result<Keys, AuthError> {
+        let seed: [u8; 32] = seed.try_into().map_err(|_| AuthError::Key("ed25519 seed must be 32 bytes".into()))?;
+        let signing = ed25519_dalek::SigningKey::from_bytes(&seed);
+        let public = signing.verifying_key().to_bytes();
+        // PKCS#8 v1 wrapping of an Ed25519 seed (RFC 8410).
+        let mut der = vec![0x30, 0x2e, 0x02, 0x01, 0x00, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x04, 0x22, 0x04, 0x20];
+        der.extend_from_slice(&seed);
+        let x = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(public);
+        Ok(Keys {
+            alg: Algorithm::EdDSA,
+            kid: kid(&public),
+            encoding: EncodingKey::from_ed_der(&der),
+            decoding: DecodingKey::from_ed_components(&x).map_err(|e| AuthError::Key(e.to_string()))?,
+        })
+    }
+
+    /// The pinned algorithm.
+    pub fn algorithm(&self) -> Algorithm {
+        self.alg
+    }
+
+    /// Mints a token. Scopes must be known; `ttl` must be positive.
+    pub fn issue(&self, tenant: &str, subject: &str, scopes: &[String], ttl: Duration) -> Result<(String, Claims), AuthError> {
+        for s in scopes {
+            if Scope::parse(s).is_none() {
+                return Err(AuthError::UnknownScope(s.clone()));
+            }
+        }
+        if tenant.is_empty() || subject.is_empty() {
+            return Err(AuthError::Invalid("tenant and subject must not be empty".into()));
+        }
+        let now = now_s();
+        let claims = Claims {
+            iss: ISSUER.into(),
+            aud: AUDIENCE.into(),
+            sub: subject.into(),
+            tenant: tenant.into(),
+            scopes: scopes.to_vec(),
+            exp: now + ttl.as_secs().max(1),
+            nbf: now,
+            iat: now,
+            jti: uuid::Uuid::new_v4().to_string(),
+        };
+        let mut header = Header::new(self.alg);
+        header.kid = Some(self.kid.clone());
+        let token = jsonwebtoken::encode(&header, &claims, &self.encoding).map_err(|e| AuthError::Key(e.to_string()))?;
+        Ok((token, claims))
+    }
+
+    /// Validates a bare JWT: pinned algorithm, signature, `exp`, `nbf`, `iss`, `aud`, `sub`.
+    pub fn verify(&self, token: &str) -> Result<Claims, AuthError> {
+        let mut v = Validation::new(self.alg);
+        v.leeway = LEEWAY_S;
+        v.validate_nbf = true;
+        v.validate_exp = true;
+        v.set_issuer(&[ISSUER]);
+        v.set_audience(&[AUDIENCE]);
+        v.set_required_spec_claims(&["exp", "nbf", "iss", "aud", "sub"]);
+        let data = jsonwebtoken::decode::<Claims>(token, &self.decoding, &v).map_err(|e| AuthError::Invalid(e.to_string()))?;
+        Ok(data.claims)
+    }
+
+    /// Validates an `authorization` header value.
+    pub fn verify_header(&self, header: Option<&str>) -> Result<Claims, AuthError> {
+        let value = header.ok_or(AuthError::Missing)?;
+        let token = value
+            .strip_prefix("Bearer ")
+            .or_else(|| value.strip_prefix("bearer "))
+            .ok_or(AuthError::NotBearer)?;
+        self.verify(token.trim())
+    }
+}
+
+fn kid(material: &[u8]) -> String {
+    hex::encode(&Sha256::digest(material)[..8])
+}
+
+fn read_secret(path: &Path) -> Result<Vec<u8>, AuthError> {
+    let text = fs::read_to_string(path).map_err(|e| AuthError::Key(format!("read {}: {e}", path.display())))?;
+    base64::engine::general_purpose::STANDARD
+        .decode(text.trim())
+        .map_err(|e| AuthError::Key(format!("{} is not base64: {e}", path.display())))
+}
+
+/// Writes a file readable by its owner only (0600), replacing any previous content.
+pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let mut file = fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path)?;
+    // An existing file keeps its mode on open: force 0600.
+    file.set_permissions(fs::Permissions::from_mode(0o600))?;
+    file.write_all(bytes)?;
+    file.sync_all()
+}
+
+/// Seconds since the epoch.
+pub fn now_s() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+/// Writes a fresh admin token of the `default` tenant to `<data-dir>/admin.token` (0600).
+/// The path is logged, never the token.
+pub fn write_admin_token(keys: &Keys, data_dir: &Path, tenant: &str) -> Result<PathBuf, AuthError> {
+    let scopes: Vec<String> = Scope::ALL.iter().map(|s| s.as_str().to_string()).collect();
+    let (token, _) = keys.issue(tenant, "admin", &scopes, Duration::from_secs(30 * 24 * 3600))?;
+    let path = data_dir.join("admin.token");
+    write_private(&path, format!("{token}\n").as_bytes()).map_err(|e| AuthError::Key(format!("write {}: {e}", path.display())))?;
+    Ok(path)
+}
+
+/// Tower layer: validates the bearer token of every request except health and reflection and
+/// puts the [`Claims`] in the request extensions. A bad token never reaches a handler.
+#[derive(Clone)]
+pub struct AuthLayer {
+    keys: Arc<Keys>,
+}
+
+impl AuthLayer {
+    pub fn new(keys: Arc<Keys>) -> Self {
+        AuthLayer { keys }
+    }
+}
+
+impl<S> tower::Layer<S> for AuthLayer {
+    type Service = AuthService<S>;
+    fn layer(&self, inner: S) -> Self::Service {
+        AuthService { inner, keys: self.keys.clone() }
+    }
+}
+
+/// The service [`AuthLayer`] wraps around the gRPC routes.
+#[derive(Clone)]
+pub struct AuthService<S> {
+    inner: S,
+    keys: Arc<Keys>,
+}
+
+/// RPC paths that need no token.
+fn is_public(path: &str) -> bool {
+    path.starts_with("/grpc.health.v1.") || path.starts_with("/grpc.reflection.")
+}
+
+impl<S, ReqBody, ResBody> tower::Service<http::Request<ReqBody>> for AuthService<S>
+where
+    S: tower::Service<http::Request<ReqBody>, Response = http::Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    ReqBody: Send + 'static,
+    ResBody: Default + Send + 'static,
+{
+    type Response = http::Response<ResBody>;
+    type Error = S::Error;
+    type Future = futures::future::Either<
+        S::Future,
+        futures::future::Ready<Result<http::Response<ResBody>, S::Error>>,
+    >;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut req: http::Request<ReqBody>) -> Self::Future {
+        if is_public(req.uri().path()) {
+            return futures::future::Either::Left(self.inner.call(req));
+        }
+        let header = req.headers().get(http::header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+        match self.keys.verify_header(header) {
+            Ok(claims) => {
+                req.extensions_mut().insert(claims);
+                futures::future::Either::Left(self.inner.call(req))
+            }
+            Err(e) => {
+                tracing::info!(path = req.uri().path(), reason = %e, "request refused: unauthenticated");
+                let status = tonic::Status::unauthenticated(e.to_string());
+                futures::future::Either::Right(futures::future::ready(Ok(status.into_http())))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys(alg: JwtAlg) -> (tempfile::TempDir, Keys) {
+        let dir = tempfile::tempdir().unwrap();
+        let keys = Keys::load_or_create(dir.path(), alg).unwrap();
+        (dir, keys)
+    }
+
+    #[test]
+    fn issued_tokens_verify_for_both_algorithms() {
+        for alg in [JwtAlg::Hs256, JwtAlg::Eddsa] {
+            let (_dir, keys) = keys(alg);
+            let (token, claims) = keys.issue("default", "ci", &["sessions:read".into()], Duration::from_secs(60)).unwrap();
+            assert_eq!(keys.verify(&token).unwrap(), claims);
+            assert_eq!(keys.verify_header(Some(&format!("Bearer {token}"))).unwrap(), claims);
+        }
+    }
+
+    #[test]
+    fn key_file_is_private_and_reused() {
+        let (dir, keys) = keys(JwtAlg::Hs256);
+        let mode = fs::metadata(dir.path().join(HS256_FILE)).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        let (token, _) = keys.issue("t", "s", &[], Duration::from_secs(60)).unwrap();
+        // A restart (even asking for EdDSA) reuses the existing key, so old tokens still verify.
+        let again = Keys::load_or_create(dir.path(), JwtAlg::Eddsa).unwrap();
+        assert_eq!(again.algorithm(), Algorithm::HS256);
+        assert!(again.verify(&token).is_ok());
+    }
+
+    #[test]
+    fn unknown_scopes_are_refused_at_issue() {
+        let (_dir, keys) = keys(JwtAlg::Hs256);
+        let err = keys.issue("t", "s", &["sessions:everything".into()], Duration::from_secs(60)).unwrap_err();
+        assert_eq!(err, AuthError::UnknownScope("sessions:everything".into()));
+    }
+
+    #[test]
+    fn header_shapes() {
+        let (_dir, keys) = keys(JwtAlg::Hs256);
+        assert_eq!(keys.verify_header(None).unwrap_err(), AuthError::Missing);
+        assert_eq!(keys.verify_header(Some("Basic abc")).unwrap_err(), AuthError::NotBearer);
+        assert!(matches!(keys.verify_header(Some("Bearer not.a.jwt")).unwrap_err(), AuthError::Invalid(_)));
+    }
+
+    #[test]
+    fn admin_implies_every_scope() {
+        let (_dir, keys) = keys(JwtAlg::Hs256);
+        let (_, claims) = keys.issue("t", "s", &["admin".into()], Duration::from_secs(60)).unwrap();
+        assert!(Scope::ALL.iter().all(|s| claims.has(*s)));
+        let (_, claims) = keys.issue("t", "s", &["sessions:read".into()], Duration::from_secs(60)).unwrap();
+        assert!(claims.has(Scope::SessionsRead) && !claims.has(Scope::SessionsWrite));
+    }
+}

@@ -1,0 +1,28 @@
+//! Dispatch of the command line: `serve` (default), `token issue`, `migrate`.
+
+use std::future::Future;
+
+use crate::auth::Keys;
+use crate::config::{Cli, Command, ServeArgs, TokenCommand};
+use crate::store::Store;
+
+/// Runs the command `cli` names; `serve` stops when `shutdown` resolves.
+pub async fn run(cli: Cli, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
+    match cli.command {
+        None => crate::run(ServeArgs::from_env(), shutdown).await,
+        Some(Command::Serve(args)) => crate::run(args, shutdown).await,
+        Some(Command::Token(TokenCommand::Issue(args))) => {
+            let keys = Keys::load_or_create(&args.store.data_dir, args.jwt_alg)?;
+            let (token, _) = keys.issue(&args.tenant, &args.subject, &args.scopes, args.ttl)?;
+            println!("{token}");
+            Ok(())
+        }
+        Some(Command::Migrate(store)) => {
+            std::fs::create_dir_all(&store.data_dir)?;
+            let db = Store::open(&store.database_url()).await?;
+            db.close().await;
+            eprintln!("database is up to date");
+            Ok(())
+        }
+    }
+}

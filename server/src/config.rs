@@ -1,0 +1,145 @@
+//! Command line and environment: one clap struct per command; doc comments are the `--help`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use browserpool_pool::PortRange;
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// A pool of warm headless Chromium workers leased over gRPC.
+#[derive(Debug, Parser)]
+#[command(name = "browserpool", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the service (the default when no command is given).
+    Serve(ServeArgs),
+    /// Mint tokens offline from the data dir's signing key.
+    #[command(subcommand)]
+    Token(TokenCommand),
+    /// Create or upgrade the database schema, then exit.
+    Migrate(StoreArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TokenCommand {
+    /// Print a signed JWT for a tenant and subject.
+    Issue(TokenIssueArgs),
+}
+
+/// Where state lives; shared by every command.
+#[derive(Debug, Clone, Args)]
+pub struct StoreArgs {
+    /// Directory for the SQLite file, the signing key, the admin token and worker profiles.
+    #[arg(long, env = "BROWSERPOOL_DATA_DIR", default_value = ".browserpool")]
+    pub data_dir: PathBuf,
+    /// Database URL; default `sqlite://<data-dir>/browserpool.db`. Only SQLite is built so far.
+    #[arg(long, env = "BROWSERPOOL_DATABASE_URL")]
+    pub database_url: Option<String>,
+}
+
+impl StoreArgs {
+    /// The database URL, defaulting to a SQLite file in the data dir.
+    pub fn database_url(&self) -> String {
+        self.database_url
+            .clone()
+            .unwrap_or_else(|| format!("sqlite://{}", self.data_dir.join("browserpool.db").display()))
+    }
+}
+
+/// JWT signing algorithm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum JwtAlg {
+    /// HMAC-SHA256 with a 32-byte secret.
+    Hs256,
+    /// Ed25519 signatures.
+    Eddsa,
+}
+
+/// Settings of `browserpool serve`.
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// gRPC listen address.
+    #[arg(long, env = "BROWSERPOOL_LISTEN", default_value = "127.0.0.1:50051")]
+    pub listen: SocketAddr,
+    /// HTTP listen address for /healthz, /readyz and /metrics.
+    #[arg(long, env = "BROWSERPOOL_HTTP_LISTEN", default_value = "127.0.0.1:50052")]
+    pub http_listen: SocketAddr,
+    /// Chromium executable; default: the first of chromium, chromium-browser, google-chrome on PATH.
+    #[arg(long, env = "BROWSERPOOL_CHROME")]
+    pub chrome: Option<PathBuf>,
+    /// Workers kept booted and idle, ready to lease.
+    #[arg(long, env = "BROWSERPOOL_WARM", default_value_t = 2)]
+    pub warm: usize,
+    /// Cap on Chromium processes (warm + booting + leased).
+    #[arg(long, env = "BROWSERPOOL_MAX_WORKERS", default_value_t = 8)]
+    pub max_workers: usize,
+    /// CDP ports for workers, START-END; each is bound on 127.0.0.1 only.
+    #[arg(long, env = "BROWSERPOOL_PORT_RANGE", default_value = "9300-9399")]
+    pub port_range: PortRange,
+    /// Host-wide directory of port lock files, shared by every browserpool on the host.
+    #[arg(long, env = "BROWSERPOOL_LOCK_DIR", default_value = "/tmp/browserpool-locks")]
+    pub lock_dir: PathBuf,
+    /// JWT algorithm used when the signing key is first created (later starts reuse the key).
+    #[arg(long, env = "BROWSERPOOL_JWT_ALG", value_enum, default_value = "hs256")]
+    pub jwt_alg: JwtAlg,
+    /// Longest a session may live, unless its tenant says less.
+    #[arg(long, env = "BROWSERPOOL_MAX_SESSION_TTL", default_value = "1h", value_parser = humantime::parse_duration)]
+    pub max_session_ttl: Duration,
+    /// Idle timeout of a session that does not ask for one.
+    #[arg(long, env = "BROWSERPOOL_IDLE_TIMEOUT", default_value = "5m", value_parser = humantime::parse_duration)]
+    pub idle_timeout: Duration,
+    /// How long Chromium may take to start.
+    #[arg(long, env = "BROWSERPOOL_LAUNCH_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
+    pub launch_timeout: Duration,
+}
+
+impl ServeArgs {
+    /// `browserpool serve` with no flags (environment variables still apply).
+    pub fn from_env() -> ServeArgs {
+        match Cli::parse_from(["browserpool", "serve"]).command {
+            Some(Command::Serve(serve)) => serve,
+            _ => unreachable!("`serve` parses to Command::Serve"),
+        }
+    }
+
+    /// Defaults rooted at `data_dir`, both listeners on port 0; for tests and benches.
+    pub fn for_tests(data_dir: impl Into<PathBuf>) -> ServeArgs {
+        let mut serve = ServeArgs::from_env();
+        serve.store.data_dir = data_dir.into();
+        serve.store.database_url = None;
+        serve.listen = ([127, 0, 0, 1], 0).into();
+        serve.http_listen = ([127, 0, 0, 1], 0).into();
+        serve
+    }
+}
+
+/// Settings of `browserpool token issue`.
+#[derive(Debug, Clone, Args)]
+pub struct TokenIssueArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// Tenant the token acts for.
+    #[arg(long)]
+    pub tenant: String,
+    /// Subject (user or job) the token names.
+    #[arg(long)]
+    pub subject: String,
+    /// Comma-separated scopes: sessions:read, sessions:write, sessions:shared, context:export,
+    /// context:import, admin.
+    #[arg(long, value_delimiter = ',', required = true)]
+    pub scopes: Vec<String>,
+    /// Lifetime, e.g. 30m, 1h, 7d.
+    #[arg(long, default_value = "1h", value_parser = humantime::parse_duration)]
+    pub ttl: Duration,
+    /// JWT algorithm if the signing key does not exist yet.
+    #[arg(long, env = "BROWSERPOOL_JWT_ALG", value_enum, default_value = "hs256")]
+    pub jwt_alg: JwtAlg,
+}

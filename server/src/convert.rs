@@ -1,0 +1,157 @@
+//! Wire <-> domain conversions: protobuf `Value` and JSON, timestamps, sessions, results.
+
+use std::collections::BTreeMap;
+
+use browserpool_pool::{FailureCode, Viewport};
+use browserpool_proto::prost_types::{self, value::Kind, ListValue, Struct, Timestamp};
+use browserpool_proto::v1 as pb;
+use serde_json::Value as Json;
+
+use crate::sessions::{ActionReport, SessionState};
+use crate::store::SessionRecord;
+
+/// Protobuf `Value` to JSON. Whole-number doubles become JSON integers, so `1` stays `1`.
+pub fn to_json(v: &prost_types::Value) -> Json {
+    match &v.kind {
+        None | Some(Kind::NullValue(_)) => Json::Null,
+        Some(Kind::BoolValue(b)) => Json::Bool(*b),
+        Some(Kind::NumberValue(n)) => {
+            if n.fract() == 0.0 && n.abs() < 9.0e15 {
+                Json::from(*n as i64)
+            } else {
+                serde_json::Number::from_f64(*n).map(Json::Number).unwrap_or(Json::Null)
+            }
+        }
+        Some(Kind::StringValue(s)) => Json::String(s.clone()),
+        Some(Kind::ListValue(l)) => Json::Array(l.values.iter().map(to_json).collect()),
+        Some(Kind::StructValue(s)) => Json::Object(s.fields.iter().map(|(k, v)| (k.clone(), to_json(v))).collect()),
+    }
+}
+
+/// JSON to protobuf `Value`.
+pub fn from_json(v: &Json) -> prost_types::Value {
+    let kind = match v {
+        Json::Null => Kind::NullValue(0),
+        Json::Bool(b) => Kind::BoolValue(*b),
+        Json::Number(n) => Kind::NumberValue(n.as_f64().unwrap_or(0.0)),
+        Json::String(s) => Kind::StringValue(s.clone()),
+        Json::Array(a) => Kind::ListValue(ListValue { values: a.iter().map(from_json).collect() }),
+        Json::Object(o) => Kind::StructValue(Struct { fields: o.iter().map(|(k, v)| (k.clone(), from_json(v))).collect() }),
+    };
+    prost_types::Value { kind: Some(kind) }
+}
+
+/// Milliseconds since the epoch to a protobuf timestamp.
+pub fn timestamp(ms: i64) -> Timestamp {
+    Timestamp { seconds: ms.div_euclid(1000), nanos: (ms.rem_euclid(1000) * 1_000_000) as i32 }
+}
+
+pub fn state_to_pb(s: SessionState) -> pb::SessionState {
+    match s {
+        SessionState::Queued => pb::SessionState::Queued,
+        SessionState::Ready => pb::SessionState::Ready,
+        SessionState::Closed => pb::SessionState::Closed,
+        SessionState::Crashed => pb::SessionState::Crashed,
+        SessionState::Expired => pb::SessionState::Expired,
+        SessionState::Killed => pb::SessionState::Killed,
+    }
+}
+
+pub fn state_from_pb(s: pb::SessionState) -> Option<SessionState> {
+    Some(match s {
+        pb::SessionState::Unspecified => return None,
+        pb::SessionState::Queued => SessionState::Queued,
+        pb::SessionState::Ready => SessionState::Ready,
+        pb::SessionState::Closed => SessionState::Closed,
+        pb::SessionState::Crashed => SessionState::Crashed,
+        pb::SessionState::Expired => SessionState::Expired,
+        pb::SessionState::Killed => SessionState::Killed,
+    })
+}
+
+pub fn session_to_pb(r: &SessionRecord) -> pb::Session {
+    pb::Session {
+        session_id: r.id.clone(),
+        tenant: r.tenant.clone(),
+        subject: r.subject.clone(),
+        state: state_to_pb(r.state) as i32,
+        created_at: Some(timestamp(r.created_at_ms)),
+        expires_at: Some(timestamp(r.expires_at_ms)),
+        idle_deadline: Some(timestamp(r.idle_deadline_ms)),
+        worker_id: r.worker_id.clone(),
+        queue_wait_ms: r.queue_wait_ms,
+        // The authenticated CDP proxy is not built yet, so no URL is handed out.
+        cdp_url: String::new(),
+        labels: r.labels.clone().into_iter().collect(),
+    }
+}
+
+pub fn viewport_from_pb(v: Option<pb::Viewport>) -> Option<Viewport> {
+    v.map(|v| Viewport { width: v.width, height: v.height, scale: v.scale, mobile: v.mobile })
+}
+
+pub fn labels_from_pb(labels: std::collections::HashMap<String, String>) -> BTreeMap<String, String> {
+    labels.into_iter().collect()
+}
+
+fn code_to_pb(c: FailureCode) -> pb::ErrorCode {
+    match c {
+        FailureCode::InvalidArgument => pb::ErrorCode::InvalidArgument,
+        FailureCode::UnknownAction => pb::ErrorCode::UnknownAction,
+        FailureCode::ElementNotFound => pb::ErrorCode::ElementNotFound,
+        FailureCode::Timeout => pb::ErrorCode::Timeout,
+        FailureCode::NavigationFailed => pb::ErrorCode::NavigationFailed,
+        FailureCode::BlockedByPolicy => pb::ErrorCode::BlockedByPolicy,
+        FailureCode::PermissionDenied => pb::ErrorCode::PermissionDenied,
+        FailureCode::JsException => pb::ErrorCode::JsException,
+        FailureCode::SessionClosed => pb::ErrorCode::SessionClosed,
+        FailureCode::SessionCrashed => pb::ErrorCode::SessionCrashed,
+        FailureCode::Internal => pb::ErrorCode::Internal,
+    }
+}
+
+pub fn report_to_pb(r: ActionReport) -> pb::ActionResult {
+    let mut out = pb::ActionResult {
+        id: r.id,
+        action: r.action,
+        alias_of: r.alias_of,
+        duration_ms: r.duration_ms,
+        tab_index: 0,
+        ..Default::default()
+    };
+    match r.outcome {
+        Ok(o) => {
+            out.ok = true;
+            out.value = Some(from_json(&o.value));
+            out.data = o.data;
+            out.mime_type = o.mime_type;
+        }
+        Err(f) => {
+            out.error = Some(pb::ActionError {
+                code: code_to_pb(f.code) as i32,
+                message: f.message,
+                did_you_mean: f.did_you_mean,
+                dialog: None,
+            });
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn json_round_trips_through_protobuf_value() {
+        let v = json!({"a": [1, 2.5, "x", null, true], "b": {"c": "d"}, "n": -7});
+        assert_eq!(to_json(&from_json(&v)), v);
+    }
+
+    #[test]
+    fn timestamps_split_millis() {
+        let t = timestamp(1_795_000_000_123);
+        assert_eq!((t.seconds, t.nanos), (1_795_000_000, 123_000_000));
+    }
+}

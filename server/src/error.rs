@@ -1,0 +1,86 @@
+//! The service's error enum and the one place it becomes a gRPC status.
+//!
+//! Causes are logged here, server-side; clients get a clean message and the right code.
+
+use browserpool_pool::PoolError;
+use tonic::{Code, Status};
+
+use crate::auth::AuthError;
+use crate::store::StoreError;
+
+/// Everything an RPC can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum ServiceError {
+    #[error("{0}")]
+    Unauthenticated(String),
+    #[error("{0}")]
+    PermissionDenied(String),
+    /// Unknown or foreign session: the same answer, so ids do not leak.
+    #[error("session {0} not found")]
+    SessionNotFound(String),
+    #[error("{0} not found")]
+    NotFound(String),
+    #[error("{0}")]
+    InvalidArgument(String),
+    /// The session exists but is not READY.
+    #[error("session {id} is {state}")]
+    NotReady { id: String, state: &'static str },
+    #[error("no browser became free within {0} ms")]
+    WaitElapsed(u64),
+    #[error("server is shutting down")]
+    ShuttingDown,
+    #[error("{0}")]
+    Unimplemented(&'static str),
+    #[error(transparent)]
+    Pool(#[from] PoolError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl From<AuthError> for ServiceError {
+    fn from(e: AuthError) -> Self {
+        match e {
+            AuthError::MissingScope(_) => ServiceError::PermissionDenied(e.to_string()),
+            AuthError::UnknownScope(_) => ServiceError::InvalidArgument(e.to_string()),
+            AuthError::Key(_) => ServiceError::Internal(e.to_string()),
+            _ => ServiceError::Unauthenticated(e.to_string()),
+        }
+    }
+}
+
+impl From<ServiceError> for Status {
+    fn from(e: ServiceError) -> Status {
+        let (code, message) = match &e {
+            ServiceError::Unauthenticated(_) => (Code::Unauthenticated, e.to_string()),
+            ServiceError::PermissionDenied(_) => (Code::PermissionDenied, e.to_string()),
+            ServiceError::SessionNotFound(_) | ServiceError::NotFound(_) => (Code::NotFound, e.to_string()),
+            ServiceError::InvalidArgument(_) => (Code::InvalidArgument, e.to_string()),
+            ServiceError::NotReady { .. } => (Code::FailedPrecondition, e.to_string()),
+            ServiceError::WaitElapsed(_) => (Code::DeadlineExceeded, e.to_string()),
+            ServiceError::ShuttingDown => (Code::Unavailable, e.to_string()),
+            ServiceError::Unimplemented(_) => (Code::Unimplemented, e.to_string()),
+            ServiceError::Pool(PoolError::Exhausted(wait)) => {
+                (Code::DeadlineExceeded, format!("no browser became free within {} ms", wait.as_millis()))
+            }
+            ServiceError::Pool(PoolError::ShuttingDown) => (Code::Unavailable, "server is shutting down".into()),
+            ServiceError::Pool(PoolError::Launch(_) | PoolError::NoChromium { .. } | PoolError::BadChromium(_) | PoolError::NoFreePort(_)) => {
+                tracing::error!(error = %e, "cannot provide a browser");
+                (Code::Unavailable, format!("cannot start a browser: {e}"))
+            }
+            ServiceError::Pool(_) | ServiceError::Internal(_) => {
+                tracing::error!(error = %e, "internal error");
+                (Code::Internal, "internal error; see server log".into())
+            }
+            ServiceError::Store(_) => {
+                tracing::error!(error = %e, "store error");
+                (Code::Unavailable, "session store unavailable; see server log".into())
+            }
+        };
+        Status::new(code, message)
+    }
+}
+
+/// Shorthand for handler results.
+pub type Result<T, E = ServiceError> = std::result::Result<T, E>;

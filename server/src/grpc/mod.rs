@@ -1,0 +1,22 @@
+//! Thin gRPC adapters: unwrap the request, call the domain, convert the answer. Claims come
+//! from the request extensions, put there by [`crate::auth::AuthLayer`].
+
+pub mod admin_api;
+pub mod sessions_api;
+
+use tonic::{Request, Status};
+
+use crate::auth::Claims;
+
+/// The caller's validated claims. Missing claims mean the auth layer was bypassed: refuse.
+pub(crate) fn claims<T>(req: &Request<T>) -> Result<Claims, Status> {
+    req.extensions()
+        .get::<Claims>()
+        .cloned()
+        .ok_or_else(|| Status::unauthenticated("missing authorization metadata: send `authorization: Bearer <jwt>`"))
+}
+
+/// The answer of every rpc whose issue has not landed yet.
+pub(crate) fn not_yet<T>(what: &'static str) -> Result<T, Status> {
+    Err(crate::error::ServiceError::Unimplemented(what).into())
+}

@@ -1,0 +1,53 @@
+//! The HTTP side listener: `/healthz` (process up), `/readyz` (fit to take sessions) and
+//! `/metrics` (Prometheus text).
+
+use std::fmt::Write;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::Router;
+
+use crate::sessions::Sessions;
+
+/// What the handlers read.
+#[derive(Clone)]
+pub struct HttpState {
+    pub sessions: Sessions,
+}
+
+/// The router of the side listener.
+pub fn router(state: HttpState) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .with_state(state)
+}
+
+async fn readyz(State(state): State<HttpState>) -> impl IntoResponse {
+    let status = state.sessions.pool().status();
+    // Ready while there is capacity to serve a session now or after a boot.
+    if status.capacity > 0 {
+        (StatusCode::OK, "ready\n")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "no capacity\n")
+    }
+}
+
+async fn metrics(State(state): State<HttpState>) -> impl IntoResponse {
+    let status = state.sessions.pool().status();
+    let mut out = String::new();
+    let gauges = [
+        ("browserpool_workers_warm", "Workers booted and idle.", status.warm),
+        ("browserpool_workers_booting", "Workers starting.", status.booting),
+        ("browserpool_workers_leased", "Workers leased to sessions.", status.leased),
+        ("browserpool_workers_capacity", "Cap on Chromium processes.", status.capacity),
+        ("browserpool_sessions_live", "Sessions not yet ended.", state.sessions.live_count()),
+    ];
+    for (name, help, value) in gauges {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}");
+    }
+    ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], out)
+}

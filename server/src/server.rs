@@ -1,0 +1,174 @@
+//! Startup and shutdown: [`bind`] prepares everything and binds both sockets (port 0 works,
+//! for tests); [`Bound::serve`] runs until the shutdown future resolves, then closes sessions,
+//! kills workers and returns.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+use browserpool_pool::{find_chrome, LaunchConfig, Pool, PoolConfig};
+use browserpool_proto::v1::{admin_server::AdminServer, sessions_server::SessionsServer};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio_stream::wrappers::TcpListenerStream;
+use tracing::Instrument;
+
+use crate::auth::{write_admin_token, AuthLayer, Keys};
+use crate::config::ServeArgs;
+use crate::grpc::{admin_api::AdminApi, sessions_api::SessionsApi};
+use crate::sessions::{now_ms, Limits, Sessions};
+use crate::store::{Store, TenantRecord};
+
+/// The tenant every fresh install has.
+pub const DEFAULT_TENANT: &str = "default";
+
+/// A server with its sockets bound, ready to serve.
+pub struct Bound {
+    grpc: TcpListener,
+    http: TcpListener,
+    /// Where gRPC listens (the real port when 0 was asked).
+    pub grpc_addr: SocketAddr,
+    /// Where the HTTP side listener listens.
+    pub http_addr: SocketAddr,
+    /// `<data-dir>/admin.token`.
+    pub admin_token_path: PathBuf,
+    keys: Arc<Keys>,
+    store: Store,
+    sessions: Sessions,
+    shutdown_tx: watch::Sender<bool>,
+    shutdown_rx: watch::Receiver<bool>,
+}
+
+/// Opens the store, loads keys, writes the admin token, starts the pool and binds sockets.
+pub async fn bind(args: ServeArgs) -> anyhow::Result<Bound> {
+    let data_dir = args.store.data_dir.clone();
+    std::fs::create_dir_all(&data_dir).with_context(|| format!("create data dir {}", data_dir.display()))?;
+    let chrome = find_chrome(args.chrome.as_deref())?;
+    let store = Store::open(&args.store.database_url()).await.context("open database")?;
+    store
+        .ensure_tenant(
+            &TenantRecord {
+                id: DEFAULT_TENANT.into(),
+                max_slots: args.max_workers as u32,
+                max_queue: 100,
+                max_session_ttl_ms: args.max_session_ttl.as_millis().min(u32::MAX as u128) as u32,
+                idle_timeout_ms: args.idle_timeout.as_millis().min(u32::MAX as u128) as u32,
+                allow_hosts: Vec::new(),
+                // The embedded single-user default allows loopback so local development works.
+                allow_private_networks: true,
+            },
+            now_ms(),
+        )
+        .await?;
+    let keys = Arc::new(Keys::load_or_create(&data_dir, args.jwt_alg)?);
+    let admin_token_path = write_admin_token(&keys, &data_dir, DEFAULT_TENANT)?;
+    tracing::info!(path = %admin_token_path.display(), "admin token written");
+
+    let grpc = TcpListener::bind(args.listen).await.with_context(|| format!("bind grpc {}", args.listen))?;
+    let http = TcpListener::bind(args.http_listen).await.with_context(|| format!("bind http {}", args.http_listen))?;
+    let grpc_addr = grpc.local_addr()?;
+    let http_addr = http.local_addr()?;
+
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let pool = Pool::start(
+        PoolConfig {
+            launch: LaunchConfig {
+                chrome,
+                profiles_dir: data_dir.join("profiles"),
+                lock_dir: args.lock_dir.clone(),
+                ports: args.port_range,
+                launch_timeout: args.launch_timeout,
+                cdp_timeout: std::time::Duration::from_secs(10),
+            },
+            warm: args.warm,
+            max_workers: args.max_workers,
+        },
+        shutdown_rx.clone(),
+    );
+    let sessions = Sessions::new(
+        store.clone(),
+        pool,
+        Limits { max_session_ttl: args.max_session_ttl, idle_timeout: args.idle_timeout },
+    );
+    sessions.recover().await?;
+    Ok(Bound { grpc, http, grpc_addr, http_addr, admin_token_path, keys, store, sessions, shutdown_tx, shutdown_rx })
+}
+
+/// Binds and serves until `shutdown` resolves.
+pub async fn run(args: ServeArgs, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
+    bind(args).await?.serve(shutdown).await
+}
+
+impl Bound {
+    /// The session manager (tests and benches inspect the pool through it).
+    pub fn sessions(&self) -> &Sessions {
+        &self.sessions
+    }
+
+    /// Serves gRPC and HTTP until `shutdown` resolves, then closes every session, kills every
+    /// worker and waits for every background task.
+    pub async fn serve(self, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
+        let Bound { grpc, http, grpc_addr, http_addr, keys, store, sessions, shutdown_tx, shutdown_rx, .. } = self;
+        tracing::info!(%grpc_addr, %http_addr, "serving");
+
+        let reaper = tokio::spawn(
+            sessions.clone().reap_loop(shutdown_rx.clone()).instrument(tracing::info_span!("session_reaper")),
+        );
+        let mut http_shutdown = shutdown_rx.clone();
+        let http_state = crate::http::HttpState { sessions: sessions.clone() };
+        let http_task = tokio::spawn(
+            async move {
+                axum::serve(http, crate::http::router(http_state))
+                    .with_graceful_shutdown(async move {
+                        let _ = http_shutdown.wait_for(|v| *v).await;
+                    })
+                    .await
+            }
+            .instrument(tracing::info_span!("http_listener")),
+        );
+
+        let (health_reporter, health_service) = tonic_health::server::health_reporter();
+        health_reporter.set_serving::<SessionsServer<SessionsApi>>().await;
+        health_reporter.set_serving::<AdminServer<AdminApi>>().await;
+        let reflection_v1 = tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(browserpool_proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            .build_v1()?;
+        let reflection_v1alpha = tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(browserpool_proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            .build_v1alpha()?;
+
+        let sessions_api = SessionsApi::new(sessions.clone(), shutdown_rx.clone());
+        let admin_api = AdminApi::new(sessions.clone(), keys.clone(), store.clone());
+        let tx = shutdown_tx.clone();
+        let served = tonic::transport::Server::builder()
+            .layer(AuthLayer::new(keys))
+            .add_service(health_service)
+            .add_service(reflection_v1)
+            .add_service(reflection_v1alpha)
+            .add_service(SessionsServer::new(sessions_api))
+            .add_service(AdminServer::new(admin_api))
+            .serve_with_incoming_shutdown(TcpListenerStream::new(grpc), async move {
+                shutdown.await;
+                // Streams and loops watch this; they end so the graceful stop can finish.
+                let _ = tx.send(true);
+            })
+            .await;
+        let _ = shutdown_tx.send(true);
+        tracing::info!("closing sessions");
+        sessions.close_all("server shutdown").await;
+        sessions.pool().shutdown().await;
+        let _ = reaper.await;
+        match http_task.await {
+            Ok(Err(e)) => tracing::warn!(error = %e, "http listener failed"),
+            Err(e) => tracing::warn!(error = %e, "http listener panicked"),
+            Ok(Ok(())) => {}
+        }
+        store.close().await;
+        tracing::info!("stopped");
+        served.context("grpc server")
+    }
+}

@@ -1,0 +1,531 @@
+//! Session management: acquire a lease, record it, run actions in order, end it exactly once.
+//!
+//! Invariants: a session in the live map holds a lease until it ends; ending removes it from
+//! the map, records the terminal state, then kills the worker. A session id is only ever
+//! answered to its owner (same tenant and subject, or `sessions:shared`, or `admin`); anyone
+//! else gets NOT_FOUND.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use browserpool_pool::{
+    canonicalize, Access, ActionCall, ActionFailure, ActionOutput, FailureCode, Lease, Pool, PoolError, Viewport,
+};
+use serde_json::Value;
+use tokio::sync::watch;
+
+use crate::auth::{Claims, Scope};
+use crate::error::{Result, ServiceError};
+use crate::store::{SessionFilter, SessionRecord, Store};
+
+/// Default and maximum per-action deadline.
+pub const DEFAULT_ACTION_TIMEOUT: Duration = Duration::from_secs(30);
+pub const MAX_ACTION_TIMEOUT: Duration = Duration::from_secs(300);
+/// Largest viewport side accepted.
+pub const MAX_VIEWPORT_SIDE: u32 = 16384;
+/// Largest page of a listing.
+pub const MAX_PAGE_SIZE: u32 = 500;
+
+/// Where a session is in its life. Terminal states are final.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SessionState {
+    Queued,
+    Ready,
+    Closed,
+    Crashed,
+    Expired,
+    Killed,
+}
+
+impl SessionState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SessionState::Queued => "QUEUED",
+            SessionState::Ready => "READY",
+            SessionState::Closed => "CLOSED",
+            SessionState::Crashed => "CRASHED",
+            SessionState::Expired => "EXPIRED",
+            SessionState::Killed => "KILLED",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<SessionState> {
+        [
+            SessionState::Queued,
+            SessionState::Ready,
+            SessionState::Closed,
+            SessionState::Crashed,
+            SessionState::Expired,
+            SessionState::Killed,
+        ]
+        .into_iter()
+        .find(|st| st.as_str() == s)
+    }
+
+    pub fn is_terminal(self) -> bool {
+        !matches!(self, SessionState::Queued | SessionState::Ready)
+    }
+}
+
+/// Server-wide session limits (a tenant's own quotas come with tenancy).
+#[derive(Debug, Clone)]
+pub struct Limits {
+    pub max_session_ttl: Duration,
+    pub idle_timeout: Duration,
+}
+
+/// What `Acquire` asks for, already unwrapped from the wire.
+#[derive(Debug, Clone, Default)]
+pub struct AcquireSpec {
+    pub wait_ms: u32,
+    pub ttl_ms: u32,
+    pub idle_timeout_ms: u32,
+    pub viewport: Option<Viewport>,
+    pub labels: BTreeMap<String, String>,
+}
+
+/// One action as the client sent it.
+#[derive(Debug, Clone, Default)]
+pub struct ActionInput {
+    pub action: String,
+    pub selector: String,
+    pub payload: Value,
+    pub timeout_ms: u32,
+    pub tab_index: Option<i32>,
+    pub id: String,
+}
+
+/// One action's outcome, ready to be put on the wire.
+#[derive(Debug, Clone)]
+pub struct ActionReport {
+    pub id: String,
+    /// Canonical name when it resolved, else what the client sent.
+    pub action: String,
+    pub alias_of: String,
+    pub outcome: std::result::Result<ActionOutput, ActionFailure>,
+    pub duration_ms: u32,
+}
+
+struct Live {
+    record: Mutex<SessionRecord>,
+    idle_timeout: Duration,
+    /// Held for the whole of each action, so a session's actions run one at a time in order.
+    lease: tokio::sync::Mutex<Option<Lease>>,
+}
+
+/// The session manager. Cheap to clone.
+#[derive(Clone)]
+pub struct Sessions {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    store: Store,
+    pool: Pool,
+    limits: Limits,
+    live: Mutex<HashMap<String, Arc<Live>>>,
+}
+
+impl Sessions {
+    pub fn new(store: Store, pool: Pool, limits: Limits) -> Sessions {
+        Sessions { inner: Arc::new(Inner { store, pool, limits, live: Mutex::new(HashMap::new()) }) }
+    }
+
+    fn live_map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Live>>> {
+        self.inner.live.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The pool behind the sessions.
+    pub fn pool(&self) -> &Pool {
+        &self.inner.pool
+    }
+
+    /// Number of live sessions.
+    pub fn live_count(&self) -> usize {
+        self.live_map().len()
+    }
+
+    /// Marks sessions a previous run left live as CRASHED: their workers died with it.
+    pub async fn recover(&self) -> Result<usize> {
+        let ids = self.inner.store.live_session_ids().await?;
+        for id in &ids {
+            self.inner.store.end_session(id, SessionState::Crashed, now_ms(), "server restarted").await?;
+        }
+        if !ids.is_empty() {
+            tracing::warn!(count = ids.len(), "sessions of a previous run marked crashed");
+        }
+        Ok(ids.len())
+    }
+
+    /// Leases a warm worker for `claims`' tenant and subject and records the session.
+    pub async fn acquire(&self, claims: &Claims, spec: AcquireSpec) -> Result<SessionRecord> {
+        require(claims, Scope::SessionsWrite)?;
+        let viewport = validate_viewport(spec.viewport)?;
+        let limits = &self.inner.limits;
+        let (max_ttl, default_idle) = match self.inner.store.tenant(&claims.tenant).await? {
+            Some(t) => (
+                Duration::from_millis(t.max_session_ttl_ms as u64).min(limits.max_session_ttl),
+                Duration::from_millis(t.idle_timeout_ms as u64),
+            ),
+            None => (limits.max_session_ttl, limits.idle_timeout),
+        };
+        let ttl = match spec.ttl_ms {
+            0 => max_ttl,
+            ms => Duration::from_millis(ms as u64).min(max_ttl),
+        };
+        let idle = match spec.idle_timeout_ms {
+            0 => default_idle,
+            ms => Duration::from_millis(ms as u64),
+        }
+        .min(ttl);
+        for (k, v) in &spec.labels {
+            if k.len() > 63 || v.len() > 256 || spec.labels.len() > 32 {
+                return Err(ServiceError::InvalidArgument(
+                    "labels: at most 32, keys up to 63 bytes, values up to 256 bytes".into(),
+                ));
+            }
+        }
+
+        let started = Instant::now();
+        let wait = Duration::from_millis(spec.wait_ms as u64);
+        let lease = self.inner.pool.lease(wait, viewport).await.map_err(|e| match e {
+            PoolError::Exhausted(_) => ServiceError::WaitElapsed(spec.wait_ms as u64),
+            other => ServiceError::Pool(other),
+        })?;
+        let queue_wait_ms = started.elapsed().as_millis().min(u32::MAX as u128) as u32;
+        let now = now_ms();
+        let record = SessionRecord {
+            id: format!("s-{}", uuid::Uuid::new_v4().simple()),
+            tenant: claims.tenant.clone(),
+            subject: claims.sub.clone(),
+            worker_id: lease.worker_id().to_string(),
+            state: SessionState::Ready,
+            labels: spec.labels,
+            created_at_ms: now,
+            expires_at_ms: now + ttl.as_millis() as i64,
+            idle_deadline_ms: now + idle.as_millis() as i64,
+            queue_wait_ms,
+            ended_at_ms: None,
+            end_reason: None,
+        };
+        // If this fails (or the caller goes away here) the lease drops and kills the worker.
+        self.inner.store.insert_session(&record, "acquired").await?;
+        let live = Arc::new(Live {
+            record: Mutex::new(record.clone()),
+            idle_timeout: idle,
+            lease: tokio::sync::Mutex::new(Some(lease)),
+        });
+        self.live_map().insert(record.id.clone(), live);
+        tracing::info!(session = %record.id, tenant = %record.tenant, worker = %record.worker_id, queue_wait_ms, "session acquired");
+        Ok(record)
+    }
+
+    /// Ends the caller's session (idempotent). Returns whether this call ended it, and its state.
+    pub async fn release(&self, claims: &Claims, id: &str) -> Result<(bool, SessionState)> {
+        require(claims, Scope::SessionsWrite)?;
+        let record = self.get(claims, id).await?;
+        if record.state.is_terminal() {
+            return Ok((false, record.state));
+        }
+        let ended = self.end(id, SessionState::Closed, "released").await?;
+        Ok((ended, SessionState::Closed))
+    }
+
+    /// The caller's session, live or ended.
+    pub async fn get(&self, claims: &Claims, id: &str) -> Result<SessionRecord> {
+        let live = self.live_map().get(id).cloned();
+        let record = match live {
+            Some(live) => live.record.lock().unwrap_or_else(|e| e.into_inner()).clone(),
+            None => self.inner.store.session(id).await?.ok_or_else(|| ServiceError::SessionNotFound(id.into()))?,
+        };
+        if !may_use(claims, &record) {
+            return Err(ServiceError::SessionNotFound(id.into()));
+        }
+        Ok(record)
+    }
+
+    /// The caller tenant's sessions, oldest first. `page_token` is an opaque offset.
+    pub async fn list(
+        &self,
+        claims: &Claims,
+        state: Option<SessionState>,
+        page_size: u32,
+        page_token: &str,
+    ) -> Result<(Vec<SessionRecord>, String)> {
+        require(claims, Scope::SessionsRead)?;
+        let offset: u64 = if page_token.is_empty() {
+            0
+        } else {
+            page_token.parse().map_err(|_| ServiceError::InvalidArgument("page_token: not a token from a previous page".into()))?
+        };
+        let limit = if page_size == 0 { 100 } else { page_size.min(MAX_PAGE_SIZE) };
+        let filter = SessionFilter { tenant: Some(claims.tenant.clone()), state, limit: limit + 1, offset };
+        let mut rows = self.inner.store.sessions(&filter).await?;
+        let more = rows.len() > limit as usize;
+        rows.truncate(limit as usize);
+        // Live sessions carry fresher idle deadlines in memory.
+        for row in rows.iter_mut() {
+            if let Some(live) = self.live_map().get(&row.id) {
+                *row = live.record.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            }
+        }
+        let visible = rows.into_iter().filter(|r| may_use(claims, r)).collect();
+        let next = if more { (offset + limit as u64).to_string() } else { String::new() };
+        Ok((visible, next))
+    }
+
+    /// Checks that the caller may drive session `id` and that it is READY.
+    pub async fn attach(&self, claims: &Claims, id: &str) -> Result<SessionRecord> {
+        let record = self.get(claims, id).await?;
+        if record.state.is_terminal() {
+            return Err(ServiceError::NotReady { id: id.into(), state: record.state.as_str() });
+        }
+        Ok(record)
+    }
+
+    /// Runs one action on the caller's session. Never fails as a whole: every problem is in
+    /// the report, so a stream survives a bad action.
+    pub async fn act(&self, claims: &Claims, id: &str, input: ActionInput) -> ActionReport {
+        let started = Instant::now();
+        let mut report = ActionReport {
+            id: input.id.clone(),
+            action: input.action.clone(),
+            alias_of: String::new(),
+            outcome: Ok(ActionOutput::default()),
+            duration_ms: 0,
+        };
+        report.outcome = self.act_inner(claims, id, input, &mut report).await;
+        report.duration_ms = started.elapsed().as_millis().min(u32::MAX as u128) as u32;
+        if let Err(f) = &report.outcome {
+            tracing::debug!(session = %id, action = %report.action, code = ?f.code, "action failed");
+        }
+        report
+    }
+
+    async fn act_inner(
+        &self,
+        claims: &Claims,
+        id: &str,
+        input: ActionInput,
+        report: &mut ActionReport,
+    ) -> std::result::Result<ActionOutput, ActionFailure> {
+        let canonical = canonicalize(&input.action).map_err(|u| ActionFailure {
+            code: FailureCode::UnknownAction,
+            message: format!("unknown action {:?}", u.name),
+            did_you_mean: u.did_you_mean,
+        })?;
+        report.action = canonical.name.to_string();
+        report.alias_of = canonical.alias_of.clone();
+        // The scope check runs on the canonical action, so an alias can never widen it.
+        let scope = match canonical.access(&input.payload) {
+            Access::Read => Scope::SessionsRead,
+            Access::Write => Scope::SessionsWrite,
+            Access::ContextExport => Scope::ContextExport,
+            Access::ContextImport => Scope::ContextImport,
+        };
+        if !claims.has(scope) {
+            return Err(ActionFailure::new(
+                FailureCode::PermissionDenied,
+                format!("{} needs scope {}", canonical.name, scope.as_str()),
+            ));
+        }
+        if let Some(tab) = input.tab_index {
+            // Routed like switch_tab: only the first tab exists until tabs are built.
+            if tab != 0 {
+                return Err(ActionFailure::new(
+                    FailureCode::InvalidArgument,
+                    format!("tab_index: no tab {tab}; this build drives a single tab (index 0)"),
+                ));
+            }
+        }
+        let timeout = match input.timeout_ms {
+            0 => DEFAULT_ACTION_TIMEOUT,
+            ms if Duration::from_millis(ms as u64) > MAX_ACTION_TIMEOUT => {
+                return Err(ActionFailure::new(
+                    FailureCode::InvalidArgument,
+                    format!("timeout_ms: {ms} exceeds the maximum of {}", MAX_ACTION_TIMEOUT.as_millis()),
+                ))
+            }
+            ms => Duration::from_millis(ms as u64),
+        };
+        let closed = |state: &str| ActionFailure::new(FailureCode::SessionClosed, format!("session {id} is {state}"));
+        let live = match self.get(claims, id).await {
+            Ok(r) if r.state.is_terminal() => return Err(closed(r.state.as_str())),
+            Ok(_) => self.live_map().get(id).cloned().ok_or_else(|| closed("CLOSED"))?,
+            Err(_) => return Err(ActionFailure::new(FailureCode::SessionClosed, format!("session {id} not found"))),
+        };
+        let call = ActionCall { action: canonical, selector: input.selector, payload: input.payload, timeout };
+        let mut guard = live.lease.lock().await;
+        let Some(lease) = guard.as_mut() else {
+            return Err(closed("CLOSED"));
+        };
+        if lease.crashed() {
+            drop(guard);
+            let _ = self.end(id, SessionState::Crashed, "chromium exited").await;
+            return Err(ActionFailure::new(FailureCode::SessionCrashed, "the browser of this session crashed"));
+        }
+        let outcome = lease.driver().run(&call).await;
+        let crashed = outcome.is_err() && lease.crashed();
+        drop(guard);
+        if crashed {
+            let _ = self.end(id, SessionState::Crashed, "chromium exited").await;
+            return Err(ActionFailure::new(FailureCode::SessionCrashed, "the browser of this session crashed"));
+        }
+        self.touch(&live).await;
+        outcome
+    }
+
+    async fn touch(&self, live: &Live) {
+        let (id, deadline) = {
+            let mut rec = live.record.lock().unwrap_or_else(|e| e.into_inner());
+            rec.idle_deadline_ms = (now_ms() + live.idle_timeout.as_millis() as i64).min(rec.expires_at_ms);
+            (rec.id.clone(), rec.idle_deadline_ms)
+        };
+        if let Err(e) = self.inner.store.touch(&id, deadline).await {
+            tracing::warn!(session = %id, error = %e, "could not record idle deadline");
+        }
+    }
+
+    /// Ends a live session: out of the map, terminal state recorded, worker killed. Returns
+    /// false when it had already ended.
+    pub async fn end(&self, id: &str, state: SessionState, reason: &str) -> Result<bool> {
+        let Some(live) = self.live_map().remove(id) else {
+            return Ok(false);
+        };
+        let at = now_ms();
+        {
+            let mut rec = live.record.lock().unwrap_or_else(|e| e.into_inner());
+            rec.state = state;
+            rec.ended_at_ms = Some(at);
+            rec.end_reason = Some(reason.to_string());
+        }
+        let recorded = self.inner.store.end_session(id, state, at, reason).await;
+        // Waits for a running action to finish (each has a deadline), then kills the worker.
+        let lease = live.lease.lock().await.take();
+        if let Some(lease) = lease {
+            lease.release().await;
+        }
+        tracing::info!(session = %id, state = state.as_str(), reason, "session ended");
+        recorded?;
+        Ok(true)
+    }
+
+    /// Ends sessions past their TTL or idle deadline, every second until shutdown.
+    pub async fn reap_loop(self, mut shutdown: watch::Receiver<bool>) {
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = shutdown.changed() => break,
+            }
+            if *shutdown.borrow() {
+                break;
+            }
+            let now = now_ms();
+            let due: Vec<(String, &'static str)> = self
+                .live_map()
+                .values()
+                .filter_map(|live| {
+                    let rec = live.record.lock().unwrap_or_else(|e| e.into_inner());
+                    if now >= rec.expires_at_ms {
+                        Some((rec.id.clone(), "ttl elapsed"))
+                    } else if now >= rec.idle_deadline_ms {
+                        Some((rec.id.clone(), "idle timeout"))
+                    } else {
+                        None
+                    }
+                })
+                .collect();
+            for (id, reason) in due {
+                if let Err(e) = self.end(&id, SessionState::Expired, reason).await {
+                    tracing::warn!(session = %id, error = %e, "could not record expiry");
+                }
+            }
+        }
+        tracing::debug!("reaper ended");
+    }
+
+    /// Ends every live session (server shutdown).
+    pub async fn close_all(&self, reason: &str) {
+        let ids: Vec<String> = self.live_map().keys().cloned().collect();
+        for id in ids {
+            if let Err(e) = self.end(&id, SessionState::Closed, reason).await {
+                tracing::warn!(session = %id, error = %e, "could not record close");
+            }
+        }
+    }
+}
+
+/// Whether `claims` may see and use this session.
+fn may_use(claims: &Claims, record: &SessionRecord) -> bool {
+    if claims.is_admin() {
+        return true;
+    }
+    record.tenant == claims.tenant && (record.subject == claims.sub || claims.has(Scope::SessionsShared))
+}
+
+/// RPC-level scope check.
+pub fn require(claims: &Claims, scope: Scope) -> Result<()> {
+    if claims.has(scope) {
+        Ok(())
+    } else {
+        Err(ServiceError::PermissionDenied(format!("this call needs scope {}", scope.as_str())))
+    }
+}
+
+fn validate_viewport(v: Option<Viewport>) -> Result<Viewport> {
+    let Some(mut v) = v else { return Ok(Viewport::default()) };
+    let d = Viewport::default();
+    if v.width == 0 {
+        v.width = d.width;
+    }
+    if v.height == 0 {
+        v.height = d.height;
+    }
+    if v.scale == 0.0 {
+        v.scale = 1.0;
+    }
+    if !v.scale.is_finite() || !(1.0..=3.0).contains(&v.scale) {
+        return Err(ServiceError::InvalidArgument(format!("viewport.scale: {} is not within 1..3", v.scale)));
+    }
+    if v.width > MAX_VIEWPORT_SIDE || v.height > MAX_VIEWPORT_SIDE {
+        return Err(ServiceError::InvalidArgument(format!(
+            "viewport: {}x{} exceeds {MAX_VIEWPORT_SIDE} px a side",
+            v.width, v.height
+        )));
+    }
+    Ok(v)
+}
+
+/// Milliseconds since the epoch.
+pub fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn viewport_defaults_and_bounds() {
+        assert_eq!(validate_viewport(None).unwrap(), Viewport::default());
+        let v = validate_viewport(Some(Viewport { width: 0, height: 0, scale: 0.0, mobile: false })).unwrap();
+        assert_eq!(v, Viewport::default());
+        for bad in [0.5, 4.0, f64::NAN, f64::INFINITY] {
+            let err = validate_viewport(Some(Viewport { width: 100, height: 100, scale: bad, mobile: false })).unwrap_err();
+            assert!(err.to_string().contains("viewport.scale"), "{err}");
+        }
+        assert!(validate_viewport(Some(Viewport { width: 20000, height: 10, scale: 1.0, mobile: false })).is_err());
+    }
+
+    #[test]
+    fn states_round_trip() {
+        for s in ["QUEUED", "READY", "CLOSED", "CRASHED", "EXPIRED", "KILLED"] {
+            assert_eq!(SessionState::parse(s).unwrap().as_str(), s);
+        }
+        assert!(SessionState::parse("ready").is_none());
+        assert!(SessionState::Closed.is_terminal() && !SessionState::Ready.is_terminal());
+    }
+}
