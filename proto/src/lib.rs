@@ -1,7 +1,9 @@
 //! browserpool v1 wire types, generated from `proto/browserpool/v1/*.proto`.
 //!
-//! Nothing but generated code lives here: domain logic and conversions belong to the crates
+//! Nothing but generated code (and the JSON mapping of `google.protobuf.Value`) lives here: domain logic and conversions belong to the crates
 //! that own the domain. `tonic` and `prost` are re-exported so dependents use the same versions.
+
+pub mod json;
 
 pub use prost;
 pub use prost_types;

@@ -3,43 +3,12 @@
 use std::collections::BTreeMap;
 
 use browserpool_pool::{FailureCode, Viewport};
-use browserpool_proto::prost_types::{self, value::Kind, ListValue, Struct, Timestamp};
+pub use browserpool_proto::json::{from_json, to_json};
+use browserpool_proto::prost_types::Timestamp;
 use browserpool_proto::v1 as pb;
-use serde_json::Value as Json;
 
 use crate::sessions::{ActionReport, SessionState};
 use crate::store::SessionRecord;
-
-/// Protobuf `Value` to JSON. Whole-number doubles become JSON integers, so `1` stays `1`.
-pub fn to_json(v: &prost_types::Value) -> Json {
-    match &v.kind {
-        None | Some(Kind::NullValue(_)) => Json::Null,
-        Some(Kind::BoolValue(b)) => Json::Bool(*b),
-        Some(Kind::NumberValue(n)) => {
-            if n.fract() == 0.0 && n.abs() < 9.0e15 {
-                Json::from(*n as i64)
-            } else {
-                serde_json::Number::from_f64(*n).map(Json::Number).unwrap_or(Json::Null)
-            }
-        }
-        Some(Kind::StringValue(s)) => Json::String(s.clone()),
-        Some(Kind::ListValue(l)) => Json::Array(l.values.iter().map(to_json).collect()),
-        Some(Kind::StructValue(s)) => Json::Object(s.fields.iter().map(|(k, v)| (k.clone(), to_json(v))).collect()),
-    }
-}
-
-/// JSON to protobuf `Value`.
-pub fn from_json(v: &Json) -> prost_types::Value {
-    let kind = match v {
-        Json::Null => Kind::NullValue(0),
-        Json::Bool(b) => Kind::BoolValue(*b),
-        Json::Number(n) => Kind::NumberValue(n.as_f64().unwrap_or(0.0)),
-        Json::String(s) => Kind::StringValue(s.clone()),
-        Json::Array(a) => Kind::ListValue(ListValue { values: a.iter().map(from_json).collect() }),
-        Json::Object(o) => Kind::StructValue(Struct { fields: o.iter().map(|(k, v)| (k.clone(), from_json(v))).collect() }),
-    };
-    prost_types::Value { kind: Some(kind) }
-}
 
 /// Milliseconds since the epoch to a protobuf timestamp.
 pub fn timestamp(ms: i64) -> Timestamp {
@@ -141,14 +110,6 @@ pub fn report_to_pb(r: ActionReport) -> pb::ActionResult {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
-
-    #[test]
-    fn json_round_trips_through_protobuf_value() {
-        let v = json!({"a": [1, 2.5, "x", null, true], "b": {"c": "d"}, "n": -7});
-        assert_eq!(to_json(&from_json(&v)), v);
-    }
-
     #[test]
     fn timestamps_split_millis() {
         let t = timestamp(1_795_000_000_123);

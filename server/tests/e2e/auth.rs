@@ -1,0 +1,122 @@
+//! Tokens and scopes over real gRPC.
+
+use base64::Engine;
+use browserpool_client::{action, pb, Client};
+use jsonwebtoken::{Algorithm, EncodingKey, Header};
+use serde_json::json;
+
+use crate::helpers::{err_code, ok, TestServer};
+
+fn secret(server: &TestServer) -> Vec<u8> {
+    let text = std::fs::read_to_string(server.data_dir.path().join("jwt-hs256.key")).unwrap();
+    base64::engine::general_purpose::STANDARD.decode(text.trim()).unwrap()
+}
+
+/// A token signed with the server's own secret but with the given claims and algorithm.
+fn forge(server: &TestServer, alg: Algorithm, claims: serde_json::Value) -> String {
+    jsonwebtoken::encode(&Header::new(alg), &claims, &EncodingKey::from_secret(&secret(server))).unwrap()
+}
+
+fn claims(exp_offset: i64, aud: &str) -> serde_json::Value {
+    let now = browserpool_server::auth::now_s() as i64;
+    json!({
+        "iss": "browserpool", "aud": aud, "sub": "ci", "tenant": "default",
+        "scopes": ["sessions:read", "sessions:write"],
+        "exp": now + exp_offset, "nbf": now - 1, "iat": now - 1, "jti": "t-1"
+    })
+}
+
+async fn code_of_get(server: &TestServer, token: Option<&str>) -> tonic::Code {
+    let channel = tonic::transport::Endpoint::from_shared(server.endpoint()).unwrap().connect().await.unwrap();
+    let mut raw = pb::sessions_client::SessionsClient::new(channel);
+    let mut req = tonic::Request::new(pb::GetSessionRequest { session_id: "s-none".into() });
+    if let Some(t) = token {
+        req.metadata_mut().insert("authorization", t.parse().unwrap());
+    }
+    raw.get(req).await.unwrap_err().code()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_tokens_are_unauthenticated() {
+    let server = TestServer::start_with(|a| a.warm = 0).await;
+    use tonic::Code::{NotFound, Unauthenticated};
+
+    assert_eq!(code_of_get(&server, None).await, Unauthenticated, "missing");
+    assert_eq!(code_of_get(&server, Some("Bearer not-a-jwt")).await, Unauthenticated, "malformed");
+    assert_eq!(code_of_get(&server, Some("Token abc")).await, Unauthenticated, "not bearer");
+    let expired = forge(&server, Algorithm::HS256, claims(-120, "browserpool"));
+    assert_eq!(code_of_get(&server, Some(&format!("Bearer {expired}"))).await, Unauthenticated, "expired");
+    let audience = forge(&server, Algorithm::HS256, claims(600, "someone-else"));
+    assert_eq!(code_of_get(&server, Some(&format!("Bearer {audience}"))).await, Unauthenticated, "wrong audience");
+    let algorithm = forge(&server, Algorithm::HS384, claims(600, "browserpool"));
+    assert_eq!(code_of_get(&server, Some(&format!("Bearer {algorithm}"))).await, Unauthenticated, "wrong algorithm");
+    let mut no_sub = claims(600, "browserpool");
+    no_sub.as_object_mut().unwrap().remove("sub");
+    let no_sub = forge(&server, Algorithm::HS256, no_sub);
+    assert_eq!(code_of_get(&server, Some(&format!("Bearer {no_sub}"))).await, Unauthenticated, "no sub");
+    // Another server's key: valid shape, wrong signature.
+    let other = TestServer::start_with(|a| a.warm = 0).await;
+    let foreign = forge(&other, Algorithm::HS256, claims(600, "browserpool"));
+    assert_eq!(code_of_get(&server, Some(&format!("Bearer {foreign}"))).await, Unauthenticated, "foreign key");
+
+    // The control: a good token gets past auth (and the unknown session is NOT_FOUND).
+    let good = forge(&server, Algorithm::HS256, claims(600, "browserpool"));
+    assert_eq!(code_of_get(&server, Some(&format!("Bearer {good}"))).await, NotFound);
+
+    // Health and reflection need no token.
+    let channel = tonic::transport::Endpoint::from_shared(server.endpoint()).unwrap().connect().await.unwrap();
+    let mut health = tonic_health::pb::health_client::HealthClient::new(channel);
+    let resp = health.check(tonic_health::pb::HealthCheckRequest { service: String::new() }).await.unwrap().into_inner();
+    assert_eq!(resp.status(), tonic_health::pb::health_check_response::ServingStatus::Serving);
+    other.stop().await;
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scopes_are_checked_per_rpc_and_per_canonical_action() {
+    let server = TestServer::start().await;
+    let read_only = server.token("default", "ci", &["sessions:read"]).await;
+    let writer = server.token("default", "ci", &["sessions:read", "sessions:write"]).await;
+
+    let reader = server.client(&read_only).await;
+    let browserpool_client::Error::Status(status) = reader.acquire(1000).await.unwrap_err() else { panic!() };
+    assert_eq!(status.code(), tonic::Code::PermissionDenied, "{status}");
+    let browserpool_client::Error::Status(status) = reader.admin().pool_status(pb::PoolStatusRequest {}).await.map_err(browserpool_client::Error::from).unwrap_err() else { panic!() };
+    assert_eq!(status.code(), tonic::Code::PermissionDenied, "admin rpc needs admin");
+
+    let id = server.client(&writer).await.acquire(30_000).await.unwrap().session_id;
+    // Same subject, read-only token: `text` (extract) is read, `js` (evaluate) needs write.
+    let text = reader.act(&id, action("text", "body", json!(null))).await.unwrap();
+    ok(&text);
+    let js = reader.act(&id, action("js", "", "1")).await.unwrap();
+    assert_eq!(err_code(&js), pb::ErrorCode::PermissionDenied);
+    assert_eq!((js.action.as_str(), js.alias_of.as_str()), ("evaluate", "js"));
+    assert!(js.error.unwrap().message.contains("sessions:write"));
+    let browserpool_client::Error::Status(status) = reader.release(&id).await.unwrap_err() else { panic!() };
+    assert_eq!(status.code(), tonic::Code::PermissionDenied);
+
+    // Another subject of the tenant without sessions:shared, and another tenant: NOT_FOUND.
+    let stranger = server.client(&server.token("default", "someone", &["sessions:read", "sessions:write"]).await).await;
+    let browserpool_client::Error::Status(status) = stranger.get(&id).await.unwrap_err() else { panic!() };
+    assert_eq!(status.code(), tonic::Code::NotFound);
+    let keys = browserpool_server::auth::Keys::load_or_create(server.data_dir.path(), browserpool_server::config::JwtAlg::Hs256).unwrap();
+    let (foreign, _) = keys
+        .issue("other-tenant", "ci", &["sessions:read".into(), "sessions:write".into()], std::time::Duration::from_secs(60))
+        .unwrap();
+    let foreign: Client = server.client(&foreign).await;
+    let browserpool_client::Error::Status(status) = foreign.act(&id, action("title", "", json!(null))).await.unwrap_err() else { panic!() };
+    assert_eq!(status.code(), tonic::Code::NotFound, "foreign tenant never learns the id exists");
+    // With sessions:shared another subject may drive it.
+    let shared = server.client(&server.token("default", "someone", &["sessions:read", "sessions:write", "sessions:shared"]).await).await;
+    ok(&shared.act(&id, action("title", "", json!(null))).await.unwrap());
+
+    // Issue-time validation of IssueToken itself.
+    let bad_scope = pb::IssueTokenRequest { tenant: "default".into(), subject: "x".into(), scopes: vec!["root".into()], ttl_s: 60 };
+    let status = server.admin().await.admin().issue_token(bad_scope).await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    let no_tenant = pb::IssueTokenRequest { tenant: "ghost".into(), subject: "x".into(), scopes: vec![], ttl_s: 60 };
+    assert_eq!(server.admin().await.admin().issue_token(no_tenant).await.unwrap_err().code(), tonic::Code::NotFound);
+
+    server.client(&writer).await.release(&id).await.unwrap();
+    server.stop().await;
+}

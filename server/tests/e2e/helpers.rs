@@ -1,0 +1,132 @@
+//! Test server and fixture site.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use axum::response::Html;
+use axum::routing::get;
+use browserpool_client::{pb, Client};
+use browserpool_server::config::ServeArgs;
+use tokio::sync::oneshot;
+
+/// A browserpool server on 127.0.0.1:0 with its own data dir and a small pool.
+pub struct TestServer {
+    pub grpc: SocketAddr,
+    pub data_dir: tempfile::TempDir,
+    pub admin_token: String,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
+}
+
+impl TestServer {
+    /// One warm worker, at most two: keeps concurrent Chromium processes bounded.
+    pub async fn start() -> TestServer {
+        TestServer::start_with(|_| {}).await
+    }
+
+    pub async fn start_with(tune: impl FnOnce(&mut ServeArgs)) -> TestServer {
+        browserpool_server::telemetry::init();
+        let data_dir = tempfile::tempdir().unwrap();
+        let mut args = ServeArgs::for_tests(data_dir.path());
+        args.warm = 1;
+        args.max_workers = 2;
+        tune(&mut args);
+        let bound = browserpool_server::bind(args).await.expect("server binds");
+        let grpc = bound.grpc_addr;
+        let admin_token = std::fs::read_to_string(&bound.admin_token_path).unwrap().trim().to_string();
+        let (tx, rx) = oneshot::channel();
+        let task = tokio::spawn(bound.serve(async move {
+            let _ = rx.await;
+        }));
+        TestServer { grpc, data_dir, admin_token, stop: Some(tx), task: Some(task) }
+    }
+
+    pub fn endpoint(&self) -> String {
+        format!("http://{}", self.grpc)
+    }
+
+    /// A client with the admin token of the `default` tenant.
+    pub async fn admin(&self) -> Client {
+        self.client(&self.admin_token.clone()).await
+    }
+
+    pub async fn client(&self, token: &str) -> Client {
+        Client::connect(self.endpoint(), token).await.expect("connect")
+    }
+
+    /// Mints a token through `Admin/IssueToken`.
+    pub async fn token(&self, tenant: &str, subject: &str, scopes: &[&str]) -> String {
+        let req = pb::IssueTokenRequest {
+            tenant: tenant.into(),
+            subject: subject.into(),
+            scopes: scopes.iter().map(|s| s.to_string()).collect(),
+            ttl_s: 600,
+        };
+        self.admin().await.admin().issue_token(req).await.expect("issue token").into_inner().token
+    }
+
+    pub fn profiles_dir(&self) -> PathBuf {
+        self.data_dir.path().join("profiles")
+    }
+
+    /// Stops the server and checks it left no profile behind.
+    pub async fn stop(mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        if let Some(task) = self.task.take() {
+            tokio::time::timeout(Duration::from_secs(60), task)
+                .await
+                .expect("server stops within a minute")
+                .expect("server task")
+                .expect("server exits cleanly");
+        }
+        let left: Vec<_> = std::fs::read_dir(self.profiles_dir()).map(|d| d.flatten().collect()).unwrap_or_default();
+        assert!(left.is_empty(), "profiles left behind: {left:?}");
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        // A failed test still stops its server; workers die with their leases.
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+/// The page the browser tests drive: a form that greets by name.
+const FORM: &str = r#"<!doctype html>
+<html><head><title>Greeter</title></head>
+<body>
+  <h1 id="greeting">Hello, nobody</h1>
+  <input id="name" value="">
+  <button id="go" onclick="document.getElementById('greeting').textContent = 'Hello, ' + document.getElementById('name').value">Greet</button>
+  <a id="about" href="/about" data-kind="link">about</a>
+</body></html>"#;
+
+/// Serves the fixture pages on 127.0.0.1:0; returns the base URL. Lives until the test ends.
+pub async fn fixture_site() -> String {
+    let app = axum::Router::new()
+        .route("/", get(|| async { Html(FORM) }))
+        .route("/about", get(|| async { Html("<title>About</title><p>about page</p>") }));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    format!("http://{addr}")
+}
+
+/// Asserts an action succeeded and returns its JSON value.
+pub fn ok(r: &pb::ActionResult) -> serde_json::Value {
+    assert!(r.ok, "action {} failed: {:?}", r.action, r.error);
+    r.value.as_ref().map(browserpool_client::to_json).unwrap_or_default()
+}
+
+/// The error code of a failed action.
+pub fn err_code(r: &pb::ActionResult) -> pb::ErrorCode {
+    assert!(!r.ok, "action {} unexpectedly succeeded", r.action);
+    pb::ErrorCode::try_from(r.error.as_ref().expect("failed result has an error").code).unwrap()
+}

@@ -1,0 +1,154 @@
+//! Process-level behaviour: the real binary, signals, lock files, unimplemented rpcs.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use browserpool_client::{pb, Client};
+
+use crate::helpers::TestServer;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_closes_sessions_kills_workers_and_exits_zero() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_browserpool"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--warm", "1", "--max-workers", "2"])
+        .arg("--data-dir")
+        .arg(dir.path())
+        .env("BROWSERPOOL_LOG", "info")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Read the bound addresses from the log line `serving grpc_addr=... http_addr=...`.
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let (grpc, http) = loop {
+        let line = rx.recv_timeout(deadline - Instant::now()).expect("server logs `serving`");
+        assert!(!line.contains("eyJ"), "a token leaked into the log: {line}");
+        if line.contains("serving") {
+            let field = |name: &str| line.split(&format!("{name}=")).nth(1).unwrap().split_whitespace().next().unwrap().to_string();
+            break (field("grpc_addr"), field("http_addr"));
+        }
+    };
+    let token = std::fs::read_to_string(dir.path().join("admin.token")).unwrap();
+    let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(dir.path().join("admin.token")).unwrap().permissions());
+    assert_eq!(mode & 0o777, 0o600, "admin token is private");
+
+    let client = Client::connect(format!("http://{grpc}"), &token).await.unwrap();
+    let session = client.acquire(30_000).await.unwrap();
+    let health = reqwest_get(&format!("http://{http}/healthz")).await;
+    assert!(health.starts_with("HTTP/1.1 200"), "{health}");
+    let metrics = reqwest_get(&format!("http://{http}/metrics")).await;
+    assert!(metrics.contains("browserpool_workers_leased 1"), "{metrics}");
+
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let status = wait_with_timeout(&mut child, Duration::from_secs(60));
+    assert_eq!(status.code(), Some(0), "exit 0 on sigterm");
+    for line in rx.try_iter() {
+        assert!(!line.contains("eyJ"), "a token leaked into the log: {line}");
+    }
+
+    let profiles: Vec<_> = std::fs::read_dir(dir.path().join("profiles")).unwrap().flatten().collect();
+    assert!(profiles.is_empty(), "profiles removed: {profiles:?}");
+    let url = format!("sqlite://{}", dir.path().join("browserpool.db").display());
+    let store = browserpool_server::store::Store::open(&url).await.unwrap();
+    let record = store.session(&session.session_id).await.unwrap().unwrap();
+    assert_eq!(record.state.as_str(), "CLOSED");
+    let transitions = store.transitions(&session.session_id).await.unwrap();
+    assert_eq!(transitions.iter().map(|t| t.state.as_str()).collect::<Vec<_>>(), ["READY", "CLOSED"]);
+    assert_eq!(transitions[1].reason, "server shutdown");
+}
+
+fn wait_with_timeout(child: &mut std::process::Child, limit: Duration) -> std::process::ExitStatus {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("server did not exit within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A tiny HTTP/1.1 GET over a raw socket (no client crate needed for three lines).
+async fn reqwest_get(url: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let rest = url.strip_prefix("http://").unwrap();
+    let (host, path) = rest.split_once('/').map(|(h, p)| (h, format!("/{p}"))).unwrap();
+    let mut stream = tokio::net::TcpStream::connect(host).await.unwrap();
+    stream.write_all(format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes()).await.unwrap();
+    let mut out = String::new();
+    stream.read_to_string(&mut out).await.unwrap();
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_skip_live_locks_and_reclaim_dead_ones() {
+    let locks = tempfile::tempdir().unwrap();
+    // Port 9390 is held by a live process, 9391 by a dead one.
+    let mut live = Command::new("sleep").arg("60").spawn().unwrap();
+    let dead = {
+        let mut c = Command::new("true").spawn().unwrap();
+        let pid = c.id();
+        c.wait().unwrap();
+        pid
+    };
+    std::fs::write(locks.path().join("port-9390.lock"), format!("{}\n", live.id())).unwrap();
+    std::fs::write(locks.path().join("port-9391.lock"), format!("{dead}\n")).unwrap();
+    let lock_dir = locks.path().to_path_buf();
+    let server = TestServer::start_with(move |a| {
+        a.lock_dir = lock_dir;
+        a.port_range = "9390-9391".parse().unwrap();
+        a.max_workers = 1;
+    })
+    .await;
+    let client = server.admin().await;
+    let session = client.acquire(30_000).await.unwrap();
+    let status = client.admin().pool_status(pb::PoolStatusRequest {}).await.unwrap().into_inner();
+    let worker = status.workers.iter().find(|w| w.worker_id == session.worker_id).unwrap();
+    assert_eq!(worker.cdp_port, 9391, "the dead owner's port is reclaimed, the live one skipped");
+    let owner = std::fs::read_to_string(locks.path().join("port-9391.lock")).unwrap();
+    assert_eq!(owner.trim(), std::process::id().to_string());
+    let untouched = std::fs::read_to_string(locks.path().join("port-9390.lock")).unwrap();
+    assert_eq!(untouched.trim(), live.id().to_string());
+    client.release(&session.session_id).await.unwrap();
+    server.stop().await;
+    assert!(!locks.path().join("port-9391.lock").exists(), "lock released at shutdown");
+    live.kill().unwrap();
+    live.wait().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn later_rpcs_answer_unimplemented_and_reflection_lists_services() {
+    let server = TestServer::start_with(|a| a.warm = 0).await;
+    let client = server.admin().await;
+    let status = client.sessions().batch(pb::BatchRequest::default()).await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::Unimplemented);
+    assert!(status.message().contains("Batch"), "{status}");
+    let status = client.admin().verify_audit(pb::VerifyAuditRequest {}).await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::Unimplemented);
+
+    // Reflection (v1) without a token lists both services.
+    use tonic_reflection::pb::v1::{server_reflection_client::ServerReflectionClient, server_reflection_request::MessageRequest, server_reflection_response::MessageResponse, ServerReflectionRequest};
+    let channel = tonic::transport::Endpoint::from_shared(server.endpoint()).unwrap().connect().await.unwrap();
+    let mut reflection = ServerReflectionClient::new(channel);
+    let req = ServerReflectionRequest { host: String::new(), message_request: Some(MessageRequest::ListServices(String::new())) };
+    let mut stream = reflection.server_reflection_info(tokio_stream::iter([req])).await.unwrap().into_inner();
+    let resp = stream.message().await.unwrap().unwrap();
+    let Some(MessageResponse::ListServicesResponse(list)) = resp.message_response else { panic!("{resp:?}") };
+    let names: Vec<_> = list.service.iter().map(|s| s.name.as_str()).collect();
+    for want in ["browserpool.v1.Sessions", "browserpool.v1.Admin", "grpc.health.v1.Health"] {
+        assert!(names.contains(&want), "{want} missing from {names:?}");
+    }
+    server.stop().await;
+}

@@ -1,0 +1,242 @@
+//! Acquire, act, drive and release against a real Chromium.
+
+use std::time::Duration;
+
+use browserpool_client::{action, pb};
+use serde_json::json;
+use tokio_stream::StreamExt;
+
+use crate::helpers::{err_code, fixture_site, ok, TestServer};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acquire_navigate_type_click_extract_screenshot_release() {
+    let server = TestServer::start().await;
+    let site = fixture_site().await;
+    let client = server.admin().await;
+
+    let session = client.acquire(30_000).await.unwrap();
+    assert_eq!(pb::SessionState::try_from(session.state).unwrap(), pb::SessionState::Ready);
+    assert!(!session.worker_id.is_empty());
+    let id = session.session_id.clone();
+
+    let nav = client.act(&id, action("navigate", "", format!("{site}/"))).await.unwrap();
+    assert_eq!(ok(&nav)["url"], json!(format!("{site}/")));
+    assert_eq!(ok(&client.act(&id, action("title", "", json!(null))).await.unwrap()), json!("Greeter"));
+    ok(&client.act(&id, action("type", "#name", "Ada")).await.unwrap());
+    ok(&client.act(&id, action("click", "#go", json!(null))).await.unwrap());
+    let h1 = client.act(&id, action("extract", "#greeting", json!(null))).await.unwrap();
+    assert_eq!(ok(&h1), json!("Hello, Ada"));
+
+    // fill replaces what is there; press Enter does not break anything.
+    ok(&client.act(&id, action("fill", "#name", "Grace")).await.unwrap());
+    ok(&client.act(&id, action("press", "#name", "End")).await.unwrap());
+    let value = client.act(&id, action("extract", "#name", "value")).await.unwrap();
+    assert_eq!(ok(&value), json!("Grace"));
+    let attr = client.act(&id, action("extract", "#about", "attr:data-kind")).await.unwrap();
+    assert_eq!(ok(&attr), json!("link"));
+    let sum = client.act(&id, action("evaluate", "", "Promise.resolve(20 + 22)")).await.unwrap();
+    assert_eq!(ok(&sum), json!(42));
+
+    let shot = client.act(&id, action("screenshot", "", json!(null))).await.unwrap();
+    ok(&shot);
+    assert_eq!(shot.mime_type, "image/png");
+    assert_eq!(&shot.data[..8], b"\x89PNG\r\n\x1a\n", "png signature");
+    // IHDR width and height: the default 1280x720 viewport.
+    let w = u32::from_be_bytes(shot.data[16..20].try_into().unwrap());
+    let h = u32::from_be_bytes(shot.data[20..24].try_into().unwrap());
+    assert_eq!((w, h), (1280, 720));
+
+    ok(&client.act(&id, action("click", "#about", json!(null))).await.unwrap());
+    ok(&client.act(&id, action("wait_for", "", json!({"url": "/about"}))).await.unwrap());
+    assert_eq!(ok(&client.act(&id, action("url", "", json!(null))).await.unwrap()), json!(format!("{site}/about")));
+
+    let released = client.release(&id).await.unwrap();
+    assert!(released.released);
+    let after = client.get(&id).await.unwrap();
+    assert_eq!(pb::SessionState::try_from(after.state).unwrap(), pb::SessionState::Closed);
+    // Idempotent: a second release changes nothing and says so.
+    let again = client.release(&id).await.unwrap();
+    assert!(!again.released);
+    assert_eq!(pb::SessionState::try_from(again.state).unwrap(), pb::SessionState::Closed);
+    // Acting on a closed session is a precondition failure, not a hang.
+    let status = client.act(&id, action("title", "", json!(null))).await.unwrap_err();
+    assert!(status.to_string().contains("FailedPrecondition") || status.to_string().contains("CLOSED"), "{status}");
+
+    // The session and its transitions are in the listing.
+    let listed = client.sessions().list(pb::ListSessionsRequest::default()).await.unwrap().into_inner();
+    assert!(listed.sessions.iter().any(|s| s.session_id == id));
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn action_errors_are_results_not_failures() {
+    let server = TestServer::start().await;
+    let site = fixture_site().await;
+    let client = server.admin().await;
+    let id = client.acquire(30_000).await.unwrap().session_id;
+    ok(&client.act(&id, action("navigate", "", format!("{site}/"))).await.unwrap());
+
+    let mut missing = action("click", "#nope", json!(null));
+    missing.timeout_ms = 300;
+    let started = std::time::Instant::now();
+    assert_eq!(err_code(&client.act(&id, missing).await.unwrap()), pb::ErrorCode::ElementNotFound);
+    assert!(started.elapsed() < Duration::from_secs(5), "element wait honours timeout_ms");
+
+    let thrown = client.act(&id, action("evaluate", "", "throw new Error('kaput')")).await.unwrap();
+    assert_eq!(err_code(&thrown), pb::ErrorCode::JsException);
+    assert!(thrown.error.unwrap().message.contains("kaput"));
+
+    let blocked = client.act(&id, action("navigate", "", "file:///etc/passwd")).await.unwrap();
+    assert_eq!(err_code(&blocked), pb::ErrorCode::BlockedByPolicy);
+
+    // A closed port on loopback: the navigation fails with the browser's reason.
+    let dead = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let refused = client.act(&id, action("navigate", "", format!("http://127.0.0.1:{dead}/"))).await.unwrap();
+    assert_eq!(err_code(&refused), pb::ErrorCode::NavigationFailed);
+    assert!(refused.error.unwrap().message.contains("ERR_CONNECTION_REFUSED"));
+
+    let no_selector = client.act(&id, action("click", "", json!(null))).await.unwrap();
+    assert_eq!(err_code(&no_selector), pb::ErrorCode::InvalidArgument);
+    let bad_selector = client.act(&id, action("click", "##", json!(null))).await.unwrap();
+    assert_eq!(err_code(&bad_selector), pb::ErrorCode::InvalidArgument);
+
+    let mut slow = action("evaluate", "", "new Promise(r => setTimeout(r, 10000))");
+    slow.timeout_ms = 300;
+    assert_eq!(err_code(&client.act(&id, slow).await.unwrap()), pb::ErrorCode::Timeout);
+
+    let mut huge = action("title", "", json!(null));
+    huge.timeout_ms = 301_000;
+    assert_eq!(err_code(&client.act(&id, huge).await.unwrap()), pb::ErrorCode::InvalidArgument);
+
+    let mut other_tab = action("title", "", json!(null));
+    other_tab.tab_index = Some(3);
+    assert_eq!(err_code(&client.act(&id, other_tab).await.unwrap()), pb::ErrorCode::InvalidArgument);
+
+    // After all that the session still works.
+    ok(&client.act(&id, action("navigate", "", format!("{site}/"))).await.unwrap());
+    assert_eq!(ok(&client.act(&id, action("title", "", json!(null))).await.unwrap()), json!("Greeter"));
+    client.release(&id).await.unwrap();
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drive_stream_survives_unknown_action_and_reports_aliases() {
+    let server = TestServer::start().await;
+    let site = fixture_site().await;
+    let client = server.admin().await;
+    let id = client.acquire(30_000).await.unwrap().session_id;
+
+    let (tx, rx) = tokio::sync::mpsc::channel::<pb::DriveRequest>(8);
+    let step = |n: &str, a: pb::Action| pb::DriveRequest { session_id: String::new(), action: Some(pb::Action { id: n.into(), ..a }) };
+    tx.send(pb::DriveRequest { session_id: id.clone(), action: Some(pb::Action { id: "1".into(), ..action("goto", "", format!("{site}/")) }) })
+        .await
+        .unwrap();
+    tx.send(step("2", action("clikc", "#go", json!(null)))).await.unwrap();
+    tx.send(step("3", action("text", "#greeting", json!(null)))).await.unwrap();
+    tx.send(step("4", action("js", "", "document.title"))).await.unwrap();
+    let mut events = client.sessions().drive(tokio_stream::wrappers::ReceiverStream::new(rx)).await.unwrap().into_inner();
+
+    let attached = events.next().await.unwrap().unwrap();
+    match attached.kind {
+        Some(pb::drive_event::Kind::Attached(s)) => assert_eq!(s.session_id, id),
+        other => panic!("first event must be attached, got {other:?}"),
+    }
+    let mut results = Vec::new();
+    while results.len() < 4 {
+        match events.next().await.unwrap().unwrap().kind {
+            Some(pb::drive_event::Kind::Result(r)) => results.push(r),
+            _ => continue,
+        }
+    }
+    assert_eq!(results.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(), ["1", "2", "3", "4"], "in order, ids echoed");
+    assert_eq!((results[0].action.as_str(), results[0].alias_of.as_str()), ("navigate", "goto"));
+    ok(&results[0]);
+    assert_eq!(err_code(&results[1]), pb::ErrorCode::UnknownAction);
+    assert_eq!(results[1].error.as_ref().unwrap().did_you_mean, vec!["click".to_string()]);
+    assert_eq!((results[2].action.as_str(), results[2].alias_of.as_str()), ("extract", "text"));
+    assert_eq!(ok(&results[2]), json!("Hello, nobody"));
+    assert_eq!(ok(&results[3]), json!("Greeter"));
+
+    // Closing our side ends the stream cleanly.
+    drop(tx);
+    assert!(events.next().await.is_none());
+    client.release(&id).await.unwrap();
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exhausted_pool_times_out_then_serves_after_release() {
+    let server = TestServer::start_with(|a| a.max_workers = 1).await;
+    let client = server.admin().await;
+    let first = client.acquire(30_000).await.unwrap();
+
+    let started = std::time::Instant::now();
+    let err = client.acquire(300).await.unwrap_err();
+    let browserpool_client::Error::Status(status) = err else { panic!("expected a status") };
+    assert_eq!(status.code(), tonic::Code::DeadlineExceeded, "{status}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+
+    // A waiter is served once the holder releases.
+    let waiter = {
+        let client = client.clone();
+        tokio::spawn(async move { client.acquire(60_000).await })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    client.release(&first.session_id).await.unwrap();
+    let second = waiter.await.unwrap().expect("waiter served after release");
+    assert_ne!(second.session_id, first.session_id);
+    assert!(second.queue_wait_ms > 0);
+    client.release(&second.session_id).await.unwrap();
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelled_acquire_leaks_nothing() {
+    let server = TestServer::start_with(|a| a.max_workers = 1).await;
+    let client = server.admin().await;
+    let first = client.acquire(30_000).await.unwrap();
+
+    // The client gives up after 300 ms on a 60 s wait: the server must stop waiting.
+    let gave_up = tokio::time::timeout(Duration::from_millis(300), client.acquire(60_000)).await;
+    assert!(gave_up.is_err(), "acquire should still be waiting");
+    client.release(&first.session_id).await.unwrap();
+
+    // The slot the cancelled call waited for goes to the next caller, and nothing is leaked.
+    let next = client.acquire(60_000).await.expect("slot free after cancel");
+    let status = client.admin().pool_status(pb::PoolStatusRequest {}).await.unwrap().into_inner();
+    assert_eq!((status.leased, status.capacity), (1, 1));
+    assert_eq!(status.workers.len(), 1, "one process at most: {:?}", status.workers);
+    client.release(&next.session_id).await.unwrap();
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn viewport_is_applied_and_validated() {
+    let server = TestServer::start().await;
+    let client = server.admin().await;
+    let req = pb::AcquireRequest {
+        wait_ms: 30_000,
+        viewport: Some(pb::Viewport { width: 800, height: 600, scale: 2.0, mobile: false }),
+        ..Default::default()
+    };
+    let id = client.acquire_with(req).await.unwrap().session_id;
+    let dims = client.act(&id, action("evaluate", "", "[innerWidth, innerHeight, devicePixelRatio]")).await.unwrap();
+    assert_eq!(ok(&dims), json!([800, 600, 2]));
+    let shot = client.act(&id, action("screenshot", "", json!(null))).await.unwrap();
+    let w = u32::from_be_bytes(shot.data[16..20].try_into().unwrap());
+    assert_eq!(w, 1600, "scale 2 doubles the pixels");
+    client.release(&id).await.unwrap();
+
+    let bad = pb::AcquireRequest {
+        wait_ms: 1000,
+        viewport: Some(pb::Viewport { width: 800, height: 600, scale: 4.0, mobile: false }),
+        ..Default::default()
+    };
+    let browserpool_client::Error::Status(status) = client.acquire_with(bad).await.unwrap_err() else { panic!() };
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    assert!(status.message().contains("viewport.scale"), "{status}");
+    server.stop().await;
+}
