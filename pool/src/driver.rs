@@ -119,6 +119,8 @@ type ActResult<T> = Result<T, ActionFailure>;
 pub struct Driver {
     page: Page,
     cdp_timeout: Duration,
+    /// The viewport last applied, so a lease asking for the same one costs no CDP call.
+    viewport: std::sync::Mutex<Option<Viewport>>,
 }
 
 impl Driver {
@@ -139,11 +141,20 @@ impl Driver {
                 let _ = tokio::time::timeout(cdp_timeout, close).await;
             }
         }
-        Ok(Driver { page, cdp_timeout })
+        let driver = Driver { page, cdp_timeout, viewport: std::sync::Mutex::new(None) };
+        // Warm workers already emulate the default screen, so most leases skip this call.
+        driver
+            .set_viewport(Viewport::default(), cdp_timeout)
+            .await
+            .map_err(|f| PoolError::Cdp(format!("set viewport: {}", f.message)))?;
+        Ok(driver)
     }
 
     /// Emulates the given screen (and turns off chromiumoxide's default touch emulation).
     pub async fn set_viewport(&self, v: Viewport, within: Duration) -> ActResult<()> {
+        if *self.viewport.lock().unwrap_or_else(|e| e.into_inner()) == Some(v) {
+            return Ok(());
+        }
         let params = SetDeviceMetricsOverrideParams::new(v.width, v.height, v.scale, v.mobile);
         deadline(within, async {
             self.page.execute(params).await.map_err(ActionFailure::cdp)?;
@@ -153,7 +164,9 @@ impl Driver {
                 .map_err(ActionFailure::cdp)?;
             Ok(())
         })
-        .await
+        .await?;
+        *self.viewport.lock().unwrap_or_else(|e| e.into_inner()) = Some(v);
+        Ok(())
     }
 
     /// Runs one action under its deadline.

@@ -240,3 +240,75 @@ async fn viewport_is_applied_and_validated() {
     assert!(status.message().contains("viewport.scale"), "{status}");
     server.stop().await;
 }
+
+async fn worker_pid(client: &browserpool_client::Client, worker_id: &str) -> i32 {
+    let status = client.admin().pool_status(pb::PoolStatusRequest {}).await.unwrap().into_inner();
+    status.workers.iter().find(|w| w.worker_id == worker_id).expect("leased worker listed").pid as i32
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crashed_browser_is_reported_and_session_marked_crashed() {
+    let server = TestServer::start().await;
+    let client = server.admin().await;
+    let session = client.acquire(30_000).await.unwrap();
+    let pid = worker_pid(&client, &session.worker_id).await;
+    // SAFETY: killing the worker's process group, which this test's server started.
+    unsafe { libc::killpg(pid, libc::SIGKILL) };
+    let mut title = action("title", "", json!(null));
+    title.timeout_ms = 5000;
+    let r = client.act(&session.session_id, title).await.unwrap();
+    assert_eq!(err_code(&r), pb::ErrorCode::SessionCrashed, "{:?}", r.error);
+    let after = client.get(&session.session_id).await.unwrap();
+    assert_eq!(pb::SessionState::try_from(after.state).unwrap(), pb::SessionState::Crashed);
+    // The pool replaces the dead worker: a new session works.
+    let next = client.acquire(30_000).await.unwrap();
+    ok(&client.act(&next.session_id, action("evaluate", "", "1")).await.unwrap());
+    client.release(&next.session_id).await.unwrap();
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hung_browser_times_out_and_release_still_cleans_up() {
+    let server = TestServer::start().await;
+    let client = server.admin().await;
+    let session = client.acquire(30_000).await.unwrap();
+    let pid = worker_pid(&client, &session.worker_id).await;
+    // SAFETY: freezing the worker's process group, which this test's server started.
+    unsafe { libc::killpg(pid, libc::SIGSTOP) };
+    let mut eval = action("evaluate", "", "1 + 1");
+    eval.timeout_ms = 500;
+    let started = std::time::Instant::now();
+    let r = client.act(&session.session_id, eval).await.unwrap();
+    assert_eq!(err_code(&r), pb::ErrorCode::Timeout);
+    assert!(started.elapsed() < Duration::from_secs(5), "deadline honoured: {:?}", started.elapsed());
+    // SIGKILL works on a stopped process group: release ends the session and frees the slot.
+    assert!(client.release(&session.session_id).await.unwrap().released);
+    assert!(!browserpool_pool::lock::pid_alive(pid as u32) || is_zombie(pid), "hung worker killed");
+    server.stop().await;
+}
+
+fn is_zombie(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| s.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'))
+        .unwrap_or(true)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_session_expires() {
+    let server = TestServer::start().await;
+    let client = server.admin().await;
+    let req = pb::AcquireRequest { wait_ms: 30_000, idle_timeout_ms: 500, ..Default::default() };
+    let session = client.acquire_with(req).await.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    let state = loop {
+        let s = pb::SessionState::try_from(client.get(&session.session_id).await.unwrap().state).unwrap();
+        if s != pb::SessionState::Ready || std::time::Instant::now() > deadline {
+            break s;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(state, pb::SessionState::Expired);
+    let r = client.act(&session.session_id, action("title", "", json!(null))).await;
+    assert!(r.is_err(), "an expired session takes no actions");
+    server.stop().await;
+}

@@ -1,0 +1,77 @@
+//! Acquire latency from a warm pool, measured over real gRPC against a real Chromium pool.
+//!
+//! `cargo run --release -p browserpool-server --example acquire_bench [-- ROUNDS]`
+//!
+//! Starts a server in-process on 127.0.0.1:0 with a fresh data dir, waits until the pool is
+//! warm before every round (so each acquire finds a booted browser), and prints the
+//! distribution of `Acquire` round-trip times as the client sees them, plus the first action.
+
+use std::time::{Duration, Instant};
+
+use browserpool_client::{action, pb, Client};
+use browserpool_server::config::ServeArgs;
+
+const WARM: usize = 2;
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let rounds: usize = std::env::args().nth(1).map(|s| s.parse()).transpose()?.unwrap_or(30);
+    let dir = tempfile::tempdir()?;
+    let mut args = ServeArgs::for_tests(dir.path());
+    args.warm = WARM;
+    args.max_workers = WARM + 1;
+    let bound = browserpool_server::bind(args).await?;
+    let endpoint = format!("http://{}", bound.grpc_addr);
+    let token = std::fs::read_to_string(&bound.admin_token_path)?;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(bound.serve(async move {
+        let _ = stopped.await;
+    }));
+
+    let client = Client::connect(endpoint, &token).await?;
+    let mut acquire = Vec::with_capacity(rounds);
+    let mut first_action = Vec::with_capacity(rounds);
+    for _ in 0..rounds {
+        wait_warm(&client, WARM).await?;
+        let t = Instant::now();
+        let session = client.acquire(30_000).await?;
+        acquire.push(t.elapsed());
+        let t = Instant::now();
+        let r = client.act(&session.session_id, action("evaluate", "", "1 + 1")).await?;
+        first_action.push(t.elapsed());
+        anyhow::ensure!(r.ok, "evaluate failed: {:?}", r.error);
+        client.release(&session.session_id).await?;
+    }
+    report("acquire (warm pool)", &mut acquire);
+    report("first action (evaluate)", &mut first_action);
+
+    let _ = stop.send(());
+    server.await??;
+    Ok(())
+}
+
+async fn wait_warm(client: &Client, n: usize) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let status = client.admin().pool_status(pb::PoolStatusRequest {}).await?.into_inner();
+        if status.warm as usize >= n {
+            return Ok(());
+        }
+        anyhow::ensure!(Instant::now() < deadline, "pool did not turn warm within 60 s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn report(what: &str, samples: &mut [Duration]) {
+    samples.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    let at = |q: f64| samples[((samples.len() - 1) as f64 * q).round() as usize];
+    println!(
+        "{what}: n={} min={:.2} ms median={:.2} ms p90={:.2} ms max={:.2} ms",
+        samples.len(),
+        ms(samples[0]),
+        ms(at(0.5)),
+        ms(at(0.9)),
+        ms(samples[samples.len() - 1])
+    );
+}
