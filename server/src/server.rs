@@ -44,7 +44,15 @@ pub struct Bound {
 /// Opens the store, loads keys, writes the admin token, starts the pool and binds sockets.
 pub async fn bind(args: ServeArgs) -> anyhow::Result<Bound> {
     let data_dir = args.store.data_dir.clone();
-    std::fs::create_dir_all(&data_dir).with_context(|| format!("create data dir {}", data_dir.display()))?;
+    if !data_dir.exists() {
+        use std::os::unix::fs::DirBuilderExt;
+        // Keys, tokens and tenants' browser profiles live here: owner only.
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&data_dir)
+            .with_context(|| format!("create data dir {}", data_dir.display()))?;
+    }
     let chrome = find_chrome(args.chrome.as_deref())?;
     let store = Store::open(&args.store.database_url()).await.context("open database")?;
     store

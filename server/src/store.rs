@@ -184,13 +184,7 @@ impl Store {
         .bind(s.queue_wait_ms as i64)
         .execute(&mut *tx)
         .await?;
-        sqlx::query("INSERT INTO session_transitions (session_id, state, at_ms, reason) VALUES (?, ?, ?, ?)")
-            .bind(&s.id)
-            .bind(s.state.as_str())
-            .bind(s.created_at_ms)
-            .bind(reason)
-            .execute(&mut *tx)
-            .await?;
+        record_transition(&mut tx, &s.id, s.state, s.created_at_ms, reason).await?;
         tx.commit().await?;
         Ok(())
     }
@@ -213,13 +207,7 @@ impl Store {
         if changed == 0 {
             return Ok(false);
         }
-        sqlx::query("INSERT INTO session_transitions (session_id, state, at_ms, reason) VALUES (?, ?, ?, ?)")
-            .bind(id)
-            .bind(state.as_str())
-            .bind(at_ms)
-            .bind(reason)
-            .execute(&mut *tx)
-            .await?;
+        record_transition(&mut tx, id, state, at_ms, reason).await?;
         tx.commit().await?;
         Ok(true)
     }
@@ -282,6 +270,24 @@ impl Store {
         let rows = sqlx::query("SELECT id FROM sessions WHERE ended_at_ms IS NULL").fetch_all(pool).await?;
         rows.iter().map(|r| r.try_get("id").map_err(StoreError::from)).collect()
     }
+}
+
+/// Appends one state change inside the caller's transaction.
+async fn record_transition(
+    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+    id: &str,
+    state: SessionState,
+    at_ms: i64,
+    reason: &str,
+) -> Result<(), StoreError> {
+    sqlx::query("INSERT INTO session_transitions (session_id, state, at_ms, reason) VALUES (?, ?, ?, ?)")
+        .bind(id)
+        .bind(state.as_str())
+        .bind(at_ms)
+        .bind(reason)
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
 }
 
 fn parse_state(s: &str) -> Result<SessionState, StoreError> {
