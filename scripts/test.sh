@@ -8,7 +8,9 @@ cd "$(dirname "$0")/.."
 source scripts/lib.sh
 ensure_chromium
 
-cargo test --workspace --locked -- --test-threads=2
+log="$(mktemp)"
+trap 'rm -f "$log"' EXIT
+cargo test --workspace --locked -- --test-threads=2 2>&1 | tee "$log"
 
 # Every worker the suite started must be gone (zombies awaiting their reaper do not count).
 for _ in $(seq 1 50); do
@@ -22,3 +24,7 @@ if [ "$left" -ne 0 ]; then
     exit 1
 fi
 echo "no chromium process left behind"
+
+# One closing line for the whole run (cargo prints one `test result` per test binary).
+awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed;?$/) p += $i; if ($(i+1) ~ /^failed;?$/) f += $i } }
+     END { printf "summary: %d passed, %d failed\n", p, f }' "$log"

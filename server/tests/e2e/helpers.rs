@@ -26,7 +26,11 @@ impl TestServer {
     }
 
     pub async fn start_with(tune: impl FnOnce(&mut ServeArgs)) -> TestServer {
-        browserpool_server::telemetry::init();
+        // Warnings only, through the test writer so passing tests stay quiet.
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new("warn"))
+            .with_test_writer()
+            .try_init();
         let data_dir = tempfile::tempdir().unwrap();
         let mut args = ServeArgs::for_tests(data_dir.path());
         args.warm = 1;
