@@ -1,31 +1,32 @@
-//! The session driver: runs canonical actions against a worker's page over CDP.
+//! The session driver: tabs, dialogs and events of one worker, and the dispatch of canonical
+//! actions to the active tab.
 //!
-//! Every CDP await runs under a deadline. Failures are [`ActionFailure`]s with a code the wire
-//! understands; a failure never poisons the driver, so the next action runs normally.
+//! Invariants: at most one dialog is open per worker (Chromium blocks a tab on its dialog, and
+//! a basic-auth challenge is held by us); every action races its work against a new dialog
+//! opening and ends with `DIALOG_OPEN` at once when one does; while a dialog is open, only
+//! the `dialog::` grammar runs. A failure never poisons the driver.
 
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use chromiumoxide::cdp::browser_protocol::emulation::{
-    SetDeviceMetricsOverrideParams, SetTouchEmulationEnabledParams,
+use chromiumoxide::cdp::browser_protocol::page::HandleJavaScriptDialogParams;
+use chromiumoxide::cdp::browser_protocol::target::{
+    CloseTargetParams, EventTargetCreated, EventTargetDestroyed, GetTargetsParams, TargetId,
 };
-use chromiumoxide::cdp::browser_protocol::input::{
-    DispatchKeyEventParams, DispatchKeyEventType, DispatchMouseEventParams, DispatchMouseEventType,
-    InsertTextParams, MouseButton,
-};
-use chromiumoxide::cdp::browser_protocol::page::{CaptureScreenshotFormat, NavigateParams};
-use chromiumoxide::cdp::browser_protocol::target::{CloseTargetParams, GetTargetsParams};
-use chromiumoxide::cdp::js_protocol::runtime::EvaluateParams;
 use chromiumoxide::error::CdpError;
-use chromiumoxide::page::ScreenshotParams;
-use chromiumoxide::{Browser, Element, Page};
+use chromiumoxide::{Browser, Page};
 use serde_json::{json, Value};
+use tokio::sync::{broadcast, mpsc, watch};
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use crate::actions::Canonical;
 use crate::error::PoolError;
-
-/// How often element and condition waits poll the page.
-const POLL: Duration = Duration::from_millis(50);
+use crate::events::{DialogInfo, DialogKind, EventHub, EventKind, EventReader};
+use crate::rawcdp::RawCdp;
+use crate::watchers::{raw_events, watch_targets};
 
 /// The emulated screen of a session.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -43,6 +44,9 @@ impl Default for Viewport {
     }
 }
 
+/// Largest viewport or screenshot side, in pixels.
+pub const MAX_SIDE: u32 = 16384;
+
 /// One action to run, already canonicalized and scope-checked by the caller.
 #[derive(Debug, Clone)]
 pub struct ActionCall {
@@ -58,10 +62,12 @@ pub struct ActionCall {
 pub struct ActionOutput {
     /// JSON result (`evaluate` value, extracted text, url, title...).
     pub value: Value,
-    /// Binary result (PNG screenshot).
+    /// Binary result (PNG/JPEG screenshot, PDF).
     pub data: Vec<u8>,
     /// MIME type of `data`.
     pub mime_type: String,
+    /// The tab the action ran on.
+    pub tab_index: i32,
 }
 
 /// Why one action failed; maps 1:1 to the wire's `ErrorCode`.
@@ -71,33 +77,42 @@ pub enum FailureCode {
     UnknownAction,
     ElementNotFound,
     Timeout,
+    DialogOpen,
     NavigationFailed,
     BlockedByPolicy,
     PermissionDenied,
+    PayloadTooLarge,
     JsException,
     SessionClosed,
     SessionCrashed,
     Internal,
 }
 
-/// A failed action: code, a message for the client, and suggestions for unknown names.
+/// A failed action: code, a message for the client, suggestions for unknown names, and the
+/// dialog for `DIALOG_OPEN`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ActionFailure {
     pub code: FailureCode,
     pub message: String,
     pub did_you_mean: Vec<String>,
+    pub dialog: Option<DialogInfo>,
 }
 
 impl ActionFailure {
     pub fn new(code: FailureCode, message: impl Into<String>) -> Self {
-        ActionFailure { code, message: message.into(), did_you_mean: Vec::new() }
+        ActionFailure { code, message: message.into(), did_you_mean: Vec::new(), dialog: None }
     }
 
-    fn invalid(message: impl Into<String>) -> Self {
+    pub(crate) fn invalid(message: impl Into<String>) -> Self {
         Self::new(FailureCode::InvalidArgument, message)
     }
 
-    fn cdp(e: CdpError) -> Self {
+    fn dialog_open(info: DialogInfo) -> Self {
+        let message = format!("a {} dialog is open: {}", kind_name(info.kind), info.message);
+        ActionFailure { code: FailureCode::DialogOpen, message, did_you_mean: Vec::new(), dialog: Some(info) }
+    }
+
+    pub(crate) fn cdp(e: CdpError) -> Self {
         match e {
             CdpError::JavascriptException(details) => {
                 let text = details
@@ -111,65 +126,297 @@ impl ActionFailure {
             other => Self::new(FailureCode::Internal, format!("cdp: {other}")),
         }
     }
+
+    pub(crate) fn raw(e: String) -> Self {
+        Self::new(FailureCode::Internal, format!("cdp: {e}"))
+    }
+
+    pub(crate) fn raw_pub(e: String) -> Self {
+        Self::raw(e)
+    }
 }
 
-type ActResult<T> = Result<T, ActionFailure>;
+pub(crate) type ActResult<T> = Result<T, ActionFailure>;
 
-/// Drives one worker's page. Actions of one session must be serialized by the caller.
+/// Driver limits.
+#[derive(Debug, Clone)]
+pub struct DriverConfig {
+    /// Deadline of each CDP call the driver makes outside an action's own budget.
+    pub cdp_timeout: Duration,
+    /// Largest `load_html` document, in bytes.
+    pub max_html_bytes: usize,
+}
+
+/// One tab: its target, chromiumoxide's page and our raw session on it (Fetch, lifecycle).
+#[derive(Clone)]
+pub(crate) struct Tab {
+    pub target: TargetId,
+    pub page: Page,
+    pub session: String,
+}
+
+#[derive(Default)]
+pub(crate) struct Tabs {
+    pub list: Vec<Tab>,
+    /// Sticky: later actions go here until `switch_tab` or `close_tab` moves it.
+    pub active: usize,
+}
+
+/// How an open dialog is answered.
+#[derive(Debug, Clone)]
+pub(crate) enum Answer {
+    /// A JavaScript dialog of a tab: `Page.handleJavaScriptDialog`.
+    Js,
+    /// A held basic-auth challenge: `Fetch.continueWithAuth` on our raw session.
+    Auth { session: String, request_id: String, origin: String },
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct OpenDialog {
+    pub seq: u64,
+    pub info: DialogInfo,
+    pub target: TargetId,
+    pub answer: Answer,
+    username: Option<String>,
+    password: Option<String>,
+    prompt: Option<String>,
+}
+
+/// State shared with the watcher tasks.
+pub(crate) struct Shared {
+    pub(crate) tabs: Mutex<Tabs>,
+    pub(crate) tabs_changed: tokio::sync::Notify,
+    pub(crate) dialog: watch::Sender<Option<OpenDialog>>,
+    pub(crate) dialog_seq: AtomicU64,
+    pub(crate) events: EventHub,
+    /// Basic-auth credentials accepted in this session, per origin.
+    pub(crate) credentials: Mutex<HashMap<String, (String, String)>>,
+    /// Auth requests already answered with credentials (a second challenge means they failed).
+    pub(crate) answered: Mutex<HashSet<String>>,
+    /// HTML set by `load_html`, per tab, with the marker that proves it is still there.
+    pub(crate) loaded_html: Mutex<HashMap<TargetId, (String, String)>>,
+    /// `Page.lifecycleEvent`s of our raw sessions: (session, loader id, name).
+    pub(crate) lifecycle: broadcast::Sender<(String, String, String)>,
+}
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Shared {
+    pub(crate) fn tab_index(&self, target: &TargetId) -> i32 {
+        lock(&self.tabs).list.iter().position(|t| &t.target == target).map(|i| i as i32).unwrap_or(-1)
+    }
+
+    pub(crate) fn tab_by_session(&self, session: &str) -> Option<Tab> {
+        lock(&self.tabs).list.iter().find(|t| t.session == session).cloned()
+    }
+
+    pub(crate) fn open_dialog(&self, info: DialogInfo, target: TargetId, answer: Answer) {
+        let seq = self.dialog_seq.fetch_add(1, Ordering::SeqCst) + 1;
+        self.events.emit(EventKind::DialogOpened(info.clone()));
+        self.dialog.send_replace(Some(OpenDialog {
+            seq,
+            info,
+            target,
+            answer,
+            username: None,
+            password: None,
+            prompt: None,
+        }));
+    }
+
+    /// Clears the dialog `seq` if it is still the open one.
+    pub(crate) fn close_dialog(&self, seq: u64) -> Option<OpenDialog> {
+        let mut closed = None;
+        self.dialog.send_if_modified(|d| match d {
+            Some(open) if open.seq == seq => {
+                closed = d.take();
+                true
+            }
+            _ => false,
+        });
+        closed
+    }
+}
+
+/// The selector-grammar lines that answer a dialog of this kind.
+pub(crate) fn grammar(kind: DialogKind) -> Vec<String> {
+    let lines: &[&str] = match kind {
+        DialogKind::Alert => &["click dialog::accept"],
+        DialogKind::Confirm | DialogKind::BeforeUnload | DialogKind::Permission => {
+            &["click dialog::accept", "click dialog::dismiss"]
+        }
+        DialogKind::Prompt => &["type dialog::prompt <text>", "click dialog::accept", "click dialog::dismiss"],
+        DialogKind::BasicAuth => &[
+            "type dialog::username <name>",
+            "type dialog::password <secret>",
+            "click dialog::accept",
+            "click dialog::dismiss",
+        ],
+    };
+    lines.iter().map(|s| s.to_string()).collect()
+}
+
+fn kind_name(kind: DialogKind) -> &'static str {
+    match kind {
+        DialogKind::Alert => "alert",
+        DialogKind::Confirm => "confirm",
+        DialogKind::Prompt => "prompt",
+        DialogKind::BeforeUnload => "beforeunload",
+        DialogKind::BasicAuth => "basic auth",
+        DialogKind::Permission => "permission",
+    }
+}
+
+/// Drives one worker's tabs. Actions of one session must be serialized by the caller.
 pub struct Driver {
-    page: Page,
-    cdp_timeout: Duration,
-    /// The viewport last applied, so a lease asking for the same one costs no CDP call.
-    viewport: std::sync::Mutex<Option<Viewport>>,
+    pub(crate) browser: Arc<Browser>,
+    pub(crate) raw: RawCdp,
+    pub(crate) cfg: DriverConfig,
+    pub(crate) shared: Arc<Shared>,
+    viewport: Mutex<Option<Viewport>>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
 }
 
 impl Driver {
-    /// Opens the page sessions will drive and closes any other tab Chromium started with.
-    pub(crate) async fn attach(browser: &Browser, cdp_timeout: Duration) -> Result<Driver, PoolError> {
-        let timeout = |what| PoolError::CdpTimeout { what, after: cdp_timeout };
-        let page = tokio::time::timeout(cdp_timeout, browser.new_page("about:blank"))
+    /// Connects the driver to a freshly launched browser: starts the watchers, opens the page
+    /// sessions will drive and closes any other tab Chromium started with.
+    pub(crate) async fn attach(browser: Browser, ws_url: &str, cfg: DriverConfig) -> Result<Driver, PoolError> {
+        let t = cfg.cdp_timeout;
+        let timeout = |what| PoolError::CdpTimeout { what, after: t };
+        let browser = Arc::new(browser);
+        let (raw_tx, raw_rx) = mpsc::unbounded_channel();
+        let raw = RawCdp::connect(ws_url, t, raw_tx).await.map_err(PoolError::Cdp)?;
+        let shared = Arc::new(Shared {
+            tabs: Mutex::new(Tabs::default()),
+            tabs_changed: tokio::sync::Notify::new(),
+            dialog: watch::channel(None).0,
+            dialog_seq: AtomicU64::new(0),
+            events: EventHub::default(),
+            credentials: Mutex::new(HashMap::new()),
+            answered: Mutex::new(HashSet::new()),
+            loaded_html: Mutex::new(HashMap::new()),
+            lifecycle: broadcast::channel(1024).0,
+        });
+        let listen = |e: CdpError| PoolError::Cdp(format!("listen targets: {e}"));
+        let created = tokio::time::timeout(t, browser.event_listener::<EventTargetCreated>())
+            .await
+            .map_err(|_| timeout("listen targets"))?
+            .map_err(listen)?;
+        let destroyed = tokio::time::timeout(t, browser.event_listener::<EventTargetDestroyed>())
+            .await
+            .map_err(|_| timeout("listen targets"))?
+            .map_err(listen)?;
+        let mut tasks = vec![tokio::spawn(
+            raw_events(shared.clone(), raw.clone(), raw_rx).instrument(tracing::debug_span!("raw_events")),
+        )];
+        tasks.push(tokio::spawn(
+            watch_targets(shared.clone(), raw.clone(), browser.clone(), created, destroyed, t)
+                .instrument(tracing::debug_span!("target_watcher")),
+        ));
+        let driver = Driver { browser, raw, cfg, shared, viewport: Mutex::new(None), tasks };
+
+        let page = tokio::time::timeout(t, driver.browser.new_page("about:blank"))
             .await
             .map_err(|_| timeout("new page"))?
             .map_err(|e| PoolError::Cdp(format!("new page: {e}")))?;
-        let targets = tokio::time::timeout(cdp_timeout, browser.execute(GetTargetsParams::default()))
+        let targets = tokio::time::timeout(t, driver.browser.execute(GetTargetsParams::default()))
             .await
             .map_err(|_| timeout("get targets"))?
             .map_err(|e| PoolError::Cdp(format!("get targets: {e}")))?;
         for info in &targets.result.target_infos {
             if info.r#type == "page" && &info.target_id != page.target_id() {
-                let close = browser.execute(CloseTargetParams::new(info.target_id.clone()));
-                let _ = tokio::time::timeout(cdp_timeout, close).await;
+                let close = driver.browser.execute(CloseTargetParams::new(info.target_id.clone()));
+                let _ = tokio::time::timeout(t, close).await;
             }
         }
-        let driver = Driver { page, cdp_timeout, viewport: std::sync::Mutex::new(None) };
+        driver.wait_tab(page.target_id(), Instant::now() + t).await.map_err(|f| PoolError::Cdp(f.message))?;
         // Warm workers already emulate the default screen, so most leases skip this call.
         driver
-            .set_viewport(Viewport::default(), cdp_timeout)
+            .set_viewport(Viewport::default(), t)
             .await
             .map_err(|f| PoolError::Cdp(format!("set viewport: {}", f.message)))?;
         Ok(driver)
     }
 
-    /// Emulates the given screen (and turns off chromiumoxide's default touch emulation).
+    /// A reader of this worker's events from now on.
+    pub fn events(&self) -> EventReader {
+        self.shared.events.subscribe()
+    }
+
+    /// Publishes an event on behalf of the session owner (e.g. `SessionEnded`).
+    pub fn emit(&self, kind: EventKind) {
+        self.shared.events.emit(kind);
+    }
+
+    /// The deadline every CDP call made outside an action uses.
+    pub fn cdp_timeout(&self) -> Duration {
+        self.cfg.cdp_timeout
+    }
+
+    /// Waits until the target is registered as a tab; returns its index.
+    pub(crate) async fn wait_tab(&self, target: &TargetId, until: Instant) -> ActResult<usize> {
+        loop {
+            let notified = self.shared.tabs_changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if let Some(i) = lock(&self.shared.tabs).list.iter().position(|t| &t.target == target) {
+                return Ok(i);
+            }
+            if tokio::time::timeout_at(until, notified).await.is_err() {
+                return Err(ActionFailure::new(FailureCode::Timeout, "the new tab did not come up in time"));
+            }
+        }
+    }
+
+    /// The active tab and its index.
+    pub(crate) fn active(&self) -> ActResult<(Tab, i32)> {
+        let tabs = lock(&self.shared.tabs);
+        tabs.list
+            .get(tabs.active)
+            .cloned()
+            .map(|t| (t, tabs.active as i32))
+            .ok_or_else(|| ActionFailure::new(FailureCode::SessionClosed, "the session has no open tab"))
+    }
+
+    /// Emulates the given screen on every tab (and turns off touch emulation unless mobile).
     pub async fn set_viewport(&self, v: Viewport, within: Duration) -> ActResult<()> {
-        if *self.viewport.lock().unwrap_or_else(|e| e.into_inner()) == Some(v) {
+        if *lock(&self.viewport) == Some(v) {
             return Ok(());
         }
-        let params = SetDeviceMetricsOverrideParams::new(v.width, v.height, v.scale, v.mobile);
-        deadline(within, async {
-            self.page.execute(params).await.map_err(ActionFailure::cdp)?;
-            self.page
-                .execute(SetTouchEmulationEnabledParams::new(v.mobile))
-                .await
-                .map_err(ActionFailure::cdp)?;
-            Ok(())
+        let tabs: Vec<Tab> = lock(&self.shared.tabs).list.clone();
+        tokio::time::timeout(within, async {
+            for tab in &tabs {
+                crate::ops::apply_viewport(&tab.page, v).await?;
+            }
+            Ok::<(), ActionFailure>(())
         })
-        .await?;
-        *self.viewport.lock().unwrap_or_else(|e| e.into_inner()) = Some(v);
+        .await
+        .unwrap_or_else(|_| Err(ActionFailure::new(FailureCode::Timeout, "browser did not answer in time")))?;
+        *lock(&self.viewport) = Some(v);
         Ok(())
     }
 
-    /// Runs one action under its deadline.
+    /// The viewport sessions see now.
+    pub(crate) fn current_viewport(&self) -> Viewport {
+        lock(&self.viewport).unwrap_or_default()
+    }
+
+    fn open_dialog(&self) -> Option<OpenDialog> {
+        self.shared.dialog.borrow().clone()
+    }
+
+    /// Runs one action. It ends at its deadline (`TIMEOUT`) or as soon as a dialog opens
+    /// (`DIALOG_OPEN`), whichever comes first.
     pub async fn run(&self, call: &ActionCall) -> ActResult<ActionOutput> {
         if !call.action.implemented() {
             return Err(ActionFailure::invalid(format!(
@@ -177,487 +424,159 @@ impl Driver {
                 call.action.name
             )));
         }
+        if call.selector.starts_with("dialog::") {
+            return self.answer_dialog(call).await;
+        }
+        if let Some(open) = self.open_dialog() {
+            return Err(ActionFailure::dialog_open(open.info));
+        }
+        let baseline = self.shared.dialog_seq.load(Ordering::SeqCst);
+        let mut dialogs = self.shared.dialog.subscribe();
         let until = Instant::now() + call.timeout;
         // Element waits use the whole budget; the grace lets them report ELEMENT_NOT_FOUND
         // before the outer deadline turns the result into TIMEOUT.
         let outer = call.timeout + Duration::from_millis(500);
-        let fut = async {
-            match call.action.name {
-                "navigate" => self.navigate(&call.payload).await,
-                "click" => self.click(call, until).await,
-                "type" => self.type_text(call, until).await,
-                "fill" => self.fill(call, until).await,
-                "press" => self.press(call, until).await,
-                "extract" => self.extract(call, until).await,
-                "evaluate" => self.evaluate(&call.payload).await,
-                "screenshot" => self.screenshot(&call.payload).await,
-                "url" => Ok(value(json!(self.page.url().await.map_err(ActionFailure::cdp)?.unwrap_or_default()))),
-                "title" => Ok(value(json!(self.page.get_title().await.map_err(ActionFailure::cdp)?.unwrap_or_default()))),
-                "wait_for" => self.wait_for(call, until).await,
-                other => Err(ActionFailure::new(FailureCode::Internal, format!("no handler for `{other}`"))),
-            }
+        tokio::select! {
+            biased;
+            opened = wait_dialog_after(&mut dialogs, baseline) => Err(ActionFailure::dialog_open(opened)),
+            result = tokio::time::timeout(outer, self.dispatch(call, until)) => match result {
+                Ok(r) => r,
+                Err(_) => Err(ActionFailure::new(
+                    FailureCode::Timeout,
+                    format!("{} did not finish within {} ms", call.action.name, call.timeout.as_millis()),
+                )),
+            },
+        }
+    }
+
+    /// `type dialog::username|password|prompt` and `click dialog::accept|dismiss`.
+    async fn answer_dialog(&self, call: &ActionCall) -> ActResult<ActionOutput> {
+        let field = call.selector.trim_start_matches("dialog::");
+        let Some(open) = self.open_dialog() else {
+            return Err(ActionFailure::invalid(format!("selector: {} answers a dialog, and none is open", call.selector)));
         };
-        match tokio::time::timeout(outer, fut).await {
-            Ok(result) => result,
-            Err(_) => Err(ActionFailure::new(
-                FailureCode::Timeout,
-                format!("{} did not finish within {} ms", call.action.name, call.timeout.as_millis()),
-            )),
-        }
-    }
-
-    async fn navigate(&self, payload: &Value) -> ActResult<ActionOutput> {
-        let (url, wait_until) = match payload {
-            Value::String(url) => (url.clone(), "load".to_string()),
-            Value::Object(map) => {
-                let url = map
-                    .get("url")
-                    .and_then(Value::as_str)
-                    .ok_or_else(|| ActionFailure::invalid("payload.url: a url string is required"))?;
-                let wait = map.get("wait_until").and_then(Value::as_str).unwrap_or("load");
-                (url.to_string(), wait.to_string())
-            }
-            _ => return Err(ActionFailure::invalid("payload: a url string or {url, wait_until} is required")),
-        };
-        check_url(&url)?;
-        match wait_until.as_str() {
-            "load" => {}
-            "domcontentloaded" | "networkidle" | "none" => {
-                return Err(ActionFailure::invalid(format!(
-                    "payload.wait_until: `{wait_until}` is not available in this build yet (only `load`)"
-                )))
-            }
-            other => {
-                return Err(ActionFailure::invalid(format!(
-                    "payload.wait_until: `{other}` is not one of load, domcontentloaded, networkidle, none"
-                )))
-            }
-        }
-        match self.page.goto(NavigateParams::new(url.clone())).await {
-            Ok(_) => {}
-            Err(CdpError::ChromeMessage(text)) => {
-                return Err(ActionFailure::new(FailureCode::NavigationFailed, format!("{url}: {text}")))
-            }
-            Err(e) => return Err(ActionFailure::cdp(e)),
-        }
-        let now = self.page.url().await.map_err(ActionFailure::cdp)?.unwrap_or(url);
-        Ok(value(json!({ "url": now })))
-    }
-
-    async fn click(&self, call: &ActionCall, until: Instant) -> ActResult<ActionOutput> {
-        let selector = require_selector(call)?;
-        let (button, count) = click_options(&call.payload)?;
-        let element = self.element(selector, until).await?;
-        element.scroll_into_view().await.map_err(ActionFailure::cdp)?;
-        let point = element.clickable_point().await.map_err(|e| {
-            ActionFailure::new(FailureCode::ElementNotFound, format!("{selector} is not clickable: {e}"))
-        })?;
-        self.page
-            .execute(DispatchMouseEventParams::new(DispatchMouseEventType::MouseMoved, point.x, point.y))
-            .await
-            .map_err(ActionFailure::cdp)?;
-        for n in 1..=count {
-            for kind in [DispatchMouseEventType::MousePressed, DispatchMouseEventType::MouseReleased] {
-                let mut params = DispatchMouseEventParams::new(kind, point.x, point.y);
-                params.button = Some(button.clone());
-                params.click_count = Some(n);
-                self.page.execute(params).await.map_err(ActionFailure::cdp)?;
-            }
-        }
-        Ok(ActionOutput::default())
-    }
-
-    async fn type_text(&self, call: &ActionCall, until: Instant) -> ActResult<ActionOutput> {
-        let selector = require_selector(call)?;
-        let text = require_text(&call.payload)?;
-        let element = self.element(selector, until).await?;
-        element.focus().await.map_err(ActionFailure::cdp)?;
-        for c in text.chars() {
-            let s = c.to_string();
-            match chromiumoxide::keys::get_key_definition(&s) {
-                Some(_) if c != '\n' => {
-                    self.page.press_key_chord(&s).await?;
+        let tab_index = open.info.tab_index;
+        match (call.action.name, field) {
+            ("type", "username" | "password" | "prompt") => {
+                let text = call.payload.as_str().ok_or_else(|| ActionFailure::invalid("payload: a string is required"))?;
+                let fits = match field {
+                    "prompt" => open.info.kind == DialogKind::Prompt,
+                    _ => open.info.kind == DialogKind::BasicAuth,
+                };
+                if !fits {
+                    return Err(ActionFailure::invalid(format!(
+                        "selector: {} does not apply to a {} dialog; it takes: {}",
+                        call.selector,
+                        kind_name(open.info.kind),
+                        open.info.grammar.join(", ")
+                    )));
                 }
-                _ => {
-                    self.page.execute(InsertTextParams::new(s)).await.map_err(ActionFailure::cdp)?;
+                self.shared.dialog.send_if_modified(|d| match d {
+                    Some(d) if d.seq == open.seq => {
+                        match field {
+                            "username" => d.username = Some(text.to_string()),
+                            "password" => d.password = Some(text.to_string()),
+                            _ => d.prompt = Some(text.to_string()),
+                        }
+                        false
+                    }
+                    _ => false,
+                });
+                Ok(ActionOutput { tab_index, ..ActionOutput::default() })
+            }
+            ("click", "accept" | "dismiss") => {
+                let accept = field == "accept";
+                // Re-read: typed fields live in the watched value.
+                let open = self.open_dialog().filter(|d| d.seq == open.seq).unwrap_or(open);
+                self.answer(open, accept, call.timeout).await.map(|mut o| {
+                    o.tab_index = tab_index;
+                    o
+                })
+            }
+            _ => Err(ActionFailure::invalid(format!(
+                "selector: `{} {}` is not dialog grammar; this dialog takes: {}",
+                call.action.name,
+                call.selector,
+                open.info.grammar.join(", ")
+            ))),
+        }
+    }
+
+    async fn answer(&self, open: OpenDialog, accept: bool, budget: Duration) -> ActResult<ActionOutput> {
+        let t = self.cfg.cdp_timeout;
+        match &open.answer {
+            Answer::Js => {
+                let tab = lock(&self.shared.tabs).list.iter().find(|tab| tab.target == open.target).cloned();
+                let Some(tab) = tab else {
+                    self.shared.close_dialog(open.seq);
+                    return Err(ActionFailure::new(FailureCode::SessionClosed, "the dialog's tab is gone"));
+                };
+                let mut params = HandleJavaScriptDialogParams::new(accept);
+                if accept && open.info.kind == DialogKind::Prompt {
+                    params.prompt_text = Some(open.prompt.clone().unwrap_or_else(|| open.info.default_prompt.clone()));
                 }
-            }
-        }
-        Ok(ActionOutput::default())
-    }
-
-    async fn fill(&self, call: &ActionCall, until: Instant) -> ActResult<ActionOutput> {
-        let selector = require_selector(call)?;
-        let text = require_text(&call.payload)?;
-        let element = self.element(selector, until).await?;
-        let cleared = element
-            .call_js_fn(
-                "function() { if (!('value' in this)) return false; this.focus(); this.value = ''; \
-                 this.dispatchEvent(new Event('input', {bubbles: true})); return true; }",
-                false,
-            )
-            .await
-            .map_err(ActionFailure::cdp)?;
-        if cleared.result.value != Some(json!(true)) {
-            return Err(ActionFailure::invalid(format!("selector: {selector} is not an input, textarea or select")));
-        }
-        if !text.is_empty() {
-            self.page.execute(InsertTextParams::new(text)).await.map_err(ActionFailure::cdp)?;
-        }
-        element
-            .call_js_fn("function() { this.dispatchEvent(new Event('change', {bubbles: true})); }", false)
-            .await
-            .map_err(ActionFailure::cdp)?;
-        Ok(ActionOutput::default())
-    }
-
-    async fn press(&self, call: &ActionCall, until: Instant) -> ActResult<ActionOutput> {
-        let chord = require_text(&call.payload)?;
-        if !call.selector.is_empty() {
-            let element = self.element(&call.selector, until).await?;
-            element.focus().await.map_err(ActionFailure::cdp)?;
-        }
-        self.page.press_key_chord(chord).await?;
-        Ok(ActionOutput::default())
-    }
-
-    async fn extract(&self, call: &ActionCall, until: Instant) -> ActResult<ActionOutput> {
-        let selector = if call.selector.is_empty() { "body" } else { call.selector.as_str() };
-        let format = match &call.payload {
-            Value::Null => "text".to_string(),
-            Value::String(s) if s.is_empty() => "text".to_string(),
-            Value::String(s) => s.clone(),
-            Value::Object(map) => map.get("format").and_then(Value::as_str).unwrap_or("text").to_string(),
-            _ => return Err(ActionFailure::invalid("payload: a format string (text, html, value, attr:<name>) is expected")),
-        };
-        let getter = match format.as_str() {
-            "text" => "function() { return this.innerText ?? this.textContent; }".to_string(),
-            "html" => "function() { return this.outerHTML; }".to_string(),
-            "value" => "function() { return this.value ?? null; }".to_string(),
-            f if f.starts_with("attr:") && f.len() > 5 => {
-                format!("function() {{ return this.getAttribute({}); }}", json!(&f[5..]))
-            }
-            other => {
-                return Err(ActionFailure::invalid(format!(
-                    "payload: format `{other}` is not one of text, html, value, attr:<name>"
-                )))
-            }
-        };
-        let element = self.element(selector, until).await?;
-        let out = element.call_js_fn(getter, false).await.map_err(ActionFailure::cdp)?;
-        Ok(value(out.result.value.unwrap_or(Value::Null)))
-    }
-
-    async fn evaluate(&self, payload: &Value) -> ActResult<ActionOutput> {
-        let expression = match payload {
-            Value::String(s) if !s.trim().is_empty() => s.clone(),
-            _ => return Err(ActionFailure::invalid("payload: a JavaScript expression string is required")),
-        };
-        let params = EvaluateParams::builder()
-            .expression(expression)
-            .await_promise(true)
-            .return_by_value(true)
-            .build()
-            .map_err(ActionFailure::invalid)?;
-        let result = self.page.evaluate_expression(params).await.map_err(ActionFailure::cdp)?;
-        Ok(value(result.value().cloned().unwrap_or(Value::Null)))
-    }
-
-    async fn screenshot(&self, payload: &Value) -> ActResult<ActionOutput> {
-        match payload {
-            Value::Null => {}
-            Value::Object(map) if map.is_empty() => {}
-            Value::Object(map) if map.len() == 1 && map.get("format") == Some(&json!("png")) => {}
-            _ => {
-                return Err(ActionFailure::invalid(
-                    "payload: screenshot options (full_page, clip, jpeg) are not available in this build yet",
-                ))
-            }
-        }
-        let params = ScreenshotParams::builder().format(CaptureScreenshotFormat::Png).build();
-        let data = self.page.screenshot(params).await.map_err(ActionFailure::cdp)?;
-        Ok(ActionOutput { value: Value::Null, data, mime_type: "image/png".into() })
-    }
-
-    async fn wait_for(&self, call: &ActionCall, until: Instant) -> ActResult<ActionOutput> {
-        if !call.selector.is_empty() {
-            let check = format!(
-                "(() => {{ const e = document.querySelector({}); if (!e) return false; \
-                 const r = e.getBoundingClientRect(); const s = getComputedStyle(e); \
-                 return r.width > 0 && r.height > 0 && s.visibility !== 'hidden'; }})()",
-                json!(call.selector)
-            );
-            return self.poll(&check, until, || format!("{} did not become visible", call.selector), FailureCode::Timeout).await;
-        }
-        match &call.payload {
-            Value::Object(map) if map.contains_key("ms") => {
-                let ms = map["ms"].as_u64().ok_or_else(|| ActionFailure::invalid("payload.ms: a number of milliseconds is required"))?;
-                if Instant::now() + Duration::from_millis(ms) > until {
-                    return Err(ActionFailure::new(FailureCode::Timeout, format!("wait of {ms} ms exceeds the action timeout")));
-                }
-                tokio::time::sleep(Duration::from_millis(ms)).await;
+                tokio::time::timeout(t, tab.page.execute(params))
+                    .await
+                    .map_err(|_| ActionFailure::new(FailureCode::Timeout, "browser did not answer in time"))?
+                    .map_err(ActionFailure::cdp)?;
+                // The closed event clears it too; clearing here lets the next action run at once.
+                self.shared.close_dialog(open.seq);
                 Ok(ActionOutput::default())
             }
-            Value::Object(map) if map.contains_key("text") => {
-                let text = map["text"].as_str().ok_or_else(|| ActionFailure::invalid("payload.text: a string is required"))?;
-                let check = format!("(document.body ? document.body.innerText : '').includes({})", json!(text));
-                self.poll(&check, until, || format!("text {text:?} did not appear"), FailureCode::Timeout).await
-            }
-            Value::Object(map) if map.contains_key("url") => {
-                let url = map["url"].as_str().ok_or_else(|| ActionFailure::invalid("payload.url: a string is required"))?;
-                let check = format!("location.href.includes({})", json!(url));
-                self.poll(&check, until, || format!("url did not come to contain {url:?}"), FailureCode::Timeout).await
-            }
-            _ => Err(ActionFailure::invalid("wait_for needs a selector, or a payload {ms}, {text} or {url}")),
-        }
-    }
-
-    /// Polls a boolean expression until it is true or `until` passes.
-    async fn poll(
-        &self,
-        check: &str,
-        until: Instant,
-        what: impl Fn() -> String,
-        code: FailureCode,
-    ) -> ActResult<ActionOutput> {
-        loop {
-            match self.page.evaluate_expression(check).await {
-                Ok(r) if r.value() == Some(&json!(true)) => return Ok(ActionOutput::default()),
-                Ok(_) => {}
-                Err(CdpError::JavascriptException(details)) => {
-                    let msg = ActionFailure::cdp(CdpError::JavascriptException(details)).message;
-                    return Err(ActionFailure::invalid(format!("selector: {msg}")));
+            Answer::Auth { session, request_id, origin } => {
+                let baseline = self.shared.dialog_seq.load(Ordering::SeqCst);
+                let mut dialogs = self.shared.dialog.subscribe();
+                let mut lifecycle = self.shared.lifecycle.subscribe();
+                let response = if accept {
+                    let username = open.username.clone().unwrap_or_default();
+                    let password = open.password.clone().unwrap_or_default();
+                    if username.is_empty() {
+                        return Err(ActionFailure::invalid("type dialog::username first: no username was given"));
+                    }
+                    lock(&self.shared.credentials).insert(origin.clone(), (username.clone(), password.clone()));
+                    json!({ "response": "ProvideCredentials", "username": username, "password": password })
+                } else {
+                    json!({ "response": "CancelAuth" })
+                };
+                self.raw
+                    .call(session, "Fetch.continueWithAuth", json!({ "requestId": request_id, "authChallengeResponse": response }))
+                    .await
+                    .map_err(ActionFailure::raw)?;
+                self.shared.close_dialog(open.seq);
+                self.shared.events.emit(EventKind::DialogClosed { kind: DialogKind::BasicAuth, accepted: accept, tab_index: open.info.tab_index });
+                // The held navigation now completes (or is challenged again, or shows 401).
+                let loaded = async {
+                    loop {
+                        match lifecycle.recv().await {
+                            Ok((s, _, name)) if &s == session && name == "load" => return,
+                            Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+                            Err(broadcast::error::RecvError::Closed) => return,
+                        }
+                    }
+                };
+                tokio::select! {
+                    opened = wait_dialog_after(&mut dialogs, baseline) => Err(ActionFailure::dialog_open(opened)),
+                    r = tokio::time::timeout(budget, loaded) => match r {
+                        Ok(()) => Ok(ActionOutput::default()),
+                        Err(_) => Err(ActionFailure::new(FailureCode::Timeout, "the page did not finish loading after the answer")),
+                    },
                 }
-                // The page may be between documents (navigating); try again.
-                Err(_) => {}
             }
-            if Instant::now() + POLL > until {
-                return Err(ActionFailure::new(code, what()));
+        }
+    }
+}
+
+/// Resolves with the first dialog opened after `baseline`.
+async fn wait_dialog_after(rx: &mut watch::Receiver<Option<OpenDialog>>, baseline: u64) -> DialogInfo {
+    loop {
+        if let Some(d) = rx.borrow_and_update().as_ref() {
+            if d.seq > baseline {
+                return d.info.clone();
             }
-            tokio::time::sleep(POLL).await;
         }
-    }
-
-    /// Waits until `selector` matches, then returns the element.
-    async fn element(&self, selector: &str, until: Instant) -> ActResult<Element> {
-        let check = format!("document.querySelector({}) !== null", json!(selector));
-        self.poll(&check, until, || format!("no element matches {selector}"), FailureCode::ElementNotFound)
-            .await?;
-        self.page.find_element(selector).await.map_err(|e| {
-            ActionFailure::new(FailureCode::ElementNotFound, format!("{selector}: {e}"))
-        })
-    }
-
-    /// The deadline every CDP call made outside an action uses.
-    pub fn cdp_timeout(&self) -> Duration {
-        self.cdp_timeout
-    }
-}
-
-fn value(v: Value) -> ActionOutput {
-    ActionOutput { value: v, ..ActionOutput::default() }
-}
-
-async fn deadline<T>(within: Duration, fut: impl std::future::Future<Output = ActResult<T>>) -> ActResult<T> {
-    tokio::time::timeout(within, fut)
-        .await
-        .unwrap_or_else(|_| Err(ActionFailure::new(FailureCode::Timeout, "browser did not answer in time")))
-}
-
-fn require_selector(call: &ActionCall) -> ActResult<&str> {
-    if call.selector.trim().is_empty() {
-        return Err(ActionFailure::invalid(format!("selector: {} needs a css selector", call.action.name)));
-    }
-    Ok(&call.selector)
-}
-
-fn require_text(payload: &Value) -> ActResult<&str> {
-    payload.as_str().ok_or_else(|| ActionFailure::invalid("payload: a string is required"))
-}
-
-fn click_options(payload: &Value) -> ActResult<(MouseButton, i64)> {
-    let map = match payload {
-        Value::Null => return Ok((MouseButton::Left, 1)),
-        Value::Object(map) => map,
-        _ => return Err(ActionFailure::invalid("payload: expected {button, click_count} or nothing")),
-    };
-    let button = match map.get("button").map(|b| b.as_str()) {
-        None | Some(Some("left")) => MouseButton::Left,
-        Some(Some("right")) => MouseButton::Right,
-        Some(Some("middle")) => MouseButton::Middle,
-        Some(other) => {
-            return Err(ActionFailure::invalid(format!("payload.button: {other:?} is not left, right or middle")))
+        if rx.changed().await.is_err() {
+            // The driver is gone; never resolve, the action's own result wins.
+            std::future::pending::<()>().await;
         }
-    };
-    let count = match map.get("click_count") {
-        None => 1,
-        Some(v) => match v.as_i64() {
-            Some(n @ 1..=3) => n,
-            _ => return Err(ActionFailure::invalid("payload.click_count: must be 1, 2 or 3")),
-        },
-    };
-    Ok((button, count))
-}
-
-/// Navigation policy for this build: http(s) and about:blank only.
-fn check_url(url: &str) -> ActResult<()> {
-    if url == "about:blank" {
-        return Ok(());
-    }
-    let parsed = url::Url::parse(url).map_err(|e| ActionFailure::invalid(format!("payload.url: {url:?} is not a url: {e}")))?;
-    match parsed.scheme() {
-        "http" | "https" => Ok(()),
-        scheme => Err(ActionFailure::new(
-            FailureCode::BlockedByPolicy,
-            format!("scheme `{scheme}` is not allowed: only http, https and about:blank"),
-        )),
-    }
-}
-
-/// Key chords such as `Enter` or `Control+A`.
-trait PressChord {
-    async fn press_key_chord(&self, chord: &str) -> ActResult<()>;
-}
-
-impl PressChord for Page {
-    async fn press_key_chord(&self, chord: &str) -> ActResult<()> {
-        let (modifiers, key) = parse_chord(chord)?;
-        let def = chromiumoxide::keys::get_key_definition(key)
-            .ok_or_else(|| ActionFailure::invalid(format!("payload: unknown key `{key}`")))?;
-        let mut mask = 0i64;
-        for m in &modifiers {
-            let mdef = chromiumoxide::keys::get_key_definition(m.name()).expect("modifier keys are in the table");
-            mask |= m.bit();
-            let mut down = DispatchKeyEventParams::new(DispatchKeyEventType::RawKeyDown);
-            down.key = Some(mdef.key.to_string());
-            down.code = Some(mdef.code.to_string());
-            down.windows_virtual_key_code = Some(mdef.key_code);
-            down.modifiers = Some(mask);
-            self.execute(down).await.map_err(ActionFailure::cdp)?;
-        }
-        // Text is produced only without Control/Alt/Meta, as on a real keyboard.
-        let text = if mask & !Modifier::Shift.bit() == 0 {
-            def.text.map(str::to_string).or_else(|| (def.key.chars().count() == 1).then(|| def.key.to_string()))
-        } else {
-            None
-        };
-        let mut down = DispatchKeyEventParams::new(if text.is_some() {
-            DispatchKeyEventType::KeyDown
-        } else {
-            DispatchKeyEventType::RawKeyDown
-        });
-        down.key = Some(def.key.to_string());
-        down.code = Some(def.code.to_string());
-        down.windows_virtual_key_code = Some(def.key_code);
-        down.native_virtual_key_code = Some(def.key_code);
-        down.modifiers = Some(mask);
-        down.text = text.clone();
-        down.unmodified_text = text;
-        let mut up = down.clone();
-        up.r#type = DispatchKeyEventType::KeyUp;
-        up.text = None;
-        up.unmodified_text = None;
-        self.execute(down).await.map_err(ActionFailure::cdp)?;
-        self.execute(up).await.map_err(ActionFailure::cdp)?;
-        for m in modifiers.iter().rev() {
-            let mdef = chromiumoxide::keys::get_key_definition(m.name()).expect("modifier keys are in the table");
-            mask &= !m.bit();
-            let mut up = DispatchKeyEventParams::new(DispatchKeyEventType::KeyUp);
-            up.key = Some(mdef.key.to_string());
-            up.code = Some(mdef.code.to_string());
-            up.windows_virtual_key_code = Some(mdef.key_code);
-            up.modifiers = Some(mask);
-            self.execute(up).await.map_err(ActionFailure::cdp)?;
-        }
-        Ok(())
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Modifier {
-    Alt,
-    Control,
-    Meta,
-    Shift,
-}
-
-impl Modifier {
-    fn bit(self) -> i64 {
-        match self {
-            Modifier::Alt => 1,
-            Modifier::Control => 2,
-            Modifier::Meta => 4,
-            Modifier::Shift => 8,
-        }
-    }
-    fn name(self) -> &'static str {
-        match self {
-            Modifier::Alt => "Alt",
-            Modifier::Control => "Control",
-            Modifier::Meta => "Meta",
-            Modifier::Shift => "Shift",
-        }
-    }
-}
-
-/// Splits `Control+Shift+A` into modifiers and the main key. `+` alone is the plus key.
-fn parse_chord(chord: &str) -> ActResult<(Vec<Modifier>, &str)> {
-    if chord.is_empty() {
-        return Err(ActionFailure::invalid("payload: a key such as `Enter` or `Control+A` is required"));
-    }
-    if chord == "+" {
-        return Ok((Vec::new(), "+"));
-    }
-    let parts: Vec<&str> = chord.split('+').collect();
-    let (key, mods) = parts.split_last().expect("split yields at least one part");
-    if key.is_empty() {
-        return Err(ActionFailure::invalid(format!("payload: `{chord}` has no key after its modifiers")));
-    }
-    let mut out = Vec::new();
-    for m in mods {
-        let m = match m.to_ascii_lowercase().as_str() {
-            "alt" => Modifier::Alt,
-            "control" | "ctrl" => Modifier::Control,
-            "meta" | "cmd" | "command" => Modifier::Meta,
-            "shift" => Modifier::Shift,
-            _ => return Err(ActionFailure::invalid(format!("payload: `{m}` is not a modifier (Alt, Control, Meta, Shift)"))),
-        };
-        out.push(m);
-    }
-    Ok((out, key))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn chords_parse() {
-        assert_eq!(parse_chord("Enter").unwrap(), (vec![], "Enter"));
-        assert_eq!(parse_chord("Control+A").unwrap(), (vec![Modifier::Control], "A"));
-        assert_eq!(parse_chord("ctrl+Shift+z").unwrap(), (vec![Modifier::Control, Modifier::Shift], "z"));
-        assert_eq!(parse_chord("+").unwrap(), (vec![], "+"));
-        assert_eq!(parse_chord("Hyper+A").unwrap_err().code, FailureCode::InvalidArgument);
-        assert_eq!(parse_chord("Control+").unwrap_err().code, FailureCode::InvalidArgument);
-        assert_eq!(parse_chord("").unwrap_err().code, FailureCode::InvalidArgument);
-    }
-
-    #[test]
-    fn url_policy() {
-        assert!(check_url("http://127.0.0.1:8080/").is_ok());
-        assert!(check_url("https://example.test/").is_ok());
-        assert!(check_url("about:blank").is_ok());
-        assert_eq!(check_url("file:///etc/passwd").unwrap_err().code, FailureCode::BlockedByPolicy);
-        assert_eq!(check_url("javascript:alert(1)").unwrap_err().code, FailureCode::BlockedByPolicy);
-        assert_eq!(check_url("not a url").unwrap_err().code, FailureCode::InvalidArgument);
-    }
-
-    #[test]
-    fn click_options_validate() {
-        assert_eq!(click_options(&Value::Null).unwrap().1, 1);
-        assert_eq!(click_options(&json!({"click_count": 2})).unwrap().1, 2);
-        assert!(click_options(&json!({"click_count": 9})).is_err());
-        assert!(click_options(&json!({"button": "fourth"})).is_err());
-        assert!(click_options(&json!("left")).is_err());
     }
 }

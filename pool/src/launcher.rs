@@ -191,6 +191,7 @@ fn kill_strays(profile: &Path) {
 pub(crate) struct Launched {
     pub(crate) process: Process,
     pub(crate) browser: Browser,
+    pub(crate) ws_url: String,
     pub(crate) handler_task: tokio::task::JoinHandle<()>,
 }
 
@@ -263,10 +264,12 @@ pub(crate) async fn launch(cfg: &LaunchConfig, worker: &str) -> Result<Launched,
 
     let handler_cfg = HandlerConfig {
         viewport: None,
-        request_timeout: cfg.cdp_timeout,
+        // Actions carry their own deadlines (up to 300 s, e.g. an awaited evaluate); the
+        // handler's per-command timeout must not cut them short.
+        request_timeout: Duration::from_secs(330),
         ..HandlerConfig::default()
     };
-    let connected = tokio::time::timeout(cfg.cdp_timeout, Browser::connect_with_config(ws_url, handler_cfg)).await;
+    let connected = tokio::time::timeout(cfg.cdp_timeout, Browser::connect_with_config(ws_url.clone(), handler_cfg)).await;
     let (browser, mut handler) = match connected {
         Ok(Ok(pair)) => pair,
         Ok(Err(e)) => {
@@ -289,7 +292,7 @@ pub(crate) async fn launch(cfg: &LaunchConfig, worker: &str) -> Result<Launched,
         }
         .instrument(tracing::debug_span!("cdp_handler", worker = %worker)),
     );
-    Ok(Launched { process, browser, handler_task })
+    Ok(Launched { process, browser, ws_url, handler_task })
 }
 
 async fn take_port(cfg: &LaunchConfig) -> Result<PortLock, PoolError> {

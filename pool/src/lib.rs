@@ -6,12 +6,19 @@
 pub mod actions;
 pub mod driver;
 pub mod error;
+pub mod events;
+mod keys;
 pub mod launcher;
 pub mod lock;
+mod ops;
 pub mod pool;
+mod rawcdp;
+mod watchers;
 
 pub use actions::{canonicalize, Access, Canonical, UnknownAction};
-pub use driver::{ActionCall, ActionFailure, ActionOutput, Driver, FailureCode, Viewport};
+pub use driver::{ActionCall, ActionFailure, ActionOutput, Driver, DriverConfig, FailureCode, Viewport};
+pub use events::{DialogInfo, DialogKind, Event, EventKind, EventReader};
+pub use ops::parse_viewport;
 pub use error::PoolError;
 pub use launcher::{find_chrome, LaunchConfig, PortRange};
 pub use pool::{Lease, Pool, PoolConfig, PoolStatus, WorkerId, WorkerState, WorkerStatus};

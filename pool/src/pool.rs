@@ -6,11 +6,10 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 
-use chromiumoxide::Browser;
 use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
 use tracing::Instrument;
 
-use crate::driver::{Driver, Viewport};
+use crate::driver::{Driver, DriverConfig, Viewport};
 use crate::error::PoolError;
 use crate::launcher::{launch, LaunchConfig, Process};
 
@@ -39,6 +38,8 @@ pub struct PoolConfig {
     pub warm: usize,
     /// Cap on Chromium processes (warm + booting + leased).
     pub max_workers: usize,
+    /// Largest `load_html` document, in bytes.
+    pub max_html_bytes: usize,
 }
 
 /// Where a worker is in its life.
@@ -74,8 +75,6 @@ pub struct PoolStatus {
 struct Worker {
     id: WorkerId,
     process: Process,
-    // Kept so the CDP connection lives as long as the worker.
-    _browser: Browser,
     handler_task: tokio::task::JoinHandle<()>,
     driver: Driver,
     started_at: SystemTime,
@@ -298,7 +297,7 @@ impl Pool {
 
     async fn boot(self, id: WorkerId) {
         let started = Instant::now();
-        let result = boot_worker(&self.inner.cfg.launch, id.clone()).await;
+        let result = boot_worker(&self.inner.cfg, id.clone()).await;
         // Decide under the lock, act (await) after it is released.
         let (orphan, failed) = {
             let mut state = self.inner.state();
@@ -338,9 +337,10 @@ impl Pool {
     }
 }
 
-async fn boot_worker(cfg: &LaunchConfig, id: WorkerId) -> Result<Worker, PoolError> {
-    let launched = launch(cfg, &id.0).await?;
-    let driver = match Driver::attach(&launched.browser, cfg.cdp_timeout).await {
+async fn boot_worker(cfg: &PoolConfig, id: WorkerId) -> Result<Worker, PoolError> {
+    let launched = launch(&cfg.launch, &id.0).await?;
+    let driver_cfg = DriverConfig { cdp_timeout: cfg.launch.cdp_timeout, max_html_bytes: cfg.max_html_bytes };
+    let driver = match Driver::attach(launched.browser, &launched.ws_url, driver_cfg).await {
         Ok(driver) => driver,
         Err(e) => {
             launched.handler_task.abort();
@@ -351,7 +351,6 @@ async fn boot_worker(cfg: &LaunchConfig, id: WorkerId) -> Result<Worker, PoolErr
     Ok(Worker {
         id,
         process: launched.process,
-        _browser: launched.browser,
         handler_task: launched.handler_task,
         driver,
         started_at: SystemTime::now(),

@@ -96,6 +96,9 @@ pub struct ServeArgs {
     /// Idle timeout of a session that does not ask for one.
     #[arg(long, env = "BROWSERPOOL_IDLE_TIMEOUT", default_value = "5m", value_parser = humantime::parse_duration)]
     pub idle_timeout: Duration,
+    /// Largest document `load_html` accepts, in bytes (gRPC messages may be this plus 1 MiB).
+    #[arg(long, env = "BROWSERPOOL_MAX_HTML_BYTES", default_value_t = 10 << 20)]
+    pub max_html_bytes: usize,
     /// How long Chromium may take to start.
     #[arg(long, env = "BROWSERPOOL_LAUNCH_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
     pub launch_timeout: Duration,

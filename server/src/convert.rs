@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use browserpool_pool::{FailureCode, Viewport};
+use browserpool_pool::{DialogInfo, DialogKind, Event, EventKind, FailureCode, Viewport};
 pub use browserpool_proto::json::{from_json, to_json};
 use browserpool_proto::prost_types::Timestamp;
 use browserpool_proto::v1 as pb;
@@ -69,6 +69,8 @@ fn code_to_pb(c: FailureCode) -> pb::ErrorCode {
         FailureCode::UnknownAction => pb::ErrorCode::UnknownAction,
         FailureCode::ElementNotFound => pb::ErrorCode::ElementNotFound,
         FailureCode::Timeout => pb::ErrorCode::Timeout,
+        FailureCode::DialogOpen => pb::ErrorCode::DialogOpen,
+        FailureCode::PayloadTooLarge => pb::ErrorCode::PayloadTooLarge,
         FailureCode::NavigationFailed => pb::ErrorCode::NavigationFailed,
         FailureCode::BlockedByPolicy => pb::ErrorCode::BlockedByPolicy,
         FailureCode::PermissionDenied => pb::ErrorCode::PermissionDenied,
@@ -85,12 +87,12 @@ pub fn report_to_pb(r: ActionReport) -> pb::ActionResult {
         action: r.action,
         alias_of: r.alias_of,
         duration_ms: r.duration_ms,
-        tab_index: 0,
         ..Default::default()
     };
     match r.outcome {
         Ok(o) => {
             out.ok = true;
+            out.tab_index = o.tab_index;
             out.value = Some(from_json(&o.value));
             out.data = o.data;
             out.mime_type = o.mime_type;
@@ -100,11 +102,56 @@ pub fn report_to_pb(r: ActionReport) -> pb::ActionResult {
                 code: code_to_pb(f.code) as i32,
                 message: f.message,
                 did_you_mean: f.did_you_mean,
-                dialog: None,
+                dialog: f.dialog.map(dialog_to_pb),
             });
         }
     }
     out
+}
+
+fn dialog_kind_to_pb(k: DialogKind) -> pb::DialogKind {
+    match k {
+        DialogKind::Alert => pb::DialogKind::Alert,
+        DialogKind::Confirm => pb::DialogKind::Confirm,
+        DialogKind::Prompt => pb::DialogKind::Prompt,
+        DialogKind::BeforeUnload => pb::DialogKind::Beforeunload,
+        DialogKind::BasicAuth => pb::DialogKind::BasicAuth,
+        DialogKind::Permission => pb::DialogKind::Permission,
+    }
+}
+
+pub fn dialog_to_pb(d: DialogInfo) -> pb::Dialog {
+    pb::Dialog {
+        kind: dialog_kind_to_pb(d.kind) as i32,
+        message: d.message,
+        url: d.url,
+        default_prompt: d.default_prompt,
+        grammar: d.grammar,
+    }
+}
+
+/// A worker event on the wire.
+pub fn event_to_pb(session_id: &str, e: Event, dropped: u64) -> pb::Event {
+    use pb::event::Kind;
+    let kind = match e.kind {
+        EventKind::DialogOpened(d) => {
+            let tab_index = d.tab_index;
+            Kind::DialogOpened(pb::DialogOpened { dialog: Some(dialog_to_pb(d)), tab_index })
+        }
+        EventKind::DialogClosed { kind, accepted, tab_index } => {
+            Kind::DialogClosed(pb::DialogClosed { kind: dialog_kind_to_pb(kind) as i32, accepted, tab_index })
+        }
+        EventKind::Console { level, text, tab_index } => Kind::Console(pb::ConsoleMessage { level, text, tab_index }),
+        EventKind::Navigated { url, tab_index } => Kind::Navigated(pb::PageNavigated { url, tab_index }),
+        EventKind::TabOpened { tab_index, url } => Kind::TabOpened(pb::TabOpened { tab_index, url }),
+        EventKind::TabClosed { tab_index } => Kind::TabClosed(pb::TabClosed { tab_index }),
+        EventKind::SessionEnded { state, reason } => Kind::SessionEnded(pb::SessionEnded {
+            state: SessionState::parse(&state).map(state_to_pb).unwrap_or(pb::SessionState::Unspecified) as i32,
+            reason,
+        }),
+    };
+    let ms = e.at.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0);
+    pb::Event { at: Some(timestamp(ms)), session_id: session_id.to_string(), kind: Some(kind), dropped }
 }
 
 #[cfg(test)]

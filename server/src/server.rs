@@ -39,6 +39,7 @@ pub struct Bound {
     sessions: Sessions,
     shutdown_tx: watch::Sender<bool>,
     shutdown_rx: watch::Receiver<bool>,
+    max_html_bytes: usize,
 }
 
 /// Opens the store, loads keys, writes the admin token, starts the pool and binds sockets.
@@ -92,6 +93,7 @@ pub async fn bind(args: ServeArgs) -> anyhow::Result<Bound> {
             },
             warm: args.warm,
             max_workers: args.max_workers,
+            max_html_bytes: args.max_html_bytes,
         },
         shutdown_rx.clone(),
     );
@@ -101,7 +103,19 @@ pub async fn bind(args: ServeArgs) -> anyhow::Result<Bound> {
         Limits { max_session_ttl: args.max_session_ttl, idle_timeout: args.idle_timeout },
     );
     sessions.recover().await?;
-    Ok(Bound { grpc, http, grpc_addr, http_addr, admin_token_path, keys, store, sessions, shutdown_tx, shutdown_rx })
+    Ok(Bound {
+        grpc,
+        http,
+        grpc_addr,
+        http_addr,
+        admin_token_path,
+        keys,
+        store,
+        sessions,
+        shutdown_tx,
+        shutdown_rx,
+        max_html_bytes: args.max_html_bytes,
+    })
 }
 
 /// Binds and serves until `shutdown` resolves.
@@ -118,7 +132,7 @@ impl Bound {
     /// Serves gRPC and HTTP until `shutdown` resolves, then closes every session, kills every
     /// worker and waits for every background task.
     pub async fn serve(self, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
-        let Bound { grpc, http, grpc_addr, http_addr, keys, store, sessions, shutdown_tx, shutdown_rx, .. } = self;
+        let Bound { grpc, http, grpc_addr, http_addr, keys, store, sessions, shutdown_tx, shutdown_rx, max_html_bytes, .. } = self;
         tracing::info!(%grpc_addr, %http_addr, "serving");
 
         let reaper = tokio::spawn(
@@ -150,6 +164,8 @@ impl Bound {
             .build_v1alpha()?;
 
         let sessions_api = SessionsApi::new(sessions.clone(), shutdown_rx.clone());
+        // Room for a maximal load_html document plus the rest of the message.
+        let max_message = max_html_bytes + (1 << 20);
         let admin_api = AdminApi::new(sessions.clone(), keys.clone(), store.clone());
         let tx = shutdown_tx.clone();
         let served = tonic::transport::Server::builder()
@@ -157,7 +173,7 @@ impl Bound {
             .add_service(health_service)
             .add_service(reflection_v1)
             .add_service(reflection_v1alpha)
-            .add_service(SessionsServer::new(sessions_api))
+            .add_service(SessionsServer::new(sessions_api).max_decoding_message_size(max_message).max_encoding_message_size(64 << 20))
             .add_service(AdminServer::new(admin_api))
             .serve_with_incoming_shutdown(TcpListenerStream::new(grpc), async move {
                 shutdown.await;

@@ -10,7 +10,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use browserpool_pool::{
-    canonicalize, Access, ActionCall, ActionFailure, ActionOutput, FailureCode, Lease, Pool, PoolError, Viewport,
+    canonicalize, Access, ActionCall, ActionFailure, ActionOutput, EventKind, EventReader, FailureCode, Lease, Pool,
+    PoolError, Viewport,
 };
 use serde_json::Value;
 use tokio::sync::watch;
@@ -26,6 +27,8 @@ pub const MAX_ACTION_TIMEOUT: Duration = Duration::from_secs(300);
 pub const MAX_VIEWPORT_SIDE: u32 = 16384;
 /// Largest page of a listing.
 pub const MAX_PAGE_SIZE: u32 = 500;
+/// Most actions in one `Batch`.
+pub const MAX_BATCH: usize = 50;
 
 /// Where a session is in its life. Terminal states are final.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -228,7 +231,7 @@ impl Sessions {
         if record.state.is_terminal() {
             return Ok((false, record.state));
         }
-        let ended = self.end(id, SessionState::Closed, "released").await?;
+        let ended = self.end_detached(id, SessionState::Closed, "released").await;
         Ok((ended, SessionState::Closed))
     }
 
@@ -254,10 +257,11 @@ impl Sessions {
         page_token: &str,
     ) -> Result<(Vec<SessionRecord>, String)> {
         require(claims, Scope::SessionsRead)?;
+        let bad_token = || ServiceError::InvalidArgument("page_token: not a token from a previous page".into());
         let offset: u64 = if page_token.is_empty() {
             0
         } else {
-            page_token.parse().map_err(|_| ServiceError::InvalidArgument("page_token: not a token from a previous page".into()))?
+            page_token.parse::<u32>().map_err(|_| bad_token())? as u64
         };
         let limit = if page_size == 0 { 100 } else { page_size.min(MAX_PAGE_SIZE) };
         let filter = SessionFilter { tenant: Some(claims.tenant.clone()), state, limit: limit + 1, offset };
@@ -314,6 +318,7 @@ impl Sessions {
             code: FailureCode::UnknownAction,
             message: format!("unknown action {:?}", u.name),
             did_you_mean: u.did_you_mean,
+            dialog: None,
         })?;
         report.action = canonical.name.to_string();
         report.alias_of = canonical.alias_of.clone();
@@ -329,15 +334,6 @@ impl Sessions {
                 FailureCode::PermissionDenied,
                 format!("{} needs scope {}", canonical.name, scope.as_str()),
             ));
-        }
-        if let Some(tab) = input.tab_index {
-            // Routed like switch_tab: only the first tab exists until tabs are built.
-            if tab != 0 {
-                return Err(ActionFailure::new(
-                    FailureCode::InvalidArgument,
-                    format!("tab_index: no tab {tab}; this build drives a single tab (index 0)"),
-                ));
-            }
         }
         let timeout = match input.timeout_ms {
             0 => DEFAULT_ACTION_TIMEOUT,
@@ -362,18 +358,71 @@ impl Sessions {
         };
         if lease.crashed() {
             drop(guard);
-            let _ = self.end(id, SessionState::Crashed, "chromium exited").await;
+            self.end_detached(id, SessionState::Crashed, "chromium exited").await;
             return Err(ActionFailure::new(FailureCode::SessionCrashed, "the browser of this session crashed"));
         }
-        let outcome = lease.driver().run(&call).await;
+        // The legacy tab_index is never dropped: it goes through switch_tab first (sticky).
+        let switched = match input.tab_index {
+            Some(tab) => {
+                let switch = ActionCall {
+                    action: canonicalize("switch_tab").expect("switch_tab is in the catalog"),
+                    selector: String::new(),
+                    payload: serde_json::json!(tab),
+                    timeout,
+                };
+                lease.driver().run(&switch).await.map(|_| ())
+            }
+            None => Ok(()),
+        };
+        let outcome = match switched {
+            Ok(()) => lease.driver().run(&call).await,
+            Err(mut f) => {
+                f.message = format!("tab_index: {}", f.message);
+                Err(f)
+            }
+        };
         let crashed = outcome.is_err() && lease.crashed();
         drop(guard);
         if crashed {
-            let _ = self.end(id, SessionState::Crashed, "chromium exited").await;
+            self.end_detached(id, SessionState::Crashed, "chromium exited").await;
             return Err(ActionFailure::new(FailureCode::SessionCrashed, "the browser of this session crashed"));
         }
         self.touch(&live).await;
         outcome
+    }
+
+    /// Runs up to [`MAX_BATCH`] actions in order, each isolated: a failure does not stop the
+    /// rest unless `stop_on_error`. Returns one report per action run.
+    pub async fn batch(&self, claims: &Claims, id: &str, actions: Vec<ActionInput>, stop_on_error: bool) -> Result<Vec<ActionReport>> {
+        if actions.len() > MAX_BATCH {
+            return Err(ServiceError::InvalidArgument(format!("actions: {} exceeds the maximum of {MAX_BATCH}", actions.len())));
+        }
+        if let Some(i) = actions.iter().position(|a| a.action.eq_ignore_ascii_case("batch")) {
+            return Err(ServiceError::InvalidArgument(format!("actions[{i}]: a batch cannot contain a batch")));
+        }
+        self.attach(claims, id).await?;
+        let mut reports = Vec::with_capacity(actions.len());
+        for input in actions {
+            let report = self.act(claims, id, input).await;
+            let failed = report.outcome.is_err();
+            reports.push(report);
+            if failed && stop_on_error {
+                break;
+            }
+        }
+        Ok(reports)
+    }
+
+    /// A reader of the session's live events from now on.
+    pub async fn events(&self, claims: &Claims, id: &str) -> Result<EventReader> {
+        require(claims, Scope::SessionsRead)?;
+        self.attach(claims, id).await?;
+        let live = self.live_map().get(id).cloned().ok_or_else(|| ServiceError::NotReady { id: id.into(), state: "CLOSED" })?;
+        let guard = live.lease.lock().await;
+        match guard.as_ref() {
+            Some(lease) => Ok(lease.driver().events()),
+            None => Err(ServiceError::NotReady { id: id.into(), state: "CLOSED" }),
+        }
     }
 
     async fn touch(&self, live: &Live) {
@@ -384,6 +433,23 @@ impl Sessions {
         };
         if let Err(e) = self.inner.store.touch(&id, deadline).await {
             tracing::warn!(session = %id, error = %e, "could not record idle deadline");
+        }
+    }
+
+    /// [`Sessions::end`] in its own task, so a caller that goes away cannot leave it half done.
+    pub async fn end_detached(&self, id: &str, state: SessionState, reason: &'static str) -> bool {
+        let this = self.clone();
+        let id = id.to_string();
+        match tokio::spawn(async move { this.end(&id, state, reason).await }).await {
+            Ok(Ok(ended)) => ended,
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "could not record session end");
+                true
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "session end task failed");
+                false
+            }
         }
     }
 
@@ -404,6 +470,8 @@ impl Sessions {
         // Waits for a running action to finish (each has a deadline), then kills the worker.
         let lease = live.lease.lock().await.take();
         if let Some(lease) = lease {
+            // The last event readers see; they end when the worker (and its hub) is gone.
+            lease.driver().emit(EventKind::SessionEnded { state: state.as_str().into(), reason: reason.into() });
             lease.release().await;
         }
         tracing::info!(session = %id, state = state.as_str(), reason, "session ended");
@@ -438,10 +506,14 @@ impl Sessions {
                     }
                 })
                 .collect();
+            // One task each: ending waits for a running action, which must not hold up others.
             for (id, reason) in due {
-                if let Err(e) = self.end(&id, SessionState::Expired, reason).await {
-                    tracing::warn!(session = %id, error = %e, "could not record expiry");
-                }
+                let this = self.clone();
+                tokio::spawn(async move {
+                    if let Err(e) = this.end(&id, SessionState::Expired, reason).await {
+                        tracing::warn!(session = %id, error = %e, "could not record expiry");
+                    }
+                });
             }
         }
         tracing::debug!("reaper ended");
@@ -463,7 +535,9 @@ fn may_use(claims: &Claims, record: &SessionRecord) -> bool {
     if claims.is_admin() {
         return true;
     }
-    record.tenant == claims.tenant && (record.subject == claims.sub || claims.has(Scope::SessionsShared))
+    // Another subject of the tenant needs sessions:shared plus sessions:write.
+    record.tenant == claims.tenant
+        && (record.subject == claims.sub || (claims.has(Scope::SessionsShared) && claims.has(Scope::SessionsWrite)))
 }
 
 /// RPC-level scope check.

@@ -11,7 +11,7 @@ use tonic::{Request, Response, Status, Streaming};
 use tracing::Instrument;
 
 use super::{claims, not_yet};
-use crate::convert::{labels_from_pb, report_to_pb, session_to_pb, state_from_pb, to_json, viewport_from_pb};
+use crate::convert::{event_to_pb, labels_from_pb, report_to_pb, session_to_pb, state_from_pb, to_json, viewport_from_pb};
 use crate::error::ServiceError;
 use crate::sessions::{require, AcquireSpec, ActionInput, Sessions};
 use crate::auth::Scope;
@@ -38,6 +38,15 @@ fn action_input(a: pb::Action) -> ActionInput {
         id: a.id,
     }
 }
+
+/// Resolves once the server is shutting down (the `Ref` of `wait_for` is not `Send`, so it
+/// is dropped here).
+async fn stopped(shutdown: &mut watch::Receiver<bool>) {
+    let _ = shutdown.wait_for(|v| *v).await;
+}
+
+/// How long a `Drive` stream may stay silent before naming its session.
+const FIRST_MESSAGE_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
 
@@ -88,12 +97,21 @@ impl pb::sessions_server::Sessions for SessionsApi {
     type DriveStream = BoxStream<pb::DriveEvent>;
 
     /// The first message names the session; the server answers `attached`, then one `result`
-    /// per action, in order. The stream ends when the client closes its side or the server
-    /// shuts down; a bad action only produces a failed result.
+    /// per action, in order, interleaved with the session's live events. The stream ends when
+    /// the client closes its side, the session ends, or the server shuts down; a bad action
+    /// only produces a failed result.
     async fn drive(&self, req: Request<Streaming<pb::DriveRequest>>) -> Result<Response<Self::DriveStream>, Status> {
         let claims = claims(&req)?;
         let mut inbound = req.into_inner();
-        let first = match inbound.next().await {
+        let mut shutdown = self.shutdown.clone();
+        let first = tokio::select! {
+            m = inbound.next() => m,
+            _ = stopped(&mut shutdown) => return Err(Status::unavailable("server is shutting down")),
+            _ = tokio::time::sleep(FIRST_MESSAGE_WAIT) => {
+                return Err(Status::deadline_exceeded("drive: no first message naming session_id"))
+            }
+        };
+        let first = match first {
             Some(Ok(m)) => m,
             Some(Err(status)) => return Err(status),
             None => return Err(Status::invalid_argument("drive: the first message must name session_id")),
@@ -103,12 +121,26 @@ impl pb::sessions_server::Sessions for SessionsApi {
         }
         let session_id = first.session_id.clone();
         let record = self.sessions.attach(&claims, &session_id).await?;
-        let (tx, rx) = mpsc::channel::<Result<pb::DriveEvent, Status>>(16);
+        let mut events = self.sessions.events(&claims, &session_id).await?;
+        let (tx, rx) = mpsc::channel::<Result<pb::DriveEvent, Status>>(64);
         let attached = pb::DriveEvent { kind: Some(pb::drive_event::Kind::Attached(session_to_pb(&record))) };
         tx.send(Ok(attached)).await.map_err(|_| Status::cancelled("client went away"))?;
         let sessions = self.sessions.clone();
-        let mut shutdown = self.shutdown.clone();
         let span = tracing::info_span!("drive", session = %session_id);
+        // Events flow on their own task so a long action never holds them back.
+        let event_tx = tx.clone();
+        let event_session = session_id.clone();
+        let forward = tokio::spawn(
+            async move {
+                while let Some((event, dropped)) = events.next().await {
+                    let event = pb::DriveEvent { kind: Some(pb::drive_event::Kind::Event(event_to_pb(&event_session, event, dropped))) };
+                    if event_tx.send(Ok(event)).await.is_err() {
+                        break;
+                    }
+                }
+            }
+            .instrument(span.clone()),
+        );
         tokio::spawn(
             async move {
                 let mut pending = first.action;
@@ -122,7 +154,7 @@ impl pb::sessions_server::Sessions for SessionsApi {
                     }
                     let next = tokio::select! {
                         m = inbound.next() => m,
-                        _ = shutdown.changed() => {
+                        _ = stopped(&mut shutdown) => {
                             let _ = tx.send(Err(Status::unavailable("server is shutting down"))).await;
                             break;
                         }
@@ -142,6 +174,7 @@ impl pb::sessions_server::Sessions for SessionsApi {
                         }
                     }
                 }
+                forward.abort();
                 tracing::debug!("drive stream ended");
             }
             .instrument(span),
@@ -158,14 +191,47 @@ impl pb::sessions_server::Sessions for SessionsApi {
         Ok(Response::new(report_to_pb(report)))
     }
 
-    async fn batch(&self, _req: Request<pb::BatchRequest>) -> Result<Response<pb::BatchResponse>, Status> {
-        not_yet("Batch arrives with the full action table")
+    async fn batch(&self, req: Request<pb::BatchRequest>) -> Result<Response<pb::BatchResponse>, Status> {
+        let claims = claims(&req)?;
+        let r = req.into_inner();
+        let started = std::time::Instant::now();
+        let inputs = r.actions.into_iter().map(action_input).collect();
+        let reports = self.sessions.batch(&claims, &r.session_id, inputs, r.stop_on_error).await?;
+        let results: Vec<pb::ActionResult> = reports.into_iter().map(report_to_pb).collect();
+        let succeeded = results.iter().filter(|r| r.ok).count() as u32;
+        Ok(Response::new(pb::BatchResponse {
+            failed: results.len() as u32 - succeeded,
+            succeeded,
+            results,
+            duration_ms: started.elapsed().as_millis().min(u32::MAX as u128) as u32,
+        }))
     }
 
     type EventsStream = BoxStream<pb::Event>;
 
-    async fn events(&self, _req: Request<pb::EventsRequest>) -> Result<Response<Self::EventsStream>, Status> {
-        not_yet("Events arrives with tabs and dialogs")
+    /// Live events of the session until it ends (its last event is `session_ended`).
+    async fn events(&self, req: Request<pb::EventsRequest>) -> Result<Response<Self::EventsStream>, Status> {
+        let claims = claims(&req)?;
+        let session_id = req.into_inner().session_id;
+        let mut events = self.sessions.events(&claims, &session_id).await?;
+        let mut shutdown = self.shutdown.clone();
+        let (tx, rx) = mpsc::channel::<Result<pb::Event, Status>>(64);
+        tokio::spawn(
+            async move {
+                loop {
+                    let next = tokio::select! {
+                        e = events.next() => e,
+                        _ = stopped(&mut shutdown) => break,
+                    };
+                    let Some((event, dropped)) = next else { break };
+                    if tx.send(Ok(event_to_pb(&session_id, event, dropped))).await.is_err() {
+                        break;
+                    }
+                }
+            }
+            .instrument(tracing::info_span!("events")),
+        );
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 
     async fn export_context(&self, _req: Request<pb::ExportContextRequest>) -> Result<Response<pb::ContextEnvelope>, Status> {

@@ -132,9 +132,9 @@ async fn workers_skip_live_locks_and_reclaim_dead_ones() {
 async fn later_rpcs_answer_unimplemented_and_reflection_lists_services() {
     let server = TestServer::start_with(|a| a.warm = 0).await;
     let client = server.admin().await;
-    let status = client.sessions().batch(pb::BatchRequest::default()).await.unwrap_err();
+    let status = client.sessions().export_context(pb::ExportContextRequest::default()).await.unwrap_err();
     assert_eq!(status.code(), tonic::Code::Unimplemented);
-    assert!(status.message().contains("Batch"), "{status}");
+    assert!(status.message().contains("ExportContext"), "{status}");
     let status = client.admin().verify_audit(pb::VerifyAuditRequest {}).await.unwrap_err();
     assert_eq!(status.code(), tonic::Code::Unimplemented);
 

@@ -113,7 +113,9 @@ async fn action_errors_are_results_not_failures() {
 
     let mut other_tab = action("title", "", json!(null));
     other_tab.tab_index = Some(3);
-    assert_eq!(err_code(&client.act(&id, other_tab).await.unwrap()), pb::ErrorCode::InvalidArgument);
+    let r = client.act(&id, other_tab).await.unwrap();
+    assert_eq!(err_code(&r), pb::ErrorCode::InvalidArgument);
+    assert!(r.error.unwrap().message.contains("tab_index"), "the legacy field is named");
 
     // After all that the session still works.
     ok(&client.act(&id, action("navigate", "", format!("{site}/"))).await.unwrap());

@@ -1,0 +1,254 @@
+//! Background tasks of a worker: the target watcher (tabs and popups come and go), one
+//! watcher per tab (JavaScript dialogs, console, navigations) and the raw connection's event
+//! loop (paused requests, basic-auth challenges, lifecycle). All end when the browser's
+//! connection closes; the driver also aborts them when it is dropped.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chromiumoxide::cdp::browser_protocol::page::{
+    DialogType, EventFrameNavigated, EventJavascriptDialogClosed, EventJavascriptDialogOpening,
+};
+use chromiumoxide::cdp::browser_protocol::target::{EventTargetCreated, EventTargetDestroyed, TargetId};
+use chromiumoxide::cdp::js_protocol::runtime::EventConsoleApiCalled;
+use chromiumoxide::listeners::EventStream;
+use chromiumoxide::{Browser, Page};
+use futures::StreamExt;
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+use tracing::Instrument;
+
+use crate::driver::{grammar, lock, Answer, Shared, Tab};
+use crate::events::{DialogInfo, DialogKind, EventKind};
+use crate::rawcdp::{RawCdp, RawEvent};
+
+/// Registers every page target as a tab, and drops tabs whose target is destroyed.
+pub(crate) async fn watch_targets(
+    shared: Arc<Shared>,
+    raw: RawCdp,
+    browser: Arc<Browser>,
+    mut created: EventStream<EventTargetCreated>,
+    mut destroyed: EventStream<EventTargetDestroyed>,
+    cdp_timeout: Duration,
+) {
+    loop {
+        tokio::select! {
+            ev = created.next() => {
+                let Some(ev) = ev else { break };
+                if ev.target_info.r#type != "page" {
+                    continue;
+                }
+                let target = ev.target_info.target_id.clone();
+                let url = ev.target_info.url.clone();
+                let (shared, raw, browser) = (shared.clone(), raw.clone(), browser.clone());
+                // Registering waits on CDP; do it aside so later events are not held up.
+                tokio::spawn(async move {
+                    if let Err(e) = register_tab(&shared, &raw, &browser, target.clone(), url, cdp_timeout).await {
+                        tracing::debug!(target = ?target, error = %e, "tab not registered");
+                    }
+                }.in_current_span());
+            }
+            ev = destroyed.next() => {
+                let Some(ev) = ev else { break };
+                let removed = {
+                    let mut tabs = lock(&shared.tabs);
+                    match tabs.list.iter().position(|t| t.target == ev.target_id) {
+                        Some(i) => {
+                            tabs.list.remove(i);
+                            if tabs.active > i || (tabs.active == i && tabs.active >= tabs.list.len()) {
+                                tabs.active = tabs.active.saturating_sub(1);
+                            }
+                            Some(i)
+                        }
+                        None => None,
+                    }
+                };
+                if let Some(i) = removed {
+                    lock(&shared.loaded_html).remove(&ev.target_id);
+                    shared.events.emit(EventKind::TabClosed { tab_index: i as i32 });
+                    shared.tabs_changed.notify_waiters();
+                }
+            }
+        }
+    }
+}
+
+async fn register_tab(
+    shared: &Arc<Shared>,
+    raw: &RawCdp,
+    browser: &Browser,
+    target: TargetId,
+    url: String,
+    cdp_timeout: Duration,
+) -> Result<(), String> {
+    // chromiumoxide attaches to new targets itself; its page handle appears shortly after.
+    let deadline = tokio::time::Instant::now() + cdp_timeout;
+    let page = loop {
+        match browser.get_page(target.clone()).await {
+            Ok(page) => break page,
+            Err(_) if tokio::time::Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(10)).await,
+            Err(e) => return Err(format!("page handle: {e}")),
+        }
+    };
+    let attached = raw.call("", "Target.attachToTarget", json!({ "targetId": target.as_ref(), "flatten": true })).await?;
+    let session = attached["sessionId"].as_str().ok_or("attach answered no session id")?.to_string();
+    // Every request pauses here (and is continued at once) so auth challenges can be held.
+    raw.call(&session, "Fetch.enable", json!({ "handleAuthRequests": true, "patterns": [{ "urlPattern": "*" }] })).await?;
+    raw.call(&session, "Page.enable", json!({})).await?;
+    raw.call(&session, "Page.setLifecycleEventsEnabled", json!({ "enabled": true })).await?;
+    let tab = Tab { target: target.clone(), page: page.clone(), session };
+    let index = {
+        let mut tabs = lock(&shared.tabs);
+        if tabs.list.iter().any(|t| t.target == target) {
+            return Ok(());
+        }
+        tabs.list.push(tab.clone());
+        tabs.list.len() - 1
+    };
+    tokio::spawn(watch_tab(shared.clone(), tab).instrument(tracing::debug_span!("tab_watcher")));
+    if index > 0 {
+        shared.events.emit(EventKind::TabOpened { tab_index: index as i32, url });
+    }
+    shared.tabs_changed.notify_waiters();
+    Ok(())
+}
+
+enum TabEvent {
+    DialogOpening(Arc<EventJavascriptDialogOpening>),
+    DialogClosed(Arc<EventJavascriptDialogClosed>),
+    Console(Arc<EventConsoleApiCalled>),
+    Navigated(Arc<EventFrameNavigated>),
+}
+
+/// Dialogs, console and main-frame navigations of one tab.
+async fn watch_tab(shared: Arc<Shared>, tab: Tab) {
+    let page: &Page = &tab.page;
+    let (Ok(opening), Ok(closed), Ok(console), Ok(navigated)) = (
+        page.event_listener::<EventJavascriptDialogOpening>().await,
+        page.event_listener::<EventJavascriptDialogClosed>().await,
+        page.event_listener::<EventConsoleApiCalled>().await,
+        page.event_listener::<EventFrameNavigated>().await,
+    ) else {
+        return;
+    };
+    let mut events = futures::stream::select(
+        futures::stream::select(opening.map(TabEvent::DialogOpening), closed.map(TabEvent::DialogClosed)),
+        futures::stream::select(console.map(TabEvent::Console), navigated.map(TabEvent::Navigated)),
+    );
+    while let Some(ev) = events.next().await {
+        let tab_index = shared.tab_index(&tab.target);
+        match ev {
+            TabEvent::DialogOpening(d) => {
+                let kind = match d.r#type {
+                    DialogType::Alert => DialogKind::Alert,
+                    DialogType::Confirm => DialogKind::Confirm,
+                    DialogType::Prompt => DialogKind::Prompt,
+                    DialogType::Beforeunload => DialogKind::BeforeUnload,
+                };
+                let info = DialogInfo {
+                    kind,
+                    message: d.message.clone(),
+                    url: d.url.clone(),
+                    default_prompt: d.default_prompt.clone().unwrap_or_default(),
+                    grammar: grammar(kind),
+                    tab_index,
+                };
+                shared.open_dialog(info, tab.target.clone(), Answer::Js);
+            }
+            TabEvent::DialogClosed(c) => {
+                let open = shared.dialog.borrow().clone();
+                if let Some(open) = open {
+                    if open.target == tab.target && matches!(open.answer, Answer::Js) {
+                        shared.close_dialog(open.seq);
+                    }
+                    shared.events.emit(EventKind::DialogClosed { kind: open.info.kind, accepted: c.result, tab_index });
+                }
+            }
+            TabEvent::Console(c) => {
+                let text = c
+                    .args
+                    .iter()
+                    .map(|a| match (&a.value, &a.description) {
+                        (Some(Value::String(s)), _) => s.clone(),
+                        (Some(v), _) => v.to_string(),
+                        (None, Some(d)) => d.clone(),
+                        (None, None) => String::new(),
+                    })
+                    .collect::<Vec<_>>()
+                    .join(" ");
+                let level = serde_json::to_value(&c.r#type).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
+                shared.events.emit(EventKind::Console { level, text, tab_index });
+            }
+            TabEvent::Navigated(n) => {
+                if n.frame.parent_id.is_none() {
+                    let url = format!("{}{}", n.frame.url, n.frame.url_fragment.clone().unwrap_or_default());
+                    shared.events.emit(EventKind::Navigated { url, tab_index });
+                }
+            }
+        }
+    }
+}
+
+/// The raw connection's events: paused requests are continued at once; basic-auth challenges
+/// are answered from remembered credentials or held open as a dialog.
+pub(crate) async fn raw_events(shared: Arc<Shared>, raw: RawCdp, mut rx: mpsc::UnboundedReceiver<RawEvent>) {
+    while let Some(ev) = rx.recv().await {
+        match ev.method.as_str() {
+            "Fetch.requestPaused" => {
+                let id = ev.params["requestId"].clone();
+                raw.send(&ev.session_id, "Fetch.continueRequest", json!({ "requestId": id }));
+            }
+            "Fetch.authRequired" => on_auth_required(&shared, &raw, &ev),
+            "Page.lifecycleEvent" => {
+                let loader = ev.params["loaderId"].as_str().unwrap_or_default().to_string();
+                let name = ev.params["name"].as_str().unwrap_or_default().to_string();
+                let _ = shared.lifecycle.send((ev.session_id.clone(), loader, name));
+            }
+            _ => {}
+        }
+    }
+}
+
+fn on_auth_required(shared: &Arc<Shared>, raw: &RawCdp, ev: &RawEvent) {
+    let request_id = ev.params["requestId"].as_str().unwrap_or_default().to_string();
+    let challenge = &ev.params["authChallenge"];
+    let origin = challenge["origin"].as_str().unwrap_or_default().trim_end_matches('/').to_string();
+    let url = ev.params["request"]["url"].as_str().unwrap_or_default().to_string();
+    let first_try = lock(&shared.answered).insert(request_id.clone());
+    let remembered = lock(&shared.credentials).get(&origin).cloned();
+    match remembered {
+        Some((username, password)) if first_try => {
+            raw.send(
+                &ev.session_id,
+                "Fetch.continueWithAuth",
+                json!({ "requestId": request_id, "authChallengeResponse": {
+                    "response": "ProvideCredentials", "username": username, "password": password } }),
+            );
+        }
+        _ => {
+            if !first_try {
+                // The credentials were refused: forget them and ask again.
+                lock(&shared.credentials).remove(&origin);
+            }
+            let Some(tab) = shared.tab_by_session(&ev.session_id) else {
+                raw.send(&ev.session_id, "Fetch.continueWithAuth", json!({ "requestId": request_id, "authChallengeResponse": { "response": "CancelAuth" } }));
+                return;
+            };
+            let realm = challenge["realm"].as_str().unwrap_or_default();
+            let message = if realm.is_empty() {
+                format!("{origin} asks for a username and password")
+            } else {
+                format!("{origin} asks for a username and password (realm {realm:?})")
+            };
+            let info = DialogInfo {
+                kind: DialogKind::BasicAuth,
+                message,
+                url,
+                default_prompt: String::new(),
+                grammar: grammar(DialogKind::BasicAuth),
+                tab_index: shared.tab_index(&tab.target),
+            };
+            shared.open_dialog(info, tab.target.clone(), Answer::Auth { session: ev.session_id.clone(), request_id, origin });
+        }
+    }
+}
