@@ -356,12 +356,12 @@ impl Driver {
             let rect = el
                 .call_js_fn(
                     "function() { const r = this.getBoundingClientRect(); \
-                     return [r.x + window.scrollX, r.y + window.scrollY, r.width, r.height]; }",
+                     return JSON.stringify([r.x + window.scrollX, r.y + window.scrollY, r.width, r.height]); }",
                     false,
                 )
                 .await
                 .map_err(ActionFailure::cdp)?;
-            let r: Vec<f64> = rect.result.value.and_then(|v| serde_json::from_value(v).ok()).unwrap_or_default();
+            let r: Vec<f64> = json_result(rect.result.value).and_then(|v| serde_json::from_value(v).ok()).unwrap_or_default();
             if r.len() != 4 || r[2] < 1.0 || r[3] < 1.0 {
                 return Err(ActionFailure::new(FailureCode::ElementNotFound, format!("{} has no visible box", call.selector)));
             }
@@ -443,6 +443,11 @@ async fn wait_lifecycle(rx: &mut broadcast::Receiver<(String, String, String)>, 
             Err(broadcast::error::RecvError::Closed) => return,
         }
     }
+}
+
+/// Parses a `JSON.stringify` result handed back by the page.
+fn json_result(v: Option<Value>) -> Option<Value> {
+    v.and_then(|v| v.as_str().and_then(|s| serde_json::from_str(s).ok()))
 }
 
 fn value(v: Value) -> ActionOutput {
@@ -549,21 +554,22 @@ async fn select(page: &Page, call: &ActionCall, until: Instant) -> ActResult<Act
     let out = el
         .call_js_fn(
             format!(
-                "function() {{ if (this.tagName !== 'SELECT') return null; const want = {}; \
+                "function() {{ return JSON.stringify((() => {{ if (this.tagName !== 'SELECT') return null; const want = {}; \
                  if (!this.multiple && want.length > 1) return 'multiple'; \
                  const known = Array.from(this.options).map(o => o.value); \
                  const missing = want.filter(v => !known.includes(v)); if (missing.length) return {{missing}}; \
                  for (const o of this.options) o.selected = want.includes(o.value); \
                  this.dispatchEvent(new Event('input', {{bubbles: true}})); \
                  this.dispatchEvent(new Event('change', {{bubbles: true}})); \
-                 return Array.from(this.selectedOptions).map(o => o.value); }}",
+                 return Array.from(this.selectedOptions).map(o => o.value); }})()); }}",
                 json!(values)
             ),
             false,
         )
         .await
         .map_err(ActionFailure::cdp)?;
-    match out.result.value.unwrap_or(Value::Null) {
+    // Objects come back by reference unless stringified; the page hands over JSON text.
+    match json_result(out.result.value).unwrap_or(Value::Null) {
         Value::Null => Err(ActionFailure::invalid(format!("selector: {selector} is not a <select>"))),
         Value::String(_) => Err(ActionFailure::invalid("payload: several values for a single <select>")),
         Value::Object(m) => Err(ActionFailure::invalid(format!("payload: no option with value {}", m.get("missing").cloned().unwrap_or_default()))),

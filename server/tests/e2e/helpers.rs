@@ -110,17 +110,70 @@ const FORM: &str = r#"<!doctype html>
   <a id="about" href="/about" data-kind="link">about</a>
 </body></html>"#;
 
+const DIALOGS: &str = r#"<!doctype html><title>Dialogs</title>
+<p id="out">none</p>
+<button id="confirm" onclick="window.confirms = (window.confirms || 0) + 1; document.getElementById('out').textContent = 'answer=' + confirm('Proceed?')">confirm</button>
+<button id="prompt" onclick="document.getElementById('out').textContent = 'name=' + prompt('Your name?', 'anon')">prompt</button>
+<button id="alert" onclick="alert('hi there'); document.getElementById('out').textContent = 'alerted'">alert</button>"#;
+
+const LEAVE: &str = r#"<!doctype html><title>Leave</title>
+<script>window.addEventListener('beforeunload', e => { e.preventDefault(); e.returnValue = 'sure?'; });</script>
+<button id="touch" onclick="this.textContent = 'touched'">touch</button>"#;
+
+const POPUP: &str = r#"<!doctype html><title>Popup</title>
+<a id="blank" href="/about" target="_blank">open about</a>
+<button id="open" onclick="window.open('/second')">window.open</button>"#;
+
+const WIDGETS: &str = r#"<!doctype html><title>Widgets</title>
+<style>body { margin: 0 } #tall { height: 3000px; background: linear-gradient(red, blue) } #box { width: 120px; height: 80px; background: green }</style>
+<div id="box" onmouseover="this.dataset.hovered = 'yes'" data-kind="square"></div>
+<input id="field" onfocus="this.dataset.focused = 'yes'">
+<select id="color"><option value="r">Red</option><option value="g">Green</option></select>
+<select id="many" multiple><option value="a">A</option><option value="b">B</option><option value="c">C</option></select>
+<div id="tall"></div><p id="bottom">bottom</p>
+<script>console.log('widgets ready', 42)</script>"#;
+
+/// 401 with a Basic challenge unless the request carries alice:secret.
+async fn auth(headers: axum::http::HeaderMap) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    // "alice:secret" in base64.
+    let ok = headers.get("authorization").and_then(|v| v.to_str().ok()) == Some("Basic YWxpY2U6c2VjcmV0");
+    if ok {
+        Html("<title>Welcome</title><h1>welcome alice</h1>").into_response()
+    } else {
+        (
+            axum::http::StatusCode::UNAUTHORIZED,
+            [("www-authenticate", "Basic realm=\"fixture\"")],
+            Html("<h1>denied</h1>"),
+        )
+            .into_response()
+    }
+}
+
 /// Serves the fixture pages on 127.0.0.1:0; returns the base URL. Lives until the test ends.
 pub async fn fixture_site() -> String {
     let app = axum::Router::new()
         .route("/", get(|| async { Html(FORM) }))
-        .route("/about", get(|| async { Html("<title>About</title><p>about page</p>") }));
+        .route("/about", get(|| async { Html("<title>About</title><p>about page</p>") }))
+        .route("/second", get(|| async { Html("<title>Second</title><p>second page</p>") }))
+        .route("/dialogs", get(|| async { Html(DIALOGS) }))
+        .route("/alert-on-load", get(|| async { Html("<title>Alerting</title><script>alert('loaded!')</script><p>after</p>") }))
+        .route("/leave", get(|| async { Html(LEAVE) }))
+        .route("/popup", get(|| async { Html(POPUP) }))
+        .route("/widgets", get(|| async { Html(WIDGETS) }))
+        .route("/auth", get(auth));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
         let _ = axum::serve(listener, app).await;
     });
     format!("http://{addr}")
+}
+
+/// Width and height from a PNG's IHDR.
+pub fn png_size(data: &[u8]) -> (u32, u32) {
+    assert_eq!(&data[..8], b"\x89PNG\r\n\x1a\n", "png signature");
+    (u32::from_be_bytes(data[16..20].try_into().unwrap()), u32::from_be_bytes(data[20..24].try_into().unwrap()))
 }
 
 /// Asserts an action succeeded and returns its JSON value.

@@ -1,7 +1,9 @@
 //! End-to-end tests: the real server on port 0, real Chromium, a real SQLite file, real gRPC.
 //! One binary for the whole suite, so it compiles once.
 
+mod actions;
 mod auth;
+mod dialogs;
 mod helpers;
 mod lifecycle;
 mod sessions;

@@ -1,0 +1,225 @@
+//! The rest of the action table: tabs, screenshots, viewport, load_html, pdf, widgets, batch.
+
+use browserpool_client::{action, pb, Client};
+use serde_json::json;
+
+use crate::helpers::{err_code, fixture_site, ok, png_size, TestServer};
+
+async fn act(client: &Client, id: &str, a: pb::Action) -> pb::ActionResult {
+    client.act(id, a).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tabs_popups_and_sticky_switching() {
+    let server = TestServer::start().await;
+    let site = fixture_site().await;
+    let client = server.admin().await;
+    let id = client.acquire(30_000).await.unwrap().session_id;
+    ok(&act(&client, &id, action("navigate", "", format!("{site}/popup"))).await);
+
+    // A target=_blank link opens a tab the client can switch to.
+    ok(&act(&client, &id, action("click", "#blank", json!(null))).await);
+    ok(&act(&client, &id, action("wait_for", "", json!({"ms": 300}))).await);
+    let tabs = ok(&act(&client, &id, action("list_tabs", "", json!(null))).await);
+    assert_eq!(tabs.as_array().unwrap().len(), 2, "{tabs}");
+    assert_eq!(tabs[0]["active"], json!(true));
+
+    // By substring, and sticky: later actions go to the chosen tab.
+    let switched = act(&client, &id, action("switch_tab", "", "about")).await;
+    assert_eq!(ok(&switched)["tab_index"], json!(1));
+    ok(&act(&client, &id, action("wait_for", "", json!({"text": "about page"}))).await);
+    let title = act(&client, &id, action("title", "", json!(null))).await;
+    assert_eq!((ok(&title), title.tab_index), (json!("About"), 1));
+
+    // The legacy tab_index routes through switch_tab (and stays switched).
+    let mut legacy = action("title", "", json!(null));
+    legacy.tab_index = Some(0);
+    assert_eq!(ok(&act(&client, &id, legacy).await), json!("Popup"));
+    assert_eq!(ok(&act(&client, &id, action("title", "", json!(null))).await), json!("Popup"));
+
+    // window.open also becomes a tab.
+    ok(&act(&client, &id, action("click", "#open", json!(null))).await);
+    ok(&act(&client, &id, action("wait_for", "", json!({"ms": 300}))).await);
+    assert_eq!(ok(&act(&client, &id, action("list_tabs", "", json!(null))).await).as_array().unwrap().len(), 3);
+    ok(&act(&client, &id, action("switch_tab", "", 2)).await);
+    ok(&act(&client, &id, action("wait_for", "", json!({"url": "/second"}))).await);
+
+    // close_tab of the active tab moves to a neighbour; the last tab cannot be closed.
+    let closed = ok(&act(&client, &id, action("close_tab", "", json!(null))).await);
+    assert_eq!(closed["tabs"], json!(2));
+    ok(&act(&client, &id, action("close_tab", "", 1)).await);
+    let last = act(&client, &id, action("close_tab", "", json!(null))).await;
+    assert_eq!(err_code(&last), pb::ErrorCode::InvalidArgument);
+
+    // new_tab opens and switches to it.
+    let opened = ok(&act(&client, &id, action("new_tab", "", format!("{site}/about"))).await);
+    assert_eq!(opened["tab_index"], json!(1));
+    assert_eq!(ok(&act(&client, &id, action("title", "", json!(null))).await), json!("About"));
+    let bad = act(&client, &id, action("switch_tab", "", 9)).await;
+    assert_eq!(err_code(&bad), pb::ErrorCode::InvalidArgument);
+    let none = act(&client, &id, action("switch_tab", "", "no such tab")).await;
+    assert_eq!(err_code(&none), pb::ErrorCode::InvalidArgument);
+    client.release(&id).await.unwrap();
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn screenshots_viewport_and_pdf() {
+    let server = TestServer::start().await;
+    let site = fixture_site().await;
+    let client = server.admin().await;
+    let id = client.acquire(30_000).await.unwrap().session_id;
+    ok(&act(&client, &id, action("navigate", "", format!("{site}/widgets"))).await);
+
+    let viewport = act(&client, &id, action("screenshot", "", json!(null))).await;
+    assert_eq!(png_size(&viewport.data), (1280, 720));
+    let full = act(&client, &id, action("screenshot", "", json!({"full_page": true}))).await;
+    let (w, h) = png_size(&full.data);
+    // The document is as wide as the viewport less its scrollbar, and 3000+ px tall.
+    assert!(w >= 1200 && h > 3000, "full page is the whole document: {w}x{h}");
+    let clip = act(&client, &id, action("screenshot", "", json!({"clip": {"x": 10, "y": 20, "width": 200, "height": 100}}))).await;
+    assert_eq!(png_size(&clip.data), (200, 100));
+    let element = act(&client, &id, action("screenshot", "#box", json!(null))).await;
+    assert_eq!(png_size(&element.data), (120, 80));
+    let jpeg = act(&client, &id, action("screenshot", "", json!({"format": "jpeg", "quality": 50}))).await;
+    ok(&jpeg);
+    assert_eq!((&jpeg.data[..2], jpeg.mime_type.as_str()), (&[0xFF, 0xD8][..], "image/jpeg"));
+
+    let conflict = act(&client, &id, action("screenshot", "#box", json!({"clip": {"x": 0, "y": 0, "width": 10, "height": 10}}))).await;
+    assert_eq!(err_code(&conflict), pb::ErrorCode::InvalidArgument);
+    let huge = act(&client, &id, action("screenshot", "", json!({"clip": {"x": 0, "y": 0, "width": 20000, "height": 10}}))).await;
+    assert_eq!(err_code(&huge), pb::ErrorCode::PayloadTooLarge);
+    let quality_png = act(&client, &id, action("screenshot", "", json!({"quality": 50}))).await;
+    assert_eq!(err_code(&quality_png), pb::ErrorCode::InvalidArgument);
+
+    // Scale 2 doubles the pixels; bad scales name the value.
+    ok(&act(&client, &id, action("viewport", "", json!({"width": 640, "height": 480, "scale": 2}))).await);
+    let doubled = act(&client, &id, action("screenshot", "", json!(null))).await;
+    assert_eq!(png_size(&doubled.data), (1280, 960));
+    for (bad, named) in [(json!(0.5), "0.5"), (json!(4), "4"), (json!("NaN"), "NaN"), (json!("Infinity"), "Infinity")] {
+        let r = act(&client, &id, action("set_viewport", "", json!({"width": 640, "height": 480, "scale": bad}))).await;
+        assert_eq!(err_code(&r), pb::ErrorCode::InvalidArgument);
+        assert!(r.error.unwrap().message.contains(named), "names {named}");
+    }
+
+    let pdf = act(&client, &id, action("pdf", "", json!({"landscape": true}))).await;
+    ok(&pdf);
+    assert_eq!((&pdf.data[..4], pdf.mime_type.as_str()), (&b"%PDF"[..], "application/pdf"));
+    let bad_pdf = act(&client, &id, action("pdf", "", json!({"paper": "A4"}))).await;
+    assert_eq!(err_code(&bad_pdf), pb::ErrorCode::InvalidArgument);
+    client.release(&id).await.unwrap();
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn load_html_is_capped_survives_viewport_and_is_forgotten_on_navigation() {
+    let server = TestServer::start_with(|a| a.max_html_bytes = 4096).await;
+    let site = fixture_site().await;
+    let client = server.admin().await;
+    let id = client.acquire(30_000).await.unwrap().session_id;
+
+    let loaded = act(&client, &id, action("setContent", "", "\u{feff}  \n<h1 id=t>from payload</h1><a id=go href=\"/about\">go</a>")).await;
+    assert_eq!((loaded.action.as_str(), loaded.alias_of.as_str()), ("load_html", "setContent"));
+    ok(&loaded);
+    assert_eq!(ok(&act(&client, &id, action("extract", "#t", json!(null))).await), json!("from payload"));
+    ok(&act(&client, &id, action("set_viewport", "", json!({"width": 400, "height": 300, "mobile": true}))).await);
+    assert_eq!(ok(&act(&client, &id, action("extract", "#t", json!(null))).await), json!("from payload"));
+
+    let not_markup = act(&client, &id, action("load_html", "", "just text")).await;
+    assert_eq!(err_code(&not_markup), pb::ErrorCode::InvalidArgument);
+    let too_big = act(&client, &id, action("load_html", "", format!("<p>{}</p>", "x".repeat(5000)))).await;
+    assert_eq!(err_code(&too_big), pb::ErrorCode::PayloadTooLarge);
+
+    // A real navigation forgets it: back on a fresh document, set_viewport does not restore it.
+    ok(&act(&client, &id, action("navigate", "", format!("{site}/about"))).await);
+    ok(&act(&client, &id, action("set_viewport", "", json!({"width": 500, "height": 300}))).await);
+    assert_eq!(ok(&act(&client, &id, action("title", "", json!(null))).await), json!("About"));
+    client.release(&id).await.unwrap();
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn widgets_history_and_wait_until() {
+    let server = TestServer::start().await;
+    let site = fixture_site().await;
+    let client = server.admin().await;
+    let id = client.acquire(30_000).await.unwrap().session_id;
+
+    for wait in ["none", "domcontentloaded", "networkidle", "load"] {
+        let r = act(&client, &id, action("navigate", "", json!({"url": format!("{site}/widgets"), "wait_until": wait}))).await;
+        ok(&r);
+    }
+    ok(&act(&client, &id, action("wait_for", "#bottom", json!(null))).await);
+    let bad_wait = act(&client, &id, action("goto", "", json!({"url": format!("{site}/"), "wait_until": "forever"}))).await;
+    assert_eq!(err_code(&bad_wait), pb::ErrorCode::InvalidArgument);
+
+    ok(&act(&client, &id, action("hover", "#box", json!(null))).await);
+    assert_eq!(ok(&act(&client, &id, action("attr", "#box", "data-hovered")).await), json!("yes"));
+    assert_eq!(ok(&act(&client, &id, action("attr", "#box", "data-kind")).await), json!("square"));
+    ok(&act(&client, &id, action("focus", "#field", json!(null))).await);
+    assert_eq!(ok(&act(&client, &id, action("attr", "#field", "data-focused")).await), json!("yes"));
+    assert_eq!(ok(&act(&client, &id, action("select", "#color", "g")).await), json!(["g"]));
+    assert_eq!(ok(&act(&client, &id, action("select", "#many", json!(["a", "c"]))).await), json!(["a", "c"]));
+    assert_eq!(err_code(&act(&client, &id, action("select", "#color", "zz")).await), pb::ErrorCode::InvalidArgument);
+    assert_eq!(err_code(&act(&client, &id, action("select", "#box", "a")).await), pb::ErrorCode::InvalidArgument);
+    let scrolled = ok(&act(&client, &id, action("scroll", "", json!({"y": 1000}))).await);
+    assert_eq!(scrolled["y"], json!(1000));
+    let into_view = ok(&act(&client, &id, action("scroll", "#bottom", json!(null))).await);
+    assert!(into_view["y"].as_f64().unwrap() > 1000.0);
+
+    ok(&act(&client, &id, action("navigate", "", format!("{site}/about"))).await);
+    ok(&act(&client, &id, action("back", "", json!(null))).await);
+    assert_eq!(ok(&act(&client, &id, action("title", "", json!(null))).await), json!("Widgets"));
+    ok(&act(&client, &id, action("forward", "", json!(null))).await);
+    assert_eq!(ok(&act(&client, &id, action("title", "", json!(null))).await), json!("About"));
+    ok(&act(&client, &id, action("reload", "", json!(null))).await);
+    assert_eq!(ok(&act(&client, &id, action("title", "", json!(null))).await), json!("About"));
+    let no_next = act(&client, &id, action("forward", "", json!(null))).await;
+    assert_eq!(err_code(&no_next), pb::ErrorCode::InvalidArgument);
+    client.release(&id).await.unwrap();
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batch_isolates_actions_and_checks_each_scope() {
+    let server = TestServer::start().await;
+    let site = fixture_site().await;
+    let client = server.admin().await;
+    let id = client.acquire(30_000).await.unwrap().session_id;
+    let mut sessions = client.sessions();
+
+    let missing = pb::Action { timeout_ms: 200, ..action("click", "#missing", json!(null)) };
+    let actions = vec![action("navigate", "", format!("{site}/")), missing.clone(), action("title", "", json!(null))];
+    let resp = sessions
+        .batch(pb::BatchRequest { session_id: id.clone(), actions: actions.clone(), stop_on_error: false })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!((resp.succeeded, resp.failed, resp.results.len()), (2, 1, 3));
+    assert_eq!(err_code(&resp.results[1]), pb::ErrorCode::ElementNotFound);
+    assert_eq!(ok(&resp.results[2]), json!("Greeter"));
+
+    let stopped = sessions
+        .batch(pb::BatchRequest { session_id: id.clone(), actions, stop_on_error: true })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!((stopped.succeeded, stopped.failed, stopped.results.len()), (1, 1, 2));
+
+    let too_many = vec![action("title", "", json!(null)); 51];
+    let status = sessions.batch(pb::BatchRequest { session_id: id.clone(), actions: too_many, stop_on_error: false }).await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    let nested = vec![action("title", "", json!(null)), action("batch", "", json!([]))];
+    let status = sessions.batch(pb::BatchRequest { session_id: id.clone(), actions: nested, stop_on_error: false }).await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+
+    // One scope check per action: a read-only token gets the reads and is denied the write.
+    let reader = server.token("default", "admin", &["sessions:read"]).await;
+    let mut reader = server.client(&reader).await.sessions();
+    let mixed = vec![action("title", "", json!(null)), action("js", "", "1"), action("url", "", json!(null))];
+    let resp = reader.batch(pb::BatchRequest { session_id: id.clone(), actions: mixed, stop_on_error: false }).await.unwrap().into_inner();
+    assert_eq!((resp.succeeded, resp.failed), (2, 1));
+    assert_eq!(err_code(&resp.results[1]), pb::ErrorCode::PermissionDenied);
+    client.release(&id).await.unwrap();
+    server.stop().await;
+}

@@ -1,0 +1,212 @@
+//! Dialogs never hang an action: they end it with DIALOG_OPEN and are answered with the
+//! selector grammar.
+
+use std::time::{Duration, Instant};
+
+use browserpool_client::{action, pb, Client};
+use serde_json::json;
+
+use crate::helpers::{err_code, fixture_site, ok, TestServer};
+
+fn dialog_of(r: &pb::ActionResult) -> pb::Dialog {
+    assert_eq!(err_code(r), pb::ErrorCode::DialogOpen, "{:?}", r.error);
+    r.error.as_ref().unwrap().dialog.clone().expect("DIALOG_OPEN carries the dialog")
+}
+
+fn kind(d: &pb::Dialog) -> pb::DialogKind {
+    pb::DialogKind::try_from(d.kind).unwrap()
+}
+
+async fn act(client: &Client, id: &str, a: pb::Action) -> pb::ActionResult {
+    client.act(id, a).await.unwrap()
+}
+
+/// Runs an action that should surface a dialog; returns it and how long it took.
+async fn surfaces(client: &Client, id: &str, a: pb::Action) -> (pb::Dialog, Duration) {
+    let started = Instant::now();
+    let r = act(client, id, pb::Action { timeout_ms: 20_000, ..a }).await;
+    let took = started.elapsed();
+    (dialog_of(&r), took)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn confirm_dismiss_then_accept_without_a_second_click() {
+    let server = TestServer::start().await;
+    let site = fixture_site().await;
+    let client = server.admin().await;
+    let id = client.acquire(30_000).await.unwrap().session_id;
+    ok(&act(&client, &id, action("navigate", "", format!("{site}/dialogs"))).await);
+
+    let (dialog, took) = surfaces(&client, &id, action("click", "#confirm", json!(null))).await;
+    println!("confirm surfaced in {took:?}");
+    assert!(took < Duration::from_secs(1), "dialog surfaced in {took:?}");
+    assert_eq!(kind(&dialog), pb::DialogKind::Confirm);
+    assert_eq!(dialog.message, "Proceed?");
+    assert!(dialog.grammar.contains(&"click dialog::dismiss".to_string()), "{:?}", dialog.grammar);
+    // Any other action while it is open answers DIALOG_OPEN with the same dialog.
+    let again = dialog_of(&act(&client, &id, action("title", "", json!(null))).await);
+    assert_eq!(again, dialog);
+
+    ok(&act(&client, &id, action("click", "dialog::dismiss", json!(null))).await);
+    assert_eq!(ok(&act(&client, &id, action("extract", "#out", json!(null))).await), json!("answer=false"));
+
+    let (dialog, _) = surfaces(&client, &id, action("click", "#confirm", json!(null))).await;
+    assert_eq!(kind(&dialog), pb::DialogKind::Confirm);
+    ok(&act(&client, &id, action("click", "dialog::accept", json!(null))).await);
+    // No new dialog appears within a second: a queued synthetic click would re-open it.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let r = act(&client, &id, action("extract", "#out", json!(null))).await;
+    assert_eq!(ok(&r), json!("answer=true"));
+    let count = act(&client, &id, action("evaluate", "", "window.confirms")).await;
+    assert_eq!(ok(&count), json!(2), "exactly two confirm() calls for two clicks");
+
+    // Grammar errors are precise.
+    let none = act(&client, &id, action("click", "dialog::accept", json!(null))).await;
+    assert_eq!(err_code(&none), pb::ErrorCode::InvalidArgument);
+    client.release(&id).await.unwrap();
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prompt_takes_text_and_alert_on_load_surfaces() {
+    let server = TestServer::start().await;
+    let site = fixture_site().await;
+    let client = server.admin().await;
+    let id = client.acquire(30_000).await.unwrap().session_id;
+    ok(&act(&client, &id, action("navigate", "", format!("{site}/dialogs"))).await);
+
+    let (dialog, took) = surfaces(&client, &id, action("click", "#prompt", json!(null))).await;
+    println!("prompt surfaced in {took:?}");
+    assert_eq!(kind(&dialog), pb::DialogKind::Prompt);
+    assert_eq!(dialog.default_prompt, "anon");
+    let wrong = act(&client, &id, action("type", "dialog::username", "x")).await;
+    assert_eq!(err_code(&wrong), pb::ErrorCode::InvalidArgument, "username does not apply to a prompt");
+    ok(&act(&client, &id, action("type", "dialog::prompt", "Ada")).await);
+    ok(&act(&client, &id, action("click", "dialog::accept", json!(null))).await);
+    assert_eq!(ok(&act(&client, &id, action("extract", "#out", json!(null))).await), json!("name=Ada"));
+
+    let (dialog, took) = surfaces(&client, &id, action("navigate", "", format!("{site}/alert-on-load"))).await;
+    println!("alert on load surfaced in {took:?}");
+    assert!(took < Duration::from_secs(1), "alert surfaced in {took:?}");
+    assert_eq!(kind(&dialog), pb::DialogKind::Alert);
+    assert_eq!(dialog.message, "loaded!");
+    assert!(dialog.url.contains("/alert-on-load"), "{}", dialog.url);
+    ok(&act(&client, &id, action("click", "dialog::accept", json!(null))).await);
+    ok(&act(&client, &id, action("wait_for", "", json!({"text": "after"}))).await);
+    client.release(&id).await.unwrap();
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn beforeunload_on_navigate_away() {
+    let server = TestServer::start().await;
+    let site = fixture_site().await;
+    let client = server.admin().await;
+    let id = client.acquire(30_000).await.unwrap().session_id;
+    ok(&act(&client, &id, action("navigate", "", format!("{site}/leave"))).await);
+    // beforeunload only asks after the user touched the page.
+    ok(&act(&client, &id, action("click", "#touch", json!(null))).await);
+
+    let (dialog, took) = surfaces(&client, &id, action("navigate", "", format!("{site}/about"))).await;
+    println!("beforeunload surfaced in {took:?}");
+    assert_eq!(kind(&dialog), pb::DialogKind::Beforeunload);
+    ok(&act(&client, &id, action("click", "dialog::dismiss", json!(null))).await);
+    let url = ok(&act(&client, &id, action("url", "", json!(null))).await);
+    assert!(url.as_str().unwrap().ends_with("/leave"), "dismiss stays: {url}");
+
+    let (dialog, _) = surfaces(&client, &id, action("navigate", "", format!("{site}/about"))).await;
+    assert_eq!(kind(&dialog), pb::DialogKind::Beforeunload);
+    ok(&act(&client, &id, action("click", "dialog::accept", json!(null))).await);
+    ok(&act(&client, &id, action("wait_for", "", json!({"url": "/about"}))).await);
+    client.release(&id).await.unwrap();
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn basic_auth_wrong_then_right_password_and_remembered() {
+    let server = TestServer::start().await;
+    let site = fixture_site().await;
+    let client = server.admin().await;
+    let id = client.acquire(30_000).await.unwrap().session_id;
+
+    let (dialog, took) = surfaces(&client, &id, action("navigate", "", format!("{site}/auth"))).await;
+    println!("basic auth surfaced in {took:?}");
+    assert!(took < Duration::from_secs(1), "auth surfaced in {took:?}");
+    assert_eq!(kind(&dialog), pb::DialogKind::BasicAuth);
+    assert!(dialog.url.ends_with("/auth"), "{}", dialog.url);
+    assert!(dialog.grammar.contains(&"type dialog::password <secret>".to_string()));
+
+    ok(&act(&client, &id, action("type", "dialog::username", "alice")).await);
+    ok(&act(&client, &id, action("type", "dialog::password", "wrong")).await);
+    let r = act(&client, &id, pb::Action { timeout_ms: 10_000, ..action("click", "dialog::accept", json!(null)) }).await;
+    let again = dialog_of(&r);
+    assert_eq!(kind(&again), pb::DialogKind::BasicAuth, "a wrong password is challenged again");
+
+    ok(&act(&client, &id, action("type", "dialog::username", "alice")).await);
+    ok(&act(&client, &id, action("type", "dialog::password", "secret")).await);
+    ok(&act(&client, &id, pb::Action { timeout_ms: 10_000, ..action("click", "dialog::accept", json!(null)) }).await);
+    assert_eq!(ok(&act(&client, &id, action("extract", "h1", json!(null))).await), json!("welcome alice"));
+
+    // The credentials are remembered for the origin for the rest of the session.
+    ok(&act(&client, &id, action("navigate", "", format!("{site}/about"))).await);
+    ok(&act(&client, &id, action("navigate", "", format!("{site}/auth"))).await);
+    assert_eq!(ok(&act(&client, &id, action("extract", "h1", json!(null))).await), json!("welcome alice"));
+
+    // Dismissing a challenge shows the server's 401 page.
+    let other = client.acquire(30_000).await.unwrap().session_id;
+    let (dialog, _) = surfaces(&client, &other, action("navigate", "", format!("{site}/auth"))).await;
+    assert_eq!(kind(&dialog), pb::DialogKind::BasicAuth);
+    ok(&act(&client, &other, pb::Action { timeout_ms: 10_000, ..action("click", "dialog::dismiss", json!(null)) }).await);
+    ok(&act(&client, &other, action("wait_for", "", json!({"text": "denied"}))).await);
+    client.release(&other).await.unwrap();
+    client.release(&id).await.unwrap();
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_arrive_in_order_and_end_with_session_ended() {
+    let server = TestServer::start().await;
+    let site = fixture_site().await;
+    let client = server.admin().await;
+    let id = client.acquire(30_000).await.unwrap().session_id;
+    let mut events = client.sessions().events(pb::EventsRequest { session_id: id.clone() }).await.unwrap().into_inner();
+
+    ok(&act(&client, &id, action("navigate", "", format!("{site}/widgets"))).await);
+    ok(&act(&client, &id, action("navigate", "", format!("{site}/dialogs"))).await);
+    dialog_of(&act(&client, &id, action("click", "#alert", json!(null))).await);
+    ok(&act(&client, &id, action("click", "dialog::accept", json!(null))).await);
+    client.release(&id).await.unwrap();
+
+    use pb::event::Kind;
+    let mut seen = Vec::new();
+    while let Some(event) = tokio::time::timeout(Duration::from_secs(10), events.message()).await.expect("events keep flowing").unwrap() {
+        assert_eq!(event.session_id, id);
+        assert_eq!(event.dropped, 0);
+        let tag = match event.kind.unwrap() {
+            Kind::Navigated(n) => format!("navigated {}", n.url.rsplit('/').next().unwrap()),
+            Kind::Console(c) => format!("console {}", c.text),
+            Kind::DialogOpened(d) => format!("dialog opened {}", d.dialog.unwrap().message),
+            Kind::DialogClosed(c) => format!("dialog closed {}", c.accepted),
+            Kind::SessionEnded(e) => format!("ended {}", e.reason),
+            other => format!("{other:?}"),
+        };
+        seen.push(tag);
+    }
+    let expected = [
+        "navigated widgets",
+        "console widgets ready 42",
+        "navigated dialogs",
+        "dialog opened hi there",
+        "dialog closed true",
+        "ended released",
+    ];
+    let mut at = 0;
+    for tag in &seen {
+        if at < expected.len() && tag == expected[at] {
+            at += 1;
+        }
+    }
+    assert_eq!(at, expected.len(), "events in order: {seen:?}");
+    assert_eq!(seen.last().map(String::as_str), Some("ended released"), "session ended is last: {seen:?}");
+    server.stop().await;
+}
