@@ -8,22 +8,31 @@ cd "$(dirname "$0")/.."
 source scripts/lib.sh
 ensure_chromium
 
-log="$(mktemp)"
-trap 'rm -f "$log"' EXIT
-cargo test --workspace --locked -- --test-threads=2 2>&1 | tee "$log"
+# Every data dir, profile and lock of the suite lives under one directory, so the checks
+# below see only what the suite started (other Chromiums on the host are not ours).
+suite_tmp="$(mktemp -d /tmp/browserpool-suite.XXXXXX)"
+log="$suite_tmp.log"
+trap 'rm -rf "$suite_tmp" "$log"' EXIT
+TMPDIR="$suite_tmp" cargo test --workspace --locked -- --test-threads=2 2>&1 | tee "$log"
 
 # Every worker the suite started must be gone (zombies awaiting their reaper do not count).
 for _ in $(seq 1 50); do
-    left=$(pgrep -r R,S,D,T -c chromium || true)
+    left=$(pgrep -r R,S,D,T -c -f -- "$suite_tmp" || true)
     [ "$left" -eq 0 ] && break
     sleep 0.2
 done
 if [ "$left" -ne 0 ]; then
-    echo "FAIL: $left chromium processes left after the suite:" >&2
-    pgrep -a -r R,S,D,T chromium >&2 || true
+    echo "FAIL: $left chromium processes of the suite left running:" >&2
+    pgrep -a -r R,S,D,T -f -- "$suite_tmp" >&2 || true
     exit 1
 fi
-echo "no chromium process left behind"
+profiles=$(find "$suite_tmp" -mindepth 3 -maxdepth 4 -path '*/profiles/*' 2>/dev/null | wc -l)
+if [ "$profiles" -ne 0 ]; then
+    echo "FAIL: $profiles worker profile directories left behind:" >&2
+    find "$suite_tmp" -mindepth 3 -maxdepth 4 -path '*/profiles/*' >&2
+    exit 1
+fi
+echo "no chromium process and no profile directory left behind"
 
 # One closing line for the whole run (cargo prints one `test result` per test binary).
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed;?$/) p += $i; if ($(i+1) ~ /^failed;?$/) f += $i } }

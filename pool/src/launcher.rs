@@ -116,6 +116,7 @@ pub(crate) struct Process {
     pgid: libc::pid_t,
     pub(crate) lock: Option<PortLock>,
     pub(crate) profile: PathBuf,
+    tmp: PathBuf,
     killed: bool,
 }
 
@@ -139,10 +140,11 @@ impl Process {
         if tokio::time::timeout(Duration::from_secs(5), self.child.wait()).await.is_err() {
             tracing::warn!(pid = self.pgid, "chromium did not exit after sigkill");
         }
-        let profile = self.profile.clone();
-        if let Err(e) = tokio::fs::remove_dir_all(&profile).await {
-            if e.kind() != std::io::ErrorKind::NotFound {
-                tracing::warn!(profile = %profile.display(), error = %e, "could not remove profile");
+        for dir in [self.profile.clone(), self.tmp.clone()] {
+            if let Err(e) = tokio::fs::remove_dir_all(&dir).await {
+                if e.kind() != std::io::ErrorKind::NotFound {
+                    tracing::warn!(dir = %dir.display(), error = %e, "could not remove worker directory");
+                }
             }
         }
         self.killed = true;
@@ -163,6 +165,7 @@ impl Drop for Process {
         if !self.killed {
             self.signal_all();
             let _ = std::fs::remove_dir_all(&self.profile);
+            let _ = std::fs::remove_dir_all(&self.tmp);
         }
     }
 }
@@ -170,7 +173,10 @@ impl Drop for Process {
 /// Kills processes outside the group that still name this profile (Chromium's crashpad
 /// handlers start their own sessions; `HOME` points into the profile so they name it).
 fn kill_strays(profile: &Path) {
-    let needle = profile.as_os_str().as_encoded_bytes();
+    // With the trailing slash `.../port-930/` never matches `.../port-9300/`.
+    let mut needle = profile.as_os_str().as_encoded_bytes().to_vec();
+    needle.push(b'/');
+    let needle = needle.as_slice();
     let Ok(entries) = std::fs::read_dir("/proc") else { return };
     for entry in entries.flatten() {
         let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<libc::pid_t>().ok()) else {
@@ -185,6 +191,11 @@ fn kill_strays(profile: &Path) {
             }
         }
     }
+}
+
+/// The worker temp dir of a port: `/tmp/browserpool-w<port>`.
+fn worker_tmp(port: u16) -> PathBuf {
+    PathBuf::from(format!("/tmp/browserpool-w{port}"))
 }
 
 /// A launched, connected browser.
@@ -206,6 +217,13 @@ pub(crate) async fn launch(cfg: &LaunchConfig, worker: &str) -> Result<Launched,
     }
     let home = profile.join("home");
     tokio::fs::create_dir_all(&home).await?;
+    // Chromium puts unix sockets in TMPDIR, and a socket path must fit in 108 bytes, so the
+    // worker's own temp dir is short and fixed per port (the port lock makes it ours).
+    let tmp = worker_tmp(port);
+    if tmp.exists() {
+        tokio::fs::remove_dir_all(&tmp).await?;
+    }
+    tokio::fs::create_dir_all(&tmp).await?;
 
     let mut cmd = Command::new(&cfg.chrome);
     cmd.args(CHROME_FLAGS)
@@ -217,6 +235,7 @@ pub(crate) async fn launch(cfg: &LaunchConfig, worker: &str) -> Result<Launched,
         .env("HOME", &home)
         .env("XDG_CONFIG_HOME", home.join(".config"))
         .env("XDG_CACHE_HOME", home.join(".cache"))
+        .env("TMPDIR", &tmp)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -225,17 +244,21 @@ pub(crate) async fn launch(cfg: &LaunchConfig, worker: &str) -> Result<Launched,
     let mut child = cmd.spawn().map_err(|e| PoolError::Launch(format!("spawn {}: {e}", cfg.chrome.display())))?;
     let pgid = child.id().map(|p| p as libc::pid_t).unwrap_or(0);
     let stderr = child.stderr.take();
-    let process = Process { child, pgid, lock: Some(lock), profile, killed: false };
+    let process = Process { child, pgid, lock: Some(lock), profile, tmp, killed: false };
 
     let Some(stderr) = stderr else {
         process.kill().await;
         return Err(PoolError::Launch("no stderr pipe".into()));
     };
     let mut lines = BufReader::new(stderr).lines();
+    let mut seen: Vec<String> = Vec::new();
     let found = tokio::time::timeout(cfg.launch_timeout, async {
         while let Ok(Some(line)) = lines.next_line().await {
             if let Some(rest) = line.split("DevTools listening on ").nth(1) {
                 return Some(rest.trim().to_string());
+            }
+            if !line.contains("dbus") {
+                seen.push(line);
             }
         }
         None
@@ -245,7 +268,8 @@ pub(crate) async fn launch(cfg: &LaunchConfig, worker: &str) -> Result<Launched,
         Ok(Some(url)) => url,
         Ok(None) => {
             process.kill().await;
-            return Err(PoolError::Launch("chromium exited before printing its devtools endpoint".into()));
+            let tail = seen.iter().rev().take(3).rev().cloned().collect::<Vec<_>>().join(" | ");
+            return Err(PoolError::Launch(format!("chromium exited before printing its devtools endpoint: {tail}")));
         }
         Err(_) => {
             process.kill().await;
@@ -301,8 +325,18 @@ async fn take_port(cfg: &LaunchConfig) -> Result<PortLock, PoolError> {
         let pid = std::process::id();
         for port in cfg.ports.start..=cfg.ports.end {
             let Some(lock) = PortLock::try_acquire(&cfg.lock_dir, port, pid)? else { continue };
+            // A server that died without cleaning up leaves its Chromium running on this port:
+            // kill what still names this port's profile, then give the port a moment to free.
+            kill_strays(&cfg.profiles_dir.join(format!("port-{port}")));
+            let free = (0..20).any(|_| {
+                let ok = std::net::TcpListener::bind(("127.0.0.1", port)).is_ok();
+                if !ok {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                ok
+            });
             // Something outside browserpool may hold the port: skip it rather than fail later.
-            if std::net::TcpListener::bind(("127.0.0.1", port)).is_err() {
+            if !free {
                 drop(lock);
                 continue;
             }

@@ -98,12 +98,20 @@ impl Guard {
             .truncate(false)
             .write(true)
             .open(dir.join(".guard"))?;
-        // SAFETY: flock on a valid fd owned by `file` for the guard's lifetime.
-        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
-        if rc != 0 {
-            return Err(io::Error::last_os_error());
+        // Held only for a check-and-create; if someone sits on it longer, fail rather than hang.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        loop {
+            // SAFETY: flock on a valid fd owned by `file` for the guard's lifetime.
+            let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+            if rc == 0 {
+                return Ok(Guard { _file: file });
+            }
+            let err = io::Error::last_os_error();
+            if err.raw_os_error() != Some(libc::EWOULDBLOCK) || std::time::Instant::now() > deadline {
+                return Err(io::Error::new(err.kind(), format!("lock guard {}: {err}", dir.join(".guard").display())));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
         }
-        Ok(Guard { _file: file })
     }
 }
 

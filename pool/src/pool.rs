@@ -117,6 +117,8 @@ struct Inner {
     warm_ready: Notify,
     /// Signalled when the refill loop should look again.
     refill: Notify,
+    /// Turns true when the server stops; waiting leases give up at once.
+    shutdown: watch::Receiver<bool>,
 }
 
 impl Inner {
@@ -142,6 +144,7 @@ impl Pool {
             slots: Arc::new(Semaphore::new(max)),
             warm_ready: Notify::new(),
             refill: Notify::new(),
+            shutdown: shutdown.clone(),
         });
         let pool = Pool { inner };
         let looped = pool.clone();
@@ -154,11 +157,19 @@ impl Pool {
     /// Dropping the returned future while it waits leaks nothing: the slot is returned and the
     /// worker it would have taken stays warm.
     pub async fn lease(&self, wait: Duration, viewport: Viewport) -> Result<Lease, PoolError> {
+        let mut shutdown = self.inner.shutdown.clone();
+        tokio::select! {
+            result = self.lease_inner(wait, viewport) => result,
+            _ = async { let _ = shutdown.wait_for(|v| *v).await; } => Err(PoolError::ShuttingDown),
+        }
+    }
+
+    async fn lease_inner(&self, wait: Duration, viewport: Viewport) -> Result<Lease, PoolError> {
         let deadline = tokio::time::Instant::now() + wait;
         let permit = match tokio::time::timeout_at(deadline, self.inner.slots.clone().acquire_owned()).await {
             Ok(Ok(permit)) => permit,
             Ok(Err(_)) => return Err(PoolError::ShuttingDown),
-            Err(_) => return Err(self.exhausted(wait)),
+            Err(_) => return Err(PoolError::Exhausted(wait)),
         };
         // Counted as pending (so refill boots one for us) only once no warm worker is there;
         // counting earlier would make refill boot a spare on every lease.
@@ -199,16 +210,14 @@ impl Pool {
                 self.inner.refill.notify_one();
             }
             if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                return Err(self.exhausted(wait));
+                return Err(PoolError::Exhausted(wait));
             }
         }
     }
 
-    fn exhausted(&self, wait: Duration) -> PoolError {
-        match self.inner.state().last_boot_error.clone() {
-            Some(err) => PoolError::Launch(err),
-            None => PoolError::Exhausted(wait),
-        }
+    /// Why the last boot failed, if the last boot failed (for readiness and logs).
+    pub fn last_boot_error(&self) -> Option<String> {
+        self.inner.state().last_boot_error.clone()
     }
 
     /// A snapshot of every worker.
@@ -289,7 +298,7 @@ impl Pool {
             }
             tokio::select! {
                 _ = notified => {}
-                _ = shutdown.changed() => {}
+                changed = shutdown.changed() => if changed.is_err() { break },
             }
         }
         tracing::debug!("refill loop ended");

@@ -105,6 +105,8 @@ pub enum AuthError {
     MissingScope(&'static str),
     #[error("unknown scope {0:?}")]
     UnknownScope(String),
+    #[error("{0}")]
+    BadRequest(String),
     #[error("signing key: {0}")]
     Key(String),
 }
@@ -189,7 +191,7 @@ impl Keys {
             }
         }
         if tenant.is_empty() || subject.is_empty() {
-            return Err(AuthError::Invalid("tenant and subject must not be empty".into()));
+            return Err(AuthError::BadRequest("tenant and subject must not be empty".into()));
         }
         let now = now_s();
         let claims = Claims {

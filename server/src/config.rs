@@ -96,6 +96,15 @@ pub struct ServeArgs {
     /// Idle timeout of a session that does not ask for one.
     #[arg(long, env = "BROWSERPOOL_IDLE_TIMEOUT", default_value = "5m", value_parser = humantime::parse_duration)]
     pub idle_timeout: Duration,
+    /// TLS certificate chain (PEM). TLS is not built yet: giving it is refused at start.
+    #[arg(long, env = "BROWSERPOOL_TLS_CERT")]
+    pub tls_cert: Option<PathBuf>,
+    /// TLS private key (PEM). Not built yet.
+    #[arg(long, env = "BROWSERPOOL_TLS_KEY")]
+    pub tls_key: Option<PathBuf>,
+    /// CA bundle for client certificates (mTLS). Not built yet.
+    #[arg(long, env = "BROWSERPOOL_TLS_CLIENT_CA")]
+    pub tls_client_ca: Option<PathBuf>,
     /// Largest document `load_html` accepts, in bytes (gRPC messages may be this plus 1 MiB).
     #[arg(long, env = "BROWSERPOOL_MAX_HTML_BYTES", default_value_t = 10 << 20)]
     pub max_html_bytes: usize,
@@ -130,17 +139,17 @@ pub struct TokenIssueArgs {
     #[command(flatten)]
     pub store: StoreArgs,
     /// Tenant the token acts for.
-    #[arg(long)]
+    #[arg(long, env = "BROWSERPOOL_TOKEN_TENANT")]
     pub tenant: String,
     /// Subject (user or job) the token names.
-    #[arg(long)]
+    #[arg(long, env = "BROWSERPOOL_TOKEN_SUBJECT")]
     pub subject: String,
     /// Comma-separated scopes: sessions:read, sessions:write, sessions:shared, context:export,
     /// context:import, admin.
-    #[arg(long, value_delimiter = ',', required = true)]
+    #[arg(long, env = "BROWSERPOOL_TOKEN_SCOPES", value_delimiter = ',', required = true)]
     pub scopes: Vec<String>,
     /// Lifetime, e.g. 30m, 1h, 7d.
-    #[arg(long, default_value = "1h", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "BROWSERPOOL_TOKEN_TTL", default_value = "1h", value_parser = humantime::parse_duration)]
     pub ttl: Duration,
     /// JWT algorithm if the signing key does not exist yet.
     #[arg(long, env = "BROWSERPOOL_JWT_ALG", value_enum, default_value = "hs256")]

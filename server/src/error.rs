@@ -43,7 +43,7 @@ impl From<AuthError> for ServiceError {
     fn from(e: AuthError) -> Self {
         match e {
             AuthError::MissingScope(_) => ServiceError::PermissionDenied(e.to_string()),
-            AuthError::UnknownScope(_) => ServiceError::InvalidArgument(e.to_string()),
+            AuthError::UnknownScope(_) | AuthError::BadRequest(_) => ServiceError::InvalidArgument(e.to_string()),
             AuthError::Key(_) => ServiceError::Internal(e.to_string()),
             _ => ServiceError::Unauthenticated(e.to_string()),
         }

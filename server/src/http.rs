@@ -27,12 +27,10 @@ pub fn router(state: HttpState) -> Router {
 }
 
 async fn readyz(State(state): State<HttpState>) -> impl IntoResponse {
-    let status = state.sessions.pool().status();
-    // Ready while there is capacity to serve a session now or after a boot.
-    if status.capacity > 0 {
-        (StatusCode::OK, "ready\n")
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "no capacity\n")
+    // Not ready while workers fail to boot: new sessions could not be served.
+    match state.sessions.pool().last_boot_error() {
+        None => (StatusCode::OK, "ready\n".to_string()),
+        Some(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("workers fail to boot: {e}\n")),
     }
 }
 

@@ -44,6 +44,9 @@ pub struct Bound {
 
 /// Opens the store, loads keys, writes the admin token, starts the pool and binds sockets.
 pub async fn bind(args: ServeArgs) -> anyhow::Result<Bound> {
+    if args.tls_cert.is_some() || args.tls_key.is_some() || args.tls_client_ca.is_some() {
+        anyhow::bail!("--tls-cert/--tls-key/--tls-client-ca: TLS is not built in this version yet; serve plaintext on loopback or behind a TLS proxy");
+    }
     let data_dir = args.store.data_dir.clone();
     if !data_dir.exists() {
         use std::os::unix::fs::DirBuilderExt;

@@ -212,16 +212,23 @@ impl Sessions {
             ended_at_ms: None,
             end_reason: None,
         };
-        // If this fails (or the caller goes away here) the lease drops and kills the worker.
-        self.inner.store.insert_session(&record, "acquired").await?;
-        let live = Arc::new(Live {
-            record: Mutex::new(record.clone()),
-            idle_timeout: idle,
-            lease: tokio::sync::Mutex::new(Some(lease)),
-        });
-        self.live_map().insert(record.id.clone(), live);
-        tracing::info!(session = %record.id, tenant = %record.tenant, worker = %record.worker_id, queue_wait_ms, "session acquired");
-        Ok(record)
+        // Recording and registering run in their own task: a caller that goes away now cannot
+        // leave a READY row without a live session (an unclaimed session idles out instead).
+        // If recording fails the lease drops and kills the worker.
+        let this = self.clone();
+        tokio::spawn(async move {
+            this.inner.store.insert_session(&record, "acquired").await?;
+            let live = Arc::new(Live {
+                record: Mutex::new(record.clone()),
+                idle_timeout: idle,
+                lease: tokio::sync::Mutex::new(Some(lease)),
+            });
+            this.live_map().insert(record.id.clone(), live);
+            tracing::info!(session = %record.id, tenant = %record.tenant, worker = %record.worker_id, queue_wait_ms, "session acquired");
+            Ok(record)
+        })
+        .await
+        .map_err(|e| ServiceError::Internal(format!("acquire task: {e}")))?
     }
 
     /// Ends the caller's session (idempotent). Returns whether this call ended it, and its state.
