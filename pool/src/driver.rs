@@ -95,7 +95,8 @@ pub struct ActionFailure {
     pub code: FailureCode,
     pub message: String,
     pub did_you_mean: Vec<String>,
-    pub dialog: Option<DialogInfo>,
+    /// Boxed: most failures carry none, and results stay small.
+    pub dialog: Option<Box<DialogInfo>>,
 }
 
 impl ActionFailure {
@@ -109,7 +110,7 @@ impl ActionFailure {
 
     fn dialog_open(info: DialogInfo) -> Self {
         let message = format!("a {} dialog is open: {}", kind_name(info.kind), info.message);
-        ActionFailure { code: FailureCode::DialogOpen, message, did_you_mean: Vec::new(), dialog: Some(info) }
+        ActionFailure { code: FailureCode::DialogOpen, message, did_you_mean: Vec::new(), dialog: Some(Box::new(info)) }
     }
 
     pub(crate) fn cdp(e: CdpError) -> Self {

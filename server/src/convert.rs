@@ -102,7 +102,7 @@ pub fn report_to_pb(r: ActionReport) -> pb::ActionResult {
                 code: code_to_pb(f.code) as i32,
                 message: f.message,
                 did_you_mean: f.did_you_mean,
-                dialog: f.dialog.map(dialog_to_pb),
+                dialog: f.dialog.map(|d| dialog_to_pb(*d)),
             });
         }
     }
