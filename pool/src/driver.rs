@@ -170,6 +170,8 @@ pub(crate) enum Answer {
     Js,
     /// A held basic-auth challenge: `Fetch.continueWithAuth` on our raw session.
     Auth { session: String, request_id: String, origin: String },
+    /// A permission request held by the page shim: settle it in its context, grant if accepted.
+    Permission { session: String, context: i64, id: i64, permission: String, origin: String },
 }
 
 #[derive(Debug, Clone)]
@@ -341,6 +343,23 @@ impl Driver {
             }
         }
         driver.wait_tab(page.target_id(), Instant::now() + t).await.map_err(|f| PoolError::Cdp(f.message))?;
+        // The tabs closed above may have been registered first: wait for the watcher to drop
+        // them, and drop them ourselves if it does not in time, so ours is tab 0.
+        let until = Instant::now() + t;
+        loop {
+            let notified = driver.shared.tabs_changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if lock(&driver.shared.tabs).list.iter().all(|tab| &tab.target == page.target_id()) {
+                break;
+            }
+            if tokio::time::timeout_at(until, notified).await.is_err() {
+                let mut tabs = lock(&driver.shared.tabs);
+                tabs.list.retain(|tab| &tab.target == page.target_id());
+                tabs.active = 0;
+                break;
+            }
+        }
         // Warm workers already emulate the default screen, so most leases skip this call.
         driver
             .set_viewport(Viewport::default(), t)
@@ -395,9 +414,15 @@ impl Driver {
             return Ok(());
         }
         let tabs: Vec<Tab> = lock(&self.shared.tabs).list.clone();
+        let active = self.active().ok().map(|(tab, _)| tab.target);
         tokio::time::timeout(within, async {
             for tab in &tabs {
-                crate::ops::apply_viewport(&tab.page, v).await?;
+                // A tab closing right now may refuse; only the active tab's answer matters.
+                match crate::ops::apply_viewport(&tab.page, v).await {
+                    Err(e) if Some(&tab.target) == active.as_ref() => return Err(e),
+                    Err(e) => tracing::debug!(error = %e.message, "viewport not applied to a closing tab"),
+                    Ok(()) => {}
+                }
             }
             Ok::<(), ActionFailure>(())
         })
@@ -522,6 +547,27 @@ impl Driver {
                     .map_err(ActionFailure::cdp)?;
                 // The closed event clears it too; clearing here lets the next action run at once.
                 self.shared.close_dialog(open.seq);
+                Ok(ActionOutput::default())
+            }
+            Answer::Permission { session, context, id, permission, origin } => {
+                if accept {
+                    // Grant for real so the API the page calls next sees it granted.
+                    let name = match permission.as_str() {
+                        "camera" => "videoCapture",
+                        "microphone" => "audioCapture",
+                        other => other,
+                    };
+                    if let Err(e) = self.raw.call("", "Browser.grantPermissions", json!({ "origin": origin, "permissions": [name] })).await {
+                        tracing::debug!(error = %e, permission = %name, "grant failed; the page's own answer still says granted");
+                    }
+                }
+                let settle = json!({
+                    "expression": format!("window.__browserpoolPermission && window.__browserpoolPermission.settle({id}, {accept})"),
+                    "contextId": context,
+                });
+                self.raw.call(session, "Runtime.evaluate", settle).await.map_err(ActionFailure::raw)?;
+                self.shared.close_dialog(open.seq);
+                self.shared.events.emit(EventKind::DialogClosed { kind: DialogKind::Permission, accepted: accept, tab_index: open.info.tab_index });
                 Ok(ActionOutput::default())
             }
             Answer::Auth { session, request_id, origin } => {

@@ -96,6 +96,10 @@ async fn register_tab(
     raw.call(&session, "Fetch.enable", json!({ "handleAuthRequests": true, "patterns": [{ "urlPattern": "*" }] })).await?;
     raw.call(&session, "Page.enable", json!({})).await?;
     raw.call(&session, "Page.setLifecycleEventsEnabled", json!({ "enabled": true })).await?;
+    // Permission prompts: headless Chromium would deny them silently; the shim asks us instead.
+    raw.call(&session, "Runtime.enable", json!({})).await?;
+    raw.call(&session, "Runtime.addBinding", json!({ "name": PERMISSION_BINDING })).await?;
+    raw.call(&session, "Page.addScriptToEvaluateOnNewDocument", json!({ "source": PERMISSION_SHIM })).await?;
     let tab = Tab { target: target.clone(), page: page.clone(), session };
     let index = {
         let mut tabs = lock(&shared.tabs);
@@ -199,6 +203,7 @@ pub(crate) async fn raw_events(shared: Arc<Shared>, raw: RawCdp, mut rx: mpsc::U
                 raw.send(&ev.session_id, "Fetch.continueRequest", json!({ "requestId": id }));
             }
             "Fetch.authRequired" => on_auth_required(&shared, &raw, &ev),
+            "Runtime.bindingCalled" if ev.params["name"] == PERMISSION_BINDING => on_permission(&shared, &ev),
             "Page.lifecycleEvent" => {
                 let loader = ev.params["loaderId"].as_str().unwrap_or_default().to_string();
                 let name = ev.params["name"].as_str().unwrap_or_default().to_string();
@@ -207,6 +212,68 @@ pub(crate) async fn raw_events(shared: Arc<Shared>, raw: RawCdp, mut rx: mpsc::U
             _ => {}
         }
     }
+}
+
+/// The binding the permission shim calls with `{id, name, origin}`.
+pub(crate) const PERMISSION_BINDING: &str = "__browserpoolPermissionAsk";
+
+/// Replaces the permission-requesting APIs with ones that ask the session (through the
+/// binding) and wait for `window.__browserpoolPermission.settle(id, accepted)`.
+const PERMISSION_SHIM: &str = r#"(() => {
+  if (window.__browserpoolPermission || typeof window.__browserpoolPermissionAsk !== 'function') return;
+  const ask = window.__browserpoolPermissionAsk;
+  const pending = new Map();
+  let next = 0;
+  const request = (name) => new Promise(resolve => {
+    const id = ++next;
+    pending.set(id, resolve);
+    ask(JSON.stringify({ id, name, origin: location.origin }));
+  });
+  Object.defineProperty(window, '__browserpoolPermission', { value: {
+    settle(id, ok) { const r = pending.get(id); if (r) { pending.delete(id); r(ok); } }
+  } });
+  if (window.Notification) {
+    Notification.requestPermission = function (cb) {
+      return request('notifications').then(ok => { const p = ok ? 'granted' : 'denied'; if (cb) cb(p); return p; });
+    };
+  }
+  if (navigator.geolocation) {
+    const get = navigator.geolocation.getCurrentPosition.bind(navigator.geolocation);
+    navigator.geolocation.getCurrentPosition = function (success, error, options) {
+      request('geolocation').then(ok => ok ? get(success, error, options)
+        : error && error({ code: 1, PERMISSION_DENIED: 1, message: 'User denied Geolocation' }));
+    };
+  }
+  if (navigator.mediaDevices && navigator.mediaDevices.getUserMedia) {
+    const gum = navigator.mediaDevices.getUserMedia.bind(navigator.mediaDevices);
+    navigator.mediaDevices.getUserMedia = function (c) {
+      return request(c && c.video ? 'camera' : 'microphone')
+        .then(ok => ok ? gum(c) : Promise.reject(new DOMException('Permission denied', 'NotAllowedError')));
+    };
+  }
+})();"#;
+
+fn on_permission(shared: &Arc<Shared>, ev: &RawEvent) {
+    let Ok(ask) = serde_json::from_str::<Value>(ev.params["payload"].as_str().unwrap_or_default()) else { return };
+    let Some(tab) = shared.tab_by_session(&ev.session_id) else { return };
+    let permission = ask["name"].as_str().unwrap_or("permission").to_string();
+    let origin = ask["origin"].as_str().unwrap_or_default().to_string();
+    let info = DialogInfo {
+        kind: DialogKind::Permission,
+        message: format!("{origin} wants to use {permission}"),
+        url: origin.clone(),
+        default_prompt: String::new(),
+        grammar: grammar(DialogKind::Permission),
+        tab_index: shared.tab_index(&tab.target),
+    };
+    let answer = Answer::Permission {
+        session: ev.session_id.clone(),
+        context: ev.params["executionContextId"].as_i64().unwrap_or(0),
+        id: ask["id"].as_i64().unwrap_or(0),
+        permission,
+        origin,
+    };
+    shared.open_dialog(info, tab.target.clone(), answer);
 }
 
 fn on_auth_required(shared: &Arc<Shared>, raw: &RawCdp, ev: &RawEvent) {

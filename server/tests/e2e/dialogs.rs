@@ -210,3 +210,48 @@ async fn events_arrive_in_order_and_end_with_session_ended() {
     assert_eq!(seen.last().map(String::as_str), Some("ended released"), "session ended is last: {seen:?}");
     server.stop().await;
 }
+
+/// The click that asks may finish first (the request is asynchronous); then the next action
+/// meets the dialog. Either way it surfaces with DIALOG_OPEN.
+async fn permission_prompt(client: &Client, id: &str) -> pb::Dialog {
+    let started = Instant::now();
+    let click = act(client, id, action("click", "#notify", json!(null))).await;
+    let dialog = if click.ok {
+        let mut r = act(client, id, action("title", "", json!(null))).await;
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while r.ok && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            r = act(client, id, action("title", "", json!(null))).await;
+        }
+        dialog_of(&r)
+    } else {
+        dialog_of(&click)
+    };
+    println!("permission prompt surfaced in {:?}", started.elapsed());
+    dialog
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permission_prompts_are_dialogs() {
+    let server = TestServer::start().await;
+    let site = fixture_site().await;
+    let client = server.admin().await;
+    let id = client.acquire(30_000).await.unwrap().session_id;
+    ok(&act(&client, &id, action("navigate", "", format!("{site}/permissions"))).await);
+    let dialog = permission_prompt(&client, &id).await;
+    assert_eq!(kind(&dialog), pb::DialogKind::Permission);
+    assert!(dialog.message.contains("notifications"), "{}", dialog.message);
+    ok(&act(&client, &id, action("click", "dialog::accept", json!(null))).await);
+    ok(&act(&client, &id, action("wait_for", "", json!({"text": "perm=granted"}))).await);
+    assert_eq!(ok(&act(&client, &id, action("evaluate", "", "Notification.permission")).await), json!("granted"));
+
+    let other = client.acquire(30_000).await.unwrap().session_id;
+    ok(&act(&client, &other, action("navigate", "", format!("{site}/permissions"))).await);
+    let dialog = permission_prompt(&client, &other).await;
+    assert_eq!(kind(&dialog), pb::DialogKind::Permission);
+    ok(&act(&client, &other, action("click", "dialog::dismiss", json!(null))).await);
+    ok(&act(&client, &other, action("wait_for", "", json!({"text": "perm=denied"}))).await);
+    client.release(&other).await.unwrap();
+    client.release(&id).await.unwrap();
+    server.stop().await;
+}

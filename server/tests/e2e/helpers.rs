@@ -133,6 +133,9 @@ const WIDGETS: &str = r#"<!doctype html><title>Widgets</title>
 <div id="tall"></div><p id="bottom">bottom</p>
 <script>console.log('widgets ready', 42)</script>"#;
 
+const PERMISSIONS: &str = r#"<!doctype html><title>Permissions</title><p id="out">none</p>
+<button id="notify" onclick="Notification.requestPermission().then(p => document.getElementById('out').textContent = 'perm=' + p)">notify</button>"#;
+
 /// 401 with a Basic challenge unless the request carries alice:secret.
 async fn auth(headers: axum::http::HeaderMap) -> axum::response::Response {
     use axum::response::IntoResponse;
@@ -161,7 +164,8 @@ pub async fn fixture_site() -> String {
         .route("/leave", get(|| async { Html(LEAVE) }))
         .route("/popup", get(|| async { Html(POPUP) }))
         .route("/widgets", get(|| async { Html(WIDGETS) }))
-        .route("/auth", get(auth));
+        .route("/auth", get(auth))
+        .route("/permissions", get(|| async { Html(PERMISSIONS) }));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
