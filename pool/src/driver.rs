@@ -196,8 +196,9 @@ pub(crate) struct Shared {
     pub(crate) credentials: Mutex<HashMap<String, (String, String)>>,
     /// Auth requests already answered with credentials (a second challenge means they failed).
     pub(crate) answered: Mutex<HashSet<String>>,
-    /// HTML set by `load_html`, per tab, with the marker that proves it is still there.
-    pub(crate) loaded_html: Mutex<HashMap<TargetId, (String, String)>>,
+    /// HTML set by `load_html`, per tab: (html, marker that proves it is still there, the
+    /// document URL it was loaded over). A different URL later means a real navigation.
+    pub(crate) loaded_html: Mutex<HashMap<TargetId, (String, String, String)>>,
     /// `Page.lifecycleEvent`s of our raw sessions: (session, loader id, name).
     pub(crate) lifecycle: broadcast::Sender<(String, String, String)>,
 }

@@ -256,7 +256,13 @@ impl Driver {
         apply_viewport(&tab.page, v).await?;
         // State recreated by the emulation change must not lose load_html content.
         let kept = lock(&self.shared.loaded_html).get(&tab.target).cloned();
-        if let Some((html, marker)) = kept {
+        if let Some((html, marker, loaded_over)) = kept {
+            // A link click (or any navigation) since load_html replaced the document: forget it.
+            let now = tab.page.url().await.ok().flatten().unwrap_or_default();
+            if now != loaded_over {
+                lock(&self.shared.loaded_html).remove(&tab.target);
+                return Ok(value(json!({ "width": v.width, "height": v.height, "scale": v.scale, "mobile": v.mobile })));
+            }
             let present = tab
                 .page
                 .evaluate_expression(format!("window.__browserpool_html === {}", json!(marker)))
@@ -284,7 +290,8 @@ impl Driver {
         }
         let marker = uuid::Uuid::new_v4().simple().to_string();
         self.set_document(tab, html, &marker).await?;
-        lock(&self.shared.loaded_html).insert(tab.target.clone(), (html.to_string(), marker));
+        let url = tab.page.url().await.ok().flatten().unwrap_or_default();
+        lock(&self.shared.loaded_html).insert(tab.target.clone(), (html.to_string(), marker, url));
         Ok(value(json!({ "bytes": html.len() })))
     }
 

@@ -4,7 +4,8 @@
 //!
 //! Starts a server in-process on 127.0.0.1:0 with a fresh data dir, waits until the pool is
 //! warm before every round (so each acquire finds a booted browser), and prints the
-//! distribution of `Acquire` round-trip times as the client sees them, plus the first action.
+//! distribution of `Acquire` round-trip times as the client sees them, plus the first action
+//! and how long a `confirm()` opened by a click takes to end that click with DIALOG_OPEN.
 
 use std::time::{Duration, Instant};
 
@@ -12,6 +13,7 @@ use browserpool_client::{action, pb, Client};
 use browserpool_server::config::ServeArgs;
 
 const WARM: usize = 2;
+const SETTLE: Duration = Duration::from_millis(500);
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -31,8 +33,12 @@ async fn main() -> anyhow::Result<()> {
     let client = Client::connect(endpoint, &token).await?;
     let mut acquire = Vec::with_capacity(rounds);
     let mut first_action = Vec::with_capacity(rounds);
+    let mut dialog = Vec::with_capacity(rounds);
     for _ in 0..rounds {
         wait_warm(&client, WARM).await?;
+        // A Chromium that just printed its endpoint keeps starting up for a moment; measure the
+        // steady warm pool, not the CPU contention of a boot still settling on 2 cores.
+        tokio::time::sleep(SETTLE).await;
         let t = Instant::now();
         let session = client.acquire(30_000).await?;
         acquire.push(t.elapsed());
@@ -40,10 +46,20 @@ async fn main() -> anyhow::Result<()> {
         let r = client.act(&session.session_id, action("evaluate", "", "1 + 1")).await?;
         first_action.push(t.elapsed());
         anyhow::ensure!(r.ok, "evaluate failed: {:?}", r.error);
+        // A click whose handler calls confirm(): how long until the action ends DIALOG_OPEN.
+        let page = "<button id=b onclick=\"confirm('go?')\">b</button>";
+        let r = client.act(&session.session_id, action("load_html", "", page)).await?;
+        anyhow::ensure!(r.ok, "load_html failed: {:?}", r.error);
+        let t = Instant::now();
+        let r = client.act(&session.session_id, action("click", "#b", serde_json::Value::Null)).await?;
+        dialog.push(t.elapsed());
+        let code = r.error.as_ref().map(|e| e.code).unwrap_or_default();
+        anyhow::ensure!(code == pb::ErrorCode::DialogOpen as i32, "click did not surface the dialog: {:?}", r.error);
         client.release(&session.session_id).await?;
     }
     report("acquire (warm pool)", &mut acquire);
     report("first action (evaluate)", &mut first_action);
+    report("confirm() surfaced as DIALOG_OPEN (click)", &mut dialog);
 
     let _ = stop.send(());
     server.await??;

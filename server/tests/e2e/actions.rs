@@ -130,9 +130,17 @@ async fn load_html_is_capped_survives_viewport_and_is_forgotten_on_navigation() 
     let too_big = act(&client, &id, action("load_html", "", format!("<p>{}</p>", "x".repeat(5000)))).await;
     assert_eq!(err_code(&too_big), pb::ErrorCode::PayloadTooLarge);
 
-    // A real navigation forgets it: back on a fresh document, set_viewport does not restore it.
-    ok(&act(&client, &id, action("navigate", "", format!("{site}/about"))).await);
+    // A real navigation forgets it: after a link click or a navigate, set_viewport does not
+    // bring it back.
+    ok(&act(&client, &id, action("navigate", "", format!("{site}/"))).await);
+    ok(&act(&client, &id, action("load_html", "", "<h1 id=t>again</h1><a id=go href=\"/about\">go</a>")).await);
+    ok(&act(&client, &id, action("click", "#go", json!(null))).await);
+    ok(&act(&client, &id, action("wait_for", "", json!({"text": "about page"}))).await);
     ok(&act(&client, &id, action("set_viewport", "", json!({"width": 500, "height": 300}))).await);
+    assert_eq!(ok(&act(&client, &id, action("title", "", json!(null))).await), json!("About"));
+    ok(&act(&client, &id, action("load_html", "", "<h1 id=t>third</h1>")).await);
+    ok(&act(&client, &id, action("navigate", "", format!("{site}/about"))).await);
+    ok(&act(&client, &id, action("set_viewport", "", json!({"width": 600, "height": 300}))).await);
     assert_eq!(ok(&act(&client, &id, action("title", "", json!(null))).await), json!("About"));
     client.release(&id).await.unwrap();
     server.stop().await;
