@@ -1,13 +1,9 @@
 //! The rest of the action table: tabs, screenshots, viewport, load_html, pdf, widgets, batch.
 
-use browserpool_client::{action, pb, Client};
+use browserpool_client::{action, pb};
 use serde_json::json;
 
-use crate::helpers::{err_code, fixture_site, ok, png_size, TestServer};
-
-async fn act(client: &Client, id: &str, a: pb::Action) -> pb::ActionResult {
-    client.act(id, a).await.unwrap()
-}
+use crate::helpers::{act, err_code, fixture_site, ok, png_size, TestServer};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tabs_popups_and_sticky_switching() {

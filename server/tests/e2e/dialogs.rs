@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use browserpool_client::{action, pb, Client};
 use serde_json::json;
 
-use crate::helpers::{err_code, fixture_site, ok, TestServer};
+use crate::helpers::{act, err_code, fixture_site, ok, TestServer};
 
 fn dialog_of(r: &pb::ActionResult) -> pb::Dialog {
     assert_eq!(err_code(r), pb::ErrorCode::DialogOpen, "{:?}", r.error);
@@ -15,10 +15,6 @@ fn dialog_of(r: &pb::ActionResult) -> pb::Dialog {
 
 fn kind(d: &pb::Dialog) -> pb::DialogKind {
     pb::DialogKind::try_from(d.kind).unwrap()
-}
-
-async fn act(client: &Client, id: &str, a: pb::Action) -> pb::ActionResult {
-    client.act(id, a).await.unwrap()
 }
 
 /// Runs an action that should surface a dialog; returns it and how long it took.

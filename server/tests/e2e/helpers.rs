@@ -180,6 +180,11 @@ pub fn png_size(data: &[u8]) -> (u32, u32) {
     (u32::from_be_bytes(data[16..20].try_into().unwrap()), u32::from_be_bytes(data[20..24].try_into().unwrap()))
 }
 
+/// Runs one action; the RPC itself must succeed.
+pub async fn act(client: &Client, id: &str, a: pb::Action) -> pb::ActionResult {
+    client.act(id, a).await.unwrap()
+}
+
 /// Asserts an action succeeded and returns its JSON value.
 pub fn ok(r: &pb::ActionResult) -> serde_json::Value {
     assert!(r.ok, "action {} failed: {:?}", r.action, r.error);
