@@ -75,7 +75,7 @@ const CATALOG: &[(&str, Access, bool)] = &[
     ("list_tabs", Access::Read, true),
     ("url", Access::Read, true),
     ("title", Access::Read, true),
-    ("cookies", Access::ContextExport, false),
+    ("cookies", Access::ContextExport, true),
 ];
 
 /// Alias -> canonical name. Matching is exact: `setContent` is listed in its own spelling.

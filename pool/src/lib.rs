@@ -4,6 +4,7 @@
 //! the store. chromiumoxide stays behind this crate's own types ([`Driver`], [`Lease`]).
 
 pub mod actions;
+pub mod context;
 pub mod driver;
 pub mod error;
 pub mod events;
@@ -16,6 +17,7 @@ mod rawcdp;
 mod watchers;
 
 pub use actions::{canonicalize, Access, Canonical, UnknownAction};
+pub use context::{CaptureOptions, ContextState, CookieRecord, MAX_COOKIES};
 pub use driver::{ActionCall, ActionFailure, ActionOutput, Driver, DriverConfig, FailureCode, Viewport};
 pub use events::{DialogInfo, DialogKind, Event, EventKind, EventReader};
 pub use ops::parse_viewport;

@@ -66,6 +66,7 @@ impl Driver {
             "pdf" => pdf(page, &call.payload).await?,
             "set_viewport" => self.set_viewport_action(&tab, &call.payload).await?,
             "load_html" => self.load_html(&tab, &call.payload).await?,
+            "cookies" => self.cookies(&tab, &call.payload).await?,
             "url" => value(json!(page.url().await.map_err(ActionFailure::cdp)?.unwrap_or_default())),
             "title" => value(json!(page.get_title().await.map_err(ActionFailure::cdp)?.unwrap_or_default())),
             other => return Err(ActionFailure::new(FailureCode::Internal, format!("no handler for `{other}`"))),
@@ -116,6 +117,71 @@ impl Driver {
         }
         let now = tab.page.url().await.map_err(ActionFailure::cdp)?.unwrap_or(url);
         Ok(value(json!({ "url": now })))
+    }
+
+    /// Navigates a tab and waits for `load` (used by context import).
+    pub(crate) async fn navigate_to(&self, tab: &Tab, url: &str, _until: Instant) -> ActResult<()> {
+        self.navigate(tab, &json!(url)).await.map(|_| ())
+    }
+
+    /// `cookies {op: get|set|clear, cookies}` on this session's browser.
+    async fn cookies(&self, tab: &Tab, payload: &Value) -> ActResult<ActionOutput> {
+        let op = match payload {
+            Value::Null => "get",
+            Value::String(op) => op.as_str(),
+            Value::Object(m) => m.get("op").and_then(Value::as_str).unwrap_or("get"),
+            _ => return Err(ActionFailure::invalid("payload: {op: get|set|clear, cookies: [...]}")),
+        };
+        match op {
+            "get" => {
+                let list: Vec<Value> = self
+                    .all_cookies()
+                    .await?
+                    .into_iter()
+                    .map(|c| json!({ "name": c.name, "value": c.value, "domain": c.domain, "path": c.path,
+                        "expires": c.expires, "http_only": c.http_only, "secure": c.secure, "same_site": c.same_site }))
+                    .collect();
+                Ok(value(Value::Array(list)))
+            }
+            "clear" => {
+                let n = self.all_cookies().await?.len();
+                self.replace_cookies(&[]).await?;
+                Ok(value(json!({ "cleared": n })))
+            }
+            "set" => {
+                let list = payload.get("cookies").and_then(Value::as_array).ok_or_else(|| ActionFailure::invalid("payload.cookies: a list is required"))?;
+                if list.len() > crate::context::MAX_COOKIES {
+                    return Err(ActionFailure::new(
+                        FailureCode::PayloadTooLarge,
+                        format!("payload.cookies: {} cookies exceed the limit of {}", list.len(), crate::context::MAX_COOKIES),
+                    ));
+                }
+                let page_url = tab.page.url().await.ok().flatten().unwrap_or_default();
+                let page_origin = crate::context::normalize_origin(&page_url).ok();
+                let mut set = Vec::with_capacity(list.len());
+                for (i, c) in list.iter().enumerate() {
+                    let (cookie, origin) = crate::context::cookie_from_payload(c, i, page_origin.as_deref())?;
+                    crate::context::validate_cookie(&cookie, i)?;
+                    set.push((cookie, origin));
+                }
+                let mut jar: Vec<(crate::context::CookieRecord, String)> = self
+                    .all_cookies()
+                    .await?
+                    .into_iter()
+                    .filter(|old| !set.iter().any(|(new, _)| (&new.name, &new.domain, &new.path) == (&old.name, &old.domain, &old.path)))
+                    .map(|c| {
+                        let scheme = if c.secure { "https" } else { "http" };
+                        let anchor = format!("{scheme}://{}", c.domain.trim_start_matches('.'));
+                        (c, anchor)
+                    })
+                    .collect();
+                let n = set.len();
+                jar.extend(set);
+                self.replace_cookies(&jar).await?;
+                Ok(value(json!({ "set": n })))
+            }
+            other => Err(ActionFailure::invalid(format!("payload.op: `{other}` is not get, set or clear"))),
+        }
     }
 
     async fn history(&self, tab: &Tab, delta: i64, until: Instant) -> ActResult<ActionOutput> {

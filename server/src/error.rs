@@ -37,6 +37,9 @@ pub enum ServiceError {
     Store(#[from] StoreError),
     #[error("{0}")]
     Internal(String),
+    /// A browser-side failure of a whole RPC (context import/export).
+    #[error("{}", .0.message)]
+    Action(browserpool_pool::ActionFailure),
 }
 
 impl From<AuthError> for ServiceError {
@@ -72,6 +75,22 @@ impl From<ServiceError> for Status {
             ServiceError::Pool(_) | ServiceError::Internal(_) => {
                 tracing::error!(error = %e, "internal error");
                 (Code::Internal, "internal error; see server log".into())
+            }
+            ServiceError::Action(f) => {
+                use browserpool_pool::FailureCode as F;
+                let code = match f.code {
+                    // The active tab is on another origin: the caller must navigate first.
+                    F::InvalidArgument if f.message.starts_with("strict_origin:") => Code::FailedPrecondition,
+                    F::InvalidArgument | F::PayloadTooLarge | F::BlockedByPolicy => Code::InvalidArgument,
+                    F::Timeout => Code::DeadlineExceeded,
+                    F::DialogOpen | F::SessionClosed | F::SessionCrashed | F::NavigationFailed => Code::FailedPrecondition,
+                    F::PermissionDenied => Code::PermissionDenied,
+                    _ => {
+                        tracing::error!(error = %f.message, "browser failure");
+                        return Status::new(Code::Internal, "internal error; see server log");
+                    }
+                };
+                (code, f.message.clone())
             }
             ServiceError::Store(_) => {
                 tracing::error!(error = %e, "store error");

@@ -4,6 +4,7 @@
 pub mod auth;
 pub mod cli;
 pub mod config;
+pub mod context;
 pub mod convert;
 pub mod error;
 pub mod grpc;

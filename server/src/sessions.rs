@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use browserpool_pool::{
-    canonicalize, Access, ActionCall, ActionFailure, ActionOutput, EventKind, EventReader, FailureCode, Lease, Pool,
-    PoolError, Viewport,
+    canonicalize, Access, ActionCall, ActionFailure, ActionOutput, CaptureOptions, ContextState, EventKind, EventReader,
+    FailureCode, Lease, Pool, PoolError, Viewport,
 };
 use serde_json::Value;
 use tokio::sync::watch;
@@ -418,6 +418,43 @@ impl Sessions {
             }
         }
         Ok(reports)
+    }
+
+    /// Runs `f` with the session's lease held (actions of the session wait meanwhile).
+    async fn with_lease<T>(
+        &self,
+        id: &str,
+        f: impl for<'a> FnOnce(&'a Lease) -> futures::future::BoxFuture<'a, std::result::Result<T, ActionFailure>>,
+    ) -> Result<T> {
+        let live = self.live_map().get(id).cloned().ok_or_else(|| ServiceError::NotReady { id: id.into(), state: "CLOSED" })?;
+        let guard = live.lease.lock().await;
+        let lease = guard.as_ref().ok_or_else(|| ServiceError::NotReady { id: id.into(), state: "CLOSED" })?;
+        let out = f(lease).await.map_err(ServiceError::Action)?;
+        drop(guard);
+        self.touch(&live).await;
+        Ok(out)
+    }
+
+    /// Captures one origin's state of the caller's session.
+    pub async fn export_context(&self, claims: &Claims, id: &str, opts: CaptureOptions) -> Result<ContextState> {
+        require(claims, Scope::ContextExport)?;
+        self.attach(claims, id).await?;
+        self.with_lease(id, |lease| Box::pin(async move { lease.driver().export_context(&opts).await })).await
+    }
+
+    /// Applies a verified state to the caller's session (strict replace for its origin).
+    pub async fn import_context(&self, claims: &Claims, id: &str, state: ContextState, strict_origin: bool) -> Result<(u32, u32)> {
+        require(claims, Scope::ContextImport)?;
+        self.attach(claims, id).await?;
+        let until = tokio::time::Instant::now() + DEFAULT_ACTION_TIMEOUT;
+        self.with_lease(id, |lease| {
+            Box::pin(async move {
+                tokio::time::timeout_at(until, lease.driver().import_context(&state, strict_origin, until))
+                    .await
+                    .unwrap_or_else(|_| Err(ActionFailure::new(FailureCode::Timeout, "import did not finish in time")))
+            })
+        })
+        .await
     }
 
     /// A reader of the session's live events from now on.

@@ -11,6 +11,9 @@ use tonic::{Request, Response, Status, Streaming};
 use tracing::Instrument;
 
 use super::{claims, not_yet};
+use crate::context;
+use crate::sessions::{now_ms, SessionState};
+use browserpool_pool::CaptureOptions;
 use crate::convert::{event_to_pb, labels_from_pb, report_to_pb, session_to_pb, state_from_pb, to_json, viewport_from_pb};
 use crate::error::ServiceError;
 use crate::sessions::{require, AcquireSpec, ActionInput, Sessions};
@@ -55,8 +58,11 @@ impl pb::sessions_server::Sessions for SessionsApi {
     async fn acquire(&self, req: Request<pb::AcquireRequest>) -> Result<Response<pb::Session>, Status> {
         let claims = claims(&req)?;
         let r = req.into_inner();
-        if r.context.is_some() {
-            return not_yet("AcquireRequest.context (context import) arrives with context envelopes");
+        // An envelope to import is checked before any browser is leased.
+        if let Some(env) = &r.context {
+            require(&claims, Scope::ContextImport)?;
+            context::check_bounds(env)?;
+            context::verify(env).map_err(|e| ServiceError::InvalidArgument(format!("context: {e}")))?;
         }
         let spec = AcquireSpec {
             wait_ms: r.wait_ms,
@@ -66,6 +72,13 @@ impl pb::sessions_server::Sessions for SessionsApi {
             labels: labels_from_pb(r.labels),
         };
         let record = self.sessions.acquire(&claims, spec).await?;
+        if let Some(env) = &r.context {
+            if let Err(e) = self.sessions.import_context(&claims, &record.id, context::open(env), false).await {
+                self.sessions.end_detached(&record.id, SessionState::Closed, "context import failed").await;
+                return Err(e.into());
+            }
+            tracing::info!(session = %record.id, origin = %env.origin, cookies = env.cookies.len(), integrity = %env.integrity, "context imported at acquire");
+        }
         Ok(Response::new(session_to_pb(&record)))
     }
 
@@ -234,11 +247,37 @@ impl pb::sessions_server::Sessions for SessionsApi {
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 
-    async fn export_context(&self, _req: Request<pb::ExportContextRequest>) -> Result<Response<pb::ContextEnvelope>, Status> {
-        not_yet("ExportContext arrives with context envelopes")
+    async fn export_context(&self, req: Request<pb::ExportContextRequest>) -> Result<Response<pb::ContextEnvelope>, Status> {
+        let claims = claims(&req)?;
+        let r = req.into_inner();
+        let opts = CaptureOptions {
+            origin: r.origin,
+            include_storage: r.include_storage.unwrap_or(true),
+            include_http_auth: r.include_http_auth,
+            capture_user_agent: r.capture_user_agent,
+        };
+        let state = self.sessions.export_context(&claims, &r.session_id, opts).await?;
+        let env = context::seal(state, now_ms());
+        // Never the envelope itself: only what identifies it.
+        tracing::info!(session = %r.session_id, origin = %env.origin, cookies = env.cookies.len(), integrity = %env.integrity, "context exported");
+        Ok(Response::new(env))
     }
 
-    async fn import_context(&self, _req: Request<pb::ImportContextRequest>) -> Result<Response<pb::ImportContextResponse>, Status> {
-        not_yet("ImportContext arrives with context envelopes")
+    async fn import_context(&self, req: Request<pb::ImportContextRequest>) -> Result<Response<pb::ImportContextResponse>, Status> {
+        let claims = claims(&req)?;
+        let r = req.into_inner();
+        require(&claims, Scope::ContextImport)?;
+        let env = r.envelope.ok_or_else(|| Status::from(ServiceError::InvalidArgument("envelope: required".into())))?;
+        context::check_bounds(&env)?;
+        if let Err(integrity_error) = context::verify(&env) {
+            // Still an owner check first, so a foreign id stays NOT_FOUND.
+            self.sessions.attach(&claims, &r.session_id).await?;
+            tracing::info!(session = %r.session_id, origin = %env.origin, "context refused: integrity mismatch");
+            return Ok(Response::new(pb::ImportContextResponse { ok: false, integrity_error, ..Default::default() }));
+        }
+        let (applied_cookies, applied_storage_keys) =
+            self.sessions.import_context(&claims, &r.session_id, context::open(&env), r.strict_origin).await?;
+        tracing::info!(session = %r.session_id, origin = %env.origin, cookies = applied_cookies, keys = applied_storage_keys, integrity = %env.integrity, "context imported");
+        Ok(Response::new(pb::ImportContextResponse { ok: true, applied_cookies, applied_storage_keys, integrity_error: String::new() }))
     }
 }

@@ -100,6 +100,84 @@ impl Drop for TestServer {
     }
 }
 
+/// The real `browserpool` binary on 127.0.0.1:0 with its own data dir, as a user runs it.
+pub struct BinaryServer {
+    pub dir: tempfile::TempDir,
+    pub grpc: String,
+    pub http: String,
+    pub token: String,
+    child: std::process::Child,
+    log: std::sync::mpsc::Receiver<String>,
+    exited: bool,
+}
+
+impl BinaryServer {
+    pub fn spawn() -> BinaryServer {
+        use std::io::{BufRead, BufReader};
+        let dir = tempfile::tempdir().unwrap();
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_browserpool"))
+            .args(["serve", "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--warm", "1", "--max-workers", "2"])
+            .arg("--data-dir")
+            .arg(dir.path())
+            .env("BROWSERPOOL_LOG", "info")
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Read the bound addresses from the log line `serving grpc_addr=... http_addr=...`.
+        let stderr = child.stderr.take().unwrap();
+        let (tx, log) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        let (grpc, http) = loop {
+            let line = log.recv_timeout(deadline - std::time::Instant::now()).expect("server logs `serving`");
+            assert!(!line.contains("eyJ"), "a token leaked into the log: {line}");
+            if line.contains("serving") {
+                let field = |name: &str| line.split(&format!("{name}=")).nth(1).unwrap().split_whitespace().next().unwrap().to_string();
+                break (field("grpc_addr"), field("http_addr"));
+            }
+        };
+        let token = std::fs::read_to_string(dir.path().join("admin.token")).unwrap().trim().to_string();
+        BinaryServer { dir, grpc, http, token, child, log, exited: false }
+    }
+
+    pub async fn client(&self) -> Client {
+        Client::connect(format!("http://{}", self.grpc), &self.token).await.unwrap()
+    }
+
+    /// SIGTERM, then wait (at most a minute) for the exit; returns it with the log lines.
+    pub fn terminate(&mut self) -> (std::process::ExitStatus, Vec<String>) {
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        let status = loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                break status;
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!("server did not exit within a minute");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        self.exited = true;
+        (status, self.log.try_iter().collect())
+    }
+}
+
+impl Drop for BinaryServer {
+    fn drop(&mut self) {
+        if !self.exited {
+            // SAFETY: signalling our own child, not yet reaped; a clean stop kills its workers.
+            unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+            let _ = self.child.wait();
+        }
+    }
+}
+
 /// The page the browser tests drive: a form that greets by name.
 const FORM: &str = r#"<!doctype html>
 <html><head><title>Greeter</title></head>
@@ -136,6 +214,26 @@ const WIDGETS: &str = r#"<!doctype html><title>Widgets</title>
 const PERMISSIONS: &str = r#"<!doctype html><title>Permissions</title><p id="out">none</p>
 <button id="notify" onclick="Notification.requestPermission().then(p => document.getElementById('out').textContent = 'perm=' + p)">notify</button>"#;
 
+/// Sets `session=abc123` (session cookie) and `user=alice` (HttpOnly, Lax, one hour), and a
+/// localStorage key from the page.
+async fn set_cookies() -> axum::response::Response {
+    use axum::response::IntoResponse;
+    (
+        axum::response::AppendHeaders([
+            ("set-cookie", "session=abc123; Path=/"),
+            ("set-cookie", "user=alice; Path=/; HttpOnly; SameSite=Lax; Max-Age=3600"),
+        ]),
+        Html("<title>Signed in</title><script>localStorage.setItem('k', 'v')</script><p>signed in</p>"),
+    )
+        .into_response()
+}
+
+/// Echoes the request's Cookie header.
+async fn echo_cookies(headers: axum::http::HeaderMap) -> Html<String> {
+    let cookies = headers.get("cookie").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+    Html(format!("<title>Echo</title><pre id=cookies>{cookies}</pre>"))
+}
+
 /// 401 with a Basic challenge unless the request carries alice:secret.
 async fn auth(headers: axum::http::HeaderMap) -> axum::response::Response {
     use axum::response::IntoResponse;
@@ -165,7 +263,9 @@ pub async fn fixture_site() -> String {
         .route("/popup", get(|| async { Html(POPUP) }))
         .route("/widgets", get(|| async { Html(WIDGETS) }))
         .route("/auth", get(auth))
-        .route("/permissions", get(|| async { Html(PERMISSIONS) }));
+        .route("/permissions", get(|| async { Html(PERMISSIONS) }))
+        .route("/set-cookies", get(set_cookies))
+        .route("/echo-cookies", get(echo_cookies));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {

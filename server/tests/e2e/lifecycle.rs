@@ -1,43 +1,16 @@
 //! Process-level behaviour: the real binary, signals, lock files, unimplemented rpcs.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
 
 use browserpool_client::{pb, Client};
 
-use crate::helpers::TestServer;
+use crate::helpers::{BinaryServer, TestServer};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_closes_sessions_kills_workers_and_exits_zero() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_browserpool"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--warm", "1", "--max-workers", "2"])
-        .arg("--data-dir")
-        .arg(dir.path())
-        .env("BROWSERPOOL_LOG", "info")
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    // Read the bound addresses from the log line `serving grpc_addr=... http_addr=...`.
-    let stderr = child.stderr.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let (grpc, http) = loop {
-        let line = rx.recv_timeout(deadline - Instant::now()).expect("server logs `serving`");
-        assert!(!line.contains("eyJ"), "a token leaked into the log: {line}");
-        if line.contains("serving") {
-            let field = |name: &str| line.split(&format!("{name}=")).nth(1).unwrap().split_whitespace().next().unwrap().to_string();
-            break (field("grpc_addr"), field("http_addr"));
-        }
-    };
-    let token = std::fs::read_to_string(dir.path().join("admin.token")).unwrap();
-    let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(dir.path().join("admin.token")).unwrap().permissions());
+    let mut server = BinaryServer::spawn();
+    let (dir, grpc, http, token) = (server.dir.path().to_path_buf(), server.grpc.clone(), server.http.clone(), server.token.clone());
+    let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(dir.join("admin.token")).unwrap().permissions());
     assert_eq!(mode & 0o777, 0o600, "admin token is private");
 
     let client = Client::connect(format!("http://{grpc}"), &token).await.unwrap();
@@ -47,37 +20,21 @@ async fn sigterm_closes_sessions_kills_workers_and_exits_zero() {
     let metrics = reqwest_get(&format!("http://{http}/metrics")).await;
     assert!(metrics.contains("browserpool_workers_leased 1"), "{metrics}");
 
-    // SAFETY: signalling our own child.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let status = wait_with_timeout(&mut child, Duration::from_secs(60));
+    let (status, log) = server.terminate();
     assert_eq!(status.code(), Some(0), "exit 0 on sigterm");
-    for line in rx.try_iter() {
+    for line in log {
         assert!(!line.contains("eyJ"), "a token leaked into the log: {line}");
     }
 
-    let profiles: Vec<_> = std::fs::read_dir(dir.path().join("profiles")).unwrap().flatten().collect();
+    let profiles: Vec<_> = std::fs::read_dir(dir.join("profiles")).unwrap().flatten().collect();
     assert!(profiles.is_empty(), "profiles removed: {profiles:?}");
-    let url = format!("sqlite://{}", dir.path().join("browserpool.db").display());
+    let url = format!("sqlite://{}", dir.join("browserpool.db").display());
     let store = browserpool_server::store::Store::open(&url).await.unwrap();
     let record = store.session(&session.session_id).await.unwrap().unwrap();
     assert_eq!(record.state.as_str(), "CLOSED");
     let transitions = store.transitions(&session.session_id).await.unwrap();
     assert_eq!(transitions.iter().map(|t| t.state.as_str()).collect::<Vec<_>>(), ["READY", "CLOSED"]);
     assert_eq!(transitions[1].reason, "server shutdown");
-}
-
-fn wait_with_timeout(child: &mut std::process::Child, limit: Duration) -> std::process::ExitStatus {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("server did not exit within {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 /// A tiny HTTP/1.1 GET over a raw socket (no client crate needed for three lines).
@@ -132,9 +89,9 @@ async fn workers_skip_live_locks_and_reclaim_dead_ones() {
 async fn later_rpcs_answer_unimplemented_and_reflection_lists_services() {
     let server = TestServer::start_with(|a| a.warm = 0).await;
     let client = server.admin().await;
-    let status = client.sessions().export_context(pb::ExportContextRequest::default()).await.unwrap_err();
+    let status = client.sessions().renew(pb::RenewRequest::default()).await.unwrap_err();
     assert_eq!(status.code(), tonic::Code::Unimplemented);
-    assert!(status.message().contains("ExportContext"), "{status}");
+    assert!(status.message().contains("Renew"), "{status}");
     let status = client.admin().verify_audit(pb::VerifyAuditRequest {}).await.unwrap_err();
     assert_eq!(status.code(), tonic::Code::Unimplemented);
 

@@ -3,6 +3,7 @@
 
 mod actions;
 mod auth;
+mod context;
 mod dialogs;
 mod helpers;
 mod lifecycle;

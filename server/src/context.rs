@@ -1,0 +1,328 @@
+//! Context envelopes on the wire: RFC 8785 (JCS) canonical JSON, the integrity hash, bounds,
+//! and conversion to and from the pool's [`ContextState`].
+//!
+//! The canonical form is rebuilt from the protobuf alone, so anyone can recompute
+//! `integrity` with an off-the-shelf JCS library: keys camelCase, `capturedAt` in ms, cookie
+//! `expires` in seconds (-1 for a session cookie); `version`, `origin`, `capturedAt` and
+//! `cookies` always present; every other member omitted exactly when empty in the message.
+
+use std::collections::BTreeMap;
+
+use browserpool_pool::{ContextState, CookieRecord, Viewport, MAX_COOKIES};
+use browserpool_proto::prost::Message;
+use browserpool_proto::v1 as pb;
+use serde_json::{json, Map, Value};
+use sha2::{Digest, Sha256};
+
+use crate::error::ServiceError;
+
+/// The only envelope version this server reads and writes.
+pub const VERSION: u32 = 1;
+/// Largest encoded envelope accepted.
+pub const MAX_ENVELOPE_BYTES: usize = 1 << 20;
+
+/// The canonical JSON object of an envelope (without `integrity`).
+pub fn canonical_value(env: &pb::ContextEnvelope) -> Value {
+    let mut m = Map::new();
+    m.insert("version".into(), json!(env.version));
+    m.insert("origin".into(), json!(env.origin));
+    m.insert("capturedAt".into(), json!(env.captured_at_ms));
+    if !env.user_agent.is_empty() {
+        m.insert("userAgent".into(), json!(env.user_agent));
+    }
+    if let Some(v) = &env.viewport {
+        m.insert("viewport".into(), json!({ "width": v.width, "height": v.height, "scale": v.scale, "mobile": v.mobile }));
+    }
+    let cookies: Vec<Value> = env
+        .cookies
+        .iter()
+        .map(|c| {
+            let mut o = json!({
+                "name": c.name, "value": c.value, "domain": c.domain, "path": c.path,
+                "expires": c.expires, "httpOnly": c.http_only, "secure": c.secure,
+            });
+            if !c.same_site.is_empty() {
+                o["sameSite"] = json!(c.same_site);
+            }
+            o
+        })
+        .collect();
+    m.insert("cookies".into(), Value::Array(cookies));
+    for (key, map) in [("localStorage", &env.local_storage), ("sessionStorage", &env.session_storage)] {
+        if !map.is_empty() {
+            m.insert(key.into(), json!(map.iter().collect::<BTreeMap<_, _>>()));
+        }
+    }
+    if let Some(a) = &env.http_auth {
+        m.insert("httpAuth".into(), json!({ "username": a.username, "password": a.password }));
+    }
+    Value::Object(m)
+}
+
+/// RFC 8785 serialization: members sorted by UTF-16 code units, ECMAScript number and string
+/// forms, no whitespace.
+pub fn jcs(v: &Value) -> String {
+    let mut out = String::new();
+    write_jcs(v, &mut out);
+    out
+}
+
+fn write_jcs(v: &Value, out: &mut String) {
+    match v {
+        Value::Null => out.push_str("null"),
+        Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+        Value::Number(n) => match (n.as_i64(), n.as_u64()) {
+            (Some(i), _) => out.push_str(&es_number(i as f64)),
+            (_, Some(u)) => out.push_str(&es_number(u as f64)),
+            _ => out.push_str(&es_number(n.as_f64().unwrap_or(0.0))),
+        },
+        Value::String(s) => write_string(s, out),
+        Value::Array(a) => {
+            out.push('[');
+            for (i, item) in a.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_jcs(item, out);
+            }
+            out.push(']');
+        }
+        Value::Object(o) => {
+            let mut keys: Vec<&String> = o.keys().collect();
+            keys.sort_by(|a, b| a.encode_utf16().cmp(b.encode_utf16()));
+            out.push('{');
+            for (i, k) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_string(k, out);
+                out.push(':');
+                write_jcs(&o[k], out);
+            }
+            out.push('}');
+        }
+    }
+}
+
+/// ECMAScript `Number.prototype.toString` for finite doubles (what JCS prescribes).
+fn es_number(n: f64) -> String {
+    if n == 0.0 || !n.is_finite() {
+        return "0".into();
+    }
+    let abs = n.abs();
+    if !(1e-6..1e21).contains(&abs) {
+        // Rust writes `1.5e21` / `1e-7`; ECMAScript writes `1.5e+21` / `1e-7`.
+        let s = format!("{n:e}");
+        return match s.split_once('e') {
+            Some((m, e)) if !e.starts_with('-') => format!("{m}e+{e}"),
+            _ => s,
+        };
+    }
+    if n.fract() == 0.0 {
+        return format!("{}", n as i128);
+    }
+    // Display gives the shortest digits that round-trip, without an exponent in this range.
+    format!("{n}")
+}
+
+fn write_string(s: &str, out: &mut String) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+/// Lowercase hex SHA-256 of the canonical form.
+pub fn integrity(env: &pb::ContextEnvelope) -> String {
+    hex::encode(Sha256::digest(jcs(&canonical_value(env)).as_bytes()))
+}
+
+/// Size, count and version bounds, checked before anything else.
+pub fn check_bounds(env: &pb::ContextEnvelope) -> Result<(), ServiceError> {
+    let size = env.encoded_len();
+    if size > MAX_ENVELOPE_BYTES {
+        return Err(ServiceError::InvalidArgument(format!(
+            "envelope: payload too large: {size} bytes exceed the limit of {MAX_ENVELOPE_BYTES}"
+        )));
+    }
+    if env.cookies.len() > MAX_COOKIES {
+        return Err(ServiceError::InvalidArgument(format!(
+            "envelope.cookies: {} cookies exceed the limit of {MAX_COOKIES}",
+            env.cookies.len()
+        )));
+    }
+    if env.version != VERSION {
+        return Err(ServiceError::InvalidArgument(format!(
+            "envelope.version: {} is not supported (this server reads version {VERSION})",
+            env.version
+        )));
+    }
+    Ok(())
+}
+
+/// Verifies `integrity`; the error text says what was expected.
+pub fn verify(env: &pb::ContextEnvelope) -> Result<(), String> {
+    let computed = integrity(env);
+    if computed == env.integrity {
+        Ok(())
+    } else {
+        Err(format!("integrity mismatch: the envelope says {:?}, its content hashes to {computed}", env.integrity))
+    }
+}
+
+/// A captured state as a sealed envelope.
+pub fn seal(state: ContextState, captured_at_ms: i64) -> pb::ContextEnvelope {
+    let mut env = pb::ContextEnvelope {
+        version: VERSION,
+        origin: state.origin,
+        captured_at_ms,
+        user_agent: state.user_agent,
+        viewport: state.viewport.map(|v| pb::Viewport { width: v.width, height: v.height, scale: v.scale, mobile: v.mobile }),
+        cookies: state
+            .cookies
+            .into_iter()
+            .map(|c| pb::Cookie {
+                name: c.name,
+                value: c.value,
+                domain: c.domain,
+                path: c.path,
+                expires: c.expires,
+                http_only: c.http_only,
+                secure: c.secure,
+                same_site: c.same_site,
+            })
+            .collect(),
+        local_storage: state.local_storage.into_iter().collect(),
+        session_storage: state.session_storage.into_iter().collect(),
+        http_auth: state.http_auth.map(|(username, password)| pb::HttpAuth { username, password }),
+        integrity: String::new(),
+    };
+    env.integrity = integrity(&env);
+    env
+}
+
+/// An (already verified) envelope as state to apply.
+pub fn open(env: &pb::ContextEnvelope) -> ContextState {
+    ContextState {
+        origin: env.origin.clone(),
+        user_agent: env.user_agent.clone(),
+        viewport: env.viewport.map(|v| Viewport { width: v.width, height: v.height, scale: v.scale, mobile: v.mobile }),
+        cookies: env
+            .cookies
+            .iter()
+            .map(|c| CookieRecord {
+                name: c.name.clone(),
+                value: c.value.clone(),
+                domain: c.domain.clone(),
+                path: c.path.clone(),
+                expires: c.expires,
+                http_only: c.http_only,
+                secure: c.secure,
+                same_site: c.same_site.clone(),
+            })
+            .collect(),
+        local_storage: env.local_storage.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        session_storage: env.session_storage.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        http_auth: env.http_auth.as_ref().map(|a| (a.username.clone(), a.password.clone())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The independently computed vector of the issue.
+    fn vector() -> pb::ContextEnvelope {
+        pb::ContextEnvelope {
+            version: 1,
+            origin: "http://127.0.0.1:8080".into(),
+            captured_at_ms: 1795000000123,
+            viewport: Some(pb::Viewport { width: 1280, height: 720, scale: 2.0, mobile: false }),
+            cookies: vec![
+                pb::Cookie {
+                    name: "session".into(),
+                    value: "abc123".into(),
+                    domain: "127.0.0.1".into(),
+                    path: "/".into(),
+                    expires: -1.0,
+                    ..Default::default()
+                },
+                pb::Cookie {
+                    name: "user".into(),
+                    value: "alice".into(),
+                    domain: "127.0.0.1".into(),
+                    path: "/".into(),
+                    expires: 1795003600.5,
+                    http_only: true,
+                    secure: false,
+                    same_site: "Lax".into(),
+                },
+            ],
+            local_storage: [("k".to_string(), "v".to_string()), ("a".to_string(), "é".to_string())].into_iter().collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn canonical_form_and_integrity_match_the_independent_vector() {
+        let env = vector();
+        let expected = r#"{"capturedAt":1795000000123,"cookies":[{"domain":"127.0.0.1","expires":-1,"httpOnly":false,"name":"session","path":"/","secure":false,"value":"abc123"},{"domain":"127.0.0.1","expires":1795003600.5,"httpOnly":true,"name":"user","path":"/","sameSite":"Lax","secure":false,"value":"alice"}],"localStorage":{"a":"é","k":"v"},"origin":"http://127.0.0.1:8080","version":1,"viewport":{"height":720,"mobile":false,"scale":2,"width":1280}}"#;
+        assert_eq!(jcs(&canonical_value(&env)), expected);
+        assert_eq!(integrity(&env), "4c3a8274102198fbe2906b43a4548657c623643816f63989bf99fe3b45dccbcf");
+    }
+
+    #[test]
+    fn tampering_breaks_verification() {
+        let mut env = vector();
+        env.integrity = integrity(&env);
+        assert!(verify(&env).is_ok());
+        env.cookies[0].value = "abc124".into();
+        assert!(verify(&env).unwrap_err().contains("integrity mismatch"));
+    }
+
+    #[test]
+    fn empty_members_are_omitted_and_required_ones_kept() {
+        let env = pb::ContextEnvelope { version: 1, origin: "http://a.test".into(), captured_at_ms: 5, ..Default::default() };
+        assert_eq!(jcs(&canonical_value(&env)), r#"{"capturedAt":5,"cookies":[],"origin":"http://a.test","version":1}"#);
+        let with_auth = pb::ContextEnvelope { http_auth: Some(pb::HttpAuth::default()), ..env };
+        assert!(jcs(&canonical_value(&with_auth)).contains(r#""httpAuth":{"password":"","username":""}"#));
+    }
+
+    #[test]
+    fn jcs_numbers_strings_and_key_order() {
+        assert_eq!(es_number(1e21), "1e+21");
+        assert_eq!(es_number(1.5e-7), "1.5e-7");
+        assert_eq!(es_number(0.000001), "0.000001");
+        assert_eq!(es_number(-0.0), "0");
+        assert_eq!(es_number(123456789012.0), "123456789012");
+        assert_eq!(es_number(0.1 + 0.2), "0.30000000000000004");
+        assert_eq!(jcs(&json!("a\"b\\c\n\u{1}é")), r#""a\"b\\c\n\u0001é""#);
+        // UTF-16 order: U+FFFD sorts after an astral character's high surrogate? No: "\u{1F600}"
+        // starts with 0xD83D, which sorts before 0xFFFD.
+        assert_eq!(jcs(&json!({"\u{fffd}": 1, "\u{1F600}": 2, "b": 3})), "{\"b\":3,\"\u{1F600}\":2,\"\u{fffd}\":1}");
+    }
+
+    #[test]
+    fn bounds_refuse_instead_of_truncating() {
+        let mut env = vector();
+        env.version = 2;
+        assert!(check_bounds(&env).unwrap_err().to_string().contains("version"));
+        let mut env = vector();
+        env.cookies = vec![env.cookies[0].clone(); MAX_COOKIES + 1];
+        assert!(check_bounds(&env).unwrap_err().to_string().contains("cookies"));
+        let mut env = vector();
+        env.local_storage.insert("big".into(), "x".repeat(MAX_ENVELOPE_BYTES));
+        assert!(check_bounds(&env).unwrap_err().to_string().contains("too large"));
+    }
+}
