@@ -547,7 +547,9 @@ impl Driver {
                     .map_err(|_| ActionFailure::new(FailureCode::Timeout, "browser did not answer in time"))?
                     .map_err(ActionFailure::cdp)?;
                 // The closed event clears it too; clearing here lets the next action run at once.
-                self.shared.close_dialog(open.seq);
+                if self.shared.close_dialog(open.seq).is_some() {
+                    self.shared.events.emit(EventKind::DialogClosed { kind: open.info.kind, accepted: accept, tab_index: open.info.tab_index });
+                }
                 Ok(ActionOutput::default())
             }
             Answer::Permission { session, context, id, permission, origin } => {

@@ -160,12 +160,12 @@ async fn watch_tab(shared: Arc<Shared>, tab: Tab) {
                 shared.open_dialog(info, tab.target.clone(), Answer::Js);
             }
             TabEvent::DialogClosed(c) => {
+                // Whoever clears the dialog (this watcher or the answering action) reports it.
                 let open = shared.dialog.borrow().clone();
-                if let Some(open) = open {
-                    if open.target == tab.target && matches!(open.answer, Answer::Js) {
-                        shared.close_dialog(open.seq);
+                if let Some(open) = open.filter(|o| o.target == tab.target && matches!(o.answer, Answer::Js)) {
+                    if shared.close_dialog(open.seq).is_some() {
+                        shared.events.emit(EventKind::DialogClosed { kind: open.info.kind, accepted: c.result, tab_index });
                     }
-                    shared.events.emit(EventKind::DialogClosed { kind: open.info.kind, accepted: c.result, tab_index });
                 }
             }
             TabEvent::Console(c) => {

@@ -27,6 +27,11 @@ pub enum ServiceError {
     NotReady { id: String, state: &'static str },
     #[error("no browser became free within {0} ms")]
     WaitElapsed(u64),
+    /// The tenant's queue is full; the message says how long it is.
+    #[error("{0}")]
+    QueueFull(String),
+    #[error("{0}")]
+    FailedPrecondition(String),
     #[error("server is shutting down")]
     ShuttingDown,
     #[error("{0}")]
@@ -62,6 +67,8 @@ impl From<ServiceError> for Status {
             ServiceError::InvalidArgument(_) => (Code::InvalidArgument, e.to_string()),
             ServiceError::NotReady { .. } => (Code::FailedPrecondition, e.to_string()),
             ServiceError::WaitElapsed(_) => (Code::DeadlineExceeded, e.to_string()),
+            ServiceError::QueueFull(_) => (Code::ResourceExhausted, e.to_string()),
+            ServiceError::FailedPrecondition(_) => (Code::FailedPrecondition, e.to_string()),
             ServiceError::ShuttingDown => (Code::Unavailable, e.to_string()),
             ServiceError::Unimplemented(_) => (Code::Unimplemented, e.to_string()),
             ServiceError::Pool(PoolError::Exhausted(wait)) => {

@@ -1,6 +1,7 @@
 //! The browserpool service: config, auth, store, session management, gRPC adapters and the
 //! HTTP side listener. See ARCHITECTURE.md for how the pieces fit.
 
+pub mod admission;
 pub mod auth;
 pub mod cli;
 pub mod config;

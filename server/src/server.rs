@@ -104,6 +104,7 @@ pub async fn bind(args: ServeArgs) -> anyhow::Result<Bound> {
         store.clone(),
         pool,
         Limits { max_session_ttl: args.max_session_ttl, idle_timeout: args.idle_timeout },
+        args.max_workers as u32,
     );
     sessions.recover().await?;
     Ok(Bound {

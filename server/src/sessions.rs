@@ -16,6 +16,7 @@ use browserpool_pool::{
 use serde_json::Value;
 use tokio::sync::watch;
 
+use crate::admission::{Admission, AdmissionError, Quota, Slot};
 use crate::auth::{Claims, Scope};
 use crate::error::{Result, ServiceError};
 use crate::store::{SessionFilter, SessionRecord, Store};
@@ -112,6 +113,8 @@ pub struct ActionReport {
 
 struct Live {
     record: Mutex<SessionRecord>,
+    /// The tenant and server slot; freed after the worker is killed.
+    slot: Mutex<Option<Slot>>,
     idle_timeout: Duration,
     /// Held for the whole of each action, so a session's actions run one at a time in order.
     lease: tokio::sync::Mutex<Option<Lease>>,
@@ -126,13 +129,31 @@ pub struct Sessions {
 struct Inner {
     store: Store,
     pool: Pool,
+    admission: Admission,
     limits: Limits,
     live: Mutex<HashMap<String, Arc<Live>>>,
 }
 
 impl Sessions {
-    pub fn new(store: Store, pool: Pool, limits: Limits) -> Sessions {
-        Sessions { inner: Arc::new(Inner { store, pool, limits, live: Mutex::new(HashMap::new()) }) }
+    pub fn new(store: Store, pool: Pool, limits: Limits, capacity: u32) -> Sessions {
+        let admission = Admission::new(capacity);
+        Sessions { inner: Arc::new(Inner { store, pool, admission, limits, live: Mutex::new(HashMap::new()) }) }
+    }
+
+    /// (active, queued) sessions of a tenant on this server.
+    pub fn usage(&self, tenant: &str) -> (u32, u32) {
+        self.inner.admission.usage(tenant)
+    }
+
+    /// Ids of the live sessions of a tenant.
+    pub fn live_ids_of(&self, tenant: &str) -> Vec<String> {
+        self.live_map()
+            .values()
+            .filter_map(|l| {
+                let r = l.record.lock().unwrap_or_else(|e| e.into_inner());
+                (r.tenant == tenant).then(|| r.id.clone())
+            })
+            .collect()
     }
 
     fn live_map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Live>>> {
@@ -166,13 +187,15 @@ impl Sessions {
         require(claims, Scope::SessionsWrite)?;
         let viewport = validate_viewport(spec.viewport)?;
         let limits = &self.inner.limits;
-        let (max_ttl, default_idle) = match self.inner.store.tenant(&claims.tenant).await? {
-            Some(t) => (
-                Duration::from_millis(t.max_session_ttl_ms as u64).min(limits.max_session_ttl),
-                Duration::from_millis(t.idle_timeout_ms as u64),
-            ),
-            None => (limits.max_session_ttl, limits.idle_timeout),
-        };
+        let tenant = self
+            .inner
+            .store
+            .tenant(&claims.tenant)
+            .await?
+            .ok_or_else(|| ServiceError::PermissionDenied(format!("tenant {:?} does not exist", claims.tenant)))?;
+        let or_default = |ms: u32, d: Duration| if ms == 0 { d } else { Duration::from_millis(ms as u64) };
+        let max_ttl = or_default(tenant.max_session_ttl_ms, limits.max_session_ttl).min(limits.max_session_ttl);
+        let default_idle = or_default(tenant.idle_timeout_ms, limits.idle_timeout);
         let ttl = match spec.ttl_ms {
             0 => max_ttl,
             ms => Duration::from_millis(ms as u64).min(max_ttl),
@@ -191,8 +214,16 @@ impl Sessions {
         }
 
         let started = Instant::now();
-        let wait = Duration::from_millis(spec.wait_ms as u64);
-        let lease = self.inner.pool.lease(wait, viewport).await.map_err(|e| match e {
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(spec.wait_ms as u64);
+        let quota = Quota { max_slots: tenant.max_slots, max_queue: tenant.max_queue };
+        let slot = match tokio::time::timeout_at(deadline, self.inner.admission.admit(&claims.tenant, quota)).await {
+            Ok(Ok(slot)) => slot,
+            Ok(Err(e @ AdmissionError::QueueFull { .. })) => return Err(ServiceError::QueueFull(e.to_string())),
+            Ok(Err(e)) => return Err(ServiceError::FailedPrecondition(e.to_string())),
+            Err(_) => return Err(ServiceError::WaitElapsed(spec.wait_ms as u64)),
+        };
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let lease = self.inner.pool.lease(left, viewport).await.map_err(|e| match e {
             PoolError::Exhausted(_) => ServiceError::WaitElapsed(spec.wait_ms as u64),
             other => ServiceError::Pool(other),
         })?;
@@ -220,6 +251,7 @@ impl Sessions {
             this.inner.store.insert_session(&record, "acquired").await?;
             let live = Arc::new(Live {
                 record: Mutex::new(record.clone()),
+                slot: Mutex::new(Some(slot)),
                 idle_timeout: idle,
                 lease: tokio::sync::Mutex::new(Some(lease)),
             });
@@ -284,6 +316,24 @@ impl Sessions {
         let visible = rows.into_iter().filter(|r| may_use(claims, r)).collect();
         let next = if more { (offset + limit as u64).to_string() } else { String::new() };
         Ok((visible, next))
+    }
+
+    /// Pushes the idle deadline of the caller's session (never past its TTL).
+    pub async fn renew(&self, claims: &Claims, id: &str, idle_timeout_ms: u32) -> Result<SessionRecord> {
+        require(claims, Scope::SessionsWrite)?;
+        self.attach(claims, id).await?;
+        let live = self.live_map().get(id).cloned().ok_or_else(|| ServiceError::NotReady { id: id.into(), state: "CLOSED" })?;
+        let idle = match idle_timeout_ms {
+            0 => live.idle_timeout,
+            ms => Duration::from_millis(ms as u64),
+        };
+        let (record, deadline) = {
+            let mut rec = live.record.lock().unwrap_or_else(|e| e.into_inner());
+            rec.idle_deadline_ms = (now_ms() + idle.as_millis() as i64).min(rec.expires_at_ms);
+            (rec.clone(), rec.idle_deadline_ms)
+        };
+        self.inner.store.touch(id, deadline).await?;
+        Ok(record)
     }
 
     /// Checks that the caller may drive session `id` and that it is READY.
@@ -518,6 +568,8 @@ impl Sessions {
             lease.driver().emit(EventKind::SessionEnded { state: state.as_str().into(), reason: reason.into() });
             lease.release().await;
         }
+        // Only now, with the worker gone, may the next waiter of the queue be admitted.
+        drop(live.slot.lock().unwrap_or_else(|e| e.into_inner()).take());
         tracing::info!(session = %id, state = state.as_str(), reason, "session ended");
         recorded?;
         Ok(true)

@@ -145,6 +145,54 @@ impl Store {
         Ok(())
     }
 
+    /// Creates or replaces a tenant; returns whether it was new.
+    pub async fn put_tenant(&self, t: &TenantRecord, now_ms: i64) -> Result<bool, StoreError> {
+        let Backend::Sqlite(pool) = &self.backend;
+        let existed = self.tenant(&t.id).await?.is_some();
+        sqlx::query(
+            "INSERT INTO tenants (id, max_slots, max_queue, max_session_ttl_ms, idle_timeout_ms, allow_hosts, \
+             allow_private_networks, created_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET \
+             max_slots = excluded.max_slots, max_queue = excluded.max_queue, max_session_ttl_ms = excluded.max_session_ttl_ms, \
+             idle_timeout_ms = excluded.idle_timeout_ms, allow_hosts = excluded.allow_hosts, \
+             allow_private_networks = excluded.allow_private_networks",
+        )
+        .bind(&t.id)
+        .bind(t.max_slots as i64)
+        .bind(t.max_queue as i64)
+        .bind(t.max_session_ttl_ms as i64)
+        .bind(t.idle_timeout_ms as i64)
+        .bind(serde_json::to_string(&t.allow_hosts).unwrap_or_else(|_| "[]".into()))
+        .bind(t.allow_private_networks)
+        .bind(now_ms)
+        .execute(pool)
+        .await?;
+        Ok(!existed)
+    }
+
+    /// Every tenant, by id.
+    pub async fn tenants(&self) -> Result<Vec<TenantRecord>, StoreError> {
+        let Backend::Sqlite(pool) = &self.backend;
+        let ids: Vec<String> = sqlx::query("SELECT id FROM tenants ORDER BY id")
+            .fetch_all(pool)
+            .await?
+            .iter()
+            .map(|r| r.try_get("id"))
+            .collect::<Result<_, _>>()?;
+        let mut out = Vec::with_capacity(ids.len());
+        for id in ids {
+            if let Some(t) = self.tenant(&id).await? {
+                out.push(t);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Deletes a tenant; returns whether it existed.
+    pub async fn delete_tenant(&self, id: &str) -> Result<bool, StoreError> {
+        let Backend::Sqlite(pool) = &self.backend;
+        Ok(sqlx::query("DELETE FROM tenants WHERE id = ?").bind(id).execute(pool).await?.rows_affected() > 0)
+    }
+
     /// The tenant, if it exists.
     pub async fn tenant(&self, id: &str) -> Result<Option<TenantRecord>, StoreError> {
         let Backend::Sqlite(pool) = &self.backend;

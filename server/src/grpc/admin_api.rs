@@ -13,8 +13,8 @@ use super::{claims, not_yet};
 use crate::auth::{Keys, Scope};
 use crate::convert::timestamp;
 use crate::error::ServiceError;
-use crate::sessions::{require, Sessions};
-use crate::store::Store;
+use crate::sessions::{now_ms, require, SessionState, Sessions};
+use crate::store::{Store, TenantRecord};
 
 /// Longest lifetime `IssueToken` grants.
 pub const MAX_TOKEN_TTL: Duration = Duration::from_secs(365 * 24 * 3600);
@@ -42,11 +42,56 @@ fn admin<T>(req: &Request<T>) -> Result<crate::auth::Claims, Status> {
     Ok(claims)
 }
 
+fn tenant_to_pb(t: TenantRecord) -> pb::Tenant {
+    pb::Tenant {
+        id: t.id,
+        max_slots: t.max_slots,
+        max_queue: t.max_queue,
+        max_session_ttl_ms: t.max_session_ttl_ms,
+        idle_timeout_ms: t.idle_timeout_ms,
+        allow_hosts: t.allow_hosts,
+        allow_private_networks: t.allow_private_networks,
+    }
+}
+
+/// Validates a tenant from the wire.
+fn tenant_from_pb(t: pb::Tenant) -> Result<TenantRecord, ServiceError> {
+    let id_ok = !t.id.is_empty()
+        && t.id.len() <= 63
+        && t.id.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "-_.".contains(c));
+    if !id_ok {
+        return Err(ServiceError::InvalidArgument(format!(
+            "tenant.id: {:?} must be 1-63 characters of a-z, 0-9, '-', '_', '.'",
+            t.id
+        )));
+    }
+    for (i, host) in t.allow_hosts.iter().enumerate() {
+        let bare = host.strip_prefix("*.").unwrap_or(host);
+        if bare.is_empty() || bare.contains(['/', ':', ' ', '*']) {
+            return Err(ServiceError::InvalidArgument(format!("tenant.allow_hosts[{i}]: {host:?} is not a host or *.suffix")));
+        }
+    }
+    Ok(TenantRecord {
+        id: t.id,
+        max_slots: t.max_slots,
+        max_queue: t.max_queue,
+        max_session_ttl_ms: t.max_session_ttl_ms,
+        idle_timeout_ms: t.idle_timeout_ms,
+        allow_hosts: t.allow_hosts,
+        allow_private_networks: t.allow_private_networks,
+    })
+}
+
 #[tonic::async_trait]
 impl pb::admin_server::Admin for AdminApi {
     async fn pool_status(&self, req: Request<pb::PoolStatusRequest>) -> Result<Response<pb::PoolStatusResponse>, Status> {
         admin(&req)?;
         let status = self.sessions.pool().status();
+        let mut tenants = Vec::new();
+        for t in self.store.tenants().await.map_err(ServiceError::from)? {
+            let (active, queued) = self.sessions.usage(&t.id);
+            tenants.push(pb::TenantUsage { tenant: t.id, active, queued, max_slots: t.max_slots });
+        }
         let workers = status
             .workers
             .iter()
@@ -72,7 +117,7 @@ impl pb::admin_server::Admin for AdminApi {
             leased: status.leased as u32,
             capacity: status.capacity as u32,
             draining: false,
-            tenants: Vec::new(),
+            tenants,
         }))
     }
 
@@ -88,16 +133,42 @@ impl pb::admin_server::Admin for AdminApi {
         not_yet("Admin.Drain arrives with the ops console")
     }
 
-    async fn list_tenants(&self, _req: Request<pb::ListTenantsRequest>) -> Result<Response<pb::ListTenantsResponse>, Status> {
-        not_yet("Admin.ListTenants arrives with tenancy")
+    async fn list_tenants(&self, req: Request<pb::ListTenantsRequest>) -> Result<Response<pb::ListTenantsResponse>, Status> {
+        admin(&req)?;
+        let tenants = self.store.tenants().await.map_err(ServiceError::from)?.into_iter().map(tenant_to_pb).collect();
+        Ok(Response::new(pb::ListTenantsResponse { tenants }))
     }
 
-    async fn put_tenant(&self, _req: Request<pb::PutTenantRequest>) -> Result<Response<pb::PutTenantResponse>, Status> {
-        not_yet("Admin.PutTenant arrives with tenancy")
+    async fn put_tenant(&self, req: Request<pb::PutTenantRequest>) -> Result<Response<pb::PutTenantResponse>, Status> {
+        admin(&req)?;
+        let t = req.into_inner().tenant.ok_or_else(|| Status::from(ServiceError::InvalidArgument("tenant: required".into())))?;
+        let record = tenant_from_pb(t)?;
+        let created = self.store.put_tenant(&record, now_ms()).await.map_err(ServiceError::from)?;
+        tracing::info!(tenant = %record.id, created, max_slots = record.max_slots, "tenant saved");
+        Ok(Response::new(pb::PutTenantResponse { tenant: Some(tenant_to_pb(record)), created }))
     }
 
-    async fn delete_tenant(&self, _req: Request<pb::DeleteTenantRequest>) -> Result<Response<pb::DeleteTenantResponse>, Status> {
-        not_yet("Admin.DeleteTenant arrives with tenancy")
+    async fn delete_tenant(&self, req: Request<pb::DeleteTenantRequest>) -> Result<Response<pb::DeleteTenantResponse>, Status> {
+        admin(&req)?;
+        let r = req.into_inner();
+        if r.id == crate::server::DEFAULT_TENANT {
+            return Err(ServiceError::FailedPrecondition("the embedded default tenant cannot be deleted".into()).into());
+        }
+        let live = self.sessions.live_ids_of(&r.id);
+        if !live.is_empty() && !r.force {
+            return Err(ServiceError::FailedPrecondition(format!(
+                "tenant {:?} has {} live session(s); set force to kill them",
+                r.id,
+                live.len()
+            ))
+            .into());
+        }
+        for id in live {
+            self.sessions.end_detached(&id, SessionState::Killed, "tenant deleted").await;
+        }
+        let deleted = self.store.delete_tenant(&r.id).await.map_err(ServiceError::from)?;
+        tracing::info!(tenant = %r.id, deleted, "tenant deleted");
+        Ok(Response::new(pb::DeleteTenantResponse { deleted }))
     }
 
     async fn issue_token(&self, req: Request<pb::IssueTokenRequest>) -> Result<Response<pb::IssueTokenResponse>, Status> {

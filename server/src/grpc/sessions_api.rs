@@ -10,7 +10,7 @@ use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status, Streaming};
 use tracing::Instrument;
 
-use super::{claims, not_yet};
+use super::claims;
 use crate::context;
 use crate::sessions::{now_ms, SessionState};
 use browserpool_pool::CaptureOptions;
@@ -88,8 +88,11 @@ impl pb::sessions_server::Sessions for SessionsApi {
         Ok(Response::new(pb::ReleaseResponse { released, state: crate::convert::state_to_pb(state) as i32 }))
     }
 
-    async fn renew(&self, _req: Request<pb::RenewRequest>) -> Result<Response<pb::Session>, Status> {
-        not_yet("Renew arrives with tenant quotas and TTLs")
+    async fn renew(&self, req: Request<pb::RenewRequest>) -> Result<Response<pb::Session>, Status> {
+        let claims = claims(&req)?;
+        let r = req.into_inner();
+        let record = self.sessions.renew(&claims, &r.session_id, r.idle_timeout_ms).await?;
+        Ok(Response::new(session_to_pb(&record)))
     }
 
     async fn get(&self, req: Request<pb::GetSessionRequest>) -> Result<Response<pb::Session>, Status> {

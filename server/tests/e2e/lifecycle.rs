@@ -89,9 +89,9 @@ async fn workers_skip_live_locks_and_reclaim_dead_ones() {
 async fn later_rpcs_answer_unimplemented_and_reflection_lists_services() {
     let server = TestServer::start_with(|a| a.warm = 0).await;
     let client = server.admin().await;
-    let status = client.sessions().renew(pb::RenewRequest::default()).await.unwrap_err();
+    let status = client.admin().list_sessions(pb::AdminListSessionsRequest::default()).await.unwrap_err();
     assert_eq!(status.code(), tonic::Code::Unimplemented);
-    assert!(status.message().contains("Renew"), "{status}");
+    assert!(status.message().contains("ListSessions"), "{status}");
     let status = client.admin().verify_audit(pb::VerifyAuditRequest {}).await.unwrap_err();
     assert_eq!(status.code(), tonic::Code::Unimplemented);
 

@@ -8,3 +8,4 @@ mod dialogs;
 mod helpers;
 mod lifecycle;
 mod sessions;
+mod tenants;

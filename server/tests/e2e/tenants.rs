@@ -1,0 +1,88 @@
+//! Tenants, per-tenant slots, the fair queue's refusals, Renew and forced deletion.
+
+use std::time::Duration;
+
+use browserpool_client::{pb, Client};
+
+use crate::helpers::TestServer;
+
+fn tenant(id: &str, max_slots: u32, max_queue: u32) -> pb::Tenant {
+    pb::Tenant { id: id.into(), max_slots, max_queue, max_session_ttl_ms: 600_000, idle_timeout_ms: 60_000, ..Default::default() }
+}
+
+fn code(e: browserpool_client::Error) -> tonic::Code {
+    match e {
+        browserpool_client::Error::Status(s) => s.code(),
+        other => panic!("not a status: {other}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenant_slots_queue_overflow_renew_and_forced_delete() {
+    let server = TestServer::start_with(|a| a.max_workers = 3).await;
+    let admin = server.admin().await;
+    let mut console = admin.admin();
+
+    let put = console.put_tenant(pb::PutTenantRequest { tenant: Some(tenant("team-a", 1, 1)) }).await.unwrap().into_inner();
+    assert!(put.created);
+    let again = console.put_tenant(pb::PutTenantRequest { tenant: Some(tenant("team-a", 1, 1)) }).await.unwrap().into_inner();
+    assert!(!again.created, "put replaces");
+    let bad = console.put_tenant(pb::PutTenantRequest { tenant: Some(tenant("Team A!", 1, 1)) }).await.unwrap_err();
+    assert_eq!(bad.code(), tonic::Code::InvalidArgument);
+    let listed = console.list_tenants(pb::ListTenantsRequest {}).await.unwrap().into_inner();
+    let ids: Vec<_> = listed.tenants.iter().map(|t| t.id.as_str()).collect();
+    assert_eq!(ids, ["default", "team-a"]);
+
+    let token = server.token("team-a", "ci", &["sessions:read", "sessions:write"]).await;
+    let a: Client = server.client(&token).await;
+    let first = a.acquire(30_000).await.unwrap();
+    assert_eq!(first.tenant, "team-a");
+
+    // The server has room, the tenant does not: its next request waits, then times out.
+    assert_eq!(code(a.acquire(300).await.unwrap_err()), tonic::Code::DeadlineExceeded);
+    // One waiter fills max_queue=1; the next is refused at once with the queue length.
+    let waiter = {
+        let a = a.clone();
+        tokio::spawn(async move { a.acquire(60_000).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let status = match a.acquire(60_000).await.unwrap_err() {
+        browserpool_client::Error::Status(s) => s,
+        other => panic!("{other}"),
+    };
+    assert_eq!(status.code(), tonic::Code::ResourceExhausted);
+    assert!(status.message().contains("1 waiting"), "{status}");
+    let usage = console.pool_status(pb::PoolStatusRequest {}).await.unwrap().into_inner();
+    let team = usage.tenants.iter().find(|t| t.tenant == "team-a").unwrap();
+    assert_eq!((team.active, team.queued, team.max_slots), (1, 1, 1));
+
+    // Another tenant is not held up by team-a's queue.
+    let other = admin.acquire(30_000).await.unwrap();
+    admin.release(&other.session_id).await.unwrap();
+
+    // Release serves the waiter, which reports its wait.
+    a.release(&first.session_id).await.unwrap();
+    let second = waiter.await.unwrap().expect("queued request served after release");
+    assert!(second.queue_wait_ms >= 300, "queue_wait_ms {}", second.queue_wait_ms);
+
+    // Renew pushes the idle deadline, never past the TTL.
+    let before = second.idle_deadline.unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let renewed = a.sessions().renew(pb::RenewRequest { session_id: second.session_id.clone(), idle_timeout_ms: 0 }).await.unwrap().into_inner();
+    let after = renewed.idle_deadline.unwrap();
+    assert!((after.seconds, after.nanos) > (before.seconds, before.nanos), "renew moves the idle deadline");
+    let capped = a.sessions().renew(pb::RenewRequest { session_id: second.session_id.clone(), idle_timeout_ms: u32::MAX }).await.unwrap().into_inner();
+    assert_eq!(capped.idle_deadline, capped.expires_at, "capped at the TTL");
+
+    // Deleting a tenant with live sessions is refused unless forced; forcing kills them.
+    let refused = console.delete_tenant(pb::DeleteTenantRequest { id: "team-a".into(), force: false }).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::FailedPrecondition);
+    let deleted = console.delete_tenant(pb::DeleteTenantRequest { id: "team-a".into(), force: true }).await.unwrap().into_inner();
+    assert!(deleted.deleted);
+    let killed = admin.get(&second.session_id).await.unwrap();
+    assert_eq!(pb::SessionState::try_from(killed.state).unwrap(), pb::SessionState::Killed);
+    assert_eq!(code(a.acquire(1000).await.unwrap_err()), tonic::Code::PermissionDenied, "a deleted tenant acquires nothing");
+    let default = console.delete_tenant(pb::DeleteTenantRequest { id: "default".into(), force: true }).await.unwrap_err();
+    assert_eq!(default.code(), tonic::Code::FailedPrecondition);
+    server.stop().await;
+}
