@@ -34,6 +34,8 @@ pub enum ServiceError {
     FailedPrecondition(String),
     #[error("server is shutting down")]
     ShuttingDown,
+    #[error("server is draining: it takes no new sessions; live ones go on")]
+    Draining,
     #[error("{0}")]
     Unimplemented(&'static str),
     #[error(transparent)]
@@ -69,7 +71,7 @@ impl From<ServiceError> for Status {
             ServiceError::WaitElapsed(_) => (Code::DeadlineExceeded, e.to_string()),
             ServiceError::QueueFull(_) => (Code::ResourceExhausted, e.to_string()),
             ServiceError::FailedPrecondition(_) => (Code::FailedPrecondition, e.to_string()),
-            ServiceError::ShuttingDown => (Code::Unavailable, e.to_string()),
+            ServiceError::ShuttingDown | ServiceError::Draining => (Code::Unavailable, e.to_string()),
             ServiceError::Unimplemented(_) => (Code::Unimplemented, e.to_string()),
             ServiceError::Pool(PoolError::Exhausted(wait)) => {
                 (Code::DeadlineExceeded, format!("no browser became free within {} ms", wait.as_millis()))

@@ -27,6 +27,9 @@ pub fn router(state: HttpState) -> Router {
 }
 
 async fn readyz(State(state): State<HttpState>) -> impl IntoResponse {
+    if state.sessions.draining() {
+        return (StatusCode::SERVICE_UNAVAILABLE, "draining\n".to_string());
+    }
     // Not ready while workers fail to boot: new sessions could not be served.
     match state.sessions.pool().last_boot_error() {
         None => (StatusCode::OK, "ready\n".to_string()),

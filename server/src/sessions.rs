@@ -130,6 +130,8 @@ struct Inner {
     store: Store,
     pool: Pool,
     admission: Admission,
+    /// While true, Acquire answers UNAVAILABLE; live sessions go on.
+    draining: std::sync::atomic::AtomicBool,
     limits: Limits,
     live: Mutex<HashMap<String, Arc<Live>>>,
 }
@@ -137,7 +139,49 @@ struct Inner {
 impl Sessions {
     pub fn new(store: Store, pool: Pool, limits: Limits, capacity: u32) -> Sessions {
         let admission = Admission::new(capacity);
-        Sessions { inner: Arc::new(Inner { store, pool, admission, limits, live: Mutex::new(HashMap::new()) }) }
+        Sessions {
+            inner: Arc::new(Inner {
+                store,
+                pool,
+                admission,
+                draining: std::sync::atomic::AtomicBool::new(false),
+                limits,
+                live: Mutex::new(HashMap::new()),
+            }),
+        }
+    }
+
+    /// Starts or stops draining; returns the new state.
+    pub fn set_draining(&self, drain: bool) -> bool {
+        self.inner.draining.store(drain, std::sync::atomic::Ordering::SeqCst);
+        tracing::info!(draining = drain, "drain state changed");
+        drain
+    }
+
+    /// Whether this server refuses new sessions.
+    pub fn draining(&self) -> bool {
+        self.inner.draining.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Sessions of every tenant (admin), oldest first; `page_token` is an opaque offset.
+    pub async fn list_all(
+        &self,
+        tenant: Option<String>,
+        state: Option<SessionState>,
+        page_size: u32,
+        page_token: &str,
+    ) -> Result<(Vec<SessionRecord>, String)> {
+        let offset: u64 = if page_token.is_empty() {
+            0
+        } else {
+            page_token.parse::<u32>().map_err(|_| ServiceError::InvalidArgument("page_token: not a token from a previous page".into()))? as u64
+        };
+        let limit = if page_size == 0 { 100 } else { page_size.min(MAX_PAGE_SIZE) };
+        let mut rows = self.inner.store.sessions(&SessionFilter { tenant, state, limit: limit + 1, offset }).await?;
+        let more = rows.len() > limit as usize;
+        rows.truncate(limit as usize);
+        let next = if more { (offset + limit as u64).to_string() } else { String::new() };
+        Ok((rows, next))
     }
 
     /// (active, queued) sessions of a tenant on this server.
@@ -185,6 +229,9 @@ impl Sessions {
     /// Leases a warm worker for `claims`' tenant and subject and records the session.
     pub async fn acquire(&self, claims: &Claims, spec: AcquireSpec) -> Result<SessionRecord> {
         require(claims, Scope::SessionsWrite)?;
+        if self.draining() {
+            return Err(ServiceError::Draining);
+        }
         let viewport = validate_viewport(spec.viewport)?;
         let limits = &self.inner.limits;
         let tenant = self
@@ -531,10 +578,11 @@ impl Sessions {
     }
 
     /// [`Sessions::end`] in its own task, so a caller that goes away cannot leave it half done.
-    pub async fn end_detached(&self, id: &str, state: SessionState, reason: &'static str) -> bool {
+    pub async fn end_detached(&self, id: &str, state: SessionState, reason: impl Into<String>) -> bool {
         let this = self.clone();
         let id = id.to_string();
-        match tokio::spawn(async move { this.end(&id, state, reason).await }).await {
+        let reason = reason.into();
+        match tokio::spawn(async move { this.end(&id, state, &reason).await }).await {
             Ok(Ok(ended)) => ended,
             Ok(Err(e)) => {
                 tracing::warn!(error = %e, "could not record session end");

@@ -11,7 +11,7 @@ use tonic::{Request, Response, Status};
 
 use super::{claims, not_yet};
 use crate::auth::{Keys, Scope};
-use crate::convert::timestamp;
+use crate::convert::{session_to_pb, state_from_pb, state_to_pb, timestamp};
 use crate::error::ServiceError;
 use crate::sessions::{now_ms, require, SessionState, Sessions};
 use crate::store::{Store, TenantRecord};
@@ -116,21 +116,37 @@ impl pb::admin_server::Admin for AdminApi {
             warm: status.warm as u32,
             leased: status.leased as u32,
             capacity: status.capacity as u32,
-            draining: false,
+            draining: self.sessions.draining(),
             tenants,
         }))
     }
 
-    async fn list_sessions(&self, _req: Request<pb::AdminListSessionsRequest>) -> Result<Response<pb::AdminListSessionsResponse>, Status> {
-        not_yet("Admin.ListSessions arrives with the ops console")
+    async fn list_sessions(&self, req: Request<pb::AdminListSessionsRequest>) -> Result<Response<pb::AdminListSessionsResponse>, Status> {
+        admin(&req)?;
+        let r = req.into_inner();
+        let tenant = (!r.tenant.is_empty()).then_some(r.tenant);
+        let state = state_from_pb(pb::SessionState::try_from(r.state).unwrap_or(pb::SessionState::Unspecified));
+        let (rows, next_page_token) = self.sessions.list_all(tenant, state, r.page_size, &r.page_token).await?;
+        Ok(Response::new(pb::AdminListSessionsResponse { sessions: rows.iter().map(session_to_pb).collect(), next_page_token }))
     }
 
-    async fn kill_session(&self, _req: Request<pb::KillSessionRequest>) -> Result<Response<pb::KillSessionResponse>, Status> {
-        not_yet("Admin.KillSession arrives with the ops console")
+    async fn kill_session(&self, req: Request<pb::KillSessionRequest>) -> Result<Response<pb::KillSessionResponse>, Status> {
+        let caller = admin(&req)?;
+        let r = req.into_inner();
+        let record = self.sessions.get(&caller, &r.session_id).await?;
+        if record.state.is_terminal() {
+            return Ok(Response::new(pb::KillSessionResponse { killed: false, state: state_to_pb(record.state) as i32 }));
+        }
+        let reason = if r.reason.is_empty() { "killed by an operator".to_string() } else { format!("killed by an operator: {}", r.reason) };
+        let killed = self.sessions.end_detached(&r.session_id, SessionState::Killed, reason).await;
+        tracing::info!(session = %r.session_id, "session killed by an operator");
+        Ok(Response::new(pb::KillSessionResponse { killed, state: state_to_pb(SessionState::Killed) as i32 }))
     }
 
-    async fn drain(&self, _req: Request<pb::DrainRequest>) -> Result<Response<pb::DrainResponse>, Status> {
-        not_yet("Admin.Drain arrives with the ops console")
+    async fn drain(&self, req: Request<pb::DrainRequest>) -> Result<Response<pb::DrainResponse>, Status> {
+        admin(&req)?;
+        let draining = self.sessions.set_draining(req.into_inner().drain);
+        Ok(Response::new(pb::DrainResponse { draining, leased: self.sessions.pool().status().leased as u32 }))
     }
 
     async fn list_tenants(&self, req: Request<pb::ListTenantsRequest>) -> Result<Response<pb::ListTenantsResponse>, Status> {

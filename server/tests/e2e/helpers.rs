@@ -13,6 +13,7 @@ use tokio::sync::oneshot;
 /// A browserpool server on 127.0.0.1:0 with its own data dir and a small pool.
 pub struct TestServer {
     pub grpc: SocketAddr,
+    pub http: SocketAddr,
     pub data_dir: tempfile::TempDir,
     pub admin_token: String,
     stop: Option<oneshot::Sender<()>>,
@@ -37,13 +38,13 @@ impl TestServer {
         args.max_workers = 2;
         tune(&mut args);
         let bound = browserpool_server::bind(args).await.expect("server binds");
-        let grpc = bound.grpc_addr;
+        let (grpc, http) = (bound.grpc_addr, bound.http_addr);
         let admin_token = std::fs::read_to_string(&bound.admin_token_path).unwrap().trim().to_string();
         let (tx, rx) = oneshot::channel();
         let task = tokio::spawn(bound.serve(async move {
             let _ = rx.await;
         }));
-        TestServer { grpc, data_dir, admin_token, stop: Some(tx), task: Some(task) }
+        TestServer { grpc, http, data_dir, admin_token, stop: Some(tx), task: Some(task) }
     }
 
     pub fn endpoint(&self) -> String {

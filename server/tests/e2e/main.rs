@@ -7,5 +7,6 @@ mod context;
 mod dialogs;
 mod helpers;
 mod lifecycle;
+mod ops;
 mod sessions;
 mod tenants;
