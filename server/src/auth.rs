@@ -111,76 +111,88 @@ pub enum AuthError {
     Key(String),
 }
 
-/// The server's signing key and its validation rules.
-pub struct Keys {
+/// One key: its pinned algorithm, id, and both halves.
+struct KeyEntry {
     alg: Algorithm,
     kid: String,
     encoding: EncodingKey,
     decoding: DecodingKey,
 }
 
+/// The server's signing key, the retired keys that still verify (by `kid`), and the
+/// validation rules.
+pub struct Keys {
+    current: KeyEntry,
+    retired: Vec<KeyEntry>,
+}
+
 impl std::fmt::Debug for Keys {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Keys").field("alg", &self.alg).field("kid", &self.kid).finish_non_exhaustive()
+        f.debug_struct("Keys")
+            .field("alg", &self.current.alg)
+            .field("kid", &self.current.kid)
+            .field("retired", &self.retired.len())
+            .finish_non_exhaustive()
     }
 }
 
 const HS256_FILE: &str = "jwt-hs256.key";
 const ED25519_FILE: &str = "jwt-ed25519.key";
+/// Retired keys, `<kid>.<hs256|ed25519>.key`: they verify tokens they signed, sign nothing.
+const RETIRED_DIR: &str = "retired-keys";
 
 impl Keys {
-    /// Loads the data dir's signing key, creating one (mode 0600) on first use. An existing key
-    /// wins over `alg`, so restarting with another flag never invalidates live tokens silently.
+    /// Loads the data dir's signing key, creating one (mode 0600) on first use, and every
+    /// retired key. An existing key wins over `alg`, so restarting with another flag never
+    /// invalidates live tokens silently.
     pub fn load_or_create(data_dir: &Path, alg: JwtAlg) -> Result<Keys, AuthError> {
         fs::create_dir_all(data_dir).map_err(|e| AuthError::Key(format!("create {}: {e}", data_dir.display())))?;
-        let hs = data_dir.join(HS256_FILE);
-        let ed = data_dir.join(ED25519_FILE);
-        if hs.exists() {
-            return Keys::hs256(&read_secret(&hs)?);
-        }
-        if ed.exists() {
-            return Keys::ed25519(&read_secret(&ed)?);
-        }
-        let mut seed = [0u8; 32];
-        getrandom::fill(&mut seed).map_err(|e| AuthError::Key(format!("random: {e}")))?;
-        let (path, keys) = match alg {
-            JwtAlg::Hs256 => (hs, Keys::hs256(&seed)?),
-            JwtAlg::Eddsa => (ed, Keys::ed25519(&seed)?),
+        let current = match current_key_file(data_dir) {
+            Some((path, kind)) => entry(kind, &read_secret(&path)?)?,
+            None => create_key(data_dir, alg)?,
         };
-        write_private(&path, base64::engine::general_purpose::STANDARD.encode(seed).as_bytes())
-            .map_err(|e| AuthError::Key(format!("write {}: {e}", path.display())))?;
-        tracing::info!(path = %path.display(), alg = ?keys.alg, "created signing key");
-        Ok(keys)
+        let mut retired = Vec::new();
+        if let Ok(dir) = fs::read_dir(data_dir.join(RETIRED_DIR)) {
+            for file in dir.flatten() {
+                let name = file.file_name().to_string_lossy().to_string();
+                let kind = if name.ends_with(".hs256.key") {
+                    JwtAlg::Hs256
+                } else if name.ends_with(".ed25519.key") {
+                    JwtAlg::Eddsa
+                } else {
+                    continue;
+                };
+                retired.push(entry(kind, &read_secret(&file.path())?)?);
+            }
+        }
+        Ok(Keys { current, retired })
     }
 
-    fn hs256(secret: &[u8]) -> Result<Keys, AuthError> {
-        Ok(Keys {
-            alg: Algorithm::HS256,
-            kid: kid(secret),
-            encoding: EncodingKey::from_secret(secret),
-            decoding: DecodingKey::from_secret(secret),
-        })
+    /// Retires the current signing key (it keeps verifying the tokens it signed, by `kid`) and
+    /// creates a new one. Returns (old kid, new kid).
+    pub fn rotate(data_dir: &Path, alg: JwtAlg) -> Result<(String, String), AuthError> {
+        let keys = Keys::load_or_create(data_dir, alg)?;
+        let (path, kind) = current_key_file(data_dir).ok_or_else(|| AuthError::Key("no current key".into()))?;
+        let retired_dir = data_dir.join(RETIRED_DIR);
+        fs::create_dir_all(&retired_dir).map_err(|e| AuthError::Key(format!("create {}: {e}", retired_dir.display())))?;
+        let suffix = match kind {
+            JwtAlg::Hs256 => "hs256",
+            JwtAlg::Eddsa => "ed25519",
+        };
+        let target = retired_dir.join(format!("{}.{suffix}.key", keys.current.kid));
+        fs::rename(&path, &target).map_err(|e| AuthError::Key(format!("retire {}: {e}", path.display())))?;
+        let new = create_key(data_dir, alg)?;
+        Ok((keys.current.kid, new.kid))
     }
 
-    fn ed25519(seed: &[u8]) -> Result<Keys, AuthError> {
-        let seed: [u8; 32] = seed.try_into().map_err(|_| AuthError::Key("ed25519 seed must be 32 bytes".into()))?;
-        let signing = ed25519_dalek::SigningKey::from_bytes(&seed);
-        let public = signing.verifying_key().to_bytes();
-        // PKCS#8 v1 wrapping of an Ed25519 seed (RFC 8410).
-        let mut der = vec![0x30, 0x2e, 0x02, 0x01, 0x00, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x04, 0x22, 0x04, 0x20];
-        der.extend_from_slice(&seed);
-        let x = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(public);
-        Ok(Keys {
-            alg: Algorithm::EdDSA,
-            kid: kid(&public),
-            encoding: EncodingKey::from_ed_der(&der),
-            decoding: DecodingKey::from_ed_components(&x).map_err(|e| AuthError::Key(e.to_string()))?,
-        })
-    }
-
-    /// The pinned algorithm.
+    /// The pinned algorithm of the signing key.
     pub fn algorithm(&self) -> Algorithm {
-        self.alg
+        self.current.alg
+    }
+
+    /// The id of the signing key.
+    pub fn kid(&self) -> &str {
+        &self.current.kid
     }
 
     /// Mints a token. Scopes must be known; `ttl` must be positive.
@@ -205,22 +217,31 @@ impl Keys {
             iat: now,
             jti: uuid::Uuid::new_v4().to_string(),
         };
-        let mut header = Header::new(self.alg);
-        header.kid = Some(self.kid.clone());
-        let token = jsonwebtoken::encode(&header, &claims, &self.encoding).map_err(|e| AuthError::Key(e.to_string()))?;
+        let mut header = Header::new(self.current.alg);
+        header.kid = Some(self.current.kid.clone());
+        let token = jsonwebtoken::encode(&header, &claims, &self.current.encoding).map_err(|e| AuthError::Key(e.to_string()))?;
         Ok((token, claims))
     }
 
     /// Validates a bare JWT: pinned algorithm, signature, `exp`, `nbf`, `iss`, `aud`, `sub`.
     pub fn verify(&self, token: &str) -> Result<Claims, AuthError> {
-        let mut v = Validation::new(self.alg);
+        // The key is chosen by `kid` (current or retired); each key pins its own algorithm.
+        let header = jsonwebtoken::decode_header(token).map_err(|e| AuthError::Invalid(e.to_string()))?;
+        let key = match header.kid.as_deref() {
+            Some(kid) => std::iter::once(&self.current)
+                .chain(self.retired.iter())
+                .find(|k| k.kid == kid)
+                .ok_or_else(|| AuthError::Invalid(format!("unknown key id {kid:?}")))?,
+            None => &self.current,
+        };
+        let mut v = Validation::new(key.alg);
         v.leeway = LEEWAY_S;
         v.validate_nbf = true;
         v.validate_exp = true;
         v.set_issuer(&[ISSUER]);
         v.set_audience(&[AUDIENCE]);
         v.set_required_spec_claims(&["exp", "nbf", "iss", "aud", "sub"]);
-        let data = jsonwebtoken::decode::<Claims>(token, &self.decoding, &v).map_err(|e| AuthError::Invalid(e.to_string()))?;
+        let data = jsonwebtoken::decode::<Claims>(token, &key.decoding, &v).map_err(|e| AuthError::Invalid(e.to_string()))?;
         Ok(data.claims)
     }
 
@@ -232,6 +253,58 @@ impl Keys {
             .or_else(|| value.strip_prefix("bearer "))
             .ok_or(AuthError::NotBearer)?;
         self.verify(token.trim())
+    }
+}
+
+fn current_key_file(data_dir: &Path) -> Option<(PathBuf, JwtAlg)> {
+    let hs = data_dir.join(HS256_FILE);
+    let ed = data_dir.join(ED25519_FILE);
+    if hs.exists() {
+        Some((hs, JwtAlg::Hs256))
+    } else if ed.exists() {
+        Some((ed, JwtAlg::Eddsa))
+    } else {
+        None
+    }
+}
+
+fn create_key(data_dir: &Path, alg: JwtAlg) -> Result<KeyEntry, AuthError> {
+    let mut seed = [0u8; 32];
+    getrandom::fill(&mut seed).map_err(|e| AuthError::Key(format!("random: {e}")))?;
+    let path = data_dir.join(match alg {
+        JwtAlg::Hs256 => HS256_FILE,
+        JwtAlg::Eddsa => ED25519_FILE,
+    });
+    let key = entry(alg, &seed)?;
+    write_private(&path, base64::engine::general_purpose::STANDARD.encode(seed).as_bytes())
+        .map_err(|e| AuthError::Key(format!("write {}: {e}", path.display())))?;
+    tracing::info!(path = %path.display(), alg = ?key.alg, kid = %key.kid, "created signing key");
+    Ok(key)
+}
+
+fn entry(alg: JwtAlg, secret: &[u8]) -> Result<KeyEntry, AuthError> {
+    match alg {
+        JwtAlg::Hs256 => Ok(KeyEntry {
+            alg: Algorithm::HS256,
+            kid: kid(secret),
+            encoding: EncodingKey::from_secret(secret),
+            decoding: DecodingKey::from_secret(secret),
+        }),
+        JwtAlg::Eddsa => {
+            let seed: [u8; 32] = secret.try_into().map_err(|_| AuthError::Key("ed25519 seed must be 32 bytes".into()))?;
+            let signing = ed25519_dalek::SigningKey::from_bytes(&seed);
+            let public = signing.verifying_key().to_bytes();
+            // PKCS#8 v1 wrapping of an Ed25519 seed (RFC 8410).
+            let mut der = vec![0x30, 0x2e, 0x02, 0x01, 0x00, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x04, 0x22, 0x04, 0x20];
+            der.extend_from_slice(&seed);
+            let x = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(public);
+            Ok(KeyEntry {
+                alg: Algorithm::EdDSA,
+                kid: kid(&public),
+                encoding: EncodingKey::from_ed_der(&der),
+                decoding: DecodingKey::from_ed_components(&x).map_err(|e| AuthError::Key(e.to_string()))?,
+            })
+        }
     }
 }
 
@@ -270,23 +343,65 @@ pub fn write_admin_token(keys: &Keys, data_dir: &Path, tenant: &str) -> Result<P
     Ok(path)
 }
 
+/// Revoked token ids, shared by every request; refreshed from the store by
+/// [`Revocations::refresh_loop`] so a revocation on any replica takes effect within a second,
+/// and never a query per call.
+#[derive(Clone, Default)]
+pub struct Revocations {
+    set: Arc<std::sync::RwLock<std::collections::HashSet<String>>>,
+}
+
+impl Revocations {
+    /// Whether `jti` is revoked.
+    pub fn contains(&self, jti: &str) -> bool {
+        self.set.read().unwrap_or_else(|e| e.into_inner()).contains(jti)
+    }
+
+    /// Marks `jti` revoked locally (the store is the source of truth).
+    pub fn insert(&self, jti: &str) {
+        self.set.write().unwrap_or_else(|e| e.into_inner()).insert(jti.to_string());
+    }
+
+    /// Replaces the cache with the store's list.
+    pub fn replace(&self, all: Vec<String>) {
+        *self.set.write().unwrap_or_else(|e| e.into_inner()) = all.into_iter().collect();
+    }
+
+    /// Reloads the deny-list every `every` until shutdown.
+    pub async fn refresh_loop(self, store: crate::store::Store, every: Duration, mut shutdown: tokio::sync::watch::Receiver<bool>) {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                changed = shutdown.changed() => if changed.is_err() || *shutdown.borrow() { break },
+            }
+            match store.revoked().await {
+                Ok(all) => self.replace(all),
+                Err(e) => tracing::warn!(error = %e, "could not refresh revoked tokens"),
+            }
+        }
+    }
+}
+
 /// Tower layer: validates the bearer token of every request except health and reflection and
 /// puts the [`Claims`] in the request extensions. A bad token never reaches a handler.
 #[derive(Clone)]
 pub struct AuthLayer {
     keys: Arc<Keys>,
+    revoked: Revocations,
 }
 
 impl AuthLayer {
-    pub fn new(keys: Arc<Keys>) -> Self {
-        AuthLayer { keys }
+    pub fn new(keys: Arc<Keys>, revoked: Revocations) -> Self {
+        AuthLayer { keys, revoked }
     }
 }
 
 impl<S> tower::Layer<S> for AuthLayer {
     type Service = AuthService<S>;
     fn layer(&self, inner: S) -> Self::Service {
-        AuthService { inner, keys: self.keys.clone() }
+        AuthService { inner, keys: self.keys.clone(), revoked: self.revoked.clone() }
     }
 }
 
@@ -295,6 +410,7 @@ impl<S> tower::Layer<S> for AuthLayer {
 pub struct AuthService<S> {
     inner: S,
     keys: Arc<Keys>,
+    revoked: Revocations,
 }
 
 /// RPC paths that need no token.
@@ -325,7 +441,14 @@ where
             return futures::future::Either::Left(self.inner.call(req));
         }
         let header = req.headers().get(http::header::AUTHORIZATION).and_then(|v| v.to_str().ok());
-        match self.keys.verify_header(header) {
+        let verified = self.keys.verify_header(header).and_then(|claims| {
+            if self.revoked.contains(&claims.jti) {
+                Err(AuthError::Invalid("token revoked".into()))
+            } else {
+                Ok(claims)
+            }
+        });
+        match verified {
             Ok(claims) => {
                 req.extensions_mut().insert(claims);
                 futures::future::Either::Left(self.inner.call(req))
@@ -369,6 +492,21 @@ mod tests {
         let again = Keys::load_or_create(dir.path(), JwtAlg::Eddsa).unwrap();
         assert_eq!(again.algorithm(), Algorithm::HS256);
         assert!(again.verify(&token).is_ok());
+    }
+
+    #[test]
+    fn rotation_keeps_old_tokens_valid_and_signs_with_the_new_key() {
+        let (dir, keys) = keys(JwtAlg::Hs256);
+        let (old_token, _) = keys.issue("t", "s", &[], Duration::from_secs(60)).unwrap();
+        let (old_kid, new_kid) = Keys::rotate(dir.path(), JwtAlg::Eddsa).unwrap();
+        assert_ne!(old_kid, new_kid);
+        let rotated = Keys::load_or_create(dir.path(), JwtAlg::Hs256).unwrap();
+        assert_eq!((rotated.kid(), rotated.algorithm()), (new_kid.as_str(), Algorithm::EdDSA));
+        assert!(rotated.verify(&old_token).is_ok(), "a retired key still verifies its tokens");
+        let (new_token, _) = rotated.issue("t", "s", &[], Duration::from_secs(60)).unwrap();
+        assert!(rotated.verify(&new_token).is_ok());
+        // The old server (old keys only) does not know the new kid.
+        assert!(matches!(keys.verify(&new_token), Err(AuthError::Invalid(m)) if m.contains("unknown key id")));
     }
 
     #[test]

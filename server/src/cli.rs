@@ -3,7 +3,7 @@
 use std::future::Future;
 
 use crate::auth::Keys;
-use crate::config::{Cli, Command, ServeArgs, TokenCommand};
+use crate::config::{Cli, Command, KeyCommand, ServeArgs, TokenCommand};
 use crate::store::Store;
 
 /// Runs the command `cli` names; `serve` stops when `shutdown` resolves.
@@ -15,6 +15,11 @@ pub async fn run(cli: Cli, shutdown: impl Future<Output = ()> + Send + 'static) 
             let keys = Keys::load_or_create(&args.store.data_dir, args.jwt_alg)?;
             let (token, _) = keys.issue(&args.tenant, &args.subject, &args.scopes, args.ttl)?;
             println!("{token}");
+            Ok(())
+        }
+        Some(Command::Key(KeyCommand::Rotate(args))) => {
+            let (old, new) = Keys::rotate(&args.store.data_dir, args.jwt_alg)?;
+            eprintln!("retired key {old}; signing key is now {new} (restart the server to sign with it)");
             Ok(())
         }
         Some(Command::Migrate(store)) => {

@@ -24,6 +24,26 @@ pub enum Command {
     Token(TokenCommand),
     /// Create or upgrade the database schema, then exit.
     Migrate(StoreArgs),
+    /// Signing keys.
+    #[command(subcommand)]
+    Key(KeyCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum KeyCommand {
+    /// Retire the signing key (it keeps verifying its tokens) and create a new one; a running
+    /// server signs with the new key after its next restart.
+    Rotate(KeyRotateArgs),
+}
+
+/// Settings of `browserpool key rotate`.
+#[derive(Debug, Clone, Args)]
+pub struct KeyRotateArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// Algorithm of the new key.
+    #[arg(long, env = "BROWSERPOOL_JWT_ALG", value_enum, default_value = "hs256")]
+    pub jwt_alg: JwtAlg,
 }
 
 #[derive(Debug, Subcommand)]
@@ -105,6 +125,9 @@ pub struct ServeArgs {
     /// CA bundle for client certificates (mTLS). Not built yet.
     #[arg(long, env = "BROWSERPOOL_TLS_CLIENT_CA")]
     pub tls_client_ca: Option<PathBuf>,
+    /// Longest lifetime `Admin/IssueToken` grants.
+    #[arg(long, env = "BROWSERPOOL_MAX_TOKEN_TTL", default_value = "30d", value_parser = humantime::parse_duration)]
+    pub max_token_ttl: Duration,
     /// Largest document `load_html` accepts, in bytes (gRPC messages may be this plus 1 MiB).
     #[arg(long, env = "BROWSERPOOL_MAX_HTML_BYTES", default_value_t = 10 << 20)]
     pub max_html_bytes: usize,

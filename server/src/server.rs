@@ -15,7 +15,7 @@ use tokio::sync::watch;
 use tokio_stream::wrappers::TcpListenerStream;
 use tracing::Instrument;
 
-use crate::auth::{write_admin_token, AuthLayer, Keys};
+use crate::auth::{write_admin_token, AuthLayer, Keys, Revocations};
 use crate::config::ServeArgs;
 use crate::grpc::{admin_api::AdminApi, sessions_api::SessionsApi};
 use crate::sessions::{now_ms, Limits, Sessions};
@@ -40,6 +40,7 @@ pub struct Bound {
     shutdown_tx: watch::Sender<bool>,
     shutdown_rx: watch::Receiver<bool>,
     max_html_bytes: usize,
+    max_token_ttl: std::time::Duration,
 }
 
 /// Opens the store, loads keys, writes the admin token, starts the pool and binds sockets.
@@ -119,6 +120,7 @@ pub async fn bind(args: ServeArgs) -> anyhow::Result<Bound> {
         shutdown_tx,
         shutdown_rx,
         max_html_bytes: args.max_html_bytes,
+        max_token_ttl: args.max_token_ttl,
     })
 }
 
@@ -136,9 +138,18 @@ impl Bound {
     /// Serves gRPC and HTTP until `shutdown` resolves, then closes every session, kills every
     /// worker and waits for every background task.
     pub async fn serve(self, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
-        let Bound { grpc, http, grpc_addr, http_addr, keys, store, sessions, shutdown_tx, shutdown_rx, max_html_bytes, .. } = self;
+        let Bound { grpc, http, grpc_addr, http_addr, keys, store, sessions, shutdown_tx, shutdown_rx, max_html_bytes, max_token_ttl, .. } = self;
         tracing::info!(%grpc_addr, %http_addr, "serving");
 
+        // The deny-list is loaded before serving, then refreshed twice a second.
+        let revoked = Revocations::default();
+        revoked.replace(store.revoked().await?);
+        let revocations = tokio::spawn(
+            revoked
+                .clone()
+                .refresh_loop(store.clone(), std::time::Duration::from_millis(500), shutdown_rx.clone())
+                .instrument(tracing::info_span!("revocations")),
+        );
         let reaper = tokio::spawn(
             sessions.clone().reap_loop(shutdown_rx.clone()).instrument(tracing::info_span!("session_reaper")),
         );
@@ -170,10 +181,10 @@ impl Bound {
         let sessions_api = SessionsApi::new(sessions.clone(), shutdown_rx.clone());
         // Room for a maximal load_html document plus the rest of the message.
         let max_message = max_html_bytes + (1 << 20);
-        let admin_api = AdminApi::new(sessions.clone(), keys.clone(), store.clone());
+        let admin_api = AdminApi::new(sessions.clone(), keys.clone(), store.clone(), revoked.clone(), max_token_ttl);
         let tx = shutdown_tx.clone();
         let served = tonic::transport::Server::builder()
-            .layer(AuthLayer::new(keys))
+            .layer(AuthLayer::new(keys, revoked.clone()))
             .add_service(health_service)
             .add_service(reflection_v1)
             .add_service(reflection_v1alpha)
@@ -190,6 +201,7 @@ impl Bound {
         sessions.close_all("server shutdown").await;
         sessions.pool().shutdown().await;
         let _ = reaper.await;
+        let _ = revocations.await;
         match http_task.await {
             Ok(Err(e)) => tracing::warn!(error = %e, "http listener failed"),
             Err(e) => tracing::warn!(error = %e, "http listener panicked"),

@@ -312,6 +312,24 @@ impl Store {
             .collect()
     }
 
+    /// Puts a token id on the deny-list; returns false when it already was.
+    pub async fn revoke(&self, jti: &str, at_ms: i64) -> Result<bool, StoreError> {
+        let Backend::Sqlite(pool) = &self.backend;
+        let done = sqlx::query("INSERT INTO revoked_tokens (jti, revoked_at_ms) VALUES (?, ?) ON CONFLICT (jti) DO NOTHING")
+            .bind(jti)
+            .bind(at_ms)
+            .execute(pool)
+            .await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    /// Every revoked token id.
+    pub async fn revoked(&self) -> Result<Vec<String>, StoreError> {
+        let Backend::Sqlite(pool) = &self.backend;
+        let rows = sqlx::query("SELECT jti FROM revoked_tokens").fetch_all(pool).await?;
+        rows.iter().map(|r| r.try_get("jti").map_err(StoreError::from)).collect()
+    }
+
     /// Sessions a previous run left live (it crashed or was killed): ids only.
     pub async fn live_session_ids(&self) -> Result<Vec<String>, StoreError> {
         let Backend::Sqlite(pool) = &self.backend;

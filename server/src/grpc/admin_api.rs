@@ -10,7 +10,8 @@ use futures::Stream;
 use tonic::{Request, Response, Status};
 
 use super::{claims, not_yet};
-use crate::auth::{Keys, Scope};
+use crate::auth::{Keys, Revocations, Scope};
+use sha2::Digest;
 use crate::convert::{session_to_pb, state_from_pb, state_to_pb, timestamp};
 use crate::error::ServiceError;
 use crate::sessions::{now_ms, require, SessionState, Sessions};
@@ -26,11 +27,13 @@ pub struct AdminApi {
     sessions: Sessions,
     keys: Arc<Keys>,
     store: Store,
+    revoked: Revocations,
+    max_token_ttl: Duration,
 }
 
 impl AdminApi {
-    pub fn new(sessions: Sessions, keys: Arc<Keys>, store: Store) -> Self {
-        AdminApi { sessions, keys, store }
+    pub fn new(sessions: Sessions, keys: Arc<Keys>, store: Store, revoked: Revocations, max_token_ttl: Duration) -> Self {
+        AdminApi { sessions, keys, store, revoked, max_token_ttl }
     }
 }
 
@@ -198,8 +201,9 @@ impl pb::admin_server::Admin for AdminApi {
             0 => DEFAULT_TOKEN_TTL,
             s => Duration::from_secs(s as u64),
         };
-        if ttl > MAX_TOKEN_TTL {
-            return Err(ServiceError::InvalidArgument(format!("ttl_s: at most {}", MAX_TOKEN_TTL.as_secs())).into());
+        let max = self.max_token_ttl.min(MAX_TOKEN_TTL);
+        if ttl > max {
+            return Err(ServiceError::InvalidArgument(format!("ttl_s: {} exceeds the maximum of {}", ttl.as_secs(), max.as_secs())).into());
         }
         let (token, claims) = self.keys.issue(&r.tenant, &r.subject, &r.scopes, ttl).map_err(ServiceError::from)?;
         tracing::info!(tenant = %claims.tenant, subject = %claims.sub, jti_hash = %claims.jti_hash(), "token issued");
@@ -210,8 +214,17 @@ impl pb::admin_server::Admin for AdminApi {
         }))
     }
 
-    async fn revoke_token(&self, _req: Request<pb::RevokeTokenRequest>) -> Result<Response<pb::RevokeTokenResponse>, Status> {
-        not_yet("Admin.RevokeToken arrives with tenancy and revocation")
+    async fn revoke_token(&self, req: Request<pb::RevokeTokenRequest>) -> Result<Response<pb::RevokeTokenResponse>, Status> {
+        admin(&req)?;
+        let jti = req.into_inner().jti;
+        if jti.is_empty() {
+            return Err(ServiceError::InvalidArgument("jti: required".into()).into());
+        }
+        let revoked = self.store.revoke(&jti, now_ms()).await.map_err(ServiceError::from)?;
+        // Effective here at once; other replicas pick it up on their next refresh.
+        self.revoked.insert(&jti);
+        tracing::info!(jti_hash = %hex::encode(sha2::Sha256::digest(jti.as_bytes())), revoked, "token revoked");
+        Ok(Response::new(pb::RevokeTokenResponse { revoked }))
     }
 
     type QueryAuditStream = Pin<Box<dyn Stream<Item = Result<pb::AuditRecord, Status>> + Send + 'static>>;

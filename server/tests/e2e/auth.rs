@@ -120,3 +120,41 @@ async fn scopes_are_checked_per_rpc_and_per_canonical_action() {
     server.client(&writer).await.release(&id).await.unwrap();
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn revoked_token_is_refused_within_a_second_and_ttl_is_capped() {
+    let server = TestServer::start_with(|a| {
+        a.warm = 0;
+        a.max_token_ttl = std::time::Duration::from_secs(3600);
+    })
+    .await;
+    let mut console = server.admin().await.admin();
+    let issued = console
+        .issue_token(pb::IssueTokenRequest { tenant: "default".into(), subject: "ci".into(), scopes: vec!["sessions:read".into()], ttl_s: 600 })
+        .await
+        .unwrap()
+        .into_inner();
+    let user = server.client(&issued.token).await;
+    let listed = user.sessions().list(pb::ListSessionsRequest::default()).await;
+    assert!(listed.is_ok(), "the fresh token works");
+
+    let revoked = console.revoke_token(pb::RevokeTokenRequest { jti: issued.jti.clone() }).await.unwrap().into_inner();
+    assert!(revoked.revoked);
+    let started = std::time::Instant::now();
+    let code = loop {
+        match user.sessions().list(pb::ListSessionsRequest::default()).await {
+            Err(status) => break status.code(),
+            Ok(_) if started.elapsed() < std::time::Duration::from_secs(1) => tokio::time::sleep(std::time::Duration::from_millis(20)).await,
+            Ok(_) => panic!("a revoked token still works after a second"),
+        }
+    };
+    assert_eq!(code, tonic::Code::Unauthenticated);
+    let again = console.revoke_token(pb::RevokeTokenRequest { jti: issued.jti }).await.unwrap().into_inner();
+    assert!(!again.revoked, "revoking twice is idempotent");
+
+    let too_long = pb::IssueTokenRequest { tenant: "default".into(), subject: "ci".into(), scopes: vec![], ttl_s: 7200 };
+    let status = console.issue_token(too_long).await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    assert!(status.message().contains("exceeds the maximum"), "{status}");
+    server.stop().await;
+}
