@@ -25,6 +25,7 @@ use tracing::Instrument;
 use crate::actions::Canonical;
 use crate::error::PoolError;
 use crate::events::{DialogInfo, DialogKind, EventHub, EventKind, EventReader};
+use crate::policy::NavPolicy;
 use crate::rawcdp::RawCdp;
 use crate::watchers::{raw_events, watch_targets};
 
@@ -201,6 +202,8 @@ pub(crate) struct Shared {
     pub(crate) loaded_html: Mutex<HashMap<TargetId, (String, String, String)>>,
     /// `Page.lifecycleEvent`s of our raw sessions: (session, loader id, name).
     pub(crate) lifecycle: broadcast::Sender<(String, String, String)>,
+    /// What the session's pages may load; checked for every request.
+    pub(crate) policy: std::sync::RwLock<NavPolicy>,
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -208,6 +211,11 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Shared {
+    /// Why the policy refuses `url`, if it does.
+    pub(crate) fn check(&self, url: &str) -> Result<(), String> {
+        self.policy.read().unwrap_or_else(|e| e.into_inner()).check(url)
+    }
+
     pub(crate) fn tab_index(&self, target: &TargetId) -> i32 {
         lock(&self.tabs).list.iter().position(|t| &t.target == target).map(|i| i as i32).unwrap_or(-1)
     }
@@ -310,6 +318,7 @@ impl Driver {
             answered: Mutex::new(HashSet::new()),
             loaded_html: Mutex::new(HashMap::new()),
             lifecycle: broadcast::channel(1024).0,
+            policy: std::sync::RwLock::new(NavPolicy::default()),
         });
         let listen = |e: CdpError| PoolError::Cdp(format!("listen targets: {e}"));
         let created = tokio::time::timeout(t, browser.event_listener::<EventTargetCreated>())
@@ -367,6 +376,16 @@ impl Driver {
             .await
             .map_err(|f| PoolError::Cdp(format!("set viewport: {}", f.message)))?;
         Ok(driver)
+    }
+
+    /// Sets the navigation policy of the session this worker serves.
+    pub fn set_policy(&self, policy: NavPolicy) {
+        *self.shared.policy.write().unwrap_or_else(|e| e.into_inner()) = policy;
+    }
+
+    /// Checks a URL a client asked for against the policy.
+    pub(crate) fn check_url(&self, url: &str) -> ActResult<()> {
+        self.shared.check(url).map_err(|why| ActionFailure::new(FailureCode::BlockedByPolicy, why))
     }
 
     /// A reader of this worker's events from now on.

@@ -200,7 +200,14 @@ pub(crate) async fn raw_events(shared: Arc<Shared>, raw: RawCdp, mut rx: mpsc::U
         match ev.method.as_str() {
             "Fetch.requestPaused" => {
                 let id = ev.params["requestId"].clone();
-                raw.send(&ev.session_id, "Fetch.continueRequest", json!({ "requestId": id }));
+                let url = ev.params["request"]["url"].as_str().unwrap_or_default();
+                match shared.check(url) {
+                    Ok(()) => raw.send(&ev.session_id, "Fetch.continueRequest", json!({ "requestId": id })),
+                    Err(why) => {
+                        tracing::info!(reason = %why, "request blocked by policy");
+                        raw.send(&ev.session_id, "Fetch.failRequest", json!({ "requestId": id, "errorReason": "BlockedByClient" }));
+                    }
+                }
             }
             "Fetch.authRequired" => on_auth_required(&shared, &raw, &ev),
             "Runtime.bindingCalled" if ev.params["name"] == PERMISSION_BINDING => on_permission(&shared, &ev),

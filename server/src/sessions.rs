@@ -11,7 +11,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use browserpool_pool::{
     canonicalize, Access, ActionCall, ActionFailure, ActionOutput, CaptureOptions, ContextState, EventKind, EventReader,
-    FailureCode, Lease, Pool, PoolError, Viewport,
+    FailureCode, Lease, NavPolicy, Pool, PoolError, Viewport,
 };
 use serde_json::Value;
 use tokio::sync::watch;
@@ -274,6 +274,11 @@ impl Sessions {
             PoolError::Exhausted(_) => ServiceError::WaitElapsed(spec.wait_ms as u64),
             other => ServiceError::Pool(other),
         })?;
+        // The tenant's navigation policy holds for every request the session's pages make.
+        lease.driver().set_policy(NavPolicy {
+            allow_private_networks: tenant.allow_private_networks,
+            allow_hosts: tenant.allow_hosts.clone(),
+        });
         let queue_wait_ms = started.elapsed().as_millis().min(u32::MAX as u128) as u32;
         let now = now_ms();
         let record = SessionRecord {

@@ -5,6 +5,19 @@ use serde_json::json;
 
 use crate::helpers::{act, err_code, fixture_site, ok, png_size, TestServer};
 
+/// Popups register as tabs shortly after the click that opens them: poll (bounded) for them.
+async fn wait_tabs(client: &browserpool_client::Client, id: &str, n: usize) -> serde_json::Value {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let tabs = ok(&act(client, id, action("list_tabs", "", json!(null))).await);
+        if tabs.as_array().unwrap().len() == n {
+            return tabs;
+        }
+        assert!(std::time::Instant::now() < deadline, "expected {n} tabs, have {tabs}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tabs_popups_and_sticky_switching() {
     let server = TestServer::start().await;
@@ -15,9 +28,7 @@ async fn tabs_popups_and_sticky_switching() {
 
     // A target=_blank link opens a tab the client can switch to.
     ok(&act(&client, &id, action("click", "#blank", json!(null))).await);
-    ok(&act(&client, &id, action("wait_for", "", json!({"ms": 300}))).await);
-    let tabs = ok(&act(&client, &id, action("list_tabs", "", json!(null))).await);
-    assert_eq!(tabs.as_array().unwrap().len(), 2, "{tabs}");
+    let tabs = wait_tabs(&client, &id, 2).await;
     assert_eq!(tabs[0]["active"], json!(true));
 
     // By substring, and sticky: later actions go to the chosen tab.
@@ -35,8 +46,7 @@ async fn tabs_popups_and_sticky_switching() {
 
     // window.open also becomes a tab.
     ok(&act(&client, &id, action("click", "#open", json!(null))).await);
-    ok(&act(&client, &id, action("wait_for", "", json!({"ms": 300}))).await);
-    assert_eq!(ok(&act(&client, &id, action("list_tabs", "", json!(null))).await).as_array().unwrap().len(), 3);
+    wait_tabs(&client, &id, 3).await;
     ok(&act(&client, &id, action("switch_tab", "", 2)).await);
     ok(&act(&client, &id, action("wait_for", "", json!({"url": "/second"}))).await);
 

@@ -229,6 +229,18 @@ async fn set_cookies() -> axum::response::Response {
         .into_response()
 }
 
+static PIXEL_HITS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// How many times any fixture site served `/pixel` (tests compare before and after).
+pub fn pixel_hits() -> usize {
+    PIXEL_HITS.load(std::sync::atomic::Ordering::SeqCst)
+}
+
+async fn pixel() -> &'static str {
+    PIXEL_HITS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    ""
+}
+
 /// Echoes the request's Cookie header.
 async fn echo_cookies(headers: axum::http::HeaderMap) -> Html<String> {
     let cookies = headers.get("cookie").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
@@ -265,6 +277,7 @@ pub async fn fixture_site() -> String {
         .route("/widgets", get(|| async { Html(WIDGETS) }))
         .route("/auth", get(auth))
         .route("/permissions", get(|| async { Html(PERMISSIONS) }))
+        .route("/pixel", get(pixel))
         .route("/set-cookies", get(set_cookies))
         .route("/echo-cookies", get(echo_cookies));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

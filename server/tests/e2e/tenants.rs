@@ -86,3 +86,52 @@ async fn tenant_slots_queue_overflow_renew_and_forced_delete() {
     assert_eq!(default.code(), tonic::Code::FailedPrecondition);
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn navigation_policy_holds_for_the_first_url_and_for_subresources() {
+    use browserpool_client::action;
+    use serde_json::json;
+
+    use crate::helpers::{act, err_code, fixture_site, ok, pixel_hits};
+
+    let server = TestServer::start().await;
+    let site = fixture_site().await;
+    let admin = server.admin().await;
+    let mut console = admin.admin();
+    // A new tenant reaches no private network unless told.
+    console.put_tenant(pb::PutTenantRequest { tenant: Some(tenant("locked", 2, 2)) }).await.unwrap();
+    let hosts = pb::Tenant { allow_private_networks: true, allow_hosts: vec!["*.example.test".into()], ..tenant("listed", 2, 2) };
+    console.put_tenant(pb::PutTenantRequest { tenant: Some(hosts) }).await.unwrap();
+
+    let locked = server.client(&server.token("locked", "job", &["sessions:read", "sessions:write"]).await).await;
+    let id = locked.acquire(30_000).await.unwrap().session_id;
+    for url in [format!("{site}/"), "http://localhost:9/".into(), "http://169.254.169.254/latest/meta-data/".into()] {
+        let r = act(&locked, &id, action("navigate", "", url.clone())).await;
+        assert_eq!(err_code(&r), pb::ErrorCode::BlockedByPolicy, "{url}");
+    }
+    // A subresource of an allowed document is held to the policy too: the request never leaves.
+    let before = pixel_hits();
+    ok(&act(&locked, &id, action("load_html", "", format!("<img src=\"{site}/pixel?locked\">"))).await);
+    ok(&act(&locked, &id, action("wait_for", "", json!({"ms": 500}))).await);
+    assert_eq!(pixel_hits(), before, "a blocked subresource must not reach the fixture");
+    locked.release(&id).await.unwrap();
+
+    // allow_hosts narrows even an allowed private network to the listed names.
+    let listed = server.client(&server.token("listed", "job", &["sessions:read", "sessions:write"]).await).await;
+    let id = listed.acquire(30_000).await.unwrap().session_id;
+    let r = act(&listed, &id, action("navigate", "", format!("{site}/"))).await;
+    assert_eq!(err_code(&r), pb::ErrorCode::BlockedByPolicy);
+    listed.release(&id).await.unwrap();
+
+    // The control: the default tenant (local development) loads it all, subresource included.
+    let id = admin.acquire(30_000).await.unwrap().session_id;
+    ok(&act(&admin, &id, action("navigate", "", format!("{site}/"))).await);
+    ok(&act(&admin, &id, action("load_html", "", format!("<img src=\"{site}/pixel?default\">"))).await);
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while pixel_hits() == before && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(pixel_hits() > before, "the default tenant's subresource is fetched");
+    admin.release(&id).await.unwrap();
+    server.stop().await;
+}

@@ -1,0 +1,141 @@
+//! The navigation policy of a session: which URLs its pages may load. Enforced for the URL a
+//! client navigates to and, through the paused-request hook, for every request the pages make
+//! (redirect hops and subresources included).
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+/// What a session's pages may reach.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NavPolicy {
+    /// Loopback, RFC 1918, link-local (cloud metadata), CGNAT and unique-local addresses, and
+    /// `localhost` names.
+    pub allow_private_networks: bool,
+    /// Hosts (`example.com`) or suffixes (`*.example.com`); empty = any public host.
+    pub allow_hosts: Vec<String>,
+}
+
+impl Default for NavPolicy {
+    /// A warm worker's policy before a lease: nothing private.
+    fn default() -> Self {
+        NavPolicy { allow_private_networks: false, allow_hosts: Vec::new() }
+    }
+}
+
+impl NavPolicy {
+    /// Why `url` is refused, or `Ok` when it may load. Host names are not resolved here: a
+    /// name is judged by `allow_hosts` (Chromium resolves it), an address by its range.
+    pub fn check(&self, url: &str) -> Result<(), String> {
+        if url == "about:blank" || url.starts_with("data:") || url.starts_with("blob:") {
+            return Ok(());
+        }
+        let parsed = url::Url::parse(url).map_err(|e| format!("{url:?} is not a url: {e}"))?;
+        if !matches!(parsed.scheme(), "http" | "https" | "ws" | "wss") {
+            return Err(format!("scheme `{}` is not allowed: only http, https and about:blank", parsed.scheme()));
+        }
+        let host = match parsed.host() {
+            Some(url::Host::Domain(d)) => d.trim_end_matches('.').to_ascii_lowercase(),
+            Some(url::Host::Ipv4(ip)) => ip.to_string(),
+            Some(url::Host::Ipv6(ip)) => ip.to_string(),
+            None => return Err(format!("{url:?} has no host")),
+        };
+        let private = match parsed.host() {
+            Some(url::Host::Ipv4(ip)) => private_v4(ip),
+            Some(url::Host::Ipv6(ip)) => private_v6(ip),
+            _ => host == "localhost" || host.ends_with(".localhost"),
+        };
+        if private && !self.allow_private_networks {
+            return Err(format!("{host} is a private, loopback or link-local address and this tenant does not allow private networks"));
+        }
+        if !self.allow_hosts.is_empty() && !self.allow_hosts.iter().any(|pattern| host_matches(pattern, &host)) {
+            return Err(format!("{host} is not in this tenant's allow_hosts"));
+        }
+        Ok(())
+    }
+}
+
+fn host_matches(pattern: &str, host: &str) -> bool {
+    let pattern = pattern.to_ascii_lowercase();
+    match pattern.strip_prefix("*.") {
+        Some(suffix) => host.ends_with(&format!(".{suffix}")),
+        None => host == pattern,
+    }
+}
+
+fn private_v4(ip: Ipv4Addr) -> bool {
+    let [a, b, ..] = ip.octets();
+    ip.is_loopback()
+        || ip.is_private()
+        || ip.is_link_local()
+        || ip.is_unspecified()
+        || ip.is_broadcast()
+        || a == 0
+        || (a == 100 && (64..128).contains(&b))
+}
+
+fn private_v6(ip: Ipv6Addr) -> bool {
+    if let Some(v4) = ip.to_ipv4_mapped() {
+        return private_v4(v4);
+    }
+    let first = ip.segments()[0];
+    ip.is_loopback() || ip.is_unspecified() || (first & 0xfe00) == 0xfc00 || (first & 0xffc0) == 0xfe80
+}
+
+/// Whether an address is private in the policy's sense (for callers that resolved a name).
+pub fn is_private(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => private_v4(v4),
+        IpAddr::V6(v6) => private_v6(v6),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn open() -> NavPolicy {
+        NavPolicy { allow_private_networks: true, allow_hosts: vec![] }
+    }
+
+    #[test]
+    fn private_ranges_are_refused_unless_allowed() {
+        let p = NavPolicy::default();
+        for url in [
+            "http://127.0.0.1:8080/",
+            "http://localhost/",
+            "http://app.localhost/",
+            "http://10.1.2.3/",
+            "http://172.16.0.1/",
+            "http://192.168.1.1/",
+            "http://169.254.169.254/latest/meta-data/",
+            "http://100.64.0.1/",
+            "http://0.0.0.0/",
+            "http://[::1]/",
+            "http://[fd00::1]/",
+            "http://[fe80::1]/",
+            "http://[::ffff:127.0.0.1]/",
+        ] {
+            assert!(p.check(url).is_err(), "{url} must be refused");
+            assert!(open().check(url).is_ok(), "{url} allowed with private networks");
+        }
+        assert!(p.check("https://example.com/").is_ok());
+        assert!(p.check("http://8.8.8.8/").is_ok());
+        assert!(p.check("about:blank").is_ok());
+    }
+
+    #[test]
+    fn schemes_and_allow_hosts() {
+        let p = NavPolicy { allow_private_networks: false, allow_hosts: vec!["example.com".into(), "*.corp.test".into()] };
+        assert!(p.check("https://example.com/x").is_ok());
+        assert!(p.check("https://www.corp.test/").is_ok());
+        assert!(p.check("https://corp.test/").is_err(), "*.suffix means subdomains");
+        assert!(p.check("https://evil.com/").unwrap_err().contains("allow_hosts"));
+        assert!(open().check("file:///etc/passwd").unwrap_err().contains("scheme"));
+        assert!(open().check("chrome://settings").is_err());
+    }
+
+    #[test]
+    fn is_private_for_resolved_addresses() {
+        assert!(is_private("127.0.0.1".parse().unwrap()));
+        assert!(!is_private("93.184.216.34".parse().unwrap()));
+    }
+}
