@@ -386,22 +386,25 @@ impl Revocations {
 
 /// Tower layer: validates the bearer token of every request except health and reflection and
 /// puts the [`Claims`] in the request extensions. A bad token never reaches a handler.
+///
+/// It also appends the RPC-level audit record of every call it sees (refusals included).
 #[derive(Clone)]
 pub struct AuthLayer {
     keys: Arc<Keys>,
     revoked: Revocations,
+    audit: crate::audit::AuditLog,
 }
 
 impl AuthLayer {
-    pub fn new(keys: Arc<Keys>, revoked: Revocations) -> Self {
-        AuthLayer { keys, revoked }
+    pub fn new(keys: Arc<Keys>, revoked: Revocations, audit: crate::audit::AuditLog) -> Self {
+        AuthLayer { keys, revoked, audit }
     }
 }
 
 impl<S> tower::Layer<S> for AuthLayer {
     type Service = AuthService<S>;
     fn layer(&self, inner: S) -> Self::Service {
-        AuthService { inner, keys: self.keys.clone(), revoked: self.revoked.clone() }
+        AuthService { inner, keys: self.keys.clone(), revoked: self.revoked.clone(), audit: self.audit.clone() }
     }
 }
 
@@ -411,6 +414,7 @@ pub struct AuthService<S> {
     inner: S,
     keys: Arc<Keys>,
     revoked: Revocations,
+    audit: crate::audit::AuditLog,
 }
 
 /// RPC paths that need no token.
@@ -422,23 +426,22 @@ impl<S, ReqBody, ResBody> tower::Service<http::Request<ReqBody>> for AuthService
 where
     S: tower::Service<http::Request<ReqBody>, Response = http::Response<ResBody>> + Clone + Send + 'static,
     S::Future: Send + 'static,
+    S::Error: Send + 'static,
     ReqBody: Send + 'static,
     ResBody: Default + Send + 'static,
 {
     type Response = http::Response<ResBody>;
     type Error = S::Error;
-    type Future = futures::future::Either<
-        S::Future,
-        futures::future::Ready<Result<http::Response<ResBody>, S::Error>>,
-    >;
+    type Future = futures::future::BoxFuture<'static, Result<http::Response<ResBody>, S::Error>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, mut req: http::Request<ReqBody>) -> Self::Future {
-        if is_public(req.uri().path()) {
-            return futures::future::Either::Left(self.inner.call(req));
+        let path = req.uri().path().to_string();
+        if is_public(&path) {
+            return Box::pin(self.inner.call(req));
         }
         let header = req.headers().get(http::header::AUTHORIZATION).and_then(|v| v.to_str().ok());
         let verified = self.keys.verify_header(header).and_then(|claims| {
@@ -450,13 +453,46 @@ where
         });
         match verified {
             Ok(claims) => {
+                let started = std::time::Instant::now();
+                let entry = crate::audit::Entry {
+                    tenant: claims.tenant.clone(),
+                    subject: claims.sub.clone(),
+                    jti_hash: claims.jti_hash(),
+                    rpc: path,
+                    ..Default::default()
+                };
                 req.extensions_mut().insert(claims);
-                futures::future::Either::Left(self.inner.call(req))
+                let fut = self.inner.call(req);
+                let audit = self.audit.clone();
+                Box::pin(async move {
+                    let resp = fut.await?;
+                    // Errors are "trailers-only" responses: their status is in the headers.
+                    let code = resp
+                        .headers()
+                        .get("grpc-status")
+                        .and_then(|v| v.to_str().ok())
+                        .and_then(|v| v.parse::<i32>().ok())
+                        .filter(|c| *c != 0)
+                        .map(|c| format!("{:?}", tonic::Code::from_i32(c)));
+                    audit.record(crate::audit::Entry {
+                        outcome: if code.is_some() { "error".into() } else { "ok".into() },
+                        code: code.unwrap_or_default(),
+                        duration_ms: started.elapsed().as_millis().min(u32::MAX as u128) as u32,
+                        ..entry
+                    });
+                    Ok(resp)
+                })
             }
             Err(e) => {
-                tracing::info!(path = req.uri().path(), reason = %e, "request refused: unauthenticated");
+                tracing::info!(path = %path, reason = %e, "request refused: unauthenticated");
+                self.audit.record(crate::audit::Entry {
+                    rpc: path,
+                    outcome: "denied".into(),
+                    code: "Unauthenticated".into(),
+                    ..Default::default()
+                });
                 let status = tonic::Status::unauthenticated(e.to_string());
-                futures::future::Either::Right(futures::future::ready(Ok(status.into_http())))
+                Box::pin(futures::future::ready(Ok(status.into_http())))
             }
         }
     }

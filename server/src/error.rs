@@ -36,8 +36,6 @@ pub enum ServiceError {
     ShuttingDown,
     #[error("server is draining: it takes no new sessions; live ones go on")]
     Draining,
-    #[error("{0}")]
-    Unimplemented(&'static str),
     #[error(transparent)]
     Pool(#[from] PoolError),
     #[error(transparent)]
@@ -72,7 +70,6 @@ impl From<ServiceError> for Status {
             ServiceError::QueueFull(_) => (Code::ResourceExhausted, e.to_string()),
             ServiceError::FailedPrecondition(_) => (Code::FailedPrecondition, e.to_string()),
             ServiceError::ShuttingDown | ServiceError::Draining => (Code::Unavailable, e.to_string()),
-            ServiceError::Unimplemented(_) => (Code::Unimplemented, e.to_string()),
             ServiceError::Pool(PoolError::Exhausted(wait)) => {
                 (Code::DeadlineExceeded, format!("no browser became free within {} ms", wait.as_millis()))
             }

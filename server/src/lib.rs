@@ -2,6 +2,7 @@
 //! HTTP side listener. See ARCHITECTURE.md for how the pieces fit.
 
 pub mod admission;
+pub mod audit;
 pub mod auth;
 pub mod cli;
 pub mod config;

@@ -15,6 +15,7 @@ use tokio::sync::watch;
 use tokio_stream::wrappers::TcpListenerStream;
 use tracing::Instrument;
 
+use crate::audit::{AuditLog, Writer};
 use crate::auth::{write_admin_token, AuthLayer, Keys, Revocations};
 use crate::config::ServeArgs;
 use crate::grpc::{admin_api::AdminApi, sessions_api::SessionsApi};
@@ -26,6 +27,8 @@ pub const DEFAULT_TENANT: &str = "default";
 
 /// A server with its sockets bound, ready to serve.
 pub struct Bound {
+    audit: AuditLog,
+    audit_writer: Writer,
     grpc: TcpListener,
     http: TcpListener,
     /// Where gRPC listens (the real port when 0 was asked).
@@ -101,14 +104,18 @@ pub async fn bind(args: ServeArgs) -> anyhow::Result<Bound> {
         },
         shutdown_rx.clone(),
     );
+    let (audit, audit_writer) = AuditLog::new(store.clone());
     let sessions = Sessions::new(
         store.clone(),
         pool,
         Limits { max_session_ttl: args.max_session_ttl, idle_timeout: args.idle_timeout },
         args.max_workers as u32,
+        audit.clone(),
     );
     sessions.recover().await?;
     Ok(Bound {
+        audit,
+        audit_writer,
         grpc,
         http,
         grpc_addr,
@@ -138,9 +145,12 @@ impl Bound {
     /// Serves gRPC and HTTP until `shutdown` resolves, then closes every session, kills every
     /// worker and waits for every background task.
     pub async fn serve(self, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
-        let Bound { grpc, http, grpc_addr, http_addr, keys, store, sessions, shutdown_tx, shutdown_rx, max_html_bytes, max_token_ttl, .. } = self;
+        let Bound { grpc, http, grpc_addr, http_addr, keys, store, sessions, shutdown_tx, shutdown_rx, max_html_bytes, max_token_ttl, audit, audit_writer, .. } = self;
         tracing::info!(%grpc_addr, %http_addr, "serving");
 
+        // The audit writer stops after the sessions are closed (their records go in first).
+        let (audit_stop_tx, audit_stop_rx) = watch::channel(false);
+        let audit_task = tokio::spawn(audit_writer.run(audit_stop_rx).instrument(tracing::info_span!("audit_writer")));
         // The deny-list is loaded before serving, then refreshed twice a second.
         let revoked = Revocations::default();
         revoked.replace(store.revoked().await?);
@@ -184,7 +194,7 @@ impl Bound {
         let admin_api = AdminApi::new(sessions.clone(), keys.clone(), store.clone(), revoked.clone(), max_token_ttl);
         let tx = shutdown_tx.clone();
         let served = tonic::transport::Server::builder()
-            .layer(AuthLayer::new(keys, revoked.clone()))
+            .layer(AuthLayer::new(keys, revoked.clone(), audit.clone()))
             .add_service(health_service)
             .add_service(reflection_v1)
             .add_service(reflection_v1alpha)
@@ -202,6 +212,8 @@ impl Bound {
         sessions.pool().shutdown().await;
         let _ = reaper.await;
         let _ = revocations.await;
+        let _ = audit_stop_tx.send(true);
+        let _ = audit_task.await;
         match http_task.await {
             Ok(Err(e)) => tracing::warn!(error = %e, "http listener failed"),
             Err(e) => tracing::warn!(error = %e, "http listener panicked"),

@@ -17,6 +17,7 @@ use serde_json::Value;
 use tokio::sync::watch;
 
 use crate::admission::{Admission, AdmissionError, Quota, Slot};
+use crate::audit::AuditLog;
 use crate::auth::{Claims, Scope};
 use crate::error::{Result, ServiceError};
 use crate::store::{SessionFilter, SessionRecord, Store};
@@ -130,6 +131,7 @@ struct Inner {
     store: Store,
     pool: Pool,
     admission: Admission,
+    audit: AuditLog,
     /// While true, Acquire answers UNAVAILABLE; live sessions go on.
     draining: std::sync::atomic::AtomicBool,
     limits: Limits,
@@ -137,13 +139,14 @@ struct Inner {
 }
 
 impl Sessions {
-    pub fn new(store: Store, pool: Pool, limits: Limits, capacity: u32) -> Sessions {
+    pub fn new(store: Store, pool: Pool, limits: Limits, capacity: u32, audit: AuditLog) -> Sessions {
         let admission = Admission::new(capacity);
         Sessions {
             inner: Arc::new(Inner {
                 store,
                 pool,
                 admission,
+                audit,
                 draining: std::sync::atomic::AtomicBool::new(false),
                 limits,
                 live: Mutex::new(HashMap::new()),
@@ -399,8 +402,16 @@ impl Sessions {
 
     /// Runs one action on the caller's session. Never fails as a whole: every problem is in
     /// the report, so a stream survives a bad action.
-    pub async fn act(&self, claims: &Claims, id: &str, input: ActionInput) -> ActionReport {
+    pub async fn act(&self, claims: &Claims, id: &str, input: ActionInput, rpc: &str) -> ActionReport {
         let started = Instant::now();
+        // Only what identifies the target: a URL without its query, a selector, never text.
+        let target = match (canonicalize(&input.action).map(|c| c.name), &input.payload) {
+            (Ok("navigate" | "new_tab"), serde_json::Value::String(url)) => crate::audit::url_target(url),
+            (Ok("navigate"), serde_json::Value::Object(m)) => {
+                m.get("url").and_then(|u| u.as_str()).map(crate::audit::url_target).unwrap_or_default()
+            }
+            _ => input.selector.clone(),
+        };
         let mut report = ActionReport {
             id: input.id.clone(),
             action: input.action.clone(),
@@ -413,6 +424,19 @@ impl Sessions {
         if let Err(f) = &report.outcome {
             tracing::debug!(session = %id, action = %report.action, code = ?f.code, "action failed");
         }
+        self.inner.audit.record(crate::audit::Entry {
+            tenant: claims.tenant.clone(),
+            subject: claims.sub.clone(),
+            jti_hash: claims.jti_hash(),
+            session_id: id.to_string(),
+            rpc: rpc.to_string(),
+            action: report.action.clone(),
+            alias_of: report.alias_of.clone(),
+            target,
+            outcome: if report.outcome.is_ok() { "ok".into() } else { "error".into() },
+            code: report.outcome.as_ref().err().map(|f| format!("{:?}", f.code)).unwrap_or_default(),
+            duration_ms: report.duration_ms,
+        });
         report
     }
 
@@ -512,7 +536,7 @@ impl Sessions {
         self.attach(claims, id).await?;
         let mut reports = Vec::with_capacity(actions.len());
         for input in actions {
-            let report = self.act(claims, id, input).await;
+            let report = self.act(claims, id, input, "/browserpool.v1.Sessions/Batch").await;
             let failed = report.outcome.is_err();
             reports.push(report);
             if failed && stop_on_error {
@@ -557,6 +581,12 @@ impl Sessions {
             })
         })
         .await
+    }
+
+    /// The audit trail (adapters check its health before running actions, and record
+    /// context transfers).
+    pub fn audit(&self) -> &AuditLog {
+        &self.inner.audit
     }
 
     /// A reader of the session's live events from now on.

@@ -330,6 +330,79 @@ impl Store {
         rows.iter().map(|r| r.try_get("jti").map_err(StoreError::from)).collect()
     }
 
+    /// The last (seq, hash) of the audit chain; (0, "") when empty.
+    pub async fn audit_tail(&self) -> Result<(u64, String), StoreError> {
+        let Backend::Sqlite(pool) = &self.backend;
+        let row = sqlx::query("SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1").fetch_optional(pool).await?;
+        Ok(match row {
+            Some(r) => (r.try_get::<i64, _>("seq")? as u64, r.try_get("hash")?),
+            None => (0, String::new()),
+        })
+    }
+
+    /// Appends chained records in one transaction.
+    pub async fn append_audit(&self, records: &[crate::audit::Record]) -> Result<(), StoreError> {
+        let Backend::Sqlite(pool) = &self.backend;
+        let mut tx = pool.begin().await?;
+        for r in records {
+            let e = &r.entry;
+            sqlx::query(
+                "INSERT INTO audit (seq, at_ms, tenant, subject, jti_hash, session_id, rpc, action, alias_of, target, \
+                 outcome, code, duration_ms, prev_hash, hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            )
+            .bind(r.seq as i64)
+            .bind(r.at_ms)
+            .bind(&e.tenant)
+            .bind(&e.subject)
+            .bind(&e.jti_hash)
+            .bind(&e.session_id)
+            .bind(&e.rpc)
+            .bind(&e.action)
+            .bind(&e.alias_of)
+            .bind(&e.target)
+            .bind(&e.outcome)
+            .bind(&e.code)
+            .bind(e.duration_ms as i64)
+            .bind(&r.prev_hash)
+            .bind(&r.hash)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Audit records matching the filter, newest first, at most `limit`.
+    pub async fn audit_query(
+        &self,
+        tenant: Option<&str>,
+        session_id: Option<&str>,
+        action: Option<&str>,
+        since_ms: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<crate::audit::Record>, StoreError> {
+        let Backend::Sqlite(pool) = &self.backend;
+        let rows = sqlx::query(
+            "SELECT * FROM audit WHERE (?1 IS NULL OR tenant = ?1) AND (?2 IS NULL OR session_id = ?2) \
+             AND (?3 IS NULL OR action = ?3) AND (?4 IS NULL OR at_ms >= ?4) ORDER BY seq DESC LIMIT ?5",
+        )
+        .bind(tenant)
+        .bind(session_id)
+        .bind(action)
+        .bind(since_ms)
+        .bind(limit as i64)
+        .fetch_all(pool)
+        .await?;
+        rows.iter().map(audit_from_row).collect()
+    }
+
+    /// The whole chain in order (for verification).
+    pub async fn audit_all(&self) -> Result<Vec<crate::audit::Record>, StoreError> {
+        let Backend::Sqlite(pool) = &self.backend;
+        let rows = sqlx::query("SELECT * FROM audit ORDER BY seq").fetch_all(pool).await?;
+        rows.iter().map(audit_from_row).collect()
+    }
+
     /// Sessions a previous run left live (it crashed or was killed): ids only.
     pub async fn live_session_ids(&self) -> Result<Vec<String>, StoreError> {
         let Backend::Sqlite(pool) = &self.backend;
@@ -354,6 +427,28 @@ async fn record_transition(
         .execute(&mut **tx)
         .await?;
     Ok(())
+}
+
+fn audit_from_row(r: &sqlx::sqlite::SqliteRow) -> Result<crate::audit::Record, StoreError> {
+    Ok(crate::audit::Record {
+        seq: r.try_get::<i64, _>("seq")? as u64,
+        at_ms: r.try_get("at_ms")?,
+        entry: crate::audit::Entry {
+            tenant: r.try_get("tenant")?,
+            subject: r.try_get("subject")?,
+            jti_hash: r.try_get("jti_hash")?,
+            session_id: r.try_get("session_id")?,
+            rpc: r.try_get("rpc")?,
+            action: r.try_get("action")?,
+            alias_of: r.try_get("alias_of")?,
+            target: r.try_get("target")?,
+            outcome: r.try_get("outcome")?,
+            code: r.try_get("code")?,
+            duration_ms: r.try_get::<i64, _>("duration_ms")? as u32,
+        },
+        prev_hash: r.try_get("prev_hash")?,
+        hash: r.try_get("hash")?,
+    })
 }
 
 fn parse_state(s: &str) -> Result<SessionState, StoreError> {

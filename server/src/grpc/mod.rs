@@ -15,8 +15,3 @@ pub(crate) fn claims<T>(req: &Request<T>) -> Result<Claims, Status> {
         .cloned()
         .ok_or_else(|| Status::unauthenticated("missing authorization metadata: send `authorization: Bearer <jwt>`"))
 }
-
-/// The answer of every rpc whose issue has not landed yet.
-pub(crate) fn not_yet<T>(what: &'static str) -> Result<T, Status> {
-    Err(crate::error::ServiceError::Unimplemented(what).into())
-}

@@ -48,6 +48,31 @@ async fn stopped(shutdown: &mut watch::Receiver<bool>) {
     let _ = shutdown.wait_for(|v| *v).await;
 }
 
+/// New actions fail closed while the audit trail cannot be written.
+fn audit_down() -> Status {
+    Status::unavailable("the audit trail cannot be written; actions are refused until it recovers")
+}
+
+/// Records a context transfer: origin, counts and the integrity hash, never the envelope.
+fn audit_context(sessions: &Sessions, claims: &crate::auth::Claims, rpc: &str, session: &str, env: &pb::ContextEnvelope, outcome: &str) {
+    sessions.audit().record(crate::audit::Entry {
+        tenant: claims.tenant.clone(),
+        subject: claims.sub.clone(),
+        jti_hash: claims.jti_hash(),
+        session_id: session.to_string(),
+        rpc: rpc.to_string(),
+        target: format!(
+            "origin={} cookies={} storage_keys={} integrity={}",
+            env.origin,
+            env.cookies.len(),
+            env.local_storage.len() + env.session_storage.len(),
+            env.integrity
+        ),
+        outcome: outcome.to_string(),
+        ..Default::default()
+    });
+}
+
 /// How long a `Drive` stream may stay silent before naming its session.
 const FIRST_MESSAGE_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
@@ -162,7 +187,11 @@ impl pb::sessions_server::Sessions for SessionsApi {
                 let mut pending = first.action;
                 loop {
                     if let Some(action) = pending.take() {
-                        let report = sessions.act(&claims, &session_id, action_input(action)).await;
+                        if !sessions.audit().healthy() {
+                            let _ = tx.send(Err(audit_down())).await;
+                            break;
+                        }
+                        let report = sessions.act(&claims, &session_id, action_input(action), "/browserpool.v1.Sessions/Drive").await;
                         let event = pb::DriveEvent { kind: Some(pb::drive_event::Kind::Result(report_to_pb(report))) };
                         if tx.send(Ok(event)).await.is_err() {
                             break;
@@ -203,13 +232,19 @@ impl pb::sessions_server::Sessions for SessionsApi {
         let r = req.into_inner();
         self.sessions.attach(&claims, &r.session_id).await?;
         let action = r.action.ok_or_else(|| Status::from(ServiceError::InvalidArgument("action: required".into())))?;
-        let report = self.sessions.act(&claims, &r.session_id, action_input(action)).await;
+        if !self.sessions.audit().healthy() {
+            return Err(audit_down());
+        }
+        let report = self.sessions.act(&claims, &r.session_id, action_input(action), "/browserpool.v1.Sessions/Act").await;
         Ok(Response::new(report_to_pb(report)))
     }
 
     async fn batch(&self, req: Request<pb::BatchRequest>) -> Result<Response<pb::BatchResponse>, Status> {
         let claims = claims(&req)?;
         let r = req.into_inner();
+        if !self.sessions.audit().healthy() {
+            return Err(audit_down());
+        }
         let started = std::time::Instant::now();
         let inputs = r.actions.into_iter().map(action_input).collect();
         let reports = self.sessions.batch(&claims, &r.session_id, inputs, r.stop_on_error).await?;
@@ -261,6 +296,7 @@ impl pb::sessions_server::Sessions for SessionsApi {
         };
         let state = self.sessions.export_context(&claims, &r.session_id, opts).await?;
         let env = context::seal(state, now_ms());
+        audit_context(&self.sessions, &claims, "/browserpool.v1.Sessions/ExportContext", &r.session_id, &env, "ok");
         // Never the envelope itself: only what identifies it.
         tracing::info!(session = %r.session_id, origin = %env.origin, cookies = env.cookies.len(), integrity = %env.integrity, "context exported");
         Ok(Response::new(env))
@@ -276,11 +312,13 @@ impl pb::sessions_server::Sessions for SessionsApi {
             // Still an owner check first, so a foreign id stays NOT_FOUND.
             self.sessions.attach(&claims, &r.session_id).await?;
             tracing::info!(session = %r.session_id, origin = %env.origin, "context refused: integrity mismatch");
+            audit_context(&self.sessions, &claims, "/browserpool.v1.Sessions/ImportContext", &r.session_id, &env, "error");
             return Ok(Response::new(pb::ImportContextResponse { ok: false, integrity_error, ..Default::default() }));
         }
         let (applied_cookies, applied_storage_keys) =
             self.sessions.import_context(&claims, &r.session_id, context::open(&env), r.strict_origin).await?;
         tracing::info!(session = %r.session_id, origin = %env.origin, cookies = applied_cookies, keys = applied_storage_keys, integrity = %env.integrity, "context imported");
+        audit_context(&self.sessions, &claims, "/browserpool.v1.Sessions/ImportContext", &r.session_id, &env, "ok");
         Ok(Response::new(pb::ImportContextResponse { ok: true, applied_cookies, applied_storage_keys, integrity_error: String::new() }))
     }
 }

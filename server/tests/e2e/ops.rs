@@ -80,3 +80,104 @@ async fn list_kill_and_drain() {
     admin.release(&mine.session_id).await.unwrap();
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audit_records_every_call_and_detects_tampering() {
+    use crate::helpers::fixture_site;
+
+    let server = TestServer::start().await;
+    let site = fixture_site().await;
+    let admin = server.admin().await;
+    let mut console = admin.admin();
+    let id = admin.acquire(30_000).await.unwrap().session_id;
+    ok(&act(&admin, &id, action("goto", "", format!("{site}/?token=secret#frag"))).await);
+    ok(&act(&admin, &id, action("type", "#name", "typed-secret-text")).await);
+    admin.release(&id).await.unwrap();
+    // A refused call is recorded too.
+    let stranger = browserpool_client::Client::connect(server.endpoint(), "not-a-token").await.unwrap();
+    assert!(stranger.get(&id).await.is_err());
+
+    // Records are written off the hot path: poll (bounded) until the session's are in.
+    let query = |session: String| pb::QueryAuditRequest { session_id: session, limit: 50, ..Default::default() };
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let records = loop {
+        let mut stream = console.query_audit(query(id.clone())).await.unwrap().into_inner();
+        let mut got = Vec::new();
+        while let Some(r) = stream.message().await.unwrap() {
+            got.push(r);
+        }
+        if got.len() >= 2 || std::time::Instant::now() > deadline {
+            break got;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    // Newest first: type, then navigate.
+    assert_eq!(records.iter().map(|r| r.action.as_str()).collect::<Vec<_>>(), ["type", "navigate"]);
+    let nav = &records[1];
+    assert_eq!((nav.alias_of.as_str(), nav.rpc.as_str()), ("goto", "/browserpool.v1.Sessions/Act"));
+    assert_eq!(nav.target, format!("{site}/"), "the query and fragment never reach the trail");
+    assert_eq!(records[0].target, "#name", "the selector, never the typed text");
+    assert!(records.iter().all(|r| r.tenant == "default" && r.jti_hash.len() == 64 && r.outcome == "ok"));
+
+    let mut all = console.query_audit(pb::QueryAuditRequest { limit: 1000, ..Default::default() }).await.unwrap().into_inner();
+    let mut rpcs = Vec::new();
+    while let Some(r) = all.message().await.unwrap() {
+        assert!(!r.target.contains("typed-secret-text") && !r.target.contains("token=secret"));
+        rpcs.push((r.rpc, r.outcome, r.code));
+    }
+    assert!(rpcs.iter().any(|(rpc, _, _)| rpc == "/browserpool.v1.Sessions/Acquire"));
+    assert!(rpcs.iter().any(|(rpc, o, c)| rpc == "/browserpool.v1.Sessions/Get" && o == "denied" && c == "Unauthenticated"));
+
+    let verified = console.verify_audit(pb::VerifyAuditRequest {}).await.unwrap().into_inner();
+    assert!(verified.ok && verified.records_checked >= 4, "{verified:?}");
+
+    // Behind the server's back: the database refuses edits, and once the trigger is dropped an
+    // edit is named by VerifyAudit.
+    let url = format!("sqlite://{}", server.data_dir.path().join("browserpool.db").display());
+    let db = sqlx::SqlitePool::connect(&url).await.unwrap();
+    let refused = sqlx::query("UPDATE audit SET target = 'x' WHERE seq = 2").execute(&db).await;
+    assert!(refused.is_err(), "the trigger refuses UPDATE");
+    assert!(sqlx::query("DELETE FROM audit WHERE seq = 2").execute(&db).await.is_err(), "and DELETE");
+    sqlx::query("DROP TRIGGER audit_no_update").execute(&db).await.unwrap();
+    sqlx::query("UPDATE audit SET target = 'forged' WHERE seq = 2").execute(&db).await.unwrap();
+    let verified = console.verify_audit(pb::VerifyAuditRequest {}).await.unwrap().into_inner();
+    assert!(!verified.ok);
+    assert_eq!(verified.first_bad_seq, 2, "{verified:?}");
+    db.close().await;
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn actions_fail_closed_while_the_audit_cannot_be_written() {
+    let server = TestServer::start().await;
+    let admin = server.admin().await;
+    let id = admin.acquire(30_000).await.unwrap().session_id;
+    let url = format!("sqlite://{}", server.data_dir.path().join("browserpool.db").display());
+    let db = sqlx::SqlitePool::connect(&url).await.unwrap();
+    sqlx::query("CREATE TRIGGER audit_broken BEFORE INSERT ON audit BEGIN SELECT RAISE(ABORT, 'disk on fire'); END")
+        .execute(&db)
+        .await
+        .unwrap();
+    // The next record fails to write; from then on actions are refused, not run unrecorded.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let refused = loop {
+        match admin.act(&id, action("title", "", json!(null))).await {
+            Err(browserpool_client::Error::Status(s)) => break s,
+            Ok(_) if std::time::Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(50)).await,
+            other => panic!("actions kept running without an audit trail: {other:?}"),
+        }
+    };
+    assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused}");
+    sqlx::query("DROP TRIGGER audit_broken").execute(&db).await.unwrap();
+    // The writer retries what it holds; actions run again and the chain is whole.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while admin.act(&id, action("title", "", json!(null))).await.is_err() {
+        assert!(std::time::Instant::now() < deadline, "actions did not resume after the audit recovered");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let verified = admin.admin().verify_audit(pb::VerifyAuditRequest {}).await.unwrap().into_inner();
+    assert!(verified.ok, "{verified:?}");
+    db.close().await;
+    admin.release(&id).await.unwrap();
+    server.stop().await;
+}

@@ -1,0 +1,245 @@
+//! The audit trail: one record per RPC and per action, hash-chained, written off the hot path.
+//!
+//! One writer task owns the chain (so it cannot fork): it takes entries from a channel in
+//! order, batches what is waiting, assigns `seq` and `hash = SHA-256(prev_hash || canonical
+//! record)` and appends the batch in one transaction. Results do not wait for their record to
+//! be durable (see ARCHITECTURE.md); instead, when a write fails the log turns unhealthy and
+//! new actions are refused with UNAVAILABLE until a retry succeeds, so nothing runs
+//! unrecorded for longer than one batch.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::json;
+use sha2::{Digest, Sha256};
+use tokio::sync::{mpsc, watch};
+
+use crate::context::jcs;
+use crate::sessions::now_ms;
+use crate::store::Store;
+
+/// What happened, before it has a place in the chain.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Entry {
+    pub tenant: String,
+    pub subject: String,
+    pub jti_hash: String,
+    pub session_id: String,
+    pub rpc: String,
+    pub action: String,
+    pub alias_of: String,
+    /// Session id, URL without its query, selector, origin: never typed text or secrets.
+    pub target: String,
+    /// `ok`, `error` or `denied`.
+    pub outcome: String,
+    /// gRPC status or action error code on failure.
+    pub code: String,
+    pub duration_ms: u32,
+}
+
+/// A chained record.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Record {
+    pub seq: u64,
+    pub at_ms: i64,
+    pub entry: Entry,
+    pub prev_hash: String,
+    pub hash: String,
+}
+
+impl Record {
+    /// The canonical (RFC 8785) JSON the hash covers.
+    pub fn canonical(&self) -> String {
+        let e = &self.entry;
+        jcs(&json!({
+            "seq": self.seq, "at": self.at_ms, "tenant": e.tenant, "subject": e.subject,
+            "jtiHash": e.jti_hash, "sessionId": e.session_id, "rpc": e.rpc, "action": e.action,
+            "aliasOf": e.alias_of, "target": e.target, "outcome": e.outcome, "code": e.code,
+            "durationMs": e.duration_ms,
+        }))
+    }
+
+    /// `SHA-256(prev_hash || canonical)`, lowercase hex.
+    pub fn compute_hash(&self) -> String {
+        let mut h = Sha256::new();
+        h.update(self.prev_hash.as_bytes());
+        h.update(self.canonical().as_bytes());
+        hex::encode(h.finalize())
+    }
+}
+
+/// The sending side of the trail. Cheap to clone.
+#[derive(Clone)]
+pub struct AuditLog {
+    tx: mpsc::UnboundedSender<Entry>,
+    healthy: Arc<AtomicBool>,
+}
+
+impl AuditLog {
+    /// The log and its writer; run the writer with [`Writer::run`].
+    pub fn new(store: Store) -> (AuditLog, Writer) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let healthy = Arc::new(AtomicBool::new(true));
+        (AuditLog { tx, healthy: healthy.clone() }, Writer { store, rx, healthy })
+    }
+
+    /// Queues a record; never waits.
+    pub fn record(&self, entry: Entry) {
+        let _ = self.tx.send(entry);
+    }
+
+    /// False while the store refuses writes: new actions must not run.
+    pub fn healthy(&self) -> bool {
+        self.healthy.load(Ordering::SeqCst)
+    }
+}
+
+/// Removes the query and fragment of a URL (they may carry secrets).
+pub fn url_target(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut u) => {
+            u.set_query(None);
+            u.set_fragment(None);
+            u.to_string()
+        }
+        Err(_) => url.split(['?', '#']).next().unwrap_or_default().to_string(),
+    }
+}
+
+/// Owns the chain; the only code that appends to the audit table.
+pub struct Writer {
+    store: Store,
+    rx: mpsc::UnboundedReceiver<Entry>,
+    healthy: Arc<AtomicBool>,
+}
+
+const BATCH: usize = 256;
+
+impl Writer {
+    /// Appends entries until shutdown, then drains what is queued and returns.
+    pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) {
+        let (mut seq, mut prev) = match self.store.audit_tail().await {
+            Ok(tail) => tail,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot read the audit tail; audit unavailable");
+                self.healthy.store(false, Ordering::SeqCst);
+                (0, String::new())
+            }
+        };
+        let mut pending: Vec<Entry> = Vec::new();
+        loop {
+            if pending.is_empty() {
+                tokio::select! {
+                    e = self.rx.recv() => match e {
+                        Some(e) => pending.push(e),
+                        None => break,
+                    },
+                    changed = shutdown.changed() => if changed.is_err() || *shutdown.borrow() { break },
+                }
+            }
+            while pending.len() < BATCH {
+                match self.rx.try_recv() {
+                    Ok(e) => pending.push(e),
+                    Err(_) => break,
+                }
+            }
+            match self.append(&pending, seq, &prev).await {
+                Ok((last_seq, last_hash)) => {
+                    seq = last_seq;
+                    prev = last_hash;
+                    pending.clear();
+                    self.healthy.store(true, Ordering::SeqCst);
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, queued = pending.len(), "audit write failed; refusing new actions until it succeeds");
+                    self.healthy.store(false, Ordering::SeqCst);
+                    tokio::select! {
+                        _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+                        changed = shutdown.changed() => if changed.is_err() || *shutdown.borrow() { break },
+                    }
+                }
+            }
+        }
+        // Shutdown: what was queued still goes in, in order.
+        self.rx.close();
+        while let Some(e) = self.rx.recv().await {
+            pending.push(e);
+        }
+        if !pending.is_empty() {
+            if let Err(e) = self.append(&pending, seq, &prev).await {
+                tracing::error!(error = %e, lost = pending.len(), "audit records lost at shutdown");
+            }
+        }
+        tracing::debug!("audit writer ended");
+    }
+
+    async fn append(&self, entries: &[Entry], mut seq: u64, prev: &str) -> Result<(u64, String), crate::store::StoreError> {
+        let mut prev = prev.to_string();
+        let mut records = Vec::with_capacity(entries.len());
+        for e in entries {
+            seq += 1;
+            let mut r = Record { seq, at_ms: now_ms(), entry: e.clone(), prev_hash: prev.clone(), hash: String::new() };
+            r.hash = r.compute_hash();
+            prev = r.hash.clone();
+            records.push(r);
+        }
+        self.store.append_audit(&records).await?;
+        Ok((seq, prev))
+    }
+}
+
+/// Walks the chain in order; returns (records checked, first bad seq and why).
+pub fn verify_chain(records: &[Record]) -> (u64, Option<(u64, String)>) {
+    let mut prev = String::new();
+    for (i, r) in records.iter().enumerate() {
+        let expected_seq = i as u64 + 1;
+        if r.seq != expected_seq {
+            return (i as u64, Some((r.seq, format!("seq {} follows {}", r.seq, expected_seq - 1))));
+        }
+        if r.prev_hash != prev {
+            return (i as u64, Some((r.seq, "prev_hash does not match the previous record".into())));
+        }
+        if r.compute_hash() != r.hash {
+            return (i as u64, Some((r.seq, "hash does not match the record".into())));
+        }
+        prev = r.hash.clone();
+    }
+    (records.len() as u64, None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chain(n: u64) -> Vec<Record> {
+        let mut prev = String::new();
+        (1..=n)
+            .map(|seq| {
+                let entry = Entry { tenant: "t".into(), rpc: "/x".into(), outcome: "ok".into(), ..Default::default() };
+                let mut r = Record { seq, at_ms: 1000 + seq as i64, entry, prev_hash: prev.clone(), hash: String::new() };
+                r.hash = r.compute_hash();
+                prev = r.hash.clone();
+                r
+            })
+            .collect()
+    }
+
+    #[test]
+    fn intact_chain_verifies_and_any_edit_is_named() {
+        let records = chain(5);
+        assert_eq!(verify_chain(&records), (5, None));
+        let mut edited = records.clone();
+        edited[2].entry.target = "changed".into();
+        assert_eq!(verify_chain(&edited).1.map(|(seq, _)| seq), Some(3));
+        let mut dropped = records.clone();
+        dropped.remove(1);
+        assert_eq!(verify_chain(&dropped).1.map(|(seq, _)| seq), Some(3));
+    }
+
+    #[test]
+    fn urls_lose_query_and_fragment() {
+        assert_eq!(url_target("https://a.test/p?token=secret#x"), "https://a.test/p");
+        assert_eq!(url_target("not a url?x=1"), "not a url");
+    }
+}
