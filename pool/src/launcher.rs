@@ -193,6 +193,31 @@ fn kill_strays(profile: &Path) {
     }
 }
 
+/// Resident memory of a whole process group (Chromium's browser, renderers, GPU and utility
+/// processes), in bytes, from /proc. 0 when the group is gone.
+pub fn group_rss(pgid: u32) -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u64;
+    let Ok(entries) = std::fs::read_dir("/proc") else { return 0 };
+    let mut pages = 0u64;
+    for entry in entries.flatten() {
+        if !entry.file_name().to_string_lossy().bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
+        // Fields after the parenthesised command: state, ppid, pgrp, ...
+        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else { continue };
+        let pgrp = rest.split_whitespace().nth(2).and_then(|f| f.parse::<u32>().ok());
+        if pgrp != Some(pgid) {
+            continue;
+        }
+        if let Ok(statm) = std::fs::read_to_string(entry.path().join("statm")) {
+            pages += statm.split_whitespace().nth(1).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0);
+        }
+    }
+    pages * page
+}
+
 /// The worker temp dir of a port: `/tmp/browserpool-w<port>`.
 fn worker_tmp(port: u16) -> PathBuf {
     PathBuf::from(format!("/tmp/browserpool-w{port}"))

@@ -5,7 +5,8 @@
 //! answered to its owner (same tenant and subject, or `sessions:shared`, or `admin`); anyone
 //! else gets NOT_FOUND.
 
-use std::collections::{BTreeMap, HashMap};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -132,6 +133,9 @@ struct Inner {
     pool: Pool,
     admission: Admission,
     audit: AuditLog,
+    /// (earliest deadline, session id), soonest first; stale entries are skipped when popped.
+    deadlines: Mutex<BinaryHeap<Reverse<(i64, String)>>>,
+    deadlines_changed: tokio::sync::Notify,
     /// While true, Acquire answers UNAVAILABLE; live sessions go on.
     draining: std::sync::atomic::AtomicBool,
     limits: Limits,
@@ -147,6 +151,8 @@ impl Sessions {
                 pool,
                 admission,
                 audit,
+                deadlines: Mutex::new(BinaryHeap::new()),
+                deadlines_changed: tokio::sync::Notify::new(),
                 draining: std::sync::atomic::AtomicBool::new(false),
                 limits,
                 live: Mutex::new(HashMap::new()),
@@ -311,6 +317,7 @@ impl Sessions {
                 lease: tokio::sync::Mutex::new(Some(lease)),
             });
             this.live_map().insert(record.id.clone(), live);
+            this.schedule(&record.id, record.expires_at_ms.min(record.idle_deadline_ms));
             tracing::info!(session = %record.id, tenant = %record.tenant, worker = %record.worker_id, queue_wait_ms, "session acquired");
             Ok(record)
         })
@@ -388,6 +395,8 @@ impl Sessions {
             (rec.clone(), rec.idle_deadline_ms)
         };
         self.inner.store.touch(id, deadline).await?;
+        // A shorter idle timeout can move the deadline earlier than the scheduled look.
+        self.schedule(id, deadline);
         Ok(record)
     }
 
@@ -658,33 +667,47 @@ impl Sessions {
         Ok(true)
     }
 
-    /// Ends sessions past their TTL or idle deadline, every second until shutdown.
+    /// Ends sessions past their TTL or idle deadline until shutdown. It sleeps until the
+    /// earliest deadline in a heap, so it looks only at sessions that may be due: an entry
+    /// whose session was touched since is pushed back with its new deadline when it pops
+    /// (idle deadlines only move later, so touching needs no heap work).
     pub async fn reap_loop(self, mut shutdown: watch::Receiver<bool>) {
-        let mut tick = tokio::time::interval(Duration::from_secs(1));
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
+            let notified = self.inner.deadlines_changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let next = self.deadlines().peek().map(|Reverse((at, _))| *at);
+            // Wake at the earliest deadline (or once a minute with nothing due).
+            let wait = next.map(|at| (at - now_ms()).clamp(0, 60_000)).unwrap_or(60_000) as u64;
             tokio::select! {
-                _ = tick.tick() => {}
-                _ = shutdown.changed() => break,
-            }
-            if *shutdown.borrow() {
-                break;
+                _ = tokio::time::sleep(Duration::from_millis(wait)) => {}
+                _ = notified => continue,
+                changed = shutdown.changed() => if changed.is_err() || *shutdown.borrow() { break },
             }
             let now = now_ms();
-            let due: Vec<(String, &'static str)> = self
-                .live_map()
-                .values()
-                .filter_map(|live| {
-                    let rec = live.record.lock().unwrap_or_else(|e| e.into_inner());
-                    if now >= rec.expires_at_ms {
-                        Some((rec.id.clone(), "ttl elapsed"))
-                    } else if now >= rec.idle_deadline_ms {
-                        Some((rec.id.clone(), "idle timeout"))
-                    } else {
-                        None
+            let mut due = Vec::new();
+            loop {
+                let popped = {
+                    let mut heap = self.deadlines();
+                    match heap.peek() {
+                        Some(Reverse((at, _))) if *at <= now => heap.pop().map(|Reverse((_, id))| id),
+                        _ => None,
                     }
-                })
-                .collect();
+                };
+                let Some(id) = popped else { break };
+                let Some(live) = self.live_map().get(&id).cloned() else { continue };
+                let (expires, idle) = {
+                    let rec = live.record.lock().unwrap_or_else(|e| e.into_inner());
+                    (rec.expires_at_ms, rec.idle_deadline_ms)
+                };
+                if now >= expires {
+                    due.push((id, "ttl elapsed"));
+                } else if now >= idle {
+                    due.push((id, "idle timeout"));
+                } else {
+                    self.deadlines().push(Reverse((expires.min(idle), id)));
+                }
+            }
             // One task each: ending waits for a running action, which must not hold up others.
             for (id, reason) in due {
                 let this = self.clone();
@@ -696,6 +719,16 @@ impl Sessions {
             }
         }
         tracing::debug!("reaper ended");
+    }
+
+    fn deadlines(&self) -> std::sync::MutexGuard<'_, BinaryHeap<Reverse<(i64, String)>>> {
+        self.inner.deadlines.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Schedules a look at session `id` at `at_ms` (its earliest deadline).
+    fn schedule(&self, id: &str, at_ms: i64) {
+        self.deadlines().push(Reverse((at_ms, id.to_string())));
+        self.inner.deadlines_changed.notify_one();
     }
 
     /// Ends every live session (server shutdown).

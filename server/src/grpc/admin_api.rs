@@ -111,6 +111,7 @@ impl pb::admin_server::Admin for AdminApi {
                     .duration_since(std::time::UNIX_EPOCH)
                     .ok()
                     .map(|d| timestamp(d.as_millis() as i64)),
+                rss_bytes: browserpool_pool::launcher::group_rss(w.pid),
                 ..Default::default()
             })
             .collect();

@@ -72,6 +72,7 @@ async fn list_kill_and_drain() {
     ok(&act(&admin, &mine.session_id, action("evaluate", "", "1 + 1")).await);
     let status = console.pool_status(pb::PoolStatusRequest {}).await.unwrap().into_inner();
     assert!(status.draining);
+    assert!(status.workers.iter().all(|w| w.rss_bytes > 10 << 20), "each Chromium group uses memory: {:?}", status.workers);
     console.drain(pb::DrainRequest { drain: false }).await.unwrap();
     assert!(reqwest_get(&format!("http://{}/readyz", server.http)).await.starts_with("HTTP/1.1 200"));
     let after = admin.acquire(30_000).await.unwrap();

@@ -314,3 +314,23 @@ async fn idle_session_expires() {
     assert!(r.is_err(), "an expired session takes no actions");
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ttl_ends_a_busy_session() {
+    let server = TestServer::start().await;
+    let client = server.admin().await;
+    let req = pb::AcquireRequest { wait_ms: 30_000, ttl_ms: 800, idle_timeout_ms: 60_000, ..Default::default() };
+    let session = client.acquire_with(req).await.unwrap();
+    // Keep it busy: activity moves the idle deadline, never the TTL.
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let state = pb::SessionState::try_from(client.get(&session.session_id).await.unwrap().state).unwrap();
+        if state == pb::SessionState::Expired {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the TTL did not end the session");
+        let _ = client.act(&session.session_id, action("title", "", json!(null))).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    server.stop().await;
+}
