@@ -127,46 +127,41 @@ impl Store {
 
     /// Creates the tenant if it does not exist; an existing one is left as it is.
     pub async fn ensure_tenant(&self, t: &TenantRecord, now_ms: i64) -> Result<(), StoreError> {
-        let Backend::Sqlite(pool) = &self.backend;
-        sqlx::query(
-            "INSERT INTO tenants (id, max_slots, max_queue, max_session_ttl_ms, idle_timeout_ms, allow_hosts, \
-             allow_private_networks, created_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING",
-        )
-        .bind(&t.id)
-        .bind(t.max_slots as i64)
-        .bind(t.max_queue as i64)
-        .bind(t.max_session_ttl_ms as i64)
-        .bind(t.idle_timeout_ms as i64)
-        .bind(serde_json::to_string(&t.allow_hosts).unwrap_or_else(|_| "[]".into()))
-        .bind(t.allow_private_networks)
-        .bind(now_ms)
-        .execute(pool)
-        .await?;
-        Ok(())
+        self.write_tenant(t, now_ms, "DO NOTHING").await
     }
 
     /// Creates or replaces a tenant; returns whether it was new.
     pub async fn put_tenant(&self, t: &TenantRecord, now_ms: i64) -> Result<bool, StoreError> {
-        let Backend::Sqlite(pool) = &self.backend;
         let existed = self.tenant(&t.id).await?.is_some();
-        sqlx::query(
-            "INSERT INTO tenants (id, max_slots, max_queue, max_session_ttl_ms, idle_timeout_ms, allow_hosts, \
-             allow_private_networks, created_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET \
-             max_slots = excluded.max_slots, max_queue = excluded.max_queue, max_session_ttl_ms = excluded.max_session_ttl_ms, \
-             idle_timeout_ms = excluded.idle_timeout_ms, allow_hosts = excluded.allow_hosts, \
-             allow_private_networks = excluded.allow_private_networks",
+        self.write_tenant(
+            t,
+            now_ms,
+            "DO UPDATE SET max_slots = excluded.max_slots, max_queue = excluded.max_queue, \
+             max_session_ttl_ms = excluded.max_session_ttl_ms, idle_timeout_ms = excluded.idle_timeout_ms, \
+             allow_hosts = excluded.allow_hosts, allow_private_networks = excluded.allow_private_networks",
         )
-        .bind(&t.id)
-        .bind(t.max_slots as i64)
-        .bind(t.max_queue as i64)
-        .bind(t.max_session_ttl_ms as i64)
-        .bind(t.idle_timeout_ms as i64)
-        .bind(serde_json::to_string(&t.allow_hosts).unwrap_or_else(|_| "[]".into()))
-        .bind(t.allow_private_networks)
-        .bind(now_ms)
-        .execute(pool)
         .await?;
         Ok(!existed)
+    }
+
+    async fn write_tenant(&self, t: &TenantRecord, now_ms: i64, on_conflict: &str) -> Result<(), StoreError> {
+        let Backend::Sqlite(pool) = &self.backend;
+        let sql = format!(
+            "INSERT INTO tenants (id, max_slots, max_queue, max_session_ttl_ms, idle_timeout_ms, allow_hosts, \
+             allow_private_networks, created_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) {on_conflict}"
+        );
+        sqlx::query(&sql)
+            .bind(&t.id)
+            .bind(t.max_slots as i64)
+            .bind(t.max_queue as i64)
+            .bind(t.max_session_ttl_ms as i64)
+            .bind(t.idle_timeout_ms as i64)
+            .bind(serde_json::to_string(&t.allow_hosts).unwrap_or_else(|_| "[]".into()))
+            .bind(t.allow_private_networks)
+            .bind(now_ms)
+            .execute(pool)
+            .await?;
+        Ok(())
     }
 
     /// Every tenant, by id.
