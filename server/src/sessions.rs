@@ -133,6 +133,9 @@ struct Inner {
     pool: Pool,
     admission: Admission,
     audit: AuditLog,
+    /// Ends under way (see [`Sessions::end`]) and their completion signal.
+    ending: std::sync::atomic::AtomicUsize,
+    ended: tokio::sync::Notify,
     /// (earliest deadline, session id), soonest first; stale entries are skipped when popped.
     deadlines: Mutex<BinaryHeap<Reverse<(i64, String)>>>,
     deadlines_changed: tokio::sync::Notify,
@@ -151,6 +154,8 @@ impl Sessions {
                 pool,
                 admission,
                 audit,
+                ending: std::sync::atomic::AtomicUsize::new(0),
+                ended: tokio::sync::Notify::new(),
                 deadlines: Mutex::new(BinaryHeap::new()),
                 deadlines_changed: tokio::sync::Notify::new(),
                 draining: std::sync::atomic::AtomicBool::new(false),
@@ -645,6 +650,9 @@ impl Sessions {
         let Some(live) = self.live_map().remove(id) else {
             return Ok(false);
         };
+        // Counted until the worker is gone, so shutdown can wait for ends already under way
+        // (the reaper's, say) and never return with a worker or profile still alive.
+        let _ending = Ending::new(&self.inner);
         let at = now_ms();
         {
             let mut rec = live.record.lock().unwrap_or_else(|e| e.into_inner());
@@ -739,6 +747,34 @@ impl Sessions {
                 tracing::warn!(session = %id, error = %e, "could not record close");
             }
         }
+        // Ends started elsewhere (reaper, release) finish before shutdown goes on. Each waits at
+        // most for its session's running action, which has a deadline.
+        loop {
+            let notified = self.inner.ended.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.inner.ending.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+                break;
+            }
+            notified.await;
+        }
+    }
+}
+
+/// Counts an end under way; dropping it (even by cancellation) un-counts it.
+struct Ending<'a>(&'a Inner);
+
+impl<'a> Ending<'a> {
+    fn new(inner: &'a Inner) -> Self {
+        inner.ending.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ending(inner)
+    }
+}
+
+impl Drop for Ending<'_> {
+    fn drop(&mut self) {
+        self.0.ending.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        self.0.ended.notify_waiters();
     }
 }
 
