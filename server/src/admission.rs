@@ -222,11 +222,12 @@ mod tests {
 
     const Q: Quota = Quota { max_slots: 10, max_queue: 100 };
 
+    /// Lets spawned waiters run up to their await (virtual time: costs nothing).
     async fn settle() {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn immediate_when_free_and_bounded_by_tenant_slots() {
         let adm = Admission::new(4);
         let one = Quota { max_slots: 1, max_queue: 5 };
@@ -245,7 +246,7 @@ mod tests {
         drop(b1);
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn round_robin_across_tenants_fifo_within() {
         let adm = Admission::new(1);
         let holder = adm.admit("a", Q).await.unwrap();
@@ -269,7 +270,7 @@ mod tests {
         assert_eq!(*order.lock().unwrap(), ["a0", "b0", "a1", "a2", "a3", "a4"]);
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn full_queue_is_refused_at_once_with_its_length() {
         let adm = Admission::new(1);
         let _holder = adm.admit("a", Q).await.unwrap();
@@ -284,7 +285,7 @@ mod tests {
         assert!(err.to_string().contains("1 waiting"));
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn cancelled_waiter_leaves_the_queue_and_leaks_nothing() {
         let adm = Admission::new(1);
         let holder = adm.admit("a", Q).await.unwrap();
@@ -297,7 +298,7 @@ mod tests {
         assert!(next.is_ok());
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn zero_slots_is_refused() {
         let adm = Admission::new(1);
         assert!(matches!(adm.admit("a", Quota { max_slots: 0, max_queue: 1 }).await, Err(AdmissionError::NoSlots(_))));
