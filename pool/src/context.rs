@@ -8,7 +8,6 @@
 use std::collections::BTreeMap;
 
 use serde_json::{json, Value};
-use tokio::time::Instant;
 
 use crate::driver::{lock, ActResult, ActionFailure, Driver, FailureCode, Tab, Viewport};
 
@@ -155,6 +154,13 @@ pub(crate) fn cookie_from_payload(c: &Value, i: usize, page_origin: Option<&str>
     Ok((cookie, origin))
 }
 
+/// A cookie kept while the jar is rewritten, anchored at its own domain (and scheme).
+pub(crate) fn anchored_at_domain(c: CookieRecord) -> (CookieRecord, String) {
+    let scheme = if c.secure { "https" } else { "http" };
+    let anchor = format!("{scheme}://{}", c.domain.trim_start_matches('.'));
+    (c, anchor)
+}
+
 /// Checks one cookie before anything is applied.
 pub fn validate_cookie(c: &CookieRecord, i: usize) -> ActResult<()> {
     let bad = |field: &str, why: &str| ActionFailure::invalid(format!("cookies[{i}].{field}: {why}"));
@@ -272,7 +278,7 @@ impl Driver {
     /// Writes `state` as a strict replace for its origin: the origin's cookies and storage are
     /// cleared, the envelope's applied. With `strict_origin` the active tab must already be on
     /// the origin; otherwise it navigates there first. Returns (cookies, storage keys) applied.
-    pub async fn import_context(&self, state: &ContextState, strict_origin: bool, until: Instant) -> ActResult<(u32, u32)> {
+    pub async fn import_context(&self, state: &ContextState, strict_origin: bool) -> ActResult<(u32, u32)> {
         let origin = normalize_origin(&state.origin)?;
         if origin != state.origin {
             return Err(ActionFailure::invalid(format!("origin: {:?} is not in canonical form ({origin})", state.origin)));
@@ -316,16 +322,14 @@ impl Driver {
         let mut jar: Vec<(CookieRecord, String)> = Vec::new();
         for c in self.all_cookies().await? {
             if !domain_matches(&c.domain, &host) {
-                let scheme = if c.secure { "https" } else { "http" };
-                let anchor = format!("{scheme}://{}", c.domain.trim_start_matches('.'));
-                jar.push((c, anchor));
+                jar.push(anchored_at_domain(c));
             }
         }
         jar.extend(state.cookies.iter().cloned().map(|c| (c, origin.clone())));
         self.replace_cookies(&jar).await?;
         if !on_origin {
             let (tab, _) = self.active()?;
-            self.navigate_to(&tab, &format!("{origin}/"), until).await?;
+            self.navigate(&tab, &json!(format!("{origin}/"))).await?;
         }
         let (tab, _) = self.active()?;
         let script = format!(

@@ -132,10 +132,6 @@ impl ActionFailure {
     pub(crate) fn raw(e: String) -> Self {
         Self::new(FailureCode::Internal, format!("cdp: {e}"))
     }
-
-    pub(crate) fn raw_pub(e: String) -> Self {
-        Self::raw(e)
-    }
 }
 
 pub(crate) type ActResult<T> = Result<T, ActionFailure>;
@@ -355,20 +351,11 @@ impl Driver {
         driver.wait_tab(page.target_id(), Instant::now() + t).await.map_err(|f| PoolError::Cdp(f.message))?;
         // The tabs closed above may have been registered first: wait for the watcher to drop
         // them, and drop them ourselves if it does not in time, so ours is tab 0.
-        let until = Instant::now() + t;
-        loop {
-            let notified = driver.shared.tabs_changed.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            if lock(&driver.shared.tabs).list.iter().all(|tab| &tab.target == page.target_id()) {
-                break;
-            }
-            if tokio::time::timeout_at(until, notified).await.is_err() {
-                let mut tabs = lock(&driver.shared.tabs);
-                tabs.list.retain(|tab| &tab.target == page.target_id());
-                tabs.active = 0;
-                break;
-            }
+        let only_ours = |tabs: &Tabs| tabs.list.iter().all(|tab| &tab.target == page.target_id()).then_some(());
+        if driver.when_tabs(Instant::now() + t, only_ours).await.is_none() {
+            let mut tabs = lock(&driver.shared.tabs);
+            tabs.list.retain(|tab| &tab.target == page.target_id());
+            tabs.active = 0;
         }
         // Warm workers already emulate the default screen, so most leases skip this call.
         driver
@@ -398,24 +385,27 @@ impl Driver {
         self.shared.events.emit(kind);
     }
 
-    /// The deadline every CDP call made outside an action uses.
-    pub fn cdp_timeout(&self) -> Duration {
-        self.cfg.cdp_timeout
-    }
-
-    /// Waits until the target is registered as a tab; returns its index.
-    pub(crate) async fn wait_tab(&self, target: &TargetId, until: Instant) -> ActResult<usize> {
+    /// Waits until `ready` finds what it looks for in the tab list (re-checked whenever the
+    /// list changes); `None` when `until` passes first.
+    pub(crate) async fn when_tabs<T>(&self, until: Instant, mut ready: impl FnMut(&Tabs) -> Option<T>) -> Option<T> {
         loop {
             let notified = self.shared.tabs_changed.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            if let Some(i) = lock(&self.shared.tabs).list.iter().position(|t| &t.target == target) {
-                return Ok(i);
+            if let Some(found) = ready(&lock(&self.shared.tabs)) {
+                return Some(found);
             }
             if tokio::time::timeout_at(until, notified).await.is_err() {
-                return Err(ActionFailure::new(FailureCode::Timeout, "the new tab did not come up in time"));
+                return None;
             }
         }
+    }
+
+    /// Waits until the target is registered as a tab; returns its index.
+    pub(crate) async fn wait_tab(&self, target: &TargetId, until: Instant) -> ActResult<usize> {
+        self.when_tabs(until, |tabs| tabs.list.iter().position(|t| &t.target == target))
+            .await
+            .ok_or_else(|| ActionFailure::new(FailureCode::Timeout, "the new tab did not come up in time"))
     }
 
     /// The active tab and its index.

@@ -75,7 +75,7 @@ impl Driver {
         Ok(out)
     }
 
-    async fn navigate(&self, tab: &Tab, payload: &Value) -> ActResult<ActionOutput> {
+    pub(crate) async fn navigate(&self, tab: &Tab, payload: &Value) -> ActResult<ActionOutput> {
         let (url, wait_until) = match payload {
             Value::String(url) => (url.clone(), "load".to_string()),
             Value::Object(map) => {
@@ -108,7 +108,7 @@ impl Driver {
             }
         };
         let mut lifecycle = self.shared.lifecycle.subscribe();
-        let nav = self.raw.call(&tab.session, "Page.navigate", json!({ "url": url })).await.map_err(ActionFailure::raw_pub)?;
+        let nav = self.raw.call(&tab.session, "Page.navigate", json!({ "url": url })).await.map_err(ActionFailure::raw)?;
         if let Some(text) = nav.get("errorText").and_then(Value::as_str).filter(|t| !t.is_empty()) {
             // Our request hook fails what the policy refuses (a redirect hop, say).
             let code = if text.contains("ERR_BLOCKED_BY_CLIENT") { FailureCode::BlockedByPolicy } else { FailureCode::NavigationFailed };
@@ -122,11 +122,6 @@ impl Driver {
         }
         let now = tab.page.url().await.map_err(ActionFailure::cdp)?.unwrap_or(url);
         Ok(value(json!({ "url": now })))
-    }
-
-    /// Navigates a tab and waits for `load` (used by context import).
-    pub(crate) async fn navigate_to(&self, tab: &Tab, url: &str, _until: Instant) -> ActResult<()> {
-        self.navigate(tab, &json!(url)).await.map(|_| ())
     }
 
     /// `cookies {op: get|set|clear, cookies}` on this session's browser.
@@ -174,11 +169,7 @@ impl Driver {
                     .await?
                     .into_iter()
                     .filter(|old| !set.iter().any(|(new, _)| (&new.name, &new.domain, &new.path) == (&old.name, &old.domain, &old.path)))
-                    .map(|c| {
-                        let scheme = if c.secure { "https" } else { "http" };
-                        let anchor = format!("{scheme}://{}", c.domain.trim_start_matches('.'));
-                        (c, anchor)
-                    })
+                    .map(crate::context::anchored_at_domain)
                     .collect();
                 let n = set.len();
                 jar.extend(set);
@@ -206,7 +197,7 @@ impl Driver {
 
     async fn reload(&self, tab: &Tab) -> ActResult<ActionOutput> {
         let mut lifecycle = self.shared.lifecycle.subscribe();
-        self.raw.call(&tab.session, "Page.reload", json!({})).await.map_err(ActionFailure::raw_pub)?;
+        self.raw.call(&tab.session, "Page.reload", json!({})).await.map_err(ActionFailure::raw)?;
         lock(&self.shared.loaded_html).remove(&tab.target);
         wait_lifecycle(&mut lifecycle, &tab.session, None, "load").await;
         let now = tab.page.url().await.map_err(ActionFailure::cdp)?.unwrap_or_default();
@@ -288,16 +279,9 @@ impl Driver {
         let target = lock(&self.shared.tabs).list[index].target.clone();
         self.browser.execute(CloseTargetParams::new(target.clone())).await.map_err(ActionFailure::cdp)?;
         // Wait for the watcher to drop it, so indices are settled when we answer.
-        loop {
-            let notified = self.shared.tabs_changed.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            if !lock(&self.shared.tabs).list.iter().any(|t| t.target == target) {
-                break;
-            }
-            if tokio::time::timeout_at(until, notified).await.is_err() {
-                return Err(ActionFailure::new(FailureCode::Timeout, "the tab did not close in time"));
-            }
+        let gone = |tabs: &crate::driver::Tabs| (!tabs.list.iter().any(|t| t.target == target)).then_some(());
+        if self.when_tabs(until, gone).await.is_none() {
+            return Err(ActionFailure::new(FailureCode::Timeout, "the tab did not close in time"));
         }
         let (count, active) = {
             let tabs = lock(&self.shared.tabs);

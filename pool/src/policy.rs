@@ -2,7 +2,7 @@
 //! client navigates to and, through the paused-request hook, for every request the pages make
 //! (redirect hops and subresources included).
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 /// What a session's pages may reach.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -80,14 +80,6 @@ fn private_v6(ip: Ipv6Addr) -> bool {
     ip.is_loopback() || ip.is_unspecified() || (first & 0xfe00) == 0xfc00 || (first & 0xffc0) == 0xfe80
 }
 
-/// Whether an address is private in the policy's sense (for callers that resolved a name).
-pub fn is_private(ip: IpAddr) -> bool {
-    match ip {
-        IpAddr::V4(v4) => private_v4(v4),
-        IpAddr::V6(v6) => private_v6(v6),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -131,11 +123,5 @@ mod tests {
         assert!(p.check("https://evil.com/").unwrap_err().contains("allow_hosts"));
         assert!(open().check("file:///etc/passwd").unwrap_err().contains("scheme"));
         assert!(open().check("chrome://settings").is_err());
-    }
-
-    #[test]
-    fn is_private_for_resolved_addresses() {
-        assert!(is_private("127.0.0.1".parse().unwrap()));
-        assert!(!is_private("93.184.216.34".parse().unwrap()));
     }
 }

@@ -177,7 +177,7 @@ impl Sessions {
         self.inner.draining.load(std::sync::atomic::Ordering::SeqCst)
     }
 
-    /// Sessions of every tenant (admin), oldest first; `page_token` is an opaque offset.
+    /// Sessions of one tenant or all (admin), oldest first; `page_token` is an opaque offset.
     pub async fn list_all(
         &self,
         tenant: Option<String>,
@@ -194,6 +194,12 @@ impl Sessions {
         let mut rows = self.inner.store.sessions(&SessionFilter { tenant, state, limit: limit + 1, offset }).await?;
         let more = rows.len() > limit as usize;
         rows.truncate(limit as usize);
+        // Live sessions carry fresher idle deadlines in memory.
+        for row in rows.iter_mut() {
+            if let Some(live) = self.live_map().get(&row.id) {
+                *row = live.record.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            }
+        }
         let next = if more { (offset + limit as u64).to_string() } else { String::new() };
         Ok((rows, next))
     }
@@ -363,26 +369,8 @@ impl Sessions {
         page_token: &str,
     ) -> Result<(Vec<SessionRecord>, String)> {
         require(claims, Scope::SessionsRead)?;
-        let bad_token = || ServiceError::InvalidArgument("page_token: not a token from a previous page".into());
-        let offset: u64 = if page_token.is_empty() {
-            0
-        } else {
-            page_token.parse::<u32>().map_err(|_| bad_token())? as u64
-        };
-        let limit = if page_size == 0 { 100 } else { page_size.min(MAX_PAGE_SIZE) };
-        let filter = SessionFilter { tenant: Some(claims.tenant.clone()), state, limit: limit + 1, offset };
-        let mut rows = self.inner.store.sessions(&filter).await?;
-        let more = rows.len() > limit as usize;
-        rows.truncate(limit as usize);
-        // Live sessions carry fresher idle deadlines in memory.
-        for row in rows.iter_mut() {
-            if let Some(live) = self.live_map().get(&row.id) {
-                *row = live.record.lock().unwrap_or_else(|e| e.into_inner()).clone();
-            }
-        }
-        let visible = rows.into_iter().filter(|r| may_use(claims, r)).collect();
-        let next = if more { (offset + limit as u64).to_string() } else { String::new() };
-        Ok((visible, next))
+        let (rows, next) = self.list_all(Some(claims.tenant.clone()), state, page_size, page_token).await?;
+        Ok((rows.into_iter().filter(|r| may_use(claims, r)).collect(), next))
     }
 
     /// Pushes the idle deadline of the caller's session (never past its TTL).
@@ -419,6 +407,7 @@ impl Sessions {
     pub async fn act(&self, claims: &Claims, id: &str, input: ActionInput, rpc: &str) -> ActionReport {
         let started = Instant::now();
         // Only what identifies the target: a URL without its query, a selector, never text.
+        // Taken before the input moves into the action (a payload may be megabytes of HTML).
         let target = match (canonicalize(&input.action).map(|c| c.name), &input.payload) {
             (Ok("navigate" | "new_tab"), serde_json::Value::String(url)) => crate::audit::url_target(url),
             (Ok("navigate"), serde_json::Value::Object(m)) => {
@@ -589,7 +578,7 @@ impl Sessions {
         let until = tokio::time::Instant::now() + DEFAULT_ACTION_TIMEOUT;
         self.with_lease(id, |lease| {
             Box::pin(async move {
-                tokio::time::timeout_at(until, lease.driver().import_context(&state, strict_origin, until))
+                tokio::time::timeout_at(until, lease.driver().import_context(&state, strict_origin))
                     .await
                     .unwrap_or_else(|_| Err(ActionFailure::new(FailureCode::Timeout, "import did not finish in time")))
             })

@@ -15,9 +15,9 @@ async fn sigterm_closes_sessions_kills_workers_and_exits_zero() {
 
     let client = Client::connect(format!("http://{grpc}"), &token).await.unwrap();
     let session = client.acquire(30_000).await.unwrap();
-    let health = reqwest_get(&format!("http://{http}/healthz")).await;
+    let health = http_get(&format!("http://{http}/healthz")).await;
     assert!(health.starts_with("HTTP/1.1 200"), "{health}");
-    let metrics = reqwest_get(&format!("http://{http}/metrics")).await;
+    let metrics = http_get(&format!("http://{http}/metrics")).await;
     assert!(metrics.contains("browserpool_workers_leased 1"), "{metrics}");
 
     let (status, log) = server.terminate();
@@ -38,7 +38,7 @@ async fn sigterm_closes_sessions_kills_workers_and_exits_zero() {
 }
 
 /// A tiny HTTP/1.1 GET over a raw socket (no client crate needed for three lines).
-pub(crate) async fn reqwest_get(url: &str) -> String {
+pub(crate) async fn http_get(url: &str) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let rest = url.strip_prefix("http://").unwrap();
     let (host, path) = rest.split_once('/').map(|(h, p)| (h, format!("/{p}"))).unwrap();

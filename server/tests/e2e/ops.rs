@@ -6,7 +6,7 @@ use browserpool_client::{action, pb};
 use serde_json::json;
 
 use crate::helpers::{act, ok, TestServer};
-use crate::lifecycle::reqwest_get;
+use crate::lifecycle::http_get;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn list_kill_and_drain() {
@@ -63,7 +63,7 @@ async fn list_kill_and_drain() {
     // Drain: readiness fails, Acquire is UNAVAILABLE, live sessions go on; undrain resumes.
     let drained = console.drain(pb::DrainRequest { drain: true }).await.unwrap().into_inner();
     assert!(drained.draining);
-    assert!(reqwest_get(&format!("http://{}/readyz", server.http)).await.starts_with("HTTP/1.1 503"));
+    assert!(http_get(&format!("http://{}/readyz", server.http)).await.starts_with("HTTP/1.1 503"));
     let status = match admin.acquire(1000).await.unwrap_err() {
         browserpool_client::Error::Status(s) => s,
         other => panic!("{other}"),
@@ -74,7 +74,7 @@ async fn list_kill_and_drain() {
     assert!(status.draining);
     assert!(status.workers.iter().all(|w| w.rss_bytes > 10 << 20), "each Chromium group uses memory: {:?}", status.workers);
     console.drain(pb::DrainRequest { drain: false }).await.unwrap();
-    assert!(reqwest_get(&format!("http://{}/readyz", server.http)).await.starts_with("HTTP/1.1 200"));
+    assert!(http_get(&format!("http://{}/readyz", server.http)).await.starts_with("HTTP/1.1 200"));
     let after = admin.acquire(30_000).await.unwrap();
     ok(&act(&admin, &after.session_id, action("title", "", json!(null))).await);
     admin.release(&after.session_id).await.unwrap();
