@@ -4,11 +4,7 @@
 use std::path::PathBuf;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let files = [
-        "browserpool/v1/common.proto",
-        "browserpool/v1/sessions.proto",
-        "browserpool/v1/admin.proto",
-    ];
+    let files = ["browserpool/v1/common.proto", "browserpool/v1/sessions.proto", "browserpool/v1/admin.proto"];
     for file in files {
         println!("cargo:rerun-if-changed={file}");
     }
@@ -16,9 +12,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let out = PathBuf::from(std::env::var("OUT_DIR")?);
     let descriptor_path = out.join("browserpool_descriptor.bin");
     std::fs::write(&descriptor_path, prost::Message::encode_to_vec(&fds))?;
-    tonic_prost_build::configure()
-        .build_client(true)
-        .build_server(true)
-        .compile_fds(fds)?;
+    tonic_prost_build::configure().build_client(true).build_server(true).compile_fds(fds)?;
     Ok(())
 }

@@ -120,4 +120,3 @@ pub fn action(name: &str, selector: &str, payload: impl Into<serde_json::Value>)
         ..Default::default()
     }
 }
-

@@ -32,11 +32,7 @@ impl Canonical {
             let op = payload.get("op").and_then(Value::as_str).unwrap_or("get");
             return if op == "get" { Access::ContextExport } else { Access::ContextImport };
         }
-        CATALOG
-            .iter()
-            .find(|(name, _, _)| *name == self.name)
-            .map(|(_, access, _)| *access)
-            .unwrap_or(Access::Write)
+        CATALOG.iter().find(|(name, _, _)| *name == self.name).map(|(_, access, _)| *access).unwrap_or(Access::Write)
     }
 
     /// Whether the driver implements this action yet.

@@ -52,7 +52,8 @@ pub struct CaptureOptions {
 
 /// Normalizes `scheme://host[:port]`; only http(s) origins carry state.
 pub fn normalize_origin(origin: &str) -> ActResult<String> {
-    let url = url::Url::parse(origin).map_err(|e| ActionFailure::invalid(format!("origin: {origin:?} is not an origin: {e}")))?;
+    let url = url::Url::parse(origin)
+        .map_err(|e| ActionFailure::invalid(format!("origin: {origin:?} is not an origin: {e}")))?;
     if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
         return Err(ActionFailure::invalid(format!("origin: {origin:?} is not an http(s) origin")));
     }
@@ -130,7 +131,11 @@ pub(crate) fn cookie_from_payload(c: &Value, i: usize, page_origin: Option<&str>
     let domain = match (text("domain")?, page_host) {
         (Some(d), _) => d,
         (None, Some(h)) => h,
-        (None, None) => return Err(ActionFailure::invalid(format!("cookies[{i}].domain: required when the page has no http(s) origin"))),
+        (None, None) => {
+            return Err(ActionFailure::invalid(format!(
+                "cookies[{i}].domain: required when the page has no http(s) origin"
+            )))
+        }
     };
     let secure = flag("secure", "secure")?;
     let origin = match page_origin {
@@ -139,7 +144,9 @@ pub(crate) fn cookie_from_payload(c: &Value, i: usize, page_origin: Option<&str>
     };
     let expires = match field("expires") {
         None => -1.0,
-        Some(v) => v.as_f64().ok_or_else(|| ActionFailure::invalid(format!("cookies[{i}].expires: a number is required")))?,
+        Some(v) => {
+            v.as_f64().ok_or_else(|| ActionFailure::invalid(format!("cookies[{i}].expires: a number is required")))?
+        }
     };
     let cookie = CookieRecord {
         name,
@@ -186,7 +193,8 @@ impl Driver {
     /// All cookies of this worker's browser, sorted by (domain, path, name).
     pub(crate) async fn all_cookies(&self) -> ActResult<Vec<CookieRecord>> {
         let got = self.raw.call("", "Storage.getCookies", json!({})).await.map_err(ActionFailure::raw)?;
-        let mut cookies: Vec<CookieRecord> = got["cookies"].as_array().map(|a| a.iter().map(cookie_from_cdp).collect()).unwrap_or_default();
+        let mut cookies: Vec<CookieRecord> =
+            got["cookies"].as_array().map(|a| a.iter().map(cookie_from_cdp).collect()).unwrap_or_default();
         cookies.sort_by(|a, b| (&a.domain, &a.path, &a.name).cmp(&(&b.domain, &b.path, &b.name)));
         Ok(cookies)
     }
@@ -229,7 +237,9 @@ impl Driver {
         let origin = if opts.origin.is_empty() {
             let origin = self.tab_origin(&active).await;
             normalize_origin(&origin).map_err(|_| {
-                ActionFailure::invalid(format!("origin: the active tab is on {origin:?}, which is not an http(s) origin; name one"))
+                ActionFailure::invalid(format!(
+                    "origin: the active tab is on {origin:?}, which is not an http(s) origin; name one"
+                ))
             })?
         } else {
             normalize_origin(&opts.origin)?
@@ -252,12 +262,13 @@ impl Driver {
                 .await
                 .map_err(ActionFailure::cdp)?;
             let text = read.value().and_then(Value::as_str).unwrap_or("[{},{}]").to_string();
-            let (l, s): (BTreeMap<String, String>, BTreeMap<String, String>) =
-                serde_json::from_str(&text).map_err(|e| ActionFailure::new(FailureCode::Internal, format!("storage: {e}")))?;
+            let (l, s): (BTreeMap<String, String>, BTreeMap<String, String>) = serde_json::from_str(&text)
+                .map_err(|e| ActionFailure::new(FailureCode::Internal, format!("storage: {e}")))?;
             local_storage = l;
             session_storage = s;
         }
-        let http_auth = if opts.include_http_auth { lock(&self.shared.credentials).get(&origin).cloned() } else { None };
+        let http_auth =
+            if opts.include_http_auth { lock(&self.shared.credentials).get(&origin).cloned() } else { None };
         let user_agent = if opts.capture_user_agent {
             let ua = active.page.evaluate_expression("navigator.userAgent").await.map_err(ActionFailure::cdp)?;
             ua.value().and_then(Value::as_str).unwrap_or_default().to_string()
@@ -281,18 +292,26 @@ impl Driver {
     pub async fn import_context(&self, state: &ContextState, strict_origin: bool) -> ActResult<(u32, u32)> {
         let origin = normalize_origin(&state.origin)?;
         if origin != state.origin {
-            return Err(ActionFailure::invalid(format!("origin: {:?} is not in canonical form ({origin})", state.origin)));
+            return Err(ActionFailure::invalid(format!(
+                "origin: {:?} is not in canonical form ({origin})",
+                state.origin
+            )));
         }
         for (i, c) in state.cookies.iter().enumerate() {
             validate_cookie(c, i)?;
             let host = host_of(&origin);
             if !domain_matches(&c.domain, &host) {
-                return Err(ActionFailure::invalid(format!("cookies[{i}].domain: {:?} does not apply to {origin}", c.domain)));
+                return Err(ActionFailure::invalid(format!(
+                    "cookies[{i}].domain: {:?} does not apply to {origin}",
+                    c.domain
+                )));
             }
         }
         if let Some(v) = state.viewport {
-            crate::ops::parse_viewport(&json!({ "width": v.width, "height": v.height, "scale": v.scale, "mobile": v.mobile }))
-                .map_err(|f| ActionFailure::invalid(format!("viewport: {}", f.message)))?;
+            crate::ops::parse_viewport(
+                &json!({ "width": v.width, "height": v.height, "scale": v.scale, "mobile": v.mobile }),
+            )
+            .map_err(|f| ActionFailure::invalid(format!("viewport: {}", f.message)))?;
         }
         let (active, _) = self.active()?;
         let on_origin = self.tab_origin(&active).await == origin;

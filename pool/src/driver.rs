@@ -489,12 +489,16 @@ impl Driver {
     async fn answer_dialog(&self, call: &ActionCall) -> ActResult<ActionOutput> {
         let field = call.selector.trim_start_matches("dialog::");
         let Some(open) = self.open_dialog() else {
-            return Err(ActionFailure::invalid(format!("selector: {} answers a dialog, and none is open", call.selector)));
+            return Err(ActionFailure::invalid(format!(
+                "selector: {} answers a dialog, and none is open",
+                call.selector
+            )));
         };
         let tab_index = open.info.tab_index;
         match (call.action.name, field) {
             ("type", "username" | "password" | "prompt") => {
-                let text = call.payload.as_str().ok_or_else(|| ActionFailure::invalid("payload: a string is required"))?;
+                let text =
+                    call.payload.as_str().ok_or_else(|| ActionFailure::invalid("payload: a string is required"))?;
                 let fits = match field {
                     "prompt" => open.info.kind == DialogKind::Prompt,
                     _ => open.info.kind == DialogKind::BasicAuth,
@@ -557,7 +561,11 @@ impl Driver {
                     .map_err(ActionFailure::cdp)?;
                 // The closed event clears it too; clearing here lets the next action run at once.
                 if self.shared.close_dialog(open.seq).is_some() {
-                    self.shared.events.emit(EventKind::DialogClosed { kind: open.info.kind, accepted: accept, tab_index: open.info.tab_index });
+                    self.shared.events.emit(EventKind::DialogClosed {
+                        kind: open.info.kind,
+                        accepted: accept,
+                        tab_index: open.info.tab_index,
+                    });
                 }
                 Ok(ActionOutput::default())
             }
@@ -569,7 +577,11 @@ impl Driver {
                         "microphone" => "audioCapture",
                         other => other,
                     };
-                    if let Err(e) = self.raw.call("", "Browser.grantPermissions", json!({ "origin": origin, "permissions": [name] })).await {
+                    if let Err(e) = self
+                        .raw
+                        .call("", "Browser.grantPermissions", json!({ "origin": origin, "permissions": [name] }))
+                        .await
+                    {
                         tracing::debug!(error = %e, permission = %name, "grant failed; the page's own answer still says granted");
                     }
                 }
@@ -579,7 +591,11 @@ impl Driver {
                 });
                 self.raw.call(session, "Runtime.evaluate", settle).await.map_err(ActionFailure::raw)?;
                 self.shared.close_dialog(open.seq);
-                self.shared.events.emit(EventKind::DialogClosed { kind: DialogKind::Permission, accepted: accept, tab_index: open.info.tab_index });
+                self.shared.events.emit(EventKind::DialogClosed {
+                    kind: DialogKind::Permission,
+                    accepted: accept,
+                    tab_index: open.info.tab_index,
+                });
                 Ok(ActionOutput::default())
             }
             Answer::Auth { session, request_id, origin } => {
@@ -598,11 +614,19 @@ impl Driver {
                     json!({ "response": "CancelAuth" })
                 };
                 self.raw
-                    .call(session, "Fetch.continueWithAuth", json!({ "requestId": request_id, "authChallengeResponse": response }))
+                    .call(
+                        session,
+                        "Fetch.continueWithAuth",
+                        json!({ "requestId": request_id, "authChallengeResponse": response }),
+                    )
                     .await
                     .map_err(ActionFailure::raw)?;
                 self.shared.close_dialog(open.seq);
-                self.shared.events.emit(EventKind::DialogClosed { kind: DialogKind::BasicAuth, accepted: accept, tab_index: open.info.tab_index });
+                self.shared.events.emit(EventKind::DialogClosed {
+                    kind: DialogKind::BasicAuth,
+                    accepted: accept,
+                    tab_index: open.info.tab_index,
+                });
                 // The held navigation now completes (or is challenged again, or shows 401).
                 let loaded = async {
                     loop {

@@ -36,13 +36,32 @@ pub struct DialogInfo {
 #[derive(Debug, Clone, PartialEq)]
 pub enum EventKind {
     DialogOpened(DialogInfo),
-    DialogClosed { kind: DialogKind, accepted: bool, tab_index: i32 },
-    Console { level: String, text: String, tab_index: i32 },
-    Navigated { url: String, tab_index: i32 },
-    TabOpened { tab_index: i32, url: String },
-    TabClosed { tab_index: i32 },
+    DialogClosed {
+        kind: DialogKind,
+        accepted: bool,
+        tab_index: i32,
+    },
+    Console {
+        level: String,
+        text: String,
+        tab_index: i32,
+    },
+    Navigated {
+        url: String,
+        tab_index: i32,
+    },
+    TabOpened {
+        tab_index: i32,
+        url: String,
+    },
+    TabClosed {
+        tab_index: i32,
+    },
     /// Pushed by the session owner when the session ends; the last event of a worker.
-    SessionEnded { state: String, reason: String },
+    SessionEnded {
+        state: String,
+        reason: String,
+    },
 }
 
 /// One event with its time.

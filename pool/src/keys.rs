@@ -111,7 +111,11 @@ fn parse_chord(chord: &str) -> ActResult<(Vec<Modifier>, &str)> {
             "control" | "ctrl" => Modifier::Control,
             "meta" | "cmd" | "command" => Modifier::Meta,
             "shift" => Modifier::Shift,
-            _ => return Err(ActionFailure::invalid(format!("payload: `{m}` is not a modifier (Alt, Control, Meta, Shift)"))),
+            _ => {
+                return Err(ActionFailure::invalid(format!(
+                    "payload: `{m}` is not a modifier (Alt, Control, Meta, Shift)"
+                )))
+            }
         };
         out.push(m);
     }
@@ -133,5 +137,4 @@ mod tests {
         assert_eq!(parse_chord("Control+").unwrap_err().code, FailureCode::InvalidArgument);
         assert_eq!(parse_chord("").unwrap_err().code, FailureCode::InvalidArgument);
     }
-
 }

@@ -318,7 +318,8 @@ pub(crate) async fn launch(cfg: &LaunchConfig, worker: &str) -> Result<Launched,
         request_timeout: Duration::from_secs(330),
         ..HandlerConfig::default()
     };
-    let connected = tokio::time::timeout(cfg.cdp_timeout, Browser::connect_with_config(ws_url.clone(), handler_cfg)).await;
+    let connected =
+        tokio::time::timeout(cfg.cdp_timeout, Browser::connect_with_config(ws_url.clone(), handler_cfg)).await;
     let (browser, mut handler) = match connected {
         Ok(Ok(pair)) => pair,
         Ok(Err(e)) => {

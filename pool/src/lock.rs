@@ -93,11 +93,7 @@ struct Guard {
 
 impl Guard {
     fn lock(dir: &Path) -> io::Result<Guard> {
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(dir.join(".guard"))?;
+        let file = OpenOptions::new().create(true).truncate(false).write(true).open(dir.join(".guard"))?;
         // Held only for a check-and-create; if someone sits on it longer, fail rather than hang.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
         loop {

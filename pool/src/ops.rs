@@ -10,7 +10,8 @@ use chromiumoxide::cdp::browser_protocol::input::{
 };
 use chromiumoxide::cdp::browser_protocol::page::{
     BringToFrontParams, CaptureScreenshotFormat, CaptureScreenshotParams, GetLayoutMetricsParams,
-    GetNavigationHistoryParams, NavigateToHistoryEntryParams, PrintToPdfParams, SetDocumentContentParams, Viewport as Clip,
+    GetNavigationHistoryParams, NavigateToHistoryEntryParams, PrintToPdfParams, SetDocumentContentParams,
+    Viewport as Clip,
 };
 use chromiumoxide::cdp::browser_protocol::target::CloseTargetParams;
 use chromiumoxide::cdp::js_protocol::runtime::EvaluateParams;
@@ -20,7 +21,9 @@ use serde_json::{json, Map, Value};
 use tokio::sync::broadcast;
 use tokio::time::Instant;
 
-use crate::driver::{lock, ActResult, ActionCall, ActionFailure, ActionOutput, Driver, FailureCode, Tab, Viewport, MAX_SIDE};
+use crate::driver::{
+    lock, ActResult, ActionCall, ActionFailure, ActionOutput, Driver, FailureCode, Tab, Viewport, MAX_SIDE,
+};
 use crate::keys::PressChord;
 
 /// How often element and condition waits poll the page.
@@ -108,10 +111,15 @@ impl Driver {
             }
         };
         let mut lifecycle = self.shared.lifecycle.subscribe();
-        let nav = self.raw.call(&tab.session, "Page.navigate", json!({ "url": url })).await.map_err(ActionFailure::raw)?;
+        let nav =
+            self.raw.call(&tab.session, "Page.navigate", json!({ "url": url })).await.map_err(ActionFailure::raw)?;
         if let Some(text) = nav.get("errorText").and_then(Value::as_str).filter(|t| !t.is_empty()) {
             // Our request hook fails what the policy refuses (a redirect hop, say).
-            let code = if text.contains("ERR_BLOCKED_BY_CLIENT") { FailureCode::BlockedByPolicy } else { FailureCode::NavigationFailed };
+            let code = if text.contains("ERR_BLOCKED_BY_CLIENT") {
+                FailureCode::BlockedByPolicy
+            } else {
+                FailureCode::NavigationFailed
+            };
             return Err(ActionFailure::new(code, format!("{url}: {text}")));
         }
         let loader = nav.get("loaderId").and_then(Value::as_str).unwrap_or_default().to_string();
@@ -138,8 +146,10 @@ impl Driver {
                     .all_cookies()
                     .await?
                     .into_iter()
-                    .map(|c| json!({ "name": c.name, "value": c.value, "domain": c.domain, "path": c.path,
-                        "expires": c.expires, "http_only": c.http_only, "secure": c.secure, "same_site": c.same_site }))
+                    .map(|c| {
+                        json!({ "name": c.name, "value": c.value, "domain": c.domain, "path": c.path,
+                        "expires": c.expires, "http_only": c.http_only, "secure": c.secure, "same_site": c.same_site })
+                    })
                     .collect();
                 Ok(value(Value::Array(list)))
             }
@@ -149,11 +159,18 @@ impl Driver {
                 Ok(value(json!({ "cleared": n })))
             }
             "set" => {
-                let list = payload.get("cookies").and_then(Value::as_array).ok_or_else(|| ActionFailure::invalid("payload.cookies: a list is required"))?;
+                let list = payload
+                    .get("cookies")
+                    .and_then(Value::as_array)
+                    .ok_or_else(|| ActionFailure::invalid("payload.cookies: a list is required"))?;
                 if list.len() > crate::context::MAX_COOKIES {
                     return Err(ActionFailure::new(
                         FailureCode::PayloadTooLarge,
-                        format!("payload.cookies: {} cookies exceed the limit of {}", list.len(), crate::context::MAX_COOKIES),
+                        format!(
+                            "payload.cookies: {} cookies exceed the limit of {}",
+                            list.len(),
+                            crate::context::MAX_COOKIES
+                        ),
                     ));
                 }
                 let page_url = tab.page.url().await.ok().flatten().unwrap_or_default();
@@ -168,7 +185,10 @@ impl Driver {
                     .all_cookies()
                     .await?
                     .into_iter()
-                    .filter(|old| !set.iter().any(|(new, _)| (&new.name, &new.domain, &new.path) == (&old.name, &old.domain, &old.path)))
+                    .filter(|old| {
+                        !set.iter()
+                            .any(|(new, _)| (&new.name, &new.domain, &new.path) == (&old.name, &old.domain, &old.path))
+                    })
                     .map(crate::context::anchored_at_domain)
                     .collect();
                 let n = set.len();
@@ -191,7 +211,8 @@ impl Driver {
         tab.page.execute(NavigateToHistoryEntryParams::new(entry.id)).await.map_err(ActionFailure::cdp)?;
         lock(&self.shared.loaded_html).remove(&tab.target);
         let check = format!("location.href === {} && document.readyState === 'complete'", json!(url));
-        poll(&tab.page, &check, until, || format!("history navigation to {url} did not finish"), FailureCode::Timeout).await?;
+        poll(&tab.page, &check, until, || format!("history navigation to {url} did not finish"), FailureCode::Timeout)
+            .await?;
         Ok(value(json!({ "url": url })))
     }
 
@@ -209,7 +230,9 @@ impl Driver {
             Value::Null => "about:blank".to_string(),
             Value::String(s) if s.is_empty() => "about:blank".to_string(),
             Value::String(s) => s.clone(),
-            Value::Object(m) if m.get("url").is_some_and(Value::is_string) => m["url"].as_str().unwrap_or_default().to_string(),
+            Value::Object(m) if m.get("url").is_some_and(Value::is_string) => {
+                m["url"].as_str().unwrap_or_default().to_string()
+            }
             _ => return Err(ActionFailure::invalid("payload: an optional url string")),
         };
         self.check_url(&url)?;
@@ -221,13 +244,19 @@ impl Driver {
         if url != "about:blank" {
             self.navigate(&tab, &json!(url)).await?;
         }
-        Ok(ActionOutput { value: json!({ "tab_index": index, "url": url }), tab_index: index as i32, ..ActionOutput::default() })
+        Ok(ActionOutput {
+            value: json!({ "tab_index": index, "url": url }),
+            tab_index: index as i32,
+            ..ActionOutput::default()
+        })
     }
 
     async fn switch_tab(&self, payload: &Value) -> ActResult<ActionOutput> {
         let index = match payload {
             Value::Number(n) => {
-                let i = n.as_u64().ok_or_else(|| ActionFailure::invalid(format!("payload: tab index {n} is not a non-negative integer")))?;
+                let i = n.as_u64().ok_or_else(|| {
+                    ActionFailure::invalid(format!("payload: tab index {n} is not a non-negative integer"))
+                })?;
                 let len = lock(&self.shared.tabs).list.len();
                 if i as usize >= len {
                     return Err(ActionFailure::invalid(format!("payload: no tab {i}; {len} tab(s) open")));
@@ -245,7 +274,9 @@ impl Driver {
                         break;
                     }
                 }
-                found.ok_or_else(|| ActionFailure::invalid(format!("payload: no tab's title or url contains {needle:?}")))?
+                found.ok_or_else(|| {
+                    ActionFailure::invalid(format!("payload: no tab's title or url contains {needle:?}"))
+                })?
             }
             _ => return Err(ActionFailure::invalid("payload: a tab index (number) or a title/url substring (string)")),
         };
@@ -257,7 +288,11 @@ impl Driver {
         let _ = tab.page.execute(BringToFrontParams::default()).await;
         let url = tab.page.url().await.ok().flatten().unwrap_or_default();
         let title = tab.page.get_title().await.ok().flatten().unwrap_or_default();
-        Ok(ActionOutput { value: json!({ "tab_index": index, "url": url, "title": title }), tab_index: index as i32, ..Default::default() })
+        Ok(ActionOutput {
+            value: json!({ "tab_index": index, "url": url, "title": title }),
+            tab_index: index as i32,
+            ..Default::default()
+        })
     }
 
     async fn close_tab(&self, payload: &Value, until: Instant) -> ActResult<ActionOutput> {
@@ -267,7 +302,9 @@ impl Driver {
         };
         let index = match payload {
             Value::Null => active,
-            Value::Number(n) => n.as_u64().map(|i| i as usize).ok_or_else(|| ActionFailure::invalid("payload: a tab index"))?,
+            Value::Number(n) => {
+                n.as_u64().map(|i| i as usize).ok_or_else(|| ActionFailure::invalid("payload: a tab index"))?
+            }
             _ => return Err(ActionFailure::invalid("payload: an optional tab index (number)")),
         };
         if index >= len {
@@ -287,7 +324,11 @@ impl Driver {
             let tabs = lock(&self.shared.tabs);
             (tabs.list.len(), tabs.active)
         };
-        Ok(ActionOutput { value: json!({ "closed": index, "tabs": count, "active": active }), tab_index: active as i32, ..Default::default() })
+        Ok(ActionOutput {
+            value: json!({ "closed": index, "tabs": count, "active": active }),
+            tab_index: active as i32,
+            ..Default::default()
+        })
     }
 
     async fn list_tabs(&self) -> ActResult<ActionOutput> {
@@ -316,7 +357,9 @@ impl Driver {
             let now = tab.page.url().await.ok().flatten().unwrap_or_default();
             if now != loaded_over {
                 lock(&self.shared.loaded_html).remove(&tab.target);
-                return Ok(value(json!({ "width": v.width, "height": v.height, "scale": v.scale, "mobile": v.mobile })));
+                return Ok(value(
+                    json!({ "width": v.width, "height": v.height, "scale": v.scale, "mobile": v.mobile }),
+                ));
             }
             let present = tab
                 .page
@@ -393,7 +436,9 @@ impl Driver {
         let full_page = opts.get("full_page").and_then(Value::as_bool).unwrap_or(false);
         let clip_opt = opts.get("clip").filter(|c| !c.is_null());
         if clip_opt.is_some() && !call.selector.is_empty() {
-            return Err(ActionFailure::invalid("payload.clip: conflicts with a selector (element crop); give one or the other"));
+            return Err(ActionFailure::invalid(
+                "payload.clip: conflicts with a selector (element crop); give one or the other",
+            ));
         }
         if clip_opt.is_some() && full_page {
             return Err(ActionFailure::invalid("payload.clip: conflicts with full_page"));
@@ -402,10 +447,9 @@ impl Driver {
         let mut clip: Option<Clip> = None;
         if let Some(c) = clip_opt {
             let num = |k: &str| {
-                c.get(k)
-                    .and_then(Value::as_f64)
-                    .filter(|v| v.is_finite() && *v >= 0.0)
-                    .ok_or_else(|| ActionFailure::invalid(format!("payload.clip.{k}: a non-negative number is required")))
+                c.get(k).and_then(Value::as_f64).filter(|v| v.is_finite() && *v >= 0.0).ok_or_else(|| {
+                    ActionFailure::invalid(format!("payload.clip.{k}: a non-negative number is required"))
+                })
             };
             let (x, y, w, h) = (num("x")?, num("y")?, num("width")?, num("height")?);
             if w < 1.0 || h < 1.0 {
@@ -423,9 +467,13 @@ impl Driver {
                 )
                 .await
                 .map_err(ActionFailure::cdp)?;
-            let r: Vec<f64> = json_result(rect.result.value).and_then(|v| serde_json::from_value(v).ok()).unwrap_or_default();
+            let r: Vec<f64> =
+                json_result(rect.result.value).and_then(|v| serde_json::from_value(v).ok()).unwrap_or_default();
             if r.len() != 4 || r[2] < 1.0 || r[3] < 1.0 {
-                return Err(ActionFailure::new(FailureCode::ElementNotFound, format!("{} has no visible box", call.selector)));
+                return Err(ActionFailure::new(
+                    FailureCode::ElementNotFound,
+                    format!("{} has no visible box", call.selector),
+                ));
             }
             clip = Some(Clip { x: r[0], y: r[1], width: r[2], height: r[3], scale: 1.0 });
         } else if full_page {
@@ -468,7 +516,9 @@ pub(crate) async fn apply_viewport(page: &Page, v: Viewport) -> ActResult<()> {
 
 /// Parses and validates `{width, height, scale, mobile}`.
 pub fn parse_viewport(payload: &Value) -> ActResult<Viewport> {
-    let map = payload.as_object().ok_or_else(|| ActionFailure::invalid("payload: {width, height, scale, mobile} is required"))?;
+    let map = payload
+        .as_object()
+        .ok_or_else(|| ActionFailure::invalid("payload: {width, height, scale, mobile} is required"))?;
     let side = |k: &str| -> ActResult<u32> {
         let v = map.get(k).ok_or_else(|| ActionFailure::invalid(format!("payload.{k}: required")))?;
         match v.as_u64() {
@@ -497,7 +547,12 @@ pub fn parse_viewport(payload: &Value) -> ActResult<Viewport> {
 }
 
 /// Waits for a lifecycle event of our raw session (any loader when `loader` is None).
-async fn wait_lifecycle(rx: &mut broadcast::Receiver<(String, String, String)>, session: &str, loader: Option<&str>, name: &str) {
+async fn wait_lifecycle(
+    rx: &mut broadcast::Receiver<(String, String, String)>,
+    session: &str,
+    loader: Option<&str>,
+    name: &str,
+) {
     loop {
         match rx.recv().await {
             Ok((s, l, n)) if s == session && n == name && loader.is_none_or(|want| want == l) => return,
@@ -634,7 +689,10 @@ async fn select(page: &Page, call: &ActionCall, until: Instant) -> ActResult<Act
     match json_result(out.result.value).unwrap_or(Value::Null) {
         Value::Null => Err(ActionFailure::invalid(format!("selector: {selector} is not a <select>"))),
         Value::String(_) => Err(ActionFailure::invalid("payload: several values for a single <select>")),
-        Value::Object(m) => Err(ActionFailure::invalid(format!("payload: no option with value {}", m.get("missing").cloned().unwrap_or_default()))),
+        Value::Object(m) => Err(ActionFailure::invalid(format!(
+            "payload: no option with value {}",
+            m.get("missing").cloned().unwrap_or_default()
+        ))),
         selected => Ok(value(selected)),
     }
 }
@@ -648,7 +706,10 @@ async fn scroll(page: &Page, call: &ActionCall, until: Instant) -> ActResult<Act
             Value::Object(m) => {
                 let get = |k: &str| match m.get(k) {
                     None | Some(Value::Null) => Ok(0.0),
-                    Some(v) => v.as_f64().filter(|f| f.is_finite()).ok_or_else(|| ActionFailure::invalid(format!("payload.{k}: a number"))),
+                    Some(v) => v
+                        .as_f64()
+                        .filter(|f| f.is_finite())
+                        .ok_or_else(|| ActionFailure::invalid(format!("payload.{k}: a number"))),
                 };
                 (get("x")?, get("y")?)
             }
@@ -668,19 +729,26 @@ async fn wait_for(page: &Page, call: &ActionCall, until: Instant) -> ActResult<A
              return r.width > 0 && r.height > 0 && s.visibility !== 'hidden'; }})()",
             json!(call.selector)
         );
-        return poll(page, &check, until, || format!("{} did not become visible", call.selector), FailureCode::Timeout).await;
+        return poll(page, &check, until, || format!("{} did not become visible", call.selector), FailureCode::Timeout)
+            .await;
     }
     match &call.payload {
         Value::Object(map) if map.contains_key("ms") => {
-            let ms = map["ms"].as_u64().ok_or_else(|| ActionFailure::invalid("payload.ms: a number of milliseconds is required"))?;
+            let ms = map["ms"]
+                .as_u64()
+                .ok_or_else(|| ActionFailure::invalid("payload.ms: a number of milliseconds is required"))?;
             if Instant::now() + Duration::from_millis(ms) > until {
-                return Err(ActionFailure::new(FailureCode::Timeout, format!("wait of {ms} ms exceeds the action timeout")));
+                return Err(ActionFailure::new(
+                    FailureCode::Timeout,
+                    format!("wait of {ms} ms exceeds the action timeout"),
+                ));
             }
             tokio::time::sleep(Duration::from_millis(ms)).await;
             Ok(ActionOutput::default())
         }
         Value::Object(map) if map.contains_key("text") => {
-            let text = map["text"].as_str().ok_or_else(|| ActionFailure::invalid("payload.text: a string is required"))?;
+            let text =
+                map["text"].as_str().ok_or_else(|| ActionFailure::invalid("payload.text: a string is required"))?;
             let check = format!("(document.body ? document.body.innerText : '').includes({})", json!(text));
             poll(page, &check, until, || format!("text {text:?} did not appear"), FailureCode::Timeout).await
         }
@@ -700,15 +768,21 @@ async fn extract(page: &Page, call: &ActionCall, until: Instant) -> ActResult<Ac
         Value::String(s) if s.is_empty() => "text".to_string(),
         Value::String(s) => s.clone(),
         Value::Object(map) => map.get("format").and_then(Value::as_str).unwrap_or("text").to_string(),
-        _ => return Err(ActionFailure::invalid("payload: a format string (text, html, value, attr:<name>) is expected")),
+        _ => {
+            return Err(ActionFailure::invalid("payload: a format string (text, html, value, attr:<name>) is expected"))
+        }
     };
     let getter = match format.as_str() {
         "text" => "function() { return this.innerText ?? this.textContent; }".to_string(),
         "html" => "function() { return this.outerHTML; }".to_string(),
         "value" => "function() { return this.value ?? null; }".to_string(),
-        f if f.starts_with("attr:") && f.len() > 5 => format!("function() {{ return this.getAttribute({}); }}", json!(&f[5..])),
+        f if f.starts_with("attr:") && f.len() > 5 => {
+            format!("function() {{ return this.getAttribute({}); }}", json!(&f[5..]))
+        }
         other => {
-            return Err(ActionFailure::invalid(format!("payload: format `{other}` is not one of text, html, value, attr:<name>")))
+            return Err(ActionFailure::invalid(format!(
+                "payload: format `{other}` is not one of text, html, value, attr:<name>"
+            )))
         }
     };
     let out = element(page, selector, until).await?.call_js_fn(getter, false).await.map_err(ActionFailure::cdp)?;
@@ -719,7 +793,9 @@ async fn attr(page: &Page, call: &ActionCall, until: Instant) -> ActResult<Actio
     let selector = require_selector(call)?;
     let name = match &call.payload {
         Value::String(s) if !s.is_empty() => s.clone(),
-        Value::Object(m) if m.get("name").is_some_and(Value::is_string) => m["name"].as_str().unwrap_or_default().to_string(),
+        Value::Object(m) if m.get("name").is_some_and(Value::is_string) => {
+            m["name"].as_str().unwrap_or_default().to_string()
+        }
         _ => return Err(ActionFailure::invalid("payload: an attribute name string is required")),
     };
     let out = element(page, selector, until)
@@ -759,11 +835,14 @@ async fn pdf(page: &Page, payload: &Value) -> ActResult<ActionOutput> {
             "print_background" => params.print_background = Some(v.as_bool().ok_or_else(bad)?),
             "scale" => params.scale = Some(v.as_f64().filter(|s| (0.1..=2.0).contains(s)).ok_or_else(bad)?),
             "paper_width" => params.paper_width = Some(v.as_f64().filter(|s| *s > 0.0 && *s < 200.0).ok_or_else(bad)?),
-            "paper_height" => params.paper_height = Some(v.as_f64().filter(|s| *s > 0.0 && *s < 200.0).ok_or_else(bad)?),
+            "paper_height" => {
+                params.paper_height = Some(v.as_f64().filter(|s| *s > 0.0 && *s < 200.0).ok_or_else(bad)?)
+            }
             "page_ranges" => params.page_ranges = Some(v.as_str().ok_or_else(bad)?.to_string()),
             "margin" => {
                 let m = v.as_f64().filter(|s| *s >= 0.0 && *s < 20.0).ok_or_else(bad)?;
-                (params.margin_top, params.margin_bottom, params.margin_left, params.margin_right) = (Some(m), Some(m), Some(m), Some(m));
+                (params.margin_top, params.margin_bottom, params.margin_left, params.margin_right) =
+                    (Some(m), Some(m), Some(m), Some(m));
             }
             _ => return Err(ActionFailure::invalid(format!("payload.{k}: unknown print option"))),
         }
@@ -773,7 +852,13 @@ async fn pdf(page: &Page, payload: &Value) -> ActResult<ActionOutput> {
 }
 
 /// Polls a boolean expression until it is true or `until` passes.
-async fn poll(page: &Page, check: &str, until: Instant, what: impl Fn() -> String, code: FailureCode) -> ActResult<ActionOutput> {
+async fn poll(
+    page: &Page,
+    check: &str,
+    until: Instant,
+    what: impl Fn() -> String,
+    code: FailureCode,
+) -> ActResult<ActionOutput> {
     loop {
         match page.evaluate_expression(check).await {
             Ok(r) if r.value() == Some(&json!(true)) => return Ok(ActionOutput::default()),
@@ -811,7 +896,9 @@ fn click_options(payload: &Value) -> ActResult<(MouseButton, i64)> {
         None | Some(Some("left")) => MouseButton::Left,
         Some(Some("right")) => MouseButton::Right,
         Some(Some("middle")) => MouseButton::Middle,
-        Some(other) => return Err(ActionFailure::invalid(format!("payload.button: {other:?} is not left, right or middle"))),
+        Some(other) => {
+            return Err(ActionFailure::invalid(format!("payload.button: {other:?} is not left, right or middle")))
+        }
     };
     let count = match map.get("click_count") {
         None => 1,

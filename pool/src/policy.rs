@@ -44,7 +44,9 @@ impl NavPolicy {
             _ => host == "localhost" || host.ends_with(".localhost"),
         };
         if private && !self.allow_private_networks {
-            return Err(format!("{host} is a private, loopback or link-local address and this tenant does not allow private networks"));
+            return Err(format!(
+                "{host} is a private, loopback or link-local address and this tenant does not allow private networks"
+            ));
         }
         if !self.allow_hosts.is_empty() && !self.allow_hosts.iter().any(|pattern| host_matches(pattern, &host)) {
             return Err(format!("{host} is not in this tenant's allow_hosts"));
@@ -116,7 +118,8 @@ mod tests {
 
     #[test]
     fn schemes_and_allow_hosts() {
-        let p = NavPolicy { allow_private_networks: false, allow_hosts: vec!["example.com".into(), "*.corp.test".into()] };
+        let p =
+            NavPolicy { allow_private_networks: false, allow_hosts: vec!["example.com".into(), "*.corp.test".into()] };
         assert!(p.check("https://example.com/x").is_ok());
         assert!(p.check("https://www.corp.test/").is_ok());
         assert!(p.check("https://corp.test/").is_err(), "*.suffix means subdomains");

@@ -200,9 +200,11 @@ impl Pool {
                 self.inner.refill.notify_one();
                 let lease = Lease { pool: self.clone(), worker: Some(worker), _permit: permit };
                 // Apply the session's viewport; a worker that cannot take it is not usable.
-                lease.driver().set_viewport(viewport, self.inner.cfg.launch.cdp_timeout).await.map_err(|e| {
-                    PoolError::Cdp(format!("set viewport: {}", e.message))
-                })?;
+                lease
+                    .driver()
+                    .set_viewport(viewport, self.inner.cfg.launch.cdp_timeout)
+                    .await
+                    .map_err(|e| PoolError::Cdp(format!("set viewport: {}", e.message)))?;
                 return Ok(lease);
             }
             if pending.is_none() {

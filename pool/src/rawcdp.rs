@@ -39,7 +39,11 @@ pub(crate) struct RawCdp {
 
 impl RawCdp {
     /// Connects to the browser endpoint; events go to `events`.
-    pub async fn connect(ws_url: &str, timeout: Duration, events: mpsc::UnboundedSender<RawEvent>) -> Result<RawCdp, String> {
+    pub async fn connect(
+        ws_url: &str,
+        timeout: Duration,
+        events: mpsc::UnboundedSender<RawEvent>,
+    ) -> Result<RawCdp, String> {
         let (ws, _) = tokio::time::timeout(timeout, async_tungstenite::tokio::connect_async(ws_url))
             .await
             .map_err(|_| "raw cdp connect timed out".to_string())?

@@ -90,10 +90,12 @@ async fn register_tab(
             Err(e) => return Err(format!("page handle: {e}")),
         }
     };
-    let attached = raw.call("", "Target.attachToTarget", json!({ "targetId": target.as_ref(), "flatten": true })).await?;
+    let attached =
+        raw.call("", "Target.attachToTarget", json!({ "targetId": target.as_ref(), "flatten": true })).await?;
     let session = attached["sessionId"].as_str().ok_or("attach answered no session id")?.to_string();
     // Every request pauses here (and is continued at once) so auth challenges can be held.
-    raw.call(&session, "Fetch.enable", json!({ "handleAuthRequests": true, "patterns": [{ "urlPattern": "*" }] })).await?;
+    raw.call(&session, "Fetch.enable", json!({ "handleAuthRequests": true, "patterns": [{ "urlPattern": "*" }] }))
+        .await?;
     raw.call(&session, "Page.enable", json!({})).await?;
     raw.call(&session, "Page.setLifecycleEventsEnabled", json!({ "enabled": true })).await?;
     // Permission prompts: headless Chromium would deny them silently; the shim asks us instead.
@@ -164,7 +166,11 @@ async fn watch_tab(shared: Arc<Shared>, tab: Tab) {
                 let open = shared.dialog.borrow().clone();
                 if let Some(open) = open.filter(|o| o.target == tab.target && matches!(o.answer, Answer::Js)) {
                     if shared.close_dialog(open.seq).is_some() {
-                        shared.events.emit(EventKind::DialogClosed { kind: open.info.kind, accepted: c.result, tab_index });
+                        shared.events.emit(EventKind::DialogClosed {
+                            kind: open.info.kind,
+                            accepted: c.result,
+                            tab_index,
+                        });
                     }
                 }
             }
@@ -180,7 +186,10 @@ async fn watch_tab(shared: Arc<Shared>, tab: Tab) {
                     })
                     .collect::<Vec<_>>()
                     .join(" ");
-                let level = serde_json::to_value(&c.r#type).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
+                let level = serde_json::to_value(&c.r#type)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_string))
+                    .unwrap_or_default();
                 shared.events.emit(EventKind::Console { level, text, tab_index });
             }
             TabEvent::Navigated(n) => {
@@ -205,7 +214,11 @@ pub(crate) async fn raw_events(shared: Arc<Shared>, raw: RawCdp, mut rx: mpsc::U
                     Ok(()) => raw.send(&ev.session_id, "Fetch.continueRequest", json!({ "requestId": id })),
                     Err(why) => {
                         tracing::info!(reason = %why, "request blocked by policy");
-                        raw.send(&ev.session_id, "Fetch.failRequest", json!({ "requestId": id, "errorReason": "BlockedByClient" }));
+                        raw.send(
+                            &ev.session_id,
+                            "Fetch.failRequest",
+                            json!({ "requestId": id, "errorReason": "BlockedByClient" }),
+                        );
                     }
                 }
             }
@@ -305,7 +318,11 @@ fn on_auth_required(shared: &Arc<Shared>, raw: &RawCdp, ev: &RawEvent) {
                 lock(&shared.credentials).remove(&origin);
             }
             let Some(tab) = shared.tab_by_session(&ev.session_id) else {
-                raw.send(&ev.session_id, "Fetch.continueWithAuth", json!({ "requestId": request_id, "authChallengeResponse": { "response": "CancelAuth" } }));
+                raw.send(
+                    &ev.session_id,
+                    "Fetch.continueWithAuth",
+                    json!({ "requestId": request_id, "authChallengeResponse": { "response": "CancelAuth" } }),
+                );
                 return;
             };
             let realm = challenge["realm"].as_str().unwrap_or_default();
@@ -322,7 +339,11 @@ fn on_auth_required(shared: &Arc<Shared>, raw: &RawCdp, ev: &RawEvent) {
                 grammar: grammar(DialogKind::BasicAuth),
                 tab_index: shared.tab_index(&tab.target),
             };
-            shared.open_dialog(info, tab.target.clone(), Answer::Auth { session: ev.session_id.clone(), request_id, origin });
+            shared.open_dialog(
+                info,
+                tab.target.clone(),
+                Answer::Auth { session: ev.session_id.clone(), request_id, origin },
+            );
         }
     }
 }

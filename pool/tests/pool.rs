@@ -65,7 +65,10 @@ async fn dropped_lease_kills_its_worker() {
     let dir = tempfile::tempdir().unwrap();
     let (_tx, rx) = tokio::sync::watch::channel(false);
     let pool = Pool::start(config(dir.path(), 1, 1), rx);
-    let lease = pool.lease(Duration::from_secs(30), Viewport::default()).await.unwrap_or_else(|e| panic!("{e}: {:?}", pool.last_boot_error()));
+    let lease = pool
+        .lease(Duration::from_secs(30), Viewport::default())
+        .await
+        .unwrap_or_else(|e| panic!("{e}: {:?}", pool.last_boot_error()));
     let pid = pool.status().workers[0].pid;
     // Pool of one: a second lease must wait and time out.
     let err = pool.lease(Duration::from_millis(200), Viewport::default()).await.err().unwrap();

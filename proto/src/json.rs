@@ -25,7 +25,9 @@ pub fn from_json(v: &Json) -> Value {
         Json::Number(n) => Kind::NumberValue(n.as_f64().unwrap_or(0.0)),
         Json::String(s) => Kind::StringValue(s.clone()),
         Json::Array(a) => Kind::ListValue(ListValue { values: a.iter().map(from_json).collect() }),
-        Json::Object(o) => Kind::StructValue(Struct { fields: o.iter().map(|(k, v)| (k.clone(), from_json(v))).collect() }),
+        Json::Object(o) => {
+            Kind::StructValue(Struct { fields: o.iter().map(|(k, v)| (k.clone(), from_json(v))).collect() })
+        }
     };
     Value { kind: Some(kind) }
 }

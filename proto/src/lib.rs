@@ -16,5 +16,4 @@ pub mod v1 {
 }
 
 /// The encoded `FileDescriptorSet` of every browserpool .proto, for server reflection.
-pub const FILE_DESCRIPTOR_SET: &[u8] =
-    include_bytes!(concat!(env!("OUT_DIR"), "/browserpool_descriptor.bin"));
+pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/browserpool_descriptor.bin"));

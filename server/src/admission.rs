@@ -208,10 +208,7 @@ impl Admission {
     /// (active, queued) of a tenant.
     pub fn usage(&self, tenant: &str) -> (u32, u32) {
         let state = self.inner.lock();
-        (
-            state.active.get(tenant).copied().unwrap_or(0),
-            state.queues.get(tenant).map(|q| q.len() as u32).unwrap_or(0),
-        )
+        (state.active.get(tenant).copied().unwrap_or(0), state.queues.get(tenant).map(|q| q.len() as u32).unwrap_or(0))
     }
 }
 

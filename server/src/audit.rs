@@ -174,7 +174,12 @@ impl Writer {
         tracing::debug!("audit writer ended");
     }
 
-    async fn append(&self, entries: &[Entry], mut seq: u64, prev: &str) -> Result<(u64, String), crate::store::StoreError> {
+    async fn append(
+        &self,
+        entries: &[Entry],
+        mut seq: u64,
+        prev: &str,
+    ) -> Result<(u64, String), crate::store::StoreError> {
         let mut prev = prev.to_string();
         let mut records = Vec::with_capacity(entries.len());
         for e in entries {
@@ -217,7 +222,8 @@ mod tests {
         (1..=n)
             .map(|seq| {
                 let entry = Entry { tenant: "t".into(), rpc: "/x".into(), outcome: "ok".into(), ..Default::default() };
-                let mut r = Record { seq, at_ms: 1000 + seq as i64, entry, prev_hash: prev.clone(), hash: String::new() };
+                let mut r =
+                    Record { seq, at_ms: 1000 + seq as i64, entry, prev_hash: prev.clone(), hash: String::new() };
                 r.hash = r.compute_hash();
                 prev = r.hash.clone();
                 r

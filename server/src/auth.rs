@@ -174,7 +174,8 @@ impl Keys {
         let keys = Keys::load_or_create(data_dir, alg)?;
         let (path, kind) = current_key_file(data_dir).ok_or_else(|| AuthError::Key("no current key".into()))?;
         let retired_dir = data_dir.join(RETIRED_DIR);
-        fs::create_dir_all(&retired_dir).map_err(|e| AuthError::Key(format!("create {}: {e}", retired_dir.display())))?;
+        fs::create_dir_all(&retired_dir)
+            .map_err(|e| AuthError::Key(format!("create {}: {e}", retired_dir.display())))?;
         let suffix = match kind {
             JwtAlg::Hs256 => "hs256",
             JwtAlg::Eddsa => "ed25519",
@@ -196,7 +197,13 @@ impl Keys {
     }
 
     /// Mints a token. Scopes must be known; `ttl` must be positive.
-    pub fn issue(&self, tenant: &str, subject: &str, scopes: &[String], ttl: Duration) -> Result<(String, Claims), AuthError> {
+    pub fn issue(
+        &self,
+        tenant: &str,
+        subject: &str,
+        scopes: &[String],
+        ttl: Duration,
+    ) -> Result<(String, Claims), AuthError> {
         for s in scopes {
             if Scope::parse(s).is_none() {
                 return Err(AuthError::UnknownScope(s.clone()));
@@ -219,7 +226,8 @@ impl Keys {
         };
         let mut header = Header::new(self.current.alg);
         header.kid = Some(self.current.kid.clone());
-        let token = jsonwebtoken::encode(&header, &claims, &self.current.encoding).map_err(|e| AuthError::Key(e.to_string()))?;
+        let token = jsonwebtoken::encode(&header, &claims, &self.current.encoding)
+            .map_err(|e| AuthError::Key(e.to_string()))?;
         Ok((token, claims))
     }
 
@@ -241,17 +249,16 @@ impl Keys {
         v.set_issuer(&[ISSUER]);
         v.set_audience(&[AUDIENCE]);
         v.set_required_spec_claims(&["exp", "nbf", "iss", "aud", "sub"]);
-        let data = jsonwebtoken::decode::<Claims>(token, &key.decoding, &v).map_err(|e| AuthError::Invalid(e.to_string()))?;
+        let data =
+            jsonwebtoken::decode::<Claims>(token, &key.decoding, &v).map_err(|e| AuthError::Invalid(e.to_string()))?;
         Ok(data.claims)
     }
 
     /// Validates an `authorization` header value.
     pub fn verify_header(&self, header: Option<&str>) -> Result<Claims, AuthError> {
         let value = header.ok_or(AuthError::Missing)?;
-        let token = value
-            .strip_prefix("Bearer ")
-            .or_else(|| value.strip_prefix("bearer "))
-            .ok_or(AuthError::NotBearer)?;
+        let token =
+            value.strip_prefix("Bearer ").or_else(|| value.strip_prefix("bearer ")).ok_or(AuthError::NotBearer)?;
         self.verify(token.trim())
     }
 }
@@ -291,11 +298,13 @@ fn entry(alg: JwtAlg, secret: &[u8]) -> Result<KeyEntry, AuthError> {
             decoding: DecodingKey::from_secret(secret),
         }),
         JwtAlg::Eddsa => {
-            let seed: [u8; 32] = secret.try_into().map_err(|_| AuthError::Key("ed25519 seed must be 32 bytes".into()))?;
+            let seed: [u8; 32] =
+                secret.try_into().map_err(|_| AuthError::Key("ed25519 seed must be 32 bytes".into()))?;
             let signing = ed25519_dalek::SigningKey::from_bytes(&seed);
             let public = signing.verifying_key().to_bytes();
             // PKCS#8 v1 wrapping of an Ed25519 seed (RFC 8410).
-            let mut der = vec![0x30, 0x2e, 0x02, 0x01, 0x00, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x04, 0x22, 0x04, 0x20];
+            let mut der =
+                vec![0x30, 0x2e, 0x02, 0x01, 0x00, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x04, 0x22, 0x04, 0x20];
             der.extend_from_slice(&seed);
             let x = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(public);
             Ok(KeyEntry {
@@ -339,7 +348,8 @@ pub fn write_admin_token(keys: &Keys, data_dir: &Path, tenant: &str) -> Result<P
     let scopes: Vec<String> = Scope::ALL.iter().map(|s| s.as_str().to_string()).collect();
     let (token, _) = keys.issue(tenant, "admin", &scopes, Duration::from_secs(30 * 24 * 3600))?;
     let path = data_dir.join("admin.token");
-    write_private(&path, format!("{token}\n").as_bytes()).map_err(|e| AuthError::Key(format!("write {}: {e}", path.display())))?;
+    write_private(&path, format!("{token}\n").as_bytes())
+        .map_err(|e| AuthError::Key(format!("write {}: {e}", path.display())))?;
     Ok(path)
 }
 
@@ -368,7 +378,12 @@ impl Revocations {
     }
 
     /// Reloads the deny-list every `every` until shutdown.
-    pub async fn refresh_loop(self, store: crate::store::Store, every: Duration, mut shutdown: tokio::sync::watch::Receiver<bool>) {
+    pub async fn refresh_loop(
+        self,
+        store: crate::store::Store,
+        every: Duration,
+        mut shutdown: tokio::sync::watch::Receiver<bool>,
+    ) {
         let mut tick = tokio::time::interval(every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -512,7 +527,8 @@ mod tests {
     fn issued_tokens_verify_for_both_algorithms() {
         for alg in [JwtAlg::Hs256, JwtAlg::Eddsa] {
             let (_dir, keys) = keys(alg);
-            let (token, claims) = keys.issue("default", "ci", &["sessions:read".into()], Duration::from_secs(60)).unwrap();
+            let (token, claims) =
+                keys.issue("default", "ci", &["sessions:read".into()], Duration::from_secs(60)).unwrap();
             assert_eq!(keys.verify(&token).unwrap(), claims);
             assert_eq!(keys.verify_header(Some(&format!("Bearer {token}"))).unwrap(), claims);
         }

@@ -31,7 +31,10 @@ pub fn canonical_value(env: &pb::ContextEnvelope) -> Value {
         m.insert("userAgent".into(), json!(env.user_agent));
     }
     if let Some(v) = &env.viewport {
-        m.insert("viewport".into(), json!({ "width": v.width, "height": v.height, "scale": v.scale, "mobile": v.mobile }));
+        m.insert(
+            "viewport".into(),
+            json!({ "width": v.width, "height": v.height, "scale": v.scale, "mobile": v.mobile }),
+        );
     }
     let cookies: Vec<Value> = env
         .cookies
@@ -188,7 +191,12 @@ pub fn seal(state: ContextState, captured_at_ms: i64) -> pb::ContextEnvelope {
         origin: state.origin,
         captured_at_ms,
         user_agent: state.user_agent,
-        viewport: state.viewport.map(|v| pb::Viewport { width: v.width, height: v.height, scale: v.scale, mobile: v.mobile }),
+        viewport: state.viewport.map(|v| pb::Viewport {
+            width: v.width,
+            height: v.height,
+            scale: v.scale,
+            mobile: v.mobile,
+        }),
         cookies: state
             .cookies
             .into_iter()
@@ -269,7 +277,9 @@ mod tests {
                     same_site: "Lax".into(),
                 },
             ],
-            local_storage: [("k".to_string(), "v".to_string()), ("a".to_string(), "é".to_string())].into_iter().collect(),
+            local_storage: [("k".to_string(), "v".to_string()), ("a".to_string(), "é".to_string())]
+                .into_iter()
+                .collect(),
             ..Default::default()
         }
     }
@@ -293,8 +303,12 @@ mod tests {
 
     #[test]
     fn empty_members_are_omitted_and_required_ones_kept() {
-        let env = pb::ContextEnvelope { version: 1, origin: "http://a.test".into(), captured_at_ms: 5, ..Default::default() };
-        assert_eq!(jcs(&canonical_value(&env)), r#"{"capturedAt":5,"cookies":[],"origin":"http://a.test","version":1}"#);
+        let env =
+            pb::ContextEnvelope { version: 1, origin: "http://a.test".into(), captured_at_ms: 5, ..Default::default() };
+        assert_eq!(
+            jcs(&canonical_value(&env)),
+            r#"{"capturedAt":5,"cookies":[],"origin":"http://a.test","version":1}"#
+        );
         let with_auth = pb::ContextEnvelope { http_auth: Some(pb::HttpAuth::default()), ..env };
         assert!(jcs(&canonical_value(&with_auth)).contains(r#""httpAuth":{"password":"","username":""}"#));
     }

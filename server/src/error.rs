@@ -74,7 +74,12 @@ impl From<ServiceError> for Status {
                 (Code::DeadlineExceeded, format!("no browser became free within {} ms", wait.as_millis()))
             }
             ServiceError::Pool(PoolError::ShuttingDown) => (Code::Unavailable, "server is shutting down".into()),
-            ServiceError::Pool(PoolError::Launch(_) | PoolError::NoChromium { .. } | PoolError::BadChromium(_) | PoolError::NoFreePort(_)) => {
+            ServiceError::Pool(
+                PoolError::Launch(_)
+                | PoolError::NoChromium { .. }
+                | PoolError::BadChromium(_)
+                | PoolError::NoFreePort(_),
+            ) => {
                 tracing::error!(error = %e, "cannot provide a browser");
                 (Code::Unavailable, format!("cannot start a browser: {e}"))
             }
@@ -89,7 +94,9 @@ impl From<ServiceError> for Status {
                     F::InvalidArgument if f.message.starts_with("strict_origin:") => Code::FailedPrecondition,
                     F::InvalidArgument | F::PayloadTooLarge | F::BlockedByPolicy => Code::InvalidArgument,
                     F::Timeout => Code::DeadlineExceeded,
-                    F::DialogOpen | F::SessionClosed | F::SessionCrashed | F::NavigationFailed => Code::FailedPrecondition,
+                    F::DialogOpen | F::SessionClosed | F::SessionCrashed | F::NavigationFailed => {
+                        Code::FailedPrecondition
+                    }
                     F::PermissionDenied => Code::PermissionDenied,
                     _ => {
                         tracing::error!(error = %f.message, "browser failure");

@@ -145,7 +145,22 @@ impl Bound {
     /// Serves gRPC and HTTP until `shutdown` resolves, then closes every session, kills every
     /// worker and waits for every background task.
     pub async fn serve(self, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
-        let Bound { grpc, http, grpc_addr, http_addr, keys, store, sessions, shutdown_tx, shutdown_rx, max_html_bytes, max_token_ttl, audit, audit_writer, .. } = self;
+        let Bound {
+            grpc,
+            http,
+            grpc_addr,
+            http_addr,
+            keys,
+            store,
+            sessions,
+            shutdown_tx,
+            shutdown_rx,
+            max_html_bytes,
+            max_token_ttl,
+            audit,
+            audit_writer,
+            ..
+        } = self;
         tracing::info!(%grpc_addr, %http_addr, "serving");
 
         // The audit writer stops after the sessions are closed (their records go in first).
@@ -198,7 +213,11 @@ impl Bound {
             .add_service(health_service)
             .add_service(reflection_v1)
             .add_service(reflection_v1alpha)
-            .add_service(SessionsServer::new(sessions_api).max_decoding_message_size(max_message).max_encoding_message_size(64 << 20))
+            .add_service(
+                SessionsServer::new(sessions_api)
+                    .max_decoding_message_size(max_message)
+                    .max_encoding_message_size(64 << 20),
+            )
             .add_service(AdminServer::new(admin_api))
             .serve_with_incoming_shutdown(TcpListenerStream::new(grpc), async move {
                 shutdown.await;

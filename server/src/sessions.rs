@@ -11,8 +11,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use browserpool_pool::{
-    canonicalize, Access, ActionCall, ActionFailure, ActionOutput, CaptureOptions, ContextState, EventKind, EventReader,
-    FailureCode, Lease, NavPolicy, Pool, PoolError, Viewport,
+    canonicalize, Access, ActionCall, ActionFailure, ActionOutput, CaptureOptions, ContextState, EventKind,
+    EventReader, FailureCode, Lease, NavPolicy, Pool, PoolError, Viewport,
 };
 use serde_json::Value;
 use tokio::sync::watch;
@@ -188,7 +188,10 @@ impl Sessions {
         let offset: u64 = if page_token.is_empty() {
             0
         } else {
-            page_token.parse::<u32>().map_err(|_| ServiceError::InvalidArgument("page_token: not a token from a previous page".into()))? as u64
+            page_token
+                .parse::<u32>()
+                .map_err(|_| ServiceError::InvalidArgument("page_token: not a token from a previous page".into()))?
+                as u64
         };
         let limit = if page_size == 0 { 100 } else { page_size.min(MAX_PAGE_SIZE) };
         let mut rows = self.inner.store.sessions(&SessionFilter { tenant, state, limit: limit + 1, offset }).await?;
@@ -377,7 +380,11 @@ impl Sessions {
     pub async fn renew(&self, claims: &Claims, id: &str, idle_timeout_ms: u32) -> Result<SessionRecord> {
         require(claims, Scope::SessionsWrite)?;
         self.attach(claims, id).await?;
-        let live = self.live_map().get(id).cloned().ok_or_else(|| ServiceError::NotReady { id: id.into(), state: "CLOSED" })?;
+        let live = self
+            .live_map()
+            .get(id)
+            .cloned()
+            .ok_or_else(|| ServiceError::NotReady { id: id.into(), state: "CLOSED" })?;
         let idle = match idle_timeout_ms {
             0 => live.idle_timeout,
             ms => Duration::from_millis(ms as u64),
@@ -529,9 +536,18 @@ impl Sessions {
 
     /// Runs up to [`MAX_BATCH`] actions in order, each isolated: a failure does not stop the
     /// rest unless `stop_on_error`. Returns one report per action run.
-    pub async fn batch(&self, claims: &Claims, id: &str, actions: Vec<ActionInput>, stop_on_error: bool) -> Result<Vec<ActionReport>> {
+    pub async fn batch(
+        &self,
+        claims: &Claims,
+        id: &str,
+        actions: Vec<ActionInput>,
+        stop_on_error: bool,
+    ) -> Result<Vec<ActionReport>> {
         if actions.len() > MAX_BATCH {
-            return Err(ServiceError::InvalidArgument(format!("actions: {} exceeds the maximum of {MAX_BATCH}", actions.len())));
+            return Err(ServiceError::InvalidArgument(format!(
+                "actions: {} exceeds the maximum of {MAX_BATCH}",
+                actions.len()
+            )));
         }
         if let Some(i) = actions.iter().position(|a| a.action.eq_ignore_ascii_case("batch")) {
             return Err(ServiceError::InvalidArgument(format!("actions[{i}]: a batch cannot contain a batch")));
@@ -555,7 +571,11 @@ impl Sessions {
         id: &str,
         f: impl for<'a> FnOnce(&'a Lease) -> futures::future::BoxFuture<'a, std::result::Result<T, ActionFailure>>,
     ) -> Result<T> {
-        let live = self.live_map().get(id).cloned().ok_or_else(|| ServiceError::NotReady { id: id.into(), state: "CLOSED" })?;
+        let live = self
+            .live_map()
+            .get(id)
+            .cloned()
+            .ok_or_else(|| ServiceError::NotReady { id: id.into(), state: "CLOSED" })?;
         let guard = live.lease.lock().await;
         let lease = guard.as_ref().ok_or_else(|| ServiceError::NotReady { id: id.into(), state: "CLOSED" })?;
         let out = f(lease).await.map_err(ServiceError::Action)?;
@@ -572,7 +592,13 @@ impl Sessions {
     }
 
     /// Applies a verified state to the caller's session (strict replace for its origin).
-    pub async fn import_context(&self, claims: &Claims, id: &str, state: ContextState, strict_origin: bool) -> Result<(u32, u32)> {
+    pub async fn import_context(
+        &self,
+        claims: &Claims,
+        id: &str,
+        state: ContextState,
+        strict_origin: bool,
+    ) -> Result<(u32, u32)> {
         require(claims, Scope::ContextImport)?;
         self.attach(claims, id).await?;
         let until = tokio::time::Instant::now() + DEFAULT_ACTION_TIMEOUT;
@@ -596,7 +622,11 @@ impl Sessions {
     pub async fn events(&self, claims: &Claims, id: &str) -> Result<EventReader> {
         require(claims, Scope::SessionsRead)?;
         self.attach(claims, id).await?;
-        let live = self.live_map().get(id).cloned().ok_or_else(|| ServiceError::NotReady { id: id.into(), state: "CLOSED" })?;
+        let live = self
+            .live_map()
+            .get(id)
+            .cloned()
+            .ok_or_else(|| ServiceError::NotReady { id: id.into(), state: "CLOSED" })?;
         let guard = live.lease.lock().await;
         match guard.as_ref() {
             Some(lease) => Ok(lease.driver().events()),
@@ -825,7 +855,8 @@ mod tests {
         let v = validate_viewport(Some(Viewport { width: 0, height: 0, scale: 0.0, mobile: false })).unwrap();
         assert_eq!(v, Viewport::default());
         for bad in [0.5, 4.0, f64::NAN, f64::INFINITY] {
-            let err = validate_viewport(Some(Viewport { width: 100, height: 100, scale: bad, mobile: false })).unwrap_err();
+            let err =
+                validate_viewport(Some(Viewport { width: 100, height: 100, scale: bad, mobile: false })).unwrap_err();
             assert!(err.to_string().contains("viewport.scale"), "{err}");
         }
         assert!(validate_viewport(Some(Viewport { width: 20000, height: 10, scale: 1.0, mobile: false })).is_err());

@@ -200,7 +200,8 @@ impl Store {
                 max_queue: r.try_get::<i64, _>("max_queue")? as u32,
                 max_session_ttl_ms: r.try_get::<i64, _>("max_session_ttl_ms")? as u32,
                 idle_timeout_ms: r.try_get::<i64, _>("idle_timeout_ms")? as u32,
-                allow_hosts: serde_json::from_str(&hosts).map_err(|e| StoreError::Corrupt(format!("tenant {id} allow_hosts: {e}")))?,
+                allow_hosts: serde_json::from_str(&hosts)
+                    .map_err(|e| StoreError::Corrupt(format!("tenant {id} allow_hosts: {e}")))?,
                 allow_private_networks: r.try_get("allow_private_networks")?,
             })
         })
@@ -234,7 +235,13 @@ impl Store {
 
     /// Moves a session to a terminal state (CLOSED, EXPIRED, CRASHED, KILLED) and records the
     /// transition. Returns false, changing nothing, when it already was terminal.
-    pub async fn end_session(&self, id: &str, state: SessionState, at_ms: i64, reason: &str) -> Result<bool, StoreError> {
+    pub async fn end_session(
+        &self,
+        id: &str,
+        state: SessionState,
+        at_ms: i64,
+        reason: &str,
+    ) -> Result<bool, StoreError> {
         let Backend::Sqlite(pool) = &self.backend;
         let mut tx = pool.begin().await?;
         let changed = sqlx::query(
@@ -292,10 +299,11 @@ impl Store {
     /// Every recorded state change of a session, in order.
     pub async fn transitions(&self, id: &str) -> Result<Vec<Transition>, StoreError> {
         let Backend::Sqlite(pool) = &self.backend;
-        let rows = sqlx::query("SELECT state, at_ms, reason FROM session_transitions WHERE session_id = ? ORDER BY seq")
-            .bind(id)
-            .fetch_all(pool)
-            .await?;
+        let rows =
+            sqlx::query("SELECT state, at_ms, reason FROM session_transitions WHERE session_id = ? ORDER BY seq")
+                .bind(id)
+                .fetch_all(pool)
+                .await?;
         rows.iter()
             .map(|r| {
                 Ok(Transition {
@@ -310,11 +318,12 @@ impl Store {
     /// Puts a token id on the deny-list; returns false when it already was.
     pub async fn revoke(&self, jti: &str, at_ms: i64) -> Result<bool, StoreError> {
         let Backend::Sqlite(pool) = &self.backend;
-        let done = sqlx::query("INSERT INTO revoked_tokens (jti, revoked_at_ms) VALUES (?, ?) ON CONFLICT (jti) DO NOTHING")
-            .bind(jti)
-            .bind(at_ms)
-            .execute(pool)
-            .await?;
+        let done =
+            sqlx::query("INSERT INTO revoked_tokens (jti, revoked_at_ms) VALUES (?, ?) ON CONFLICT (jti) DO NOTHING")
+                .bind(jti)
+                .bind(at_ms)
+                .execute(pool)
+                .await?;
         Ok(done.rows_affected() > 0)
     }
 
@@ -505,10 +514,17 @@ mod tests {
         let s1 = store.session("s-1").await.unwrap().unwrap();
         assert_eq!((s1.state, s1.ended_at_ms, s1.labels["job"].as_str()), (SessionState::Closed, Some(30), "42"));
         let t = store.transitions("s-1").await.unwrap();
-        assert_eq!(t.iter().map(|t| (t.state, t.at_ms)).collect::<Vec<_>>(), vec![(SessionState::Ready, 10), (SessionState::Closed, 30)]);
-        let only_a = store.sessions(&SessionFilter { tenant: Some("a".into()), limit: 10, ..Default::default() }).await.unwrap();
+        assert_eq!(
+            t.iter().map(|t| (t.state, t.at_ms)).collect::<Vec<_>>(),
+            vec![(SessionState::Ready, 10), (SessionState::Closed, 30)]
+        );
+        let only_a =
+            store.sessions(&SessionFilter { tenant: Some("a".into()), limit: 10, ..Default::default() }).await.unwrap();
         assert_eq!(only_a.len(), 1);
-        let live = store.sessions(&SessionFilter { state: Some(SessionState::Ready), limit: 10, ..Default::default() }).await.unwrap();
+        let live = store
+            .sessions(&SessionFilter { state: Some(SessionState::Ready), limit: 10, ..Default::default() })
+            .await
+            .unwrap();
         assert_eq!(live.iter().map(|s| s.id.as_str()).collect::<Vec<_>>(), vec!["s-2"]);
         assert_eq!(store.live_session_ids().await.unwrap(), vec!["s-2".to_string()]);
         assert!(store.session("nope").await.unwrap().is_none());

@@ -11,11 +11,11 @@ use tonic::{Request, Response, Status};
 
 use super::claims;
 use crate::auth::{Keys, Revocations, Scope};
-use sha2::Digest;
 use crate::convert::{session_to_pb, state_from_pb, state_to_pb, timestamp};
 use crate::error::ServiceError;
 use crate::sessions::{now_ms, require, SessionState, Sessions};
 use crate::store::{Store, TenantRecord};
+use sha2::Digest;
 
 /// Longest lifetime `IssueToken` grants.
 pub const MAX_TOKEN_TTL: Duration = Duration::from_secs(365 * 24 * 3600);
@@ -32,7 +32,13 @@ pub struct AdminApi {
 }
 
 impl AdminApi {
-    pub fn new(sessions: Sessions, keys: Arc<Keys>, store: Store, revoked: Revocations, max_token_ttl: Duration) -> Self {
+    pub fn new(
+        sessions: Sessions,
+        keys: Arc<Keys>,
+        store: Store,
+        revoked: Revocations,
+        max_token_ttl: Duration,
+    ) -> Self {
         AdminApi { sessions, keys, store, revoked, max_token_ttl }
     }
 }
@@ -71,7 +77,9 @@ fn tenant_from_pb(t: pb::Tenant) -> Result<TenantRecord, ServiceError> {
     for (i, host) in t.allow_hosts.iter().enumerate() {
         let bare = host.strip_prefix("*.").unwrap_or(host);
         if bare.is_empty() || bare.contains(['/', ':', ' ', '*']) {
-            return Err(ServiceError::InvalidArgument(format!("tenant.allow_hosts[{i}]: {host:?} is not a host or *.suffix")));
+            return Err(ServiceError::InvalidArgument(format!(
+                "tenant.allow_hosts[{i}]: {host:?} is not a host or *.suffix"
+            )));
         }
     }
     Ok(TenantRecord {
@@ -87,7 +95,10 @@ fn tenant_from_pb(t: pb::Tenant) -> Result<TenantRecord, ServiceError> {
 
 #[tonic::async_trait]
 impl pb::admin_server::Admin for AdminApi {
-    async fn pool_status(&self, req: Request<pb::PoolStatusRequest>) -> Result<Response<pb::PoolStatusResponse>, Status> {
+    async fn pool_status(
+        &self,
+        req: Request<pb::PoolStatusRequest>,
+    ) -> Result<Response<pb::PoolStatusResponse>, Status> {
         admin(&req)?;
         let status = self.sessions.pool().status();
         let mut tenants = Vec::new();
@@ -125,23 +136,39 @@ impl pb::admin_server::Admin for AdminApi {
         }))
     }
 
-    async fn list_sessions(&self, req: Request<pb::AdminListSessionsRequest>) -> Result<Response<pb::AdminListSessionsResponse>, Status> {
+    async fn list_sessions(
+        &self,
+        req: Request<pb::AdminListSessionsRequest>,
+    ) -> Result<Response<pb::AdminListSessionsResponse>, Status> {
         admin(&req)?;
         let r = req.into_inner();
         let tenant = (!r.tenant.is_empty()).then_some(r.tenant);
         let state = state_from_pb(pb::SessionState::try_from(r.state).unwrap_or(pb::SessionState::Unspecified));
         let (rows, next_page_token) = self.sessions.list_all(tenant, state, r.page_size, &r.page_token).await?;
-        Ok(Response::new(pb::AdminListSessionsResponse { sessions: rows.iter().map(session_to_pb).collect(), next_page_token }))
+        Ok(Response::new(pb::AdminListSessionsResponse {
+            sessions: rows.iter().map(session_to_pb).collect(),
+            next_page_token,
+        }))
     }
 
-    async fn kill_session(&self, req: Request<pb::KillSessionRequest>) -> Result<Response<pb::KillSessionResponse>, Status> {
+    async fn kill_session(
+        &self,
+        req: Request<pb::KillSessionRequest>,
+    ) -> Result<Response<pb::KillSessionResponse>, Status> {
         let caller = admin(&req)?;
         let r = req.into_inner();
         let record = self.sessions.get(&caller, &r.session_id).await?;
         if record.state.is_terminal() {
-            return Ok(Response::new(pb::KillSessionResponse { killed: false, state: state_to_pb(record.state) as i32 }));
+            return Ok(Response::new(pb::KillSessionResponse {
+                killed: false,
+                state: state_to_pb(record.state) as i32,
+            }));
         }
-        let reason = if r.reason.is_empty() { "killed by an operator".to_string() } else { format!("killed by an operator: {}", r.reason) };
+        let reason = if r.reason.is_empty() {
+            "killed by an operator".to_string()
+        } else {
+            format!("killed by an operator: {}", r.reason)
+        };
         let killed = self.sessions.end_detached(&r.session_id, SessionState::Killed, reason).await;
         tracing::info!(session = %r.session_id, "session killed by an operator");
         Ok(Response::new(pb::KillSessionResponse { killed, state: state_to_pb(SessionState::Killed) as i32 }))
@@ -153,7 +180,10 @@ impl pb::admin_server::Admin for AdminApi {
         Ok(Response::new(pb::DrainResponse { draining, leased: self.sessions.pool().status().leased as u32 }))
     }
 
-    async fn list_tenants(&self, req: Request<pb::ListTenantsRequest>) -> Result<Response<pb::ListTenantsResponse>, Status> {
+    async fn list_tenants(
+        &self,
+        req: Request<pb::ListTenantsRequest>,
+    ) -> Result<Response<pb::ListTenantsResponse>, Status> {
         admin(&req)?;
         let tenants = self.store.tenants().await.map_err(ServiceError::from)?.into_iter().map(tenant_to_pb).collect();
         Ok(Response::new(pb::ListTenantsResponse { tenants }))
@@ -161,14 +191,20 @@ impl pb::admin_server::Admin for AdminApi {
 
     async fn put_tenant(&self, req: Request<pb::PutTenantRequest>) -> Result<Response<pb::PutTenantResponse>, Status> {
         admin(&req)?;
-        let t = req.into_inner().tenant.ok_or_else(|| Status::from(ServiceError::InvalidArgument("tenant: required".into())))?;
+        let t = req
+            .into_inner()
+            .tenant
+            .ok_or_else(|| Status::from(ServiceError::InvalidArgument("tenant: required".into())))?;
         let record = tenant_from_pb(t)?;
         let created = self.store.put_tenant(&record, now_ms()).await.map_err(ServiceError::from)?;
         tracing::info!(tenant = %record.id, created, max_slots = record.max_slots, "tenant saved");
         Ok(Response::new(pb::PutTenantResponse { tenant: Some(tenant_to_pb(record)), created }))
     }
 
-    async fn delete_tenant(&self, req: Request<pb::DeleteTenantRequest>) -> Result<Response<pb::DeleteTenantResponse>, Status> {
+    async fn delete_tenant(
+        &self,
+        req: Request<pb::DeleteTenantRequest>,
+    ) -> Result<Response<pb::DeleteTenantResponse>, Status> {
         admin(&req)?;
         let r = req.into_inner();
         if r.id == crate::server::DEFAULT_TENANT {
@@ -191,7 +227,10 @@ impl pb::admin_server::Admin for AdminApi {
         Ok(Response::new(pb::DeleteTenantResponse { deleted }))
     }
 
-    async fn issue_token(&self, req: Request<pb::IssueTokenRequest>) -> Result<Response<pb::IssueTokenResponse>, Status> {
+    async fn issue_token(
+        &self,
+        req: Request<pb::IssueTokenRequest>,
+    ) -> Result<Response<pb::IssueTokenResponse>, Status> {
         let caller = admin(&req)?;
         let r = req.into_inner();
         require(&caller, Scope::Admin)?;
@@ -204,7 +243,12 @@ impl pb::admin_server::Admin for AdminApi {
         };
         let max = self.max_token_ttl.min(MAX_TOKEN_TTL);
         if ttl > max {
-            return Err(ServiceError::InvalidArgument(format!("ttl_s: {} exceeds the maximum of {}", ttl.as_secs(), max.as_secs())).into());
+            return Err(ServiceError::InvalidArgument(format!(
+                "ttl_s: {} exceeds the maximum of {}",
+                ttl.as_secs(),
+                max.as_secs()
+            ))
+            .into());
         }
         let (token, claims) = self.keys.issue(&r.tenant, &r.subject, &r.scopes, ttl).map_err(ServiceError::from)?;
         tracing::info!(tenant = %claims.tenant, subject = %claims.sub, jti_hash = %claims.jti_hash(), "token issued");
@@ -215,7 +259,10 @@ impl pb::admin_server::Admin for AdminApi {
         }))
     }
 
-    async fn revoke_token(&self, req: Request<pb::RevokeTokenRequest>) -> Result<Response<pb::RevokeTokenResponse>, Status> {
+    async fn revoke_token(
+        &self,
+        req: Request<pb::RevokeTokenRequest>,
+    ) -> Result<Response<pb::RevokeTokenResponse>, Status> {
         admin(&req)?;
         let jti = req.into_inner().jti;
         if jti.is_empty() {
@@ -230,7 +277,10 @@ impl pb::admin_server::Admin for AdminApi {
 
     type QueryAuditStream = Pin<Box<dyn Stream<Item = Result<pb::AuditRecord, Status>> + Send + 'static>>;
 
-    async fn query_audit(&self, req: Request<pb::QueryAuditRequest>) -> Result<Response<Self::QueryAuditStream>, Status> {
+    async fn query_audit(
+        &self,
+        req: Request<pb::QueryAuditRequest>,
+    ) -> Result<Response<Self::QueryAuditStream>, Status> {
         admin(&req)?;
         let r = req.into_inner();
         let limit = match r.limit {
@@ -241,7 +291,13 @@ impl pb::admin_server::Admin for AdminApi {
         let nonempty = |s: &str| (!s.is_empty()).then(|| s.to_string());
         let records = self
             .store
-            .audit_query(nonempty(&r.tenant).as_deref(), nonempty(&r.session_id).as_deref(), nonempty(&r.action).as_deref(), since, limit)
+            .audit_query(
+                nonempty(&r.tenant).as_deref(),
+                nonempty(&r.session_id).as_deref(),
+                nonempty(&r.action).as_deref(),
+                since,
+                limit,
+            )
             .await
             .map_err(ServiceError::from)?;
         let out: Vec<Result<pb::AuditRecord, Status>> = records
@@ -269,13 +325,23 @@ impl pb::admin_server::Admin for AdminApi {
         Ok(Response::new(Box::pin(futures::stream::iter(out))))
     }
 
-    async fn verify_audit(&self, req: Request<pb::VerifyAuditRequest>) -> Result<Response<pb::VerifyAuditResponse>, Status> {
+    async fn verify_audit(
+        &self,
+        req: Request<pb::VerifyAuditRequest>,
+    ) -> Result<Response<pb::VerifyAuditResponse>, Status> {
         admin(&req)?;
         let records = self.store.audit_all().await.map_err(ServiceError::from)?;
         let (checked, bad) = crate::audit::verify_chain(&records);
         Ok(Response::new(match bad {
-            None => pb::VerifyAuditResponse { ok: true, records_checked: checked, first_bad_seq: 0, message: format!("{checked} records, chain intact") },
-            Some((seq, why)) => pb::VerifyAuditResponse { ok: false, records_checked: checked, first_bad_seq: seq, message: why },
+            None => pb::VerifyAuditResponse {
+                ok: true,
+                records_checked: checked,
+                first_bad_seq: 0,
+                message: format!("{checked} records, chain intact"),
+            },
+            Some((seq, why)) => {
+                pb::VerifyAuditResponse { ok: false, records_checked: checked, first_bad_seq: seq, message: why }
+            }
         }))
     }
 }

@@ -11,13 +11,15 @@ use tonic::{Request, Response, Status, Streaming};
 use tracing::Instrument;
 
 use super::claims;
-use crate::context;
-use crate::sessions::{now_ms, SessionState};
-use browserpool_pool::CaptureOptions;
-use crate::convert::{event_to_pb, labels_from_pb, report_to_pb, session_to_pb, state_from_pb, to_json, viewport_from_pb};
-use crate::error::ServiceError;
-use crate::sessions::{require, AcquireSpec, ActionInput, Sessions};
 use crate::auth::Scope;
+use crate::context;
+use crate::convert::{
+    event_to_pb, labels_from_pb, report_to_pb, session_to_pb, state_from_pb, to_json, viewport_from_pb,
+};
+use crate::error::ServiceError;
+use crate::sessions::{now_ms, SessionState};
+use crate::sessions::{require, AcquireSpec, ActionInput, Sessions};
+use browserpool_pool::CaptureOptions;
 
 /// Adapter from the generated `Sessions` service to [`Sessions`].
 pub struct SessionsApi {
@@ -54,7 +56,14 @@ fn audit_down() -> Status {
 }
 
 /// Records a context transfer: origin, counts and the integrity hash, never the envelope.
-fn audit_context(sessions: &Sessions, claims: &crate::auth::Claims, rpc: &str, session: &str, env: &pb::ContextEnvelope, outcome: &str) {
+fn audit_context(
+    sessions: &Sessions,
+    claims: &crate::auth::Claims,
+    rpc: &str,
+    session: &str,
+    env: &pb::ContextEnvelope,
+    outcome: &str,
+) {
     sessions.audit().record(crate::audit::Entry {
         tenant: claims.tenant.clone(),
         subject: claims.sub.clone(),
@@ -132,7 +141,10 @@ impl pb::sessions_server::Sessions for SessionsApi {
         let r = req.into_inner();
         let state = state_from_pb(pb::SessionState::try_from(r.state).unwrap_or(pb::SessionState::Unspecified));
         let (rows, next_page_token) = self.sessions.list(&claims, state, r.page_size, &r.page_token).await?;
-        Ok(Response::new(pb::ListSessionsResponse { sessions: rows.iter().map(session_to_pb).collect(), next_page_token }))
+        Ok(Response::new(pb::ListSessionsResponse {
+            sessions: rows.iter().map(session_to_pb).collect(),
+            next_page_token,
+        }))
     }
 
     type DriveStream = BoxStream<pb::DriveEvent>;
@@ -174,7 +186,9 @@ impl pb::sessions_server::Sessions for SessionsApi {
         let forward = tokio::spawn(
             async move {
                 while let Some((event, dropped)) = events.next().await {
-                    let event = pb::DriveEvent { kind: Some(pb::drive_event::Kind::Event(event_to_pb(&event_session, event, dropped))) };
+                    let event = pb::DriveEvent {
+                        kind: Some(pb::drive_event::Kind::Event(event_to_pb(&event_session, event, dropped))),
+                    };
                     if event_tx.send(Ok(event)).await.is_err() {
                         break;
                     }
@@ -191,7 +205,9 @@ impl pb::sessions_server::Sessions for SessionsApi {
                             let _ = tx.send(Err(audit_down())).await;
                             break;
                         }
-                        let report = sessions.act(&claims, &session_id, action_input(action), "/browserpool.v1.Sessions/Drive").await;
+                        let report = sessions
+                            .act(&claims, &session_id, action_input(action), "/browserpool.v1.Sessions/Drive")
+                            .await;
                         let event = pb::DriveEvent { kind: Some(pb::drive_event::Kind::Result(report_to_pb(report))) };
                         if tx.send(Ok(event)).await.is_err() {
                             break;
@@ -212,7 +228,11 @@ impl pb::sessions_server::Sessions for SessionsApi {
                         }
                         Some(Ok(m)) => {
                             if !m.session_id.is_empty() && m.session_id != session_id {
-                                let _ = tx.send(Err(Status::invalid_argument("drive: session_id differs from the first message"))).await;
+                                let _ = tx
+                                    .send(Err(Status::invalid_argument(
+                                        "drive: session_id differs from the first message",
+                                    )))
+                                    .await;
                                 break;
                             }
                             pending = m.action;
@@ -235,7 +255,8 @@ impl pb::sessions_server::Sessions for SessionsApi {
         if !self.sessions.audit().healthy() {
             return Err(audit_down());
         }
-        let report = self.sessions.act(&claims, &r.session_id, action_input(action), "/browserpool.v1.Sessions/Act").await;
+        let report =
+            self.sessions.act(&claims, &r.session_id, action_input(action), "/browserpool.v1.Sessions/Act").await;
         Ok(Response::new(report_to_pb(report)))
     }
 
@@ -285,7 +306,10 @@ impl pb::sessions_server::Sessions for SessionsApi {
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 
-    async fn export_context(&self, req: Request<pb::ExportContextRequest>) -> Result<Response<pb::ContextEnvelope>, Status> {
+    async fn export_context(
+        &self,
+        req: Request<pb::ExportContextRequest>,
+    ) -> Result<Response<pb::ContextEnvelope>, Status> {
         let claims = claims(&req)?;
         let r = req.into_inner();
         let opts = CaptureOptions {
@@ -302,7 +326,10 @@ impl pb::sessions_server::Sessions for SessionsApi {
         Ok(Response::new(env))
     }
 
-    async fn import_context(&self, req: Request<pb::ImportContextRequest>) -> Result<Response<pb::ImportContextResponse>, Status> {
+    async fn import_context(
+        &self,
+        req: Request<pb::ImportContextRequest>,
+    ) -> Result<Response<pb::ImportContextResponse>, Status> {
         let claims = claims(&req)?;
         let r = req.into_inner();
         require(&claims, Scope::ContextImport)?;
@@ -312,13 +339,25 @@ impl pb::sessions_server::Sessions for SessionsApi {
             // Still an owner check first, so a foreign id stays NOT_FOUND.
             self.sessions.attach(&claims, &r.session_id).await?;
             tracing::info!(session = %r.session_id, origin = %env.origin, "context refused: integrity mismatch");
-            audit_context(&self.sessions, &claims, "/browserpool.v1.Sessions/ImportContext", &r.session_id, &env, "error");
+            audit_context(
+                &self.sessions,
+                &claims,
+                "/browserpool.v1.Sessions/ImportContext",
+                &r.session_id,
+                &env,
+                "error",
+            );
             return Ok(Response::new(pb::ImportContextResponse { ok: false, integrity_error, ..Default::default() }));
         }
         let (applied_cookies, applied_storage_keys) =
             self.sessions.import_context(&claims, &r.session_id, context::open(&env), r.strict_origin).await?;
         tracing::info!(session = %r.session_id, origin = %env.origin, cookies = applied_cookies, keys = applied_storage_keys, integrity = %env.integrity, "context imported");
         audit_context(&self.sessions, &claims, "/browserpool.v1.Sessions/ImportContext", &r.session_id, &env, "ok");
-        Ok(Response::new(pb::ImportContextResponse { ok: true, applied_cookies, applied_storage_keys, integrity_error: String::new() }))
+        Ok(Response::new(pb::ImportContextResponse {
+            ok: true,
+            applied_cookies,
+            applied_storage_keys,
+            integrity_error: String::new(),
+        }))
     }
 }

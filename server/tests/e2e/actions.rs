@@ -83,7 +83,9 @@ async fn screenshots_viewport_and_pdf() {
     let (w, h) = png_size(&full.data);
     // The document is as wide as the viewport less its scrollbar, and 3000+ px tall.
     assert!(w >= 1200 && h > 3000, "full page is the whole document: {w}x{h}");
-    let clip = act(&client, &id, action("screenshot", "", json!({"clip": {"x": 10, "y": 20, "width": 200, "height": 100}}))).await;
+    let clip =
+        act(&client, &id, action("screenshot", "", json!({"clip": {"x": 10, "y": 20, "width": 200, "height": 100}})))
+            .await;
     assert_eq!(png_size(&clip.data), (200, 100));
     let element = act(&client, &id, action("screenshot", "#box", json!(null))).await;
     assert_eq!(png_size(&element.data), (120, 80));
@@ -91,9 +93,13 @@ async fn screenshots_viewport_and_pdf() {
     ok(&jpeg);
     assert_eq!((&jpeg.data[..2], jpeg.mime_type.as_str()), (&[0xFF, 0xD8][..], "image/jpeg"));
 
-    let conflict = act(&client, &id, action("screenshot", "#box", json!({"clip": {"x": 0, "y": 0, "width": 10, "height": 10}}))).await;
+    let conflict =
+        act(&client, &id, action("screenshot", "#box", json!({"clip": {"x": 0, "y": 0, "width": 10, "height": 10}})))
+            .await;
     assert_eq!(err_code(&conflict), pb::ErrorCode::InvalidArgument);
-    let huge = act(&client, &id, action("screenshot", "", json!({"clip": {"x": 0, "y": 0, "width": 20000, "height": 10}}))).await;
+    let huge =
+        act(&client, &id, action("screenshot", "", json!({"clip": {"x": 0, "y": 0, "width": 20000, "height": 10}})))
+            .await;
     assert_eq!(err_code(&huge), pb::ErrorCode::PayloadTooLarge);
     let quality_png = act(&client, &id, action("screenshot", "", json!({"quality": 50}))).await;
     assert_eq!(err_code(&quality_png), pb::ErrorCode::InvalidArgument);
@@ -124,7 +130,12 @@ async fn load_html_is_capped_survives_viewport_and_is_forgotten_on_navigation() 
     let client = server.admin().await;
     let id = client.acquire(30_000).await.unwrap().session_id;
 
-    let loaded = act(&client, &id, action("setContent", "", "\u{feff}  \n<h1 id=t>from payload</h1><a id=go href=\"/about\">go</a>")).await;
+    let loaded = act(
+        &client,
+        &id,
+        action("setContent", "", "\u{feff}  \n<h1 id=t>from payload</h1><a id=go href=\"/about\">go</a>"),
+    )
+    .await;
     assert_eq!((loaded.action.as_str(), loaded.alias_of.as_str()), ("load_html", "setContent"));
     ok(&loaded);
     assert_eq!(ok(&act(&client, &id, action("extract", "#t", json!(null))).await), json!("from payload"));
@@ -160,11 +171,14 @@ async fn widgets_history_and_wait_until() {
     let id = client.acquire(30_000).await.unwrap().session_id;
 
     for wait in ["none", "domcontentloaded", "networkidle", "load"] {
-        let r = act(&client, &id, action("navigate", "", json!({"url": format!("{site}/widgets"), "wait_until": wait}))).await;
+        let r =
+            act(&client, &id, action("navigate", "", json!({"url": format!("{site}/widgets"), "wait_until": wait})))
+                .await;
         ok(&r);
     }
     ok(&act(&client, &id, action("wait_for", "#bottom", json!(null))).await);
-    let bad_wait = act(&client, &id, action("goto", "", json!({"url": format!("{site}/"), "wait_until": "forever"}))).await;
+    let bad_wait =
+        act(&client, &id, action("goto", "", json!({"url": format!("{site}/"), "wait_until": "forever"}))).await;
     assert_eq!(err_code(&bad_wait), pb::ErrorCode::InvalidArgument);
 
     ok(&act(&client, &id, action("hover", "#box", json!(null))).await);
@@ -221,17 +235,27 @@ async fn batch_isolates_actions_and_checks_each_scope() {
     assert_eq!((stopped.succeeded, stopped.failed, stopped.results.len()), (1, 1, 2));
 
     let too_many = vec![action("title", "", json!(null)); 51];
-    let status = sessions.batch(pb::BatchRequest { session_id: id.clone(), actions: too_many, stop_on_error: false }).await.unwrap_err();
+    let status = sessions
+        .batch(pb::BatchRequest { session_id: id.clone(), actions: too_many, stop_on_error: false })
+        .await
+        .unwrap_err();
     assert_eq!(status.code(), tonic::Code::InvalidArgument);
     let nested = vec![action("title", "", json!(null)), action("batch", "", json!([]))];
-    let status = sessions.batch(pb::BatchRequest { session_id: id.clone(), actions: nested, stop_on_error: false }).await.unwrap_err();
+    let status = sessions
+        .batch(pb::BatchRequest { session_id: id.clone(), actions: nested, stop_on_error: false })
+        .await
+        .unwrap_err();
     assert_eq!(status.code(), tonic::Code::InvalidArgument);
 
     // One scope check per action: a read-only token gets the reads and is denied the write.
     let reader = server.token("default", "admin", &["sessions:read"]).await;
     let mut reader = server.client(&reader).await.sessions();
     let mixed = vec![action("title", "", json!(null)), action("js", "", "1"), action("url", "", json!(null))];
-    let resp = reader.batch(pb::BatchRequest { session_id: id.clone(), actions: mixed, stop_on_error: false }).await.unwrap().into_inner();
+    let resp = reader
+        .batch(pb::BatchRequest { session_id: id.clone(), actions: mixed, stop_on_error: false })
+        .await
+        .unwrap()
+        .into_inner();
     assert_eq!((resp.succeeded, resp.failed), (2, 1));
     assert_eq!(err_code(&resp.results[1]), pb::ErrorCode::PermissionDenied);
     client.release(&id).await.unwrap();

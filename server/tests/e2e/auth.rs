@@ -66,7 +66,8 @@ async fn bad_tokens_are_unauthenticated() {
     // Health and reflection need no token.
     let channel = tonic::transport::Endpoint::from_shared(server.endpoint()).unwrap().connect().await.unwrap();
     let mut health = tonic_health::pb::health_client::HealthClient::new(channel);
-    let resp = health.check(tonic_health::pb::HealthCheckRequest { service: String::new() }).await.unwrap().into_inner();
+    let resp =
+        health.check(tonic_health::pb::HealthCheckRequest { service: String::new() }).await.unwrap().into_inner();
     assert_eq!(resp.status(), tonic_health::pb::health_check_response::ServingStatus::Serving);
     other.stop().await;
     server.stop().await;
@@ -81,7 +82,15 @@ async fn scopes_are_checked_per_rpc_and_per_canonical_action() {
     let reader = server.client(&read_only).await;
     let browserpool_client::Error::Status(status) = reader.acquire(1000).await.unwrap_err() else { panic!() };
     assert_eq!(status.code(), tonic::Code::PermissionDenied, "{status}");
-    let browserpool_client::Error::Status(status) = reader.admin().pool_status(pb::PoolStatusRequest {}).await.map_err(browserpool_client::Error::from).unwrap_err() else { panic!() };
+    let browserpool_client::Error::Status(status) = reader
+        .admin()
+        .pool_status(pb::PoolStatusRequest {})
+        .await
+        .map_err(browserpool_client::Error::from)
+        .unwrap_err()
+    else {
+        panic!()
+    };
     assert_eq!(status.code(), tonic::Code::PermissionDenied, "admin rpc needs admin");
 
     let id = server.client(&writer).await.acquire(30_000).await.unwrap().session_id;
@@ -99,19 +108,35 @@ async fn scopes_are_checked_per_rpc_and_per_canonical_action() {
     let stranger = server.client(&server.token("default", "someone", &["sessions:read", "sessions:write"]).await).await;
     let browserpool_client::Error::Status(status) = stranger.get(&id).await.unwrap_err() else { panic!() };
     assert_eq!(status.code(), tonic::Code::NotFound);
-    let keys = browserpool_server::auth::Keys::load_or_create(server.data_dir.path(), browserpool_server::config::JwtAlg::Hs256).unwrap();
+    let keys = browserpool_server::auth::Keys::load_or_create(
+        server.data_dir.path(),
+        browserpool_server::config::JwtAlg::Hs256,
+    )
+    .unwrap();
     let (foreign, _) = keys
-        .issue("other-tenant", "ci", &["sessions:read".into(), "sessions:write".into()], std::time::Duration::from_secs(60))
+        .issue(
+            "other-tenant",
+            "ci",
+            &["sessions:read".into(), "sessions:write".into()],
+            std::time::Duration::from_secs(60),
+        )
         .unwrap();
     let foreign: Client = server.client(&foreign).await;
-    let browserpool_client::Error::Status(status) = foreign.act(&id, action("title", "", json!(null))).await.unwrap_err() else { panic!() };
+    let browserpool_client::Error::Status(status) =
+        foreign.act(&id, action("title", "", json!(null))).await.unwrap_err()
+    else {
+        panic!()
+    };
     assert_eq!(status.code(), tonic::Code::NotFound, "foreign tenant never learns the id exists");
     // With sessions:shared another subject may drive it.
-    let shared = server.client(&server.token("default", "someone", &["sessions:read", "sessions:write", "sessions:shared"]).await).await;
+    let shared = server
+        .client(&server.token("default", "someone", &["sessions:read", "sessions:write", "sessions:shared"]).await)
+        .await;
     ok(&shared.act(&id, action("title", "", json!(null))).await.unwrap());
 
     // Issue-time validation of IssueToken itself.
-    let bad_scope = pb::IssueTokenRequest { tenant: "default".into(), subject: "x".into(), scopes: vec!["root".into()], ttl_s: 60 };
+    let bad_scope =
+        pb::IssueTokenRequest { tenant: "default".into(), subject: "x".into(), scopes: vec!["root".into()], ttl_s: 60 };
     let status = server.admin().await.admin().issue_token(bad_scope).await.unwrap_err();
     assert_eq!(status.code(), tonic::Code::InvalidArgument);
     let no_tenant = pb::IssueTokenRequest { tenant: "ghost".into(), subject: "x".into(), scopes: vec![], ttl_s: 60 };
@@ -130,7 +155,12 @@ async fn revoked_token_is_refused_within_a_second_and_ttl_is_capped() {
     .await;
     let mut console = server.admin().await.admin();
     let issued = console
-        .issue_token(pb::IssueTokenRequest { tenant: "default".into(), subject: "ci".into(), scopes: vec!["sessions:read".into()], ttl_s: 600 })
+        .issue_token(pb::IssueTokenRequest {
+            tenant: "default".into(),
+            subject: "ci".into(),
+            scopes: vec!["sessions:read".into()],
+            ttl_s: 600,
+        })
         .await
         .unwrap()
         .into_inner();
@@ -144,7 +174,9 @@ async fn revoked_token_is_refused_within_a_second_and_ttl_is_capped() {
     let code = loop {
         match user.sessions().list(pb::ListSessionsRequest::default()).await {
             Err(status) => break status.code(),
-            Ok(_) if started.elapsed() < std::time::Duration::from_secs(1) => tokio::time::sleep(std::time::Duration::from_millis(20)).await,
+            Ok(_) if started.elapsed() < std::time::Duration::from_secs(1) => {
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await
+            }
             Ok(_) => panic!("a revoked token still works after a second"),
         }
     };
@@ -152,7 +184,8 @@ async fn revoked_token_is_refused_within_a_second_and_ttl_is_capped() {
     let again = console.revoke_token(pb::RevokeTokenRequest { jti: issued.jti }).await.unwrap().into_inner();
     assert!(!again.revoked, "revoking twice is idempotent");
 
-    let too_long = pb::IssueTokenRequest { tenant: "default".into(), subject: "ci".into(), scopes: vec![], ttl_s: 7200 };
+    let too_long =
+        pb::IssueTokenRequest { tenant: "default".into(), subject: "ci".into(), scopes: vec![], ttl_s: 7200 };
     let status = console.issue_token(too_long).await.unwrap_err();
     assert_eq!(status.code(), tonic::Code::InvalidArgument);
     assert!(status.message().contains("exceeds the maximum"), "{status}");

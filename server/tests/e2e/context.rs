@@ -13,7 +13,12 @@ async fn export(client: &Client, id: &str, include_http_auth: bool) -> pb::Conte
     client.sessions().export_context(req).await.unwrap().into_inner()
 }
 
-async fn import(client: &Client, id: &str, env: pb::ContextEnvelope, strict_origin: bool) -> Result<pb::ImportContextResponse, tonic::Status> {
+async fn import(
+    client: &Client,
+    id: &str,
+    env: pb::ContextEnvelope,
+    strict_origin: bool,
+) -> Result<pb::ImportContextResponse, tonic::Status> {
     let req = pb::ImportContextRequest { session_id: id.into(), envelope: Some(env), strict_origin };
     client.sessions().import_context(req).await.map(|r| r.into_inner())
 }
@@ -43,14 +48,16 @@ async fn envelope_carries_a_signed_in_state_to_another_server() {
     assert!(env.http_auth.is_none() && env.user_agent.is_empty());
     assert_eq!(env.integrity, integrity(&env), "integrity recomputes from the message alone");
     let again = export(&ca, &on_a, false).await;
-    let same_time = pb::ContextEnvelope { captured_at_ms: env.captured_at_ms, integrity: String::new(), ..again.clone() };
+    let same_time =
+        pb::ContextEnvelope { captured_at_ms: env.captured_at_ms, integrity: String::new(), ..again.clone() };
     let first = pb::ContextEnvelope { integrity: String::new(), ..env.clone() };
     assert_eq!(jcs(&canonical_value(&same_time)), jcs(&canonical_value(&first)), "deterministic apart from capturedAt");
 
     // On B: a cookie set before the import is gone after it (strict replace).
     let on_b = cb.acquire(30_000).await.unwrap().session_id;
     ok(&act(&cb, &on_b, action("navigate", "", format!("{site}/about"))).await);
-    ok(&act(&cb, &on_b, action("cookies", "", json!({"op": "set", "cookies": [{"name": "stale", "value": "1"}]}))).await);
+    ok(&act(&cb, &on_b, action("cookies", "", json!({"op": "set", "cookies": [{"name": "stale", "value": "1"}]})))
+        .await);
     assert!(echoed_cookies(&cb, &on_b, &site).await.contains("stale=1"));
     let applied = import(&cb, &on_b, env.clone(), false).await.unwrap();
     assert!(applied.ok, "{applied:?}");
@@ -153,7 +160,12 @@ async fn cookies_action_scopes_and_bounds() {
     let many: Vec<_> = (0..3001).map(|i| json!({"name": format!("c{i}"), "value": "v"})).collect();
     let r = act(&admin, &id, action("cookies", "", json!({"op": "set", "cookies": many}))).await;
     assert_eq!(err_code(&r), pb::ErrorCode::PayloadTooLarge);
-    let r = act(&admin, &id, action("cookies", "", json!({"op": "set", "cookies": [{"name": "x", "value": "1", "same_site": "Often"}]}))).await;
+    let r = act(
+        &admin,
+        &id,
+        action("cookies", "", json!({"op": "set", "cookies": [{"name": "x", "value": "1", "same_site": "Often"}]})),
+    )
+    .await;
     assert_eq!(err_code(&r), pb::ErrorCode::InvalidArgument);
     assert_eq!(ok(&act(&admin, &id, action("cookies", "", json!({"op": "clear"}))).await)["cleared"], json!(2));
     assert_eq!(ok(&act(&admin, &id, action("cookies", "", json!({"op": "get"}))).await), json!([]));

@@ -138,7 +138,8 @@ async fn basic_auth_wrong_then_right_password_and_remembered() {
 
     ok(&act(&client, &id, action("type", "dialog::username", "alice")).await);
     ok(&act(&client, &id, action("type", "dialog::password", "wrong")).await);
-    let r = act(&client, &id, pb::Action { timeout_ms: 10_000, ..action("click", "dialog::accept", json!(null)) }).await;
+    let r =
+        act(&client, &id, pb::Action { timeout_ms: 10_000, ..action("click", "dialog::accept", json!(null)) }).await;
     let again = dialog_of(&r);
     assert_eq!(kind(&again), pb::DialogKind::BasicAuth, "a wrong password is challenged again");
 
@@ -156,7 +157,8 @@ async fn basic_auth_wrong_then_right_password_and_remembered() {
     let other = client.acquire(30_000).await.unwrap().session_id;
     let (dialog, _) = surfaces(&client, &other, action("navigate", "", format!("{site}/auth"))).await;
     assert_eq!(kind(&dialog), pb::DialogKind::BasicAuth);
-    ok(&act(&client, &other, pb::Action { timeout_ms: 10_000, ..action("click", "dialog::dismiss", json!(null)) }).await);
+    ok(&act(&client, &other, pb::Action { timeout_ms: 10_000, ..action("click", "dialog::dismiss", json!(null)) })
+        .await);
     ok(&act(&client, &other, action("wait_for", "", json!({"text": "denied"}))).await);
     client.release(&other).await.unwrap();
     client.release(&id).await.unwrap();
@@ -179,7 +181,9 @@ async fn events_arrive_in_order_and_end_with_session_ended() {
 
     use pb::event::Kind;
     let mut seen = Vec::new();
-    while let Some(event) = tokio::time::timeout(Duration::from_secs(10), events.message()).await.expect("events keep flowing").unwrap() {
+    while let Some(event) =
+        tokio::time::timeout(Duration::from_secs(10), events.message()).await.expect("events keep flowing").unwrap()
+    {
         assert_eq!(event.session_id, id);
         assert_eq!(event.dropped, 0);
         let tag = match event.kind.unwrap() {

@@ -117,7 +117,17 @@ impl BinaryServer {
         use std::io::{BufRead, BufReader};
         let dir = tempfile::tempdir().unwrap();
         let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_browserpool"))
-            .args(["serve", "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--warm", "1", "--max-workers", "2"])
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--http-listen",
+                "127.0.0.1:0",
+                "--warm",
+                "1",
+                "--max-workers",
+                "2",
+            ])
             .arg("--data-dir")
             .arg(dir.path())
             .env("BROWSERPOOL_LOG", "info")
@@ -137,7 +147,9 @@ impl BinaryServer {
             let line = log.recv_timeout(deadline - std::time::Instant::now()).expect("server logs `serving`");
             assert!(!line.contains("eyJ"), "a token leaked into the log: {line}");
             if line.contains("serving") {
-                let field = |name: &str| line.split(&format!("{name}=")).nth(1).unwrap().split_whitespace().next().unwrap().to_string();
+                let field = |name: &str| {
+                    line.split(&format!("{name}=")).nth(1).unwrap().split_whitespace().next().unwrap().to_string()
+                };
                 break (field("grpc_addr"), field("http_addr"));
             }
         };
@@ -271,7 +283,10 @@ pub async fn fixture_site() -> String {
         .route("/about", get(|| async { Html("<title>About</title><p>about page</p>") }))
         .route("/second", get(|| async { Html("<title>Second</title><p>second page</p>") }))
         .route("/dialogs", get(|| async { Html(DIALOGS) }))
-        .route("/alert-on-load", get(|| async { Html("<title>Alerting</title><script>alert('loaded!')</script><p>after</p>") }))
+        .route(
+            "/alert-on-load",
+            get(|| async { Html("<title>Alerting</title><script>alert('loaded!')</script><p>after</p>") }),
+        )
         .route("/leave", get(|| async { Html(LEAVE) }))
         .route("/popup", get(|| async { Html(POPUP) }))
         .route("/widgets", get(|| async { Html(WIDGETS) }))

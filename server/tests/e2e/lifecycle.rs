@@ -9,8 +9,10 @@ use crate::helpers::{BinaryServer, TestServer};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_closes_sessions_kills_workers_and_exits_zero() {
     let mut server = BinaryServer::spawn();
-    let (dir, grpc, http, token) = (server.dir.path().to_path_buf(), server.grpc.clone(), server.http.clone(), server.token.clone());
-    let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(dir.join("admin.token")).unwrap().permissions());
+    let (dir, grpc, http, token) =
+        (server.dir.path().to_path_buf(), server.grpc.clone(), server.http.clone(), server.token.clone());
+    let mode =
+        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(dir.join("admin.token")).unwrap().permissions());
     assert_eq!(mode & 0o777, 0o600, "admin token is private");
 
     let client = Client::connect(format!("http://{grpc}"), &token).await.unwrap();
@@ -43,7 +45,10 @@ pub(crate) async fn http_get(url: &str) -> String {
     let rest = url.strip_prefix("http://").unwrap();
     let (host, path) = rest.split_once('/').map(|(h, p)| (h, format!("/{p}"))).unwrap();
     let mut stream = tokio::net::TcpStream::connect(host).await.unwrap();
-    stream.write_all(format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes()).await.unwrap();
+    stream
+        .write_all(format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
     let mut out = String::new();
     stream.read_to_string(&mut out).await.unwrap();
     out
@@ -89,10 +94,16 @@ async fn workers_skip_live_locks_and_reclaim_dead_ones() {
 async fn reflection_lists_services_without_a_token() {
     let server = TestServer::start_with(|a| a.warm = 0).await;
     // Reflection (v1) without a token lists both services.
-    use tonic_reflection::pb::v1::{server_reflection_client::ServerReflectionClient, server_reflection_request::MessageRequest, server_reflection_response::MessageResponse, ServerReflectionRequest};
+    use tonic_reflection::pb::v1::{
+        server_reflection_client::ServerReflectionClient, server_reflection_request::MessageRequest,
+        server_reflection_response::MessageResponse, ServerReflectionRequest,
+    };
     let channel = tonic::transport::Endpoint::from_shared(server.endpoint()).unwrap().connect().await.unwrap();
     let mut reflection = ServerReflectionClient::new(channel);
-    let req = ServerReflectionRequest { host: String::new(), message_request: Some(MessageRequest::ListServices(String::new())) };
+    let req = ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(MessageRequest::ListServices(String::new())),
+    };
     let mut stream = reflection.server_reflection_info(tokio_stream::iter([req])).await.unwrap().into_inner();
     let resp = stream.message().await.unwrap().unwrap();
     let Some(MessageResponse::ListServicesResponse(list)) = resp.message_response else { panic!("{resp:?}") };

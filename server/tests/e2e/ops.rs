@@ -14,26 +14,48 @@ async fn list_kill_and_drain() {
     let admin = server.admin().await;
     let mut console = admin.admin();
     console
-        .put_tenant(pb::PutTenantRequest { tenant: Some(pb::Tenant { id: "ops".into(), max_slots: 2, max_queue: 2, ..Default::default() }) })
+        .put_tenant(pb::PutTenantRequest {
+            tenant: Some(pb::Tenant { id: "ops".into(), max_slots: 2, max_queue: 2, ..Default::default() }),
+        })
         .await
         .unwrap();
     let owner = server.client(&server.token("ops", "job", &["sessions:read", "sessions:write"]).await).await;
     let victim = owner.acquire(30_000).await.unwrap();
-    let mut events = owner.sessions().events(pb::EventsRequest { session_id: victim.session_id.clone() }).await.unwrap().into_inner();
+    let mut events = owner
+        .sessions()
+        .events(pb::EventsRequest { session_id: victim.session_id.clone() })
+        .await
+        .unwrap()
+        .into_inner();
 
     // ListSessions crosses tenants, filters by tenant and state, and pages.
     let mine = admin.acquire(30_000).await.unwrap();
-    let all = console.list_sessions(pb::AdminListSessionsRequest { page_size: 1, ..Default::default() }).await.unwrap().into_inner();
+    let all = console
+        .list_sessions(pb::AdminListSessionsRequest { page_size: 1, ..Default::default() })
+        .await
+        .unwrap()
+        .into_inner();
     assert_eq!(all.sessions.len(), 1);
     assert!(!all.next_page_token.is_empty());
     let page2 = console
-        .list_sessions(pb::AdminListSessionsRequest { page_size: 1, page_token: all.next_page_token, ..Default::default() })
+        .list_sessions(pb::AdminListSessionsRequest {
+            page_size: 1,
+            page_token: all.next_page_token,
+            ..Default::default()
+        })
         .await
         .unwrap()
         .into_inner();
     assert_ne!(page2.sessions[0].session_id, all.sessions[0].session_id);
-    let ops_only = console.list_sessions(pb::AdminListSessionsRequest { tenant: "ops".into(), ..Default::default() }).await.unwrap().into_inner();
-    assert_eq!(ops_only.sessions.iter().map(|s| s.session_id.as_str()).collect::<Vec<_>>(), [victim.session_id.as_str()]);
+    let ops_only = console
+        .list_sessions(pb::AdminListSessionsRequest { tenant: "ops".into(), ..Default::default() })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        ops_only.sessions.iter().map(|s| s.session_id.as_str()).collect::<Vec<_>>(),
+        [victim.session_id.as_str()]
+    );
     // The owner's own List shows only its tenant.
     let owner_list = owner.sessions().list(pb::ListSessionsRequest::default()).await.unwrap().into_inner();
     assert!(owner_list.sessions.iter().all(|s| s.tenant == "ops"));
@@ -56,8 +78,15 @@ async fn list_kill_and_drain() {
         }
         other => panic!("the last event must be session_ended, got {other:?}"),
     }
-    assert_eq!(pb::SessionState::try_from(owner.get(&victim.session_id).await.unwrap().state).unwrap(), pb::SessionState::Killed);
-    let again = console.kill_session(pb::KillSessionRequest { session_id: victim.session_id.clone(), reason: String::new() }).await.unwrap().into_inner();
+    assert_eq!(
+        pb::SessionState::try_from(owner.get(&victim.session_id).await.unwrap().state).unwrap(),
+        pb::SessionState::Killed
+    );
+    let again = console
+        .kill_session(pb::KillSessionRequest { session_id: victim.session_id.clone(), reason: String::new() })
+        .await
+        .unwrap()
+        .into_inner();
     assert!(!again.killed, "killing twice changes nothing");
 
     // Drain: readiness fails, Acquire is UNAVAILABLE, live sessions go on; undrain resumes.
@@ -72,7 +101,11 @@ async fn list_kill_and_drain() {
     ok(&act(&admin, &mine.session_id, action("evaluate", "", "1 + 1")).await);
     let status = console.pool_status(pb::PoolStatusRequest {}).await.unwrap().into_inner();
     assert!(status.draining);
-    assert!(status.workers.iter().all(|w| w.rss_bytes > 10 << 20), "each Chromium group uses memory: {:?}", status.workers);
+    assert!(
+        status.workers.iter().all(|w| w.rss_bytes > 10 << 20),
+        "each Chromium group uses memory: {:?}",
+        status.workers
+    );
     console.drain(pb::DrainRequest { drain: false }).await.unwrap();
     assert!(http_get(&format!("http://{}/readyz", server.http)).await.starts_with("HTTP/1.1 200"));
     let after = admin.acquire(30_000).await.unwrap();
@@ -120,14 +153,17 @@ async fn audit_records_every_call_and_detects_tampering() {
     assert_eq!(records[0].target, "#name", "the selector, never the typed text");
     assert!(records.iter().all(|r| r.tenant == "default" && r.jti_hash.len() == 64 && r.outcome == "ok"));
 
-    let mut all = console.query_audit(pb::QueryAuditRequest { limit: 1000, ..Default::default() }).await.unwrap().into_inner();
+    let mut all =
+        console.query_audit(pb::QueryAuditRequest { limit: 1000, ..Default::default() }).await.unwrap().into_inner();
     let mut rpcs = Vec::new();
     while let Some(r) = all.message().await.unwrap() {
         assert!(!r.target.contains("typed-secret-text") && !r.target.contains("token=secret"));
         rpcs.push((r.rpc, r.outcome, r.code));
     }
     assert!(rpcs.iter().any(|(rpc, _, _)| rpc == "/browserpool.v1.Sessions/Acquire"));
-    assert!(rpcs.iter().any(|(rpc, o, c)| rpc == "/browserpool.v1.Sessions/Get" && o == "denied" && c == "Unauthenticated"));
+    assert!(rpcs
+        .iter()
+        .any(|(rpc, o, c)| rpc == "/browserpool.v1.Sessions/Get" && o == "denied" && c == "Unauthenticated"));
 
     let verified = console.verify_audit(pb::VerifyAuditRequest {}).await.unwrap().into_inner();
     assert!(verified.ok && verified.records_checked >= 4, "{verified:?}");

@@ -132,14 +132,21 @@ async fn drive_stream_survives_unknown_action_and_reports_aliases() {
     let id = client.acquire(30_000).await.unwrap().session_id;
 
     let (tx, rx) = tokio::sync::mpsc::channel::<pb::DriveRequest>(8);
-    let step = |n: &str, a: pb::Action| pb::DriveRequest { session_id: String::new(), action: Some(pb::Action { id: n.into(), ..a }) };
-    tx.send(pb::DriveRequest { session_id: id.clone(), action: Some(pb::Action { id: "1".into(), ..action("goto", "", format!("{site}/")) }) })
-        .await
-        .unwrap();
+    let step = |n: &str, a: pb::Action| pb::DriveRequest {
+        session_id: String::new(),
+        action: Some(pb::Action { id: n.into(), ..a }),
+    };
+    tx.send(pb::DriveRequest {
+        session_id: id.clone(),
+        action: Some(pb::Action { id: "1".into(), ..action("goto", "", format!("{site}/")) }),
+    })
+    .await
+    .unwrap();
     tx.send(step("2", action("clikc", "#go", json!(null)))).await.unwrap();
     tx.send(step("3", action("text", "#greeting", json!(null)))).await.unwrap();
     tx.send(step("4", action("js", "", "document.title"))).await.unwrap();
-    let mut events = client.sessions().drive(tokio_stream::wrappers::ReceiverStream::new(rx)).await.unwrap().into_inner();
+    let mut events =
+        client.sessions().drive(tokio_stream::wrappers::ReceiverStream::new(rx)).await.unwrap().into_inner();
 
     let attached = events.next().await.unwrap().unwrap();
     match attached.kind {

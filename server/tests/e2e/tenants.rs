@@ -7,7 +7,14 @@ use browserpool_client::{pb, Client};
 use crate::helpers::TestServer;
 
 fn tenant(id: &str, max_slots: u32, max_queue: u32) -> pb::Tenant {
-    pb::Tenant { id: id.into(), max_slots, max_queue, max_session_ttl_ms: 600_000, idle_timeout_ms: 60_000, ..Default::default() }
+    pb::Tenant {
+        id: id.into(),
+        max_slots,
+        max_queue,
+        max_session_ttl_ms: 600_000,
+        idle_timeout_ms: 60_000,
+        ..Default::default()
+    }
 }
 
 fn code(e: browserpool_client::Error) -> tonic::Code {
@@ -23,9 +30,11 @@ async fn tenant_slots_queue_overflow_renew_and_forced_delete() {
     let admin = server.admin().await;
     let mut console = admin.admin();
 
-    let put = console.put_tenant(pb::PutTenantRequest { tenant: Some(tenant("team-a", 1, 1)) }).await.unwrap().into_inner();
+    let put =
+        console.put_tenant(pb::PutTenantRequest { tenant: Some(tenant("team-a", 1, 1)) }).await.unwrap().into_inner();
     assert!(put.created);
-    let again = console.put_tenant(pb::PutTenantRequest { tenant: Some(tenant("team-a", 1, 1)) }).await.unwrap().into_inner();
+    let again =
+        console.put_tenant(pb::PutTenantRequest { tenant: Some(tenant("team-a", 1, 1)) }).await.unwrap().into_inner();
     assert!(!again.created, "put replaces");
     let bad = console.put_tenant(pb::PutTenantRequest { tenant: Some(tenant("Team A!", 1, 1)) }).await.unwrap_err();
     assert_eq!(bad.code(), tonic::Code::InvalidArgument);
@@ -68,21 +77,38 @@ async fn tenant_slots_queue_overflow_renew_and_forced_delete() {
     // Renew pushes the idle deadline, never past the TTL.
     let before = second.idle_deadline.unwrap();
     tokio::time::sleep(Duration::from_millis(50)).await;
-    let renewed = a.sessions().renew(pb::RenewRequest { session_id: second.session_id.clone(), idle_timeout_ms: 0 }).await.unwrap().into_inner();
+    let renewed = a
+        .sessions()
+        .renew(pb::RenewRequest { session_id: second.session_id.clone(), idle_timeout_ms: 0 })
+        .await
+        .unwrap()
+        .into_inner();
     let after = renewed.idle_deadline.unwrap();
     assert!((after.seconds, after.nanos) > (before.seconds, before.nanos), "renew moves the idle deadline");
-    let capped = a.sessions().renew(pb::RenewRequest { session_id: second.session_id.clone(), idle_timeout_ms: u32::MAX }).await.unwrap().into_inner();
+    let capped = a
+        .sessions()
+        .renew(pb::RenewRequest { session_id: second.session_id.clone(), idle_timeout_ms: u32::MAX })
+        .await
+        .unwrap()
+        .into_inner();
     assert_eq!(capped.idle_deadline, capped.expires_at, "capped at the TTL");
 
     // Deleting a tenant with live sessions is refused unless forced; forcing kills them.
-    let refused = console.delete_tenant(pb::DeleteTenantRequest { id: "team-a".into(), force: false }).await.unwrap_err();
+    let refused =
+        console.delete_tenant(pb::DeleteTenantRequest { id: "team-a".into(), force: false }).await.unwrap_err();
     assert_eq!(refused.code(), tonic::Code::FailedPrecondition);
-    let deleted = console.delete_tenant(pb::DeleteTenantRequest { id: "team-a".into(), force: true }).await.unwrap().into_inner();
+    let deleted =
+        console.delete_tenant(pb::DeleteTenantRequest { id: "team-a".into(), force: true }).await.unwrap().into_inner();
     assert!(deleted.deleted);
     let killed = admin.get(&second.session_id).await.unwrap();
     assert_eq!(pb::SessionState::try_from(killed.state).unwrap(), pb::SessionState::Killed);
-    assert_eq!(code(a.acquire(1000).await.unwrap_err()), tonic::Code::PermissionDenied, "a deleted tenant acquires nothing");
-    let default = console.delete_tenant(pb::DeleteTenantRequest { id: "default".into(), force: true }).await.unwrap_err();
+    assert_eq!(
+        code(a.acquire(1000).await.unwrap_err()),
+        tonic::Code::PermissionDenied,
+        "a deleted tenant acquires nothing"
+    );
+    let default =
+        console.delete_tenant(pb::DeleteTenantRequest { id: "default".into(), force: true }).await.unwrap_err();
     assert_eq!(default.code(), tonic::Code::FailedPrecondition);
     server.stop().await;
 }
@@ -100,7 +126,11 @@ async fn navigation_policy_holds_for_the_first_url_and_for_subresources() {
     let mut console = admin.admin();
     // A new tenant reaches no private network unless told.
     console.put_tenant(pb::PutTenantRequest { tenant: Some(tenant("locked", 2, 2)) }).await.unwrap();
-    let hosts = pb::Tenant { allow_private_networks: true, allow_hosts: vec!["*.example.test".into()], ..tenant("listed", 2, 2) };
+    let hosts = pb::Tenant {
+        allow_private_networks: true,
+        allow_hosts: vec!["*.example.test".into()],
+        ..tenant("listed", 2, 2)
+    };
     console.put_tenant(pb::PutTenantRequest { tenant: Some(hosts) }).await.unwrap();
 
     let locked = server.client(&server.token("locked", "job", &["sessions:read", "sessions:write"]).await).await;
