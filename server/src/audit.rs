@@ -1,8 +1,9 @@
 //! The audit trail: one record per RPC and per action, hash-chained, written off the hot path.
 //!
-//! One writer task owns the chain (so it cannot fork): it takes entries from a channel in
-//! order, batches what is waiting, assigns `seq` and `hash = SHA-256(prev_hash || canonical
-//! record)` and appends the batch in one transaction. Results do not wait for their record to
+//! One writer task per server takes entries from a channel in order, batches what is waiting,
+//! and appends the batch in one transaction that holds the database's audit lock, reads the
+//! tail and assigns `seq` and `hash = SHA-256(prev_hash || canonical record)`: replicas sharing
+//! one database extend one chain, which cannot fork. Results do not wait for their record to
 //! be durable (see ARCHITECTURE.md); instead, when a write fails the log turns unhealthy and
 //! new actions are refused with UNAVAILABLE until a retry succeeds, so nothing runs
 //! unrecorded for longer than one batch.
@@ -119,14 +120,6 @@ const BATCH: usize = 256;
 impl Writer {
     /// Appends entries until shutdown, then drains what is queued and returns.
     pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) {
-        let (mut seq, mut prev) = match self.store.audit_tail().await {
-            Ok(tail) => tail,
-            Err(e) => {
-                tracing::error!(error = %e, "cannot read the audit tail; audit unavailable");
-                self.healthy.store(false, Ordering::SeqCst);
-                (0, String::new())
-            }
-        };
         let mut pending: Vec<Entry> = Vec::new();
         loop {
             if pending.is_empty() {
@@ -144,10 +137,8 @@ impl Writer {
                     Err(_) => break,
                 }
             }
-            match self.append(&pending, seq, &prev).await {
-                Ok((last_seq, last_hash)) => {
-                    seq = last_seq;
-                    prev = last_hash;
+            match self.store.append_audit(&pending, now_ms()).await {
+                Ok(()) => {
                     pending.clear();
                     self.healthy.store(true, Ordering::SeqCst);
                 }
@@ -167,31 +158,28 @@ impl Writer {
             pending.push(e);
         }
         if !pending.is_empty() {
-            if let Err(e) = self.append(&pending, seq, &prev).await {
+            if let Err(e) = self.store.append_audit(&pending, now_ms()).await {
                 tracing::error!(error = %e, lost = pending.len(), "audit records lost at shutdown");
             }
         }
         tracing::debug!("audit writer ended");
     }
+}
 
-    async fn append(
-        &self,
-        entries: &[Entry],
-        mut seq: u64,
-        prev: &str,
-    ) -> Result<(u64, String), crate::store::StoreError> {
-        let mut prev = prev.to_string();
-        let mut records = Vec::with_capacity(entries.len());
-        for e in entries {
+/// Chains `entries` after the record (`seq`, `prev_hash`): the store calls this under the
+/// audit lock with the tail it just read.
+pub fn chain(mut seq: u64, mut prev: String, entries: &[Entry], at_ms: i64) -> Vec<Record> {
+    entries
+        .iter()
+        .map(|e| {
             seq += 1;
-            let mut r = Record { seq, at_ms: now_ms(), entry: e.clone(), prev_hash: prev.clone(), hash: String::new() };
+            let mut r =
+                Record { seq, at_ms, entry: e.clone(), prev_hash: std::mem::take(&mut prev), hash: String::new() };
             r.hash = r.compute_hash();
             prev = r.hash.clone();
-            records.push(r);
-        }
-        self.store.append_audit(&records).await?;
-        Ok((seq, prev))
-    }
+            r
+        })
+        .collect()
 }
 
 /// Walks the chain in order; returns (records checked, first bad seq and why).
@@ -217,7 +205,7 @@ pub fn verify_chain(records: &[Record]) -> (u64, Option<(u64, String)>) {
 mod tests {
     use super::*;
 
-    fn chain(n: u64) -> Vec<Record> {
+    fn chain_of(n: u64) -> Vec<Record> {
         let mut prev = String::new();
         (1..=n)
             .map(|seq| {
@@ -233,7 +221,7 @@ mod tests {
 
     #[test]
     fn intact_chain_verifies_and_any_edit_is_named() {
-        let records = chain(5);
+        let records = chain_of(5);
         assert_eq!(verify_chain(&records), (5, None));
         let mut edited = records.clone();
         edited[2].entry.target = "changed".into();

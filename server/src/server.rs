@@ -178,6 +178,9 @@ impl Bound {
         let reaper = tokio::spawn(
             sessions.clone().reap_loop(shutdown_rx.clone()).instrument(tracing::info_span!("session_reaper")),
         );
+        let heartbeat = tokio::spawn(
+            sessions.clone().heartbeat_loop(shutdown_rx.clone()).instrument(tracing::info_span!("replica_heartbeat")),
+        );
         let mut http_shutdown = shutdown_rx.clone();
         let http_state = crate::http::HttpState { sessions: sessions.clone() };
         let http_task = tokio::spawn(
@@ -230,6 +233,8 @@ impl Bound {
         sessions.close_all("server shutdown").await;
         sessions.pool().shutdown().await;
         let _ = reaper.await;
+        let _ = heartbeat.await;
+        sessions.deregister().await;
         let _ = revocations.await;
         let _ = audit_stop_tx.send(true);
         let _ = audit_task.await;

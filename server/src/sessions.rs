@@ -21,7 +21,7 @@ use crate::admission::{Admission, AdmissionError, Quota, Slot};
 use crate::audit::AuditLog;
 use crate::auth::{Claims, Scope};
 use crate::error::{Result, ServiceError};
-use crate::store::{SessionFilter, SessionRecord, Store};
+use crate::store::{SessionFilter, SessionRecord, Store, TenantRecord};
 
 /// Default and maximum per-action deadline.
 pub const DEFAULT_ACTION_TIMEOUT: Duration = Duration::from_secs(30);
@@ -32,6 +32,12 @@ pub const MAX_VIEWPORT_SIDE: u32 = 16384;
 pub const MAX_PAGE_SIZE: u32 = 500;
 /// Most actions in one `Batch`.
 pub const MAX_BATCH: usize = 50;
+/// How often a replica beats its heartbeat, and after how long without one it counts as gone
+/// (its sessions are marked CRASHED and its tenant slots freed for the other replicas).
+pub const HEARTBEAT: Duration = Duration::from_secs(1);
+pub const REPLICA_STALE: Duration = Duration::from_secs(10);
+/// How often a request admitted here asks again for a tenant slot held by other replicas.
+const CLAIM_RETRY: Duration = Duration::from_millis(100);
 
 /// Where a session is in its life. Terminal states are final.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -115,8 +121,9 @@ pub struct ActionReport {
 
 struct Live {
     record: Mutex<SessionRecord>,
-    /// The tenant and server slot; freed after the worker is killed.
-    slot: Mutex<Option<Slot>>,
+    /// The slots (this server's, and the tenant's in the database); freed after the worker is
+    /// killed.
+    slot: Mutex<Option<(Slot, Claim)>>,
     idle_timeout: Duration,
     /// Held for the whole of each action, so a session's actions run one at a time in order.
     lease: tokio::sync::Mutex<Option<Lease>>,
@@ -130,6 +137,8 @@ pub struct Sessions {
 
 struct Inner {
     store: Store,
+    /// This server's id among the replicas sharing the database.
+    replica: String,
     pool: Pool,
     admission: Admission,
     audit: AuditLog,
@@ -151,6 +160,7 @@ impl Sessions {
         Sessions {
             inner: Arc::new(Inner {
                 store,
+                replica: format!("r-{}", uuid::Uuid::new_v4().simple()),
                 pool,
                 admission,
                 audit,
@@ -237,16 +247,64 @@ impl Sessions {
         self.live_map().len()
     }
 
-    /// Marks sessions a previous run left live as CRASHED: their workers died with it.
+    /// Registers this replica, then marks CRASHED the sessions of replicas that are gone (a
+    /// previous run of this server, or another replica that stopped beating): their workers
+    /// died with them. Their tenant slots are freed too.
     pub async fn recover(&self) -> Result<usize> {
-        let ids = self.inner.store.live_session_ids().await?;
+        let now = now_ms();
+        self.inner.store.heartbeat(&self.inner.replica, now).await?;
+        let ids = self.inner.store.sweep_replicas(&self.inner.replica, now - REPLICA_STALE.as_millis() as i64).await?;
         for id in &ids {
-            self.inner.store.end_session(id, SessionState::Crashed, now_ms(), "server restarted").await?;
+            self.inner.store.end_session(id, SessionState::Crashed, now_ms(), "its server is gone").await?;
         }
         if !ids.is_empty() {
-            tracing::warn!(count = ids.len(), "sessions of a previous run marked crashed");
+            tracing::warn!(count = ids.len(), "sessions of a server that is gone marked crashed");
         }
         Ok(ids.len())
+    }
+
+    /// Beats this replica's heartbeat until shutdown, sweeping up after replicas that are gone
+    /// every few beats; then leaves the replica set (freeing its tenant slots at once).
+    pub async fn heartbeat_loop(self, mut shutdown: watch::Receiver<bool>) {
+        let mut beats = 0u32;
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(HEARTBEAT) => {}
+                changed = shutdown.changed() => if changed.is_err() || *shutdown.borrow() { break },
+            }
+            beats += 1;
+            let beat = self.inner.store.heartbeat(&self.inner.replica, now_ms()).await;
+            let swept = if beats.is_multiple_of(5) { self.recover().await.map(|_| ()) } else { Ok(()) };
+            if let Err(e) = beat.map_err(ServiceError::from).and(swept) {
+                tracing::warn!(error = %e, "replica heartbeat failed");
+            }
+        }
+        tracing::debug!("heartbeat ended");
+    }
+
+    /// Leaves the replica set: this server's row and tenant slots go. Call after every
+    /// session has ended.
+    pub async fn deregister(&self) {
+        if let Err(e) = self.inner.store.deregister(&self.inner.replica).await {
+            tracing::warn!(error = %e, "could not leave the replica set; it expires with its heartbeat");
+        }
+    }
+
+    /// Takes one of the tenant's slots in the database, which every replica counts, asking
+    /// again until `deadline` while other replicas hold them all.
+    async fn claim(&self, id: &str, tenant: &TenantRecord, deadline: tokio::time::Instant) -> Result<Option<Claim>> {
+        let store = &self.inner.store;
+        loop {
+            let now = now_ms();
+            let stale_before = now - REPLICA_STALE.as_millis() as i64;
+            if store.claim_slot(id, &tenant.id, &self.inner.replica, tenant.max_slots, now, stale_before).await? {
+                return Ok(Some(Claim { store: store.clone(), id: id.to_string(), released: false }));
+            }
+            if tokio::time::Instant::now() + CLAIM_RETRY > deadline {
+                return Ok(None);
+            }
+            tokio::time::sleep(CLAIM_RETRY).await;
+        }
     }
 
     /// Leases a warm worker for `claims`' tenant and subject and records the session.
@@ -292,6 +350,12 @@ impl Sessions {
             Ok(Err(e)) => return Err(ServiceError::FailedPrecondition(e.to_string())),
             Err(_) => return Err(ServiceError::WaitElapsed(spec.wait_ms as u64)),
         };
+        // The local queue keeps order among this server's callers; the database counts the
+        // tenant's slots across every replica sharing it.
+        let id = format!("s-{}", uuid::Uuid::new_v4().simple());
+        let Some(claim) = self.claim(&id, &tenant, deadline).await? else {
+            return Err(ServiceError::WaitElapsed(spec.wait_ms as u64));
+        };
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
         let lease = self.inner.pool.lease(left, viewport).await.map_err(|e| match e {
             PoolError::Exhausted(_) => ServiceError::WaitElapsed(spec.wait_ms as u64),
@@ -305,7 +369,7 @@ impl Sessions {
         let queue_wait_ms = started.elapsed().as_millis().min(u32::MAX as u128) as u32;
         let now = now_ms();
         let record = SessionRecord {
-            id: format!("s-{}", uuid::Uuid::new_v4().simple()),
+            id,
             tenant: claims.tenant.clone(),
             subject: claims.sub.clone(),
             worker_id: lease.worker_id().to_string(),
@@ -323,10 +387,10 @@ impl Sessions {
         // If recording fails the lease drops and kills the worker.
         let this = self.clone();
         tokio::spawn(async move {
-            this.inner.store.insert_session(&record, "acquired").await?;
+            this.inner.store.insert_session(&record, &this.inner.replica, "acquired").await?;
             let live = Arc::new(Live {
                 record: Mutex::new(record.clone()),
-                slot: Mutex::new(Some(slot)),
+                slot: Mutex::new(Some((slot, claim))),
                 idle_timeout: idle,
                 lease: tokio::sync::Mutex::new(Some(lease)),
             });
@@ -687,8 +751,13 @@ impl Sessions {
             lease.driver().emit(EventKind::SessionEnded { state: state.as_str().into(), reason: reason.into() });
             lease.release().await;
         }
-        // Only now, with the worker gone, may the next waiter of the queue be admitted.
-        drop(live.slot.lock().unwrap_or_else(|e| e.into_inner()).take());
+        // Only now, with the worker gone, may the next waiter (here or on another replica) be
+        // admitted.
+        let slots = live.slot.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some((slot, claim)) = slots {
+            claim.release().await;
+            drop(slot);
+        }
         tracing::info!(session = %id, state = state.as_str(), reason, "session ended");
         recorded?;
         Ok(true)
@@ -776,6 +845,39 @@ impl Sessions {
                 break;
             }
             notified.await;
+        }
+    }
+}
+
+/// A tenant slot held in the database. Released explicitly when its session ends; dropped
+/// unreleased (a failed acquire), it is released in the background.
+struct Claim {
+    store: Store,
+    id: String,
+    released: bool,
+}
+
+impl Claim {
+    async fn release(mut self) {
+        self.released = true;
+        if let Err(e) = self.store.release_slot(&self.id).await {
+            tracing::warn!(claim = %self.id, error = %e, "could not free a tenant slot; it goes with this replica");
+        }
+    }
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        if self.released {
+            return;
+        }
+        let (store, id) = (self.store.clone(), std::mem::take(&mut self.id));
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                if let Err(e) = store.release_slot(&id).await {
+                    tracing::warn!(claim = %id, error = %e, "could not free a tenant slot; it goes with this replica");
+                }
+            });
         }
     }
 }

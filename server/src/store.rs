@@ -1,20 +1,28 @@
 //! Durable records behind one boundary: callers use [`Store`]'s methods and never see SQL or
-//! the backend. SQLite (WAL) is built; a Postgres backend slots in as another `Backend` arm
-//! with its own migrations, without touching callers.
+//! the backend. Two backends, SQLite (WAL, the embedded default) and PostgreSQL, each with its
+//! own migrations; every query is written once with `$n` placeholders both understand and runs
+//! on whichever pool [`with_pool!`] hands it.
+//!
+//! Replicas that share one database coordinate through it: each registers itself and beats a
+//! heartbeat; tenant slots are rows of `slot_claims`, counted and taken inside one transaction
+//! that holds the tenant's row in `locks`; the audit chain is extended under the `audit` lock,
+//! so replicas append to one chain that never forks.
 
 use std::collections::BTreeMap;
 use std::str::FromStr;
 use std::time::Duration;
 
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{Row, SqlitePool};
+use sqlx::postgres::{PgPool, PgPoolOptions};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{Decode, Row, Type};
 
+use crate::audit::{Entry, Record};
 use crate::sessions::SessionState;
 
 /// Store failures; mapped to gRPC `INTERNAL`/`UNAVAILABLE` by the error module.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    #[error("database url {0:?} is not supported (only sqlite:// is built so far)")]
+    #[error("database url scheme {0:?} is not supported (use sqlite:// or postgres://)")]
     UnsupportedUrl(String),
     #[error("database: {0}")]
     Db(#[from] sqlx::Error),
@@ -74,9 +82,20 @@ pub struct SessionFilter {
     pub offset: u64,
 }
 
+/// Which audit records a query wants.
+#[derive(Debug, Clone, Default)]
+pub struct AuditFilter {
+    pub tenant: Option<String>,
+    pub session_id: Option<String>,
+    pub action: Option<String>,
+    pub since_ms: Option<i64>,
+    pub limit: u32,
+}
+
 #[derive(Clone)]
 enum Backend {
     Sqlite(SqlitePool),
+    Postgres(PgPool),
 }
 
 /// The durable store. Cheap to clone.
@@ -86,9 +105,28 @@ pub struct Store {
 }
 
 static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
+static POSTGRES_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
+
+/// Runs `$body` with `$pool` bound to whichever backend's pool the store has: the body is
+/// written once and compiled for each backend.
+macro_rules! with_pool {
+    ($store:expr, $pool:ident => $body:expr) => {
+        match &$store.backend {
+            Backend::Sqlite($pool) => $body,
+            Backend::Postgres($pool) => $body,
+        }
+    };
+}
+
+/// Takes the named lock (the row's write lock) until the transaction ends. Both backends block
+/// a second writer of the same row until the first commits.
+const LOCK: &str = "INSERT INTO locks (name, n) VALUES ($1, 1) ON CONFLICT (name) DO UPDATE SET n = locks.n + 1";
+
+const TRANSITION: &str = "INSERT INTO session_transitions (session_id, state, at_ms, reason) VALUES ($1, $2, $3, $4)";
 
 impl Store {
-    /// Opens (creating if missing) the database at `url` and applies pending migrations.
+    /// Opens (creating a SQLite file if missing) the database at `url` and applies pending
+    /// migrations.
     pub async fn open(url: &str) -> Result<Store, StoreError> {
         let store = Store::connect(url).await?;
         store.migrate().await?;
@@ -107,22 +145,34 @@ impl Store {
             let pool = SqlitePoolOptions::new().max_connections(4).connect_with(options).await?;
             return Ok(Store { backend: Backend::Sqlite(pool) });
         }
+        if url.starts_with("postgres:") || url.starts_with("postgresql:") {
+            let pool =
+                PgPoolOptions::new().max_connections(8).acquire_timeout(Duration::from_secs(5)).connect(url).await?;
+            return Ok(Store { backend: Backend::Postgres(pool) });
+        }
         Err(StoreError::UnsupportedUrl(url.split("://").next().unwrap_or(url).to_string()))
+    }
+
+    /// `sqlite` or `postgres`.
+    pub fn backend_name(&self) -> &'static str {
+        match self.backend {
+            Backend::Sqlite(_) => "sqlite",
+            Backend::Postgres(_) => "postgres",
+        }
     }
 
     /// Applies the embedded migrations of this backend.
     pub async fn migrate(&self) -> Result<(), StoreError> {
         match &self.backend {
             Backend::Sqlite(pool) => SQLITE_MIGRATIONS.run(pool).await?,
+            Backend::Postgres(pool) => POSTGRES_MIGRATIONS.run(pool).await?,
         }
         Ok(())
     }
 
     /// Closes the connections.
     pub async fn close(&self) {
-        match &self.backend {
-            Backend::Sqlite(pool) => pool.close().await,
-        }
+        with_pool!(self, pool => pool.close().await)
     }
 
     /// Creates the tenant if it does not exist; an existing one is left as it is.
@@ -145,91 +195,76 @@ impl Store {
     }
 
     async fn write_tenant(&self, t: &TenantRecord, now_ms: i64, on_conflict: &str) -> Result<(), StoreError> {
-        let Backend::Sqlite(pool) = &self.backend;
         let sql = format!(
             "INSERT INTO tenants (id, max_slots, max_queue, max_session_ttl_ms, idle_timeout_ms, allow_hosts, \
-             allow_private_networks, created_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) {on_conflict}"
+             allow_private_networks, created_at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (id) {on_conflict}"
         );
-        sqlx::query(&sql)
+        let hosts = serde_json::to_string(&t.allow_hosts).unwrap_or_else(|_| "[]".into());
+        with_pool!(self, pool => { sqlx::query(&sql)
             .bind(&t.id)
             .bind(t.max_slots as i64)
             .bind(t.max_queue as i64)
             .bind(t.max_session_ttl_ms as i64)
             .bind(t.idle_timeout_ms as i64)
-            .bind(serde_json::to_string(&t.allow_hosts).unwrap_or_else(|_| "[]".into()))
+            .bind(&hosts)
             .bind(t.allow_private_networks)
             .bind(now_ms)
             .execute(pool)
-            .await?;
+            .await?; });
         Ok(())
     }
 
     /// Every tenant, by id.
     pub async fn tenants(&self) -> Result<Vec<TenantRecord>, StoreError> {
-        let Backend::Sqlite(pool) = &self.backend;
-        let ids: Vec<String> = sqlx::query("SELECT id FROM tenants ORDER BY id")
+        with_pool!(self, pool => sqlx::query("SELECT * FROM tenants ORDER BY id")
             .fetch_all(pool)
             .await?
             .iter()
-            .map(|r| r.try_get("id"))
-            .collect::<Result<_, _>>()?;
-        let mut out = Vec::with_capacity(ids.len());
-        for id in ids {
-            if let Some(t) = self.tenant(&id).await? {
-                out.push(t);
-            }
-        }
-        Ok(out)
+            .map(|r| Cols(r).tenant())
+            .collect())
     }
 
     /// Deletes a tenant; returns whether it existed.
     pub async fn delete_tenant(&self, id: &str) -> Result<bool, StoreError> {
-        let Backend::Sqlite(pool) = &self.backend;
-        Ok(sqlx::query("DELETE FROM tenants WHERE id = ?").bind(id).execute(pool).await?.rows_affected() > 0)
+        let done = with_pool!(self, pool => sqlx::query("DELETE FROM tenants WHERE id = $1").bind(id).execute(pool).await?.rows_affected());
+        Ok(done > 0)
     }
 
     /// The tenant, if it exists.
     pub async fn tenant(&self, id: &str) -> Result<Option<TenantRecord>, StoreError> {
-        let Backend::Sqlite(pool) = &self.backend;
-        let row = sqlx::query("SELECT * FROM tenants WHERE id = ?").bind(id).fetch_optional(pool).await?;
-        row.map(|r| {
-            let hosts: String = r.try_get("allow_hosts")?;
-            Ok(TenantRecord {
-                id: r.try_get("id")?,
-                max_slots: r.try_get::<i64, _>("max_slots")? as u32,
-                max_queue: r.try_get::<i64, _>("max_queue")? as u32,
-                max_session_ttl_ms: r.try_get::<i64, _>("max_session_ttl_ms")? as u32,
-                idle_timeout_ms: r.try_get::<i64, _>("idle_timeout_ms")? as u32,
-                allow_hosts: serde_json::from_str(&hosts)
-                    .map_err(|e| StoreError::Corrupt(format!("tenant {id} allow_hosts: {e}")))?,
-                allow_private_networks: r.try_get("allow_private_networks")?,
-            })
-        })
-        .transpose()
+        with_pool!(self, pool => sqlx::query("SELECT * FROM tenants WHERE id = $1")
+            .bind(id)
+            .fetch_optional(pool)
+            .await?
+            .map(|r| Cols(&r).tenant())
+            .transpose())
     }
 
-    /// Records a new session and its first transition, atomically.
-    pub async fn insert_session(&self, s: &SessionRecord, reason: &str) -> Result<(), StoreError> {
-        let Backend::Sqlite(pool) = &self.backend;
-        let mut tx = pool.begin().await?;
-        sqlx::query(
-            "INSERT INTO sessions (id, tenant, subject, worker_id, state, labels, created_at_ms, expires_at_ms, \
-             idle_deadline_ms, queue_wait_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        )
-        .bind(&s.id)
-        .bind(&s.tenant)
-        .bind(&s.subject)
-        .bind(&s.worker_id)
-        .bind(s.state.as_str())
-        .bind(serde_json::to_string(&s.labels).unwrap_or_else(|_| "{}".into()))
-        .bind(s.created_at_ms)
-        .bind(s.expires_at_ms)
-        .bind(s.idle_deadline_ms)
-        .bind(s.queue_wait_ms as i64)
-        .execute(&mut *tx)
-        .await?;
-        record_transition(&mut tx, &s.id, s.state, s.created_at_ms, reason).await?;
-        tx.commit().await?;
+    /// Records a new session run by `replica` and its first transition, atomically.
+    pub async fn insert_session(&self, s: &SessionRecord, replica: &str, reason: &str) -> Result<(), StoreError> {
+        let labels = serde_json::to_string(&s.labels).unwrap_or_else(|_| "{}".into());
+        with_pool!(self, pool => {
+            let mut tx = pool.begin().await?;
+            sqlx::query(
+                "INSERT INTO sessions (id, tenant, subject, worker_id, state, labels, created_at_ms, expires_at_ms, \
+                 idle_deadline_ms, queue_wait_ms, replica) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+            )
+            .bind(&s.id)
+            .bind(&s.tenant)
+            .bind(&s.subject)
+            .bind(&s.worker_id)
+            .bind(s.state.as_str())
+            .bind(&labels)
+            .bind(s.created_at_ms)
+            .bind(s.expires_at_ms)
+            .bind(s.idle_deadline_ms)
+            .bind(s.queue_wait_ms as i64)
+            .bind(replica)
+            .execute(&mut *tx)
+            .await?;
+            sqlx::query(TRANSITION).bind(&s.id).bind(s.state.as_str()).bind(s.created_at_ms).bind(reason).execute(&mut *tx).await?;
+            tx.commit().await?;
+        });
         Ok(())
     }
 
@@ -242,244 +277,368 @@ impl Store {
         at_ms: i64,
         reason: &str,
     ) -> Result<bool, StoreError> {
-        let Backend::Sqlite(pool) = &self.backend;
-        let mut tx = pool.begin().await?;
-        let changed = sqlx::query(
-            "UPDATE sessions SET state = ?, ended_at_ms = ?, end_reason = ? WHERE id = ? AND ended_at_ms IS NULL",
-        )
-        .bind(state.as_str())
-        .bind(at_ms)
-        .bind(reason)
-        .bind(id)
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
-        if changed == 0 {
-            return Ok(false);
-        }
-        record_transition(&mut tx, id, state, at_ms, reason).await?;
-        tx.commit().await?;
+        with_pool!(self, pool => {
+            let mut tx = pool.begin().await?;
+            let changed = sqlx::query(
+                "UPDATE sessions SET state = $1, ended_at_ms = $2, end_reason = $3 WHERE id = $4 AND ended_at_ms IS NULL",
+            )
+            .bind(state.as_str())
+            .bind(at_ms)
+            .bind(reason)
+            .bind(id)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+            if changed == 0 {
+                return Ok(false);
+            }
+            sqlx::query(TRANSITION).bind(id).bind(state.as_str()).bind(at_ms).bind(reason).execute(&mut *tx).await?;
+            tx.commit().await?;
+        });
         Ok(true)
     }
 
     /// Pushes the idle deadline of a live session.
     pub async fn touch(&self, id: &str, idle_deadline_ms: i64) -> Result<(), StoreError> {
-        let Backend::Sqlite(pool) = &self.backend;
-        sqlx::query("UPDATE sessions SET idle_deadline_ms = ? WHERE id = ? AND ended_at_ms IS NULL")
+        with_pool!(self, pool => { sqlx::query("UPDATE sessions SET idle_deadline_ms = $1 WHERE id = $2 AND ended_at_ms IS NULL")
             .bind(idle_deadline_ms)
             .bind(id)
             .execute(pool)
-            .await?;
+            .await?; });
         Ok(())
     }
 
     /// One session by id.
     pub async fn session(&self, id: &str) -> Result<Option<SessionRecord>, StoreError> {
-        let Backend::Sqlite(pool) = &self.backend;
-        let row = sqlx::query("SELECT * FROM sessions WHERE id = ?").bind(id).fetch_optional(pool).await?;
-        row.map(|r| session_from_row(&r)).transpose()
+        with_pool!(self, pool => sqlx::query("SELECT * FROM sessions WHERE id = $1")
+            .bind(id)
+            .fetch_optional(pool)
+            .await?
+            .map(|r| Cols(&r).session())
+            .transpose())
     }
 
     /// Sessions matching the filter, oldest first.
     pub async fn sessions(&self, f: &SessionFilter) -> Result<Vec<SessionRecord>, StoreError> {
-        let Backend::Sqlite(pool) = &self.backend;
-        let rows = sqlx::query(
-            "SELECT * FROM sessions WHERE (?1 IS NULL OR tenant = ?1) AND (?2 IS NULL OR state = ?2) \
-             ORDER BY created_at_ms, id LIMIT ?3 OFFSET ?4",
+        with_pool!(self, pool => sqlx::query(
+            "SELECT * FROM sessions WHERE ($1 IS NULL OR tenant = $1) AND ($2 IS NULL OR state = $2) \
+             ORDER BY created_at_ms, id LIMIT $3 OFFSET $4",
         )
         .bind(f.tenant.as_deref())
         .bind(f.state.map(|s| s.as_str()))
         .bind(f.limit as i64)
         .bind(f.offset as i64)
         .fetch_all(pool)
-        .await?;
-        rows.iter().map(session_from_row).collect()
+        .await?
+        .iter()
+        .map(|r| Cols(r).session())
+        .collect())
     }
 
     /// Every recorded state change of a session, in order.
     pub async fn transitions(&self, id: &str) -> Result<Vec<Transition>, StoreError> {
-        let Backend::Sqlite(pool) = &self.backend;
-        let rows =
-            sqlx::query("SELECT state, at_ms, reason FROM session_transitions WHERE session_id = ? ORDER BY seq")
-                .bind(id)
-                .fetch_all(pool)
-                .await?;
-        rows.iter()
+        with_pool!(self, pool => sqlx::query("SELECT state, at_ms, reason FROM session_transitions WHERE session_id = $1 ORDER BY seq")
+            .bind(id)
+            .fetch_all(pool)
+            .await?
+            .iter()
             .map(|r| {
-                Ok(Transition {
-                    state: parse_state(&r.try_get::<String, _>("state")?)?,
-                    at_ms: r.try_get("at_ms")?,
-                    reason: r.try_get("reason")?,
-                })
+                let r = Cols(r);
+                Ok(Transition { state: parse_state(&r.get::<String>("state")?)?, at_ms: r.get("at_ms")?, reason: r.get("reason")? })
             })
-            .collect()
+            .collect())
     }
 
     /// Puts a token id on the deny-list; returns false when it already was.
     pub async fn revoke(&self, jti: &str, at_ms: i64) -> Result<bool, StoreError> {
-        let Backend::Sqlite(pool) = &self.backend;
-        let done =
-            sqlx::query("INSERT INTO revoked_tokens (jti, revoked_at_ms) VALUES (?, ?) ON CONFLICT (jti) DO NOTHING")
-                .bind(jti)
-                .bind(at_ms)
-                .execute(pool)
-                .await?;
-        Ok(done.rows_affected() > 0)
+        let done = with_pool!(self, pool => sqlx::query("INSERT INTO revoked_tokens (jti, revoked_at_ms) VALUES ($1, $2) ON CONFLICT (jti) DO NOTHING")
+            .bind(jti)
+            .bind(at_ms)
+            .execute(pool)
+            .await?
+            .rows_affected());
+        Ok(done > 0)
     }
 
     /// Every revoked token id.
     pub async fn revoked(&self) -> Result<Vec<String>, StoreError> {
-        let Backend::Sqlite(pool) = &self.backend;
-        let rows = sqlx::query("SELECT jti FROM revoked_tokens").fetch_all(pool).await?;
-        rows.iter().map(|r| r.try_get("jti").map_err(StoreError::from)).collect()
+        with_pool!(self, pool => sqlx::query("SELECT jti FROM revoked_tokens")
+            .fetch_all(pool)
+            .await?
+            .iter()
+            .map(|r| Cols(r).get("jti"))
+            .collect())
     }
 
-    /// The last (seq, hash) of the audit chain; (0, "") when empty.
-    pub async fn audit_tail(&self) -> Result<(u64, String), StoreError> {
-        let Backend::Sqlite(pool) = &self.backend;
-        let row = sqlx::query("SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1").fetch_optional(pool).await?;
-        Ok(match row {
-            Some(r) => (r.try_get::<i64, _>("seq")? as u64, r.try_get("hash")?),
-            None => (0, String::new()),
-        })
-    }
-
-    /// Appends chained records in one transaction.
-    pub async fn append_audit(&self, records: &[crate::audit::Record]) -> Result<(), StoreError> {
-        let Backend::Sqlite(pool) = &self.backend;
-        let mut tx = pool.begin().await?;
-        for r in records {
-            let e = &r.entry;
-            sqlx::query(
-                "INSERT INTO audit (seq, at_ms, tenant, subject, jti_hash, session_id, rpc, action, alias_of, target, \
-                 outcome, code, duration_ms, prev_hash, hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            )
-            .bind(r.seq as i64)
-            .bind(r.at_ms)
-            .bind(&e.tenant)
-            .bind(&e.subject)
-            .bind(&e.jti_hash)
-            .bind(&e.session_id)
-            .bind(&e.rpc)
-            .bind(&e.action)
-            .bind(&e.alias_of)
-            .bind(&e.target)
-            .bind(&e.outcome)
-            .bind(&e.code)
-            .bind(e.duration_ms as i64)
-            .bind(&r.prev_hash)
-            .bind(&r.hash)
-            .execute(&mut *tx)
-            .await?;
-        }
-        tx.commit().await?;
+    /// Appends `entries` to the chain, in order, in one transaction: under the `audit` lock it
+    /// reads the tail, so writers of several replicas extend one chain and never fork it.
+    pub async fn append_audit(&self, entries: &[Entry], at_ms: i64) -> Result<(), StoreError> {
+        with_pool!(self, pool => {
+            let mut tx = pool.begin().await?;
+            sqlx::query(LOCK).bind("audit").execute(&mut *tx).await?;
+            let (seq, prev) = match sqlx::query("SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1")
+                .fetch_optional(&mut *tx)
+                .await?
+            {
+                Some(r) => (Cols(&r).get::<i64>("seq")? as u64, Cols(&r).get::<String>("hash")?),
+                None => (0, String::new()),
+            };
+            for r in crate::audit::chain(seq, prev, entries, at_ms) {
+                let e = &r.entry;
+                sqlx::query(
+                    "INSERT INTO audit (seq, at_ms, tenant, subject, jti_hash, session_id, rpc, action, alias_of, \
+                     target, outcome, code, duration_ms, prev_hash, hash) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
+                )
+                .bind(r.seq as i64)
+                .bind(r.at_ms)
+                .bind(&e.tenant)
+                .bind(&e.subject)
+                .bind(&e.jti_hash)
+                .bind(&e.session_id)
+                .bind(&e.rpc)
+                .bind(&e.action)
+                .bind(&e.alias_of)
+                .bind(&e.target)
+                .bind(&e.outcome)
+                .bind(&e.code)
+                .bind(e.duration_ms as i64)
+                .bind(&r.prev_hash)
+                .bind(&r.hash)
+                .execute(&mut *tx)
+                .await?;
+            }
+            tx.commit().await?;
+        });
         Ok(())
     }
 
     /// Audit records matching the filter, newest first, at most `limit`.
-    pub async fn audit_query(
-        &self,
-        tenant: Option<&str>,
-        session_id: Option<&str>,
-        action: Option<&str>,
-        since_ms: Option<i64>,
-        limit: u32,
-    ) -> Result<Vec<crate::audit::Record>, StoreError> {
-        let Backend::Sqlite(pool) = &self.backend;
-        let rows = sqlx::query(
-            "SELECT * FROM audit WHERE (?1 IS NULL OR tenant = ?1) AND (?2 IS NULL OR session_id = ?2) \
-             AND (?3 IS NULL OR action = ?3) AND (?4 IS NULL OR at_ms >= ?4) ORDER BY seq DESC LIMIT ?5",
+    pub async fn audit_query(&self, f: &AuditFilter) -> Result<Vec<Record>, StoreError> {
+        with_pool!(self, pool => sqlx::query(
+            "SELECT * FROM audit WHERE ($1 IS NULL OR tenant = $1) AND ($2 IS NULL OR session_id = $2) \
+             AND ($3 IS NULL OR action = $3) AND ($4 IS NULL OR at_ms >= $4) ORDER BY seq DESC LIMIT $5",
         )
-        .bind(tenant)
-        .bind(session_id)
-        .bind(action)
-        .bind(since_ms)
-        .bind(limit as i64)
+        .bind(f.tenant.as_deref())
+        .bind(f.session_id.as_deref())
+        .bind(f.action.as_deref())
+        .bind(f.since_ms)
+        .bind(f.limit as i64)
         .fetch_all(pool)
-        .await?;
-        rows.iter().map(audit_from_row).collect()
+        .await?
+        .iter()
+        .map(|r| Cols(r).audit())
+        .collect())
     }
 
     /// The whole chain in order (for verification).
-    pub async fn audit_all(&self) -> Result<Vec<crate::audit::Record>, StoreError> {
-        let Backend::Sqlite(pool) = &self.backend;
-        let rows = sqlx::query("SELECT * FROM audit ORDER BY seq").fetch_all(pool).await?;
-        rows.iter().map(audit_from_row).collect()
+    pub async fn audit_all(&self) -> Result<Vec<Record>, StoreError> {
+        with_pool!(self, pool => sqlx::query("SELECT * FROM audit ORDER BY seq")
+            .fetch_all(pool)
+            .await?
+            .iter()
+            .map(|r| Cols(r).audit())
+            .collect())
     }
 
-    /// Sessions a previous run left live (it crashed or was killed): ids only.
-    pub async fn live_session_ids(&self) -> Result<Vec<String>, StoreError> {
-        let Backend::Sqlite(pool) = &self.backend;
-        let rows = sqlx::query("SELECT id FROM sessions WHERE ended_at_ms IS NULL").fetch_all(pool).await?;
-        rows.iter().map(|r| r.try_get("id").map_err(StoreError::from)).collect()
+    /// Registers a replica (or beats its heartbeat when it is registered).
+    pub async fn heartbeat(&self, replica: &str, now_ms: i64) -> Result<(), StoreError> {
+        with_pool!(self, pool => { sqlx::query(
+            "INSERT INTO replicas (id, started_at_ms, heartbeat_ms) VALUES ($1, $2, $2) \
+             ON CONFLICT (id) DO UPDATE SET heartbeat_ms = excluded.heartbeat_ms",
+        )
+        .bind(replica)
+        .bind(now_ms)
+        .execute(pool)
+        .await?; });
+        Ok(())
     }
-}
 
-/// Appends one state change inside the caller's transaction.
-async fn record_transition(
-    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
-    id: &str,
-    state: SessionState,
-    at_ms: i64,
-    reason: &str,
-) -> Result<(), StoreError> {
-    sqlx::query("INSERT INTO session_transitions (session_id, state, at_ms, reason) VALUES (?, ?, ?, ?)")
-        .bind(id)
-        .bind(state.as_str())
-        .bind(at_ms)
-        .bind(reason)
-        .execute(&mut **tx)
-        .await?;
-    Ok(())
-}
+    /// A replica leaves: its row and its slot claims go.
+    pub async fn deregister(&self, replica: &str) -> Result<(), StoreError> {
+        with_pool!(self, pool => {
+            let mut tx = pool.begin().await?;
+            sqlx::query("DELETE FROM slot_claims WHERE replica = $1").bind(replica).execute(&mut *tx).await?;
+            sqlx::query("DELETE FROM replicas WHERE id = $1").bind(replica).execute(&mut *tx).await?;
+            tx.commit().await?;
+        });
+        Ok(())
+    }
 
-fn audit_from_row(r: &sqlx::sqlite::SqliteRow) -> Result<crate::audit::Record, StoreError> {
-    Ok(crate::audit::Record {
-        seq: r.try_get::<i64, _>("seq")? as u64,
-        at_ms: r.try_get("at_ms")?,
-        entry: crate::audit::Entry {
-            tenant: r.try_get("tenant")?,
-            subject: r.try_get("subject")?,
-            jti_hash: r.try_get("jti_hash")?,
-            session_id: r.try_get("session_id")?,
-            rpc: r.try_get("rpc")?,
-            action: r.try_get("action")?,
-            alias_of: r.try_get("alias_of")?,
-            target: r.try_get("target")?,
-            outcome: r.try_get("outcome")?,
-            code: r.try_get("code")?,
-            duration_ms: r.try_get::<i64, _>("duration_ms")? as u32,
-        },
-        prev_hash: r.try_get("prev_hash")?,
-        hash: r.try_get("hash")?,
-    })
+    /// Forgets replicas whose heartbeat is older than `stale_before` and their slot claims;
+    /// returns the live sessions they (or runs before replicas were recorded) left behind, for
+    /// the caller to mark crashed. Never returns sessions of `me`.
+    pub async fn sweep_replicas(&self, me: &str, stale_before: i64) -> Result<Vec<String>, StoreError> {
+        with_pool!(self, pool => {
+            let mut tx = pool.begin().await?;
+            sqlx::query("DELETE FROM slot_claims WHERE replica NOT IN (SELECT id FROM replicas WHERE heartbeat_ms >= $1)")
+                .bind(stale_before)
+                .execute(&mut *tx)
+                .await?;
+            sqlx::query("DELETE FROM replicas WHERE heartbeat_ms < $1 AND id <> $2")
+                .bind(stale_before)
+                .bind(me)
+                .execute(&mut *tx)
+                .await?;
+            let rows = sqlx::query(
+                "SELECT id FROM sessions WHERE ended_at_ms IS NULL AND replica <> $1 \
+                 AND replica NOT IN (SELECT id FROM replicas)",
+            )
+            .bind(me)
+            .fetch_all(&mut *tx)
+            .await?;
+            tx.commit().await?;
+            rows.iter().map(|r| Cols(r).get("id")).collect()
+        })
+    }
+
+    /// Takes one of `tenant`'s `max_slots`, counted over every replica whose heartbeat is not
+    /// older than `stale_before`, under the tenant's lock. Returns false when all are taken.
+    pub async fn claim_slot(
+        &self,
+        claim: &str,
+        tenant: &str,
+        replica: &str,
+        max_slots: u32,
+        now_ms: i64,
+        stale_before: i64,
+    ) -> Result<bool, StoreError> {
+        with_pool!(self, pool => {
+            let mut tx = pool.begin().await?;
+            sqlx::query(LOCK).bind(format!("tenant:{tenant}")).execute(&mut *tx).await?;
+            let row = sqlx::query(
+                "SELECT count(*) AS n FROM slot_claims c JOIN replicas r ON r.id = c.replica \
+                 WHERE c.tenant = $1 AND r.heartbeat_ms >= $2",
+            )
+            .bind(tenant)
+            .bind(stale_before)
+            .fetch_one(&mut *tx)
+            .await?;
+            let held: i64 = Cols(&row).get("n")?;
+            if held >= max_slots as i64 {
+                tx.rollback().await?;
+                return Ok(false);
+            }
+            sqlx::query("INSERT INTO slot_claims (id, tenant, replica, created_at_ms) VALUES ($1, $2, $3, $4)")
+                .bind(claim)
+                .bind(tenant)
+                .bind(replica)
+                .bind(now_ms)
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+        });
+        Ok(true)
+    }
+
+    /// Gives a claimed slot back.
+    pub async fn release_slot(&self, claim: &str) -> Result<(), StoreError> {
+        with_pool!(self, pool => { sqlx::query("DELETE FROM slot_claims WHERE id = $1").bind(claim).execute(pool).await?; });
+        Ok(())
+    }
 }
 
 fn parse_state(s: &str) -> Result<SessionState, StoreError> {
     SessionState::parse(s).ok_or_else(|| StoreError::Corrupt(format!("unknown session state {s:?}")))
 }
 
-fn session_from_row(r: &sqlx::sqlite::SqliteRow) -> Result<SessionRecord, StoreError> {
-    let labels: String = r.try_get("labels")?;
-    Ok(SessionRecord {
-        id: r.try_get("id")?,
-        tenant: r.try_get("tenant")?,
-        subject: r.try_get("subject")?,
-        worker_id: r.try_get("worker_id")?,
-        state: parse_state(&r.try_get::<String, _>("state")?)?,
-        labels: serde_json::from_str(&labels).map_err(|e| StoreError::Corrupt(format!("labels: {e}")))?,
-        created_at_ms: r.try_get("created_at_ms")?,
-        expires_at_ms: r.try_get("expires_at_ms")?,
-        idle_deadline_ms: r.try_get("idle_deadline_ms")?,
-        queue_wait_ms: r.try_get::<i64, _>("queue_wait_ms")? as u32,
-        ended_at_ms: r.try_get("ended_at_ms")?,
-        end_reason: r.try_get("end_reason")?,
-    })
+/// Reads typed columns of a row of either backend (integers are 64-bit in both schemas).
+struct Cols<'r, R>(&'r R);
+
+impl<'r, R> Cols<'r, R>
+where
+    R: Row,
+    &'r str: sqlx::ColumnIndex<R>,
+    String: Decode<'r, R::Database> + Type<R::Database>,
+    i64: Decode<'r, R::Database> + Type<R::Database>,
+    bool: Decode<'r, R::Database> + Type<R::Database>,
+{
+    fn get<T: Decode<'r, R::Database> + Type<R::Database>>(&self, column: &'r str) -> Result<T, StoreError> {
+        Ok(self.0.try_get(column)?)
+    }
+
+    fn tenant(&self) -> Result<TenantRecord, StoreError> {
+        let id: String = self.get("id")?;
+        let hosts: String = self.get("allow_hosts")?;
+        Ok(TenantRecord {
+            max_slots: self.get::<i64>("max_slots")? as u32,
+            max_queue: self.get::<i64>("max_queue")? as u32,
+            max_session_ttl_ms: self.get::<i64>("max_session_ttl_ms")? as u32,
+            idle_timeout_ms: self.get::<i64>("idle_timeout_ms")? as u32,
+            allow_hosts: serde_json::from_str(&hosts)
+                .map_err(|e| StoreError::Corrupt(format!("tenant {id} allow_hosts: {e}")))?,
+            allow_private_networks: self.get("allow_private_networks")?,
+            id,
+        })
+    }
+
+    fn session(&self) -> Result<SessionRecord, StoreError> {
+        let labels: String = self.get("labels")?;
+        Ok(SessionRecord {
+            id: self.get("id")?,
+            tenant: self.get("tenant")?,
+            subject: self.get("subject")?,
+            worker_id: self.get("worker_id")?,
+            state: parse_state(&self.get::<String>("state")?)?,
+            labels: serde_json::from_str(&labels).map_err(|e| StoreError::Corrupt(format!("labels: {e}")))?,
+            created_at_ms: self.get("created_at_ms")?,
+            expires_at_ms: self.get("expires_at_ms")?,
+            idle_deadline_ms: self.get("idle_deadline_ms")?,
+            queue_wait_ms: self.get::<i64>("queue_wait_ms")? as u32,
+            ended_at_ms: self.get("ended_at_ms")?,
+            end_reason: self.get("end_reason")?,
+        })
+    }
+
+    fn audit(&self) -> Result<Record, StoreError> {
+        Ok(Record {
+            seq: self.get::<i64>("seq")? as u64,
+            at_ms: self.get("at_ms")?,
+            entry: Entry {
+                tenant: self.get("tenant")?,
+                subject: self.get("subject")?,
+                jti_hash: self.get("jti_hash")?,
+                session_id: self.get("session_id")?,
+                rpc: self.get("rpc")?,
+                action: self.get("action")?,
+                alias_of: self.get("alias_of")?,
+                target: self.get("target")?,
+                outcome: self.get("outcome")?,
+                code: self.get("code")?,
+                duration_ms: self.get::<i64>("duration_ms")? as u32,
+            },
+            prev_hash: self.get("prev_hash")?,
+            hash: self.get("hash")?,
+        })
+    }
+}
+
+/// For tests and benchmarks: creates an empty database with a fresh `bp_test_…` name on the
+/// PostgreSQL server of `admin_url` (whose role may create databases) and returns its URL.
+pub async fn scratch_postgres(admin_url: &str) -> Result<String, StoreError> {
+    use sqlx::Connection;
+    let mut url = url::Url::parse(admin_url).map_err(|e| StoreError::UnsupportedUrl(format!("{admin_url}: {e}")))?;
+    let name = format!("bp_test_{}", uuid::Uuid::new_v4().simple());
+    let mut conn = sqlx::PgConnection::connect(admin_url).await?;
+    sqlx::query(&format!("CREATE DATABASE {name}")).execute(&mut conn).await?;
+    conn.close().await?;
+    url.set_path(&name);
+    Ok(url.to_string())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One store per backend: a SQLite file always, and a scratch PostgreSQL database when
+    /// `BROWSERPOOL_TEST_POSTGRES` names a server (the README test command sets it).
+    async fn backends(dir: &std::path::Path) -> Vec<String> {
+        let mut urls = vec![format!("sqlite://{}", dir.join("t.db").display())];
+        if let Ok(admin) = std::env::var("BROWSERPOOL_TEST_POSTGRES") {
+            urls.push(scratch_postgres(&admin).await.expect("scratch postgres database"));
+        }
+        urls
+    }
 
     fn record(id: &str, tenant: &str, at: i64) -> SessionRecord {
         SessionRecord {
@@ -498,36 +657,123 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn sessions_and_transitions_round_trip_in_a_real_file() {
-        let dir = tempfile::tempdir().unwrap();
-        let url = format!("sqlite://{}", dir.path().join("t.db").display());
-        let store = Store::open(&url).await.unwrap();
-        store.insert_session(&record("s-1", "a", 10), "acquired").await.unwrap();
-        store.insert_session(&record("s-2", "b", 20), "acquired").await.unwrap();
-        assert!(store.end_session("s-1", SessionState::Closed, 30, "released").await.unwrap());
-        assert!(!store.end_session("s-1", SessionState::Expired, 40, "late").await.unwrap(), "terminal is final");
-        drop(store);
+    fn tenant(id: &str, max_slots: u32) -> TenantRecord {
+        TenantRecord {
+            id: id.into(),
+            max_slots,
+            max_queue: 10,
+            max_session_ttl_ms: 0,
+            idle_timeout_ms: 0,
+            allow_hosts: vec!["a.test".into()],
+            allow_private_networks: true,
+        }
+    }
 
-        // Reopen: everything is on disk.
-        let store = Store::open(&url).await.unwrap();
-        let s1 = store.session("s-1").await.unwrap().unwrap();
-        assert_eq!((s1.state, s1.ended_at_ms, s1.labels["job"].as_str()), (SessionState::Closed, Some(30), "42"));
-        let t = store.transitions("s-1").await.unwrap();
-        assert_eq!(
-            t.iter().map(|t| (t.state, t.at_ms)).collect::<Vec<_>>(),
-            vec![(SessionState::Ready, 10), (SessionState::Closed, 30)]
-        );
-        let only_a =
-            store.sessions(&SessionFilter { tenant: Some("a".into()), limit: 10, ..Default::default() }).await.unwrap();
-        assert_eq!(only_a.len(), 1);
-        let live = store
-            .sessions(&SessionFilter { state: Some(SessionState::Ready), limit: 10, ..Default::default() })
-            .await
-            .unwrap();
-        assert_eq!(live.iter().map(|s| s.id.as_str()).collect::<Vec<_>>(), vec!["s-2"]);
-        assert_eq!(store.live_session_ids().await.unwrap(), vec!["s-2".to_string()]);
-        assert!(store.session("nope").await.unwrap().is_none());
+    #[tokio::test]
+    async fn sessions_tenants_and_tokens_round_trip_on_every_backend() {
+        let dir = tempfile::tempdir().unwrap();
+        for url in backends(dir.path()).await {
+            let store = Store::open(&url).await.unwrap();
+            store.insert_session(&record("s-1", "a", 10), "r-1", "acquired").await.unwrap();
+            store.insert_session(&record("s-2", "b", 20), "r-1", "acquired").await.unwrap();
+            assert!(store.end_session("s-1", SessionState::Closed, 30, "released").await.unwrap());
+            assert!(!store.end_session("s-1", SessionState::Expired, 40, "late").await.unwrap(), "terminal is final");
+            assert!(store.put_tenant(&tenant("t", 2), 1).await.unwrap(), "new");
+            assert!(!store.put_tenant(&tenant("t", 3), 2).await.unwrap(), "replaced");
+            assert!(store.revoke("jti-1", 5).await.unwrap());
+            assert!(!store.revoke("jti-1", 6).await.unwrap(), "revoked once");
+            store.close().await;
+
+            // Reopen: everything is on disk.
+            let store = Store::open(&url).await.unwrap();
+            let backend = store.backend_name();
+            let s1 = store.session("s-1").await.unwrap().unwrap();
+            assert_eq!(
+                (s1.state, s1.ended_at_ms, s1.labels["job"].as_str()),
+                (SessionState::Closed, Some(30), "42"),
+                "{backend}"
+            );
+            let t = store.transitions("s-1").await.unwrap();
+            assert_eq!(
+                t.iter().map(|t| (t.state, t.at_ms)).collect::<Vec<_>>(),
+                vec![(SessionState::Ready, 10), (SessionState::Closed, 30)],
+                "{backend}"
+            );
+            let only_a = store
+                .sessions(&SessionFilter { tenant: Some("a".into()), limit: 10, ..Default::default() })
+                .await
+                .unwrap();
+            assert_eq!(only_a.len(), 1, "{backend}");
+            let live = store
+                .sessions(&SessionFilter { state: Some(SessionState::Ready), limit: 10, ..Default::default() })
+                .await
+                .unwrap();
+            assert_eq!(live.iter().map(|s| s.id.as_str()).collect::<Vec<_>>(), vec!["s-2"], "{backend}");
+            assert!(store.session("nope").await.unwrap().is_none());
+            assert_eq!(store.tenant("t").await.unwrap(), Some(tenant("t", 3)), "{backend}");
+            assert_eq!(store.revoked().await.unwrap(), vec!["jti-1".to_string()], "{backend}");
+            // r-1 never beat a heartbeat: its live session is left for the caller to crash.
+            assert_eq!(store.sweep_replicas("r-2", 0).await.unwrap(), vec!["s-2".to_string()], "{backend}");
+            assert!(store.delete_tenant("t").await.unwrap());
+            assert_eq!(store.tenant("t").await.unwrap(), None);
+        }
+    }
+
+    #[tokio::test]
+    async fn a_tenant_slot_is_taken_once_across_replicas() {
+        let dir = tempfile::tempdir().unwrap();
+        for url in backends(dir.path()).await {
+            // Two handles, as two replicas would have.
+            let (one, two) = (Store::open(&url).await.unwrap(), Store::connect(&url).await.unwrap());
+            let backend = one.backend_name();
+            one.heartbeat("r-1", 1_000).await.unwrap();
+            two.heartbeat("r-2", 1_000).await.unwrap();
+            // Racing for the single slot: exactly one wins.
+            let (a, b) = tokio::join!(
+                one.claim_slot("c-1", "t", "r-1", 1, 1_000, 0),
+                two.claim_slot("c-2", "t", "r-2", 1, 1_000, 0)
+            );
+            let (a, b) = (a.unwrap(), b.unwrap());
+            assert!(a ^ b, "{backend}: exactly one of two racing replicas wins the last slot ({a}, {b})");
+            let (won, winner, loser_store, loser) =
+                if a { ("c-1", "r-1", &two, "r-2") } else { ("c-2", "r-2", &one, "r-1") };
+            assert!(!loser_store.claim_slot("c-3", "t", loser, 1, 1_000, 0).await.unwrap(), "{backend}: still taken");
+            // Another tenant is not affected.
+            assert!(loser_store.claim_slot("c-4", "u", loser, 1, 1_000, 0).await.unwrap(), "{backend}");
+            // Released: the other replica gets it.
+            one.release_slot(won).await.unwrap();
+            assert!(loser_store.claim_slot("c-5", "t", loser, 1, 1_000, 0).await.unwrap(), "{backend}: freed");
+            // A replica whose heartbeat is stale no longer holds its slots.
+            let fresh = winner;
+            one.heartbeat(fresh, 20_000).await.unwrap();
+            assert!(!one.claim_slot("c-6", "t", fresh, 1, 20_000, 1_000).await.unwrap(), "{backend}: fresh enough");
+            assert!(one.claim_slot("c-6", "t", fresh, 1, 20_000, 10_000).await.unwrap(), "{backend}: {loser} is stale");
+            // Deregistering drops a replica's claims.
+            one.deregister(fresh).await.unwrap();
+            one.heartbeat(fresh, 20_000).await.unwrap();
+            assert!(one.claim_slot("c-7", "t", fresh, 1, 20_000, 10_000).await.unwrap(), "{backend}");
+        }
+    }
+
+    #[tokio::test]
+    async fn concurrent_audit_writers_extend_one_chain() {
+        let dir = tempfile::tempdir().unwrap();
+        for url in backends(dir.path()).await {
+            let (one, two) = (Store::open(&url).await.unwrap(), Store::connect(&url).await.unwrap());
+            let entry = |n: usize| Entry { tenant: "t".into(), rpc: format!("/r{n}"), ..Default::default() };
+            let batch: Vec<Entry> = (0..5).map(entry).collect();
+            let writes = (0..10).map(|i| {
+                let (store, batch) = (if i % 2 == 0 { one.clone() } else { two.clone() }, batch.clone());
+                tokio::spawn(async move { store.append_audit(&batch, i).await })
+            });
+            for w in futures::future::join_all(writes).await {
+                w.unwrap().unwrap();
+            }
+            let all = one.audit_all().await.unwrap();
+            assert_eq!(crate::audit::verify_chain(&all), (50, None), "{}", one.backend_name());
+            let newest = one.audit_query(&AuditFilter { limit: 3, ..Default::default() }).await.unwrap();
+            assert_eq!(newest.iter().map(|r| r.seq).collect::<Vec<_>>(), vec![50, 49, 48]);
+        }
     }
 
     #[tokio::test]

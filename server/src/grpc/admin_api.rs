@@ -14,7 +14,7 @@ use crate::auth::{Keys, Revocations, Scope};
 use crate::convert::{session_to_pb, state_from_pb, state_to_pb, timestamp};
 use crate::error::ServiceError;
 use crate::sessions::{now_ms, require, SessionState, Sessions};
-use crate::store::{Store, TenantRecord};
+use crate::store::{AuditFilter, Store, TenantRecord};
 use sha2::Digest;
 
 /// Longest lifetime `IssueToken` grants.
@@ -289,17 +289,14 @@ impl pb::admin_server::Admin for AdminApi {
         };
         let since = r.since.map(|t| t.seconds * 1000 + (t.nanos as i64) / 1_000_000);
         let nonempty = |s: &str| (!s.is_empty()).then(|| s.to_string());
-        let records = self
-            .store
-            .audit_query(
-                nonempty(&r.tenant).as_deref(),
-                nonempty(&r.session_id).as_deref(),
-                nonempty(&r.action).as_deref(),
-                since,
-                limit,
-            )
-            .await
-            .map_err(ServiceError::from)?;
+        let filter = AuditFilter {
+            tenant: nonempty(&r.tenant),
+            session_id: nonempty(&r.session_id),
+            action: nonempty(&r.action),
+            since_ms: since,
+            limit,
+        };
+        let records = self.store.audit_query(&filter).await.map_err(ServiceError::from)?;
         let out: Vec<Result<pb::AuditRecord, Status>> = records
             .into_iter()
             .map(|rec| {
