@@ -31,7 +31,7 @@ async fn echoed_cookies(client: &Client, id: &str, site: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn envelope_carries_a_signed_in_state_to_another_server() {
     let site = fixture_site().await;
-    let (mut a, mut b) = (BinaryServer::spawn(), BinaryServer::spawn());
+    let (mut a, mut b) = (BinaryServer::spawn().await, BinaryServer::spawn().await);
     let (ca, cb) = (a.client().await, b.client().await);
 
     // On A: sign in, then export twice.
@@ -108,7 +108,7 @@ async fn envelope_carries_a_signed_in_state_to_another_server() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn basic_auth_credentials_travel_only_when_asked() {
     let site = fixture_site().await;
-    let (mut a, b) = (BinaryServer::spawn(), BinaryServer::spawn());
+    let (mut a, b) = (BinaryServer::spawn().await, BinaryServer::spawn().await);
     let (ca, cb) = (a.client().await, b.client().await);
     let on_a = ca.acquire(30_000).await.unwrap().session_id;
     let r = act(&ca, &on_a, pb::Action { timeout_ms: 10_000, ..action("navigate", "", format!("{site}/auth")) }).await;

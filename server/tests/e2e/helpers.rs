@@ -10,11 +10,52 @@ use browserpool_client::{pb, Client};
 use browserpool_server::config::ServeArgs;
 use tokio::sync::oneshot;
 
+/// The database of a new test server: `None` (the embedded SQLite file in its data dir), or,
+/// when `BROWSERPOOL_TEST_POSTGRES` names a PostgreSQL server (the README test command sets it
+/// for the suite's PostgreSQL half), a fresh empty database there.
+pub async fn test_database() -> Option<String> {
+    let admin = std::env::var("BROWSERPOOL_TEST_POSTGRES").ok()?;
+    Some(browserpool_server::store::scratch_postgres(&admin).await.expect("create a scratch PostgreSQL database"))
+}
+
+/// A direct connection to a test server's database, behind its back (tamper tests).
+pub enum Db {
+    Sqlite(sqlx::SqlitePool),
+    Postgres(sqlx::PgPool),
+}
+
+impl Db {
+    pub async fn connect(url: &str) -> Db {
+        if url.starts_with("sqlite:") {
+            Db::Sqlite(sqlx::SqlitePool::connect(url).await.unwrap())
+        } else {
+            Db::Postgres(sqlx::PgPool::connect(url).await.unwrap())
+        }
+    }
+
+    /// Runs the statement of this backend (`sqlite`, `postgres`): DDL differs between them.
+    pub async fn exec(&self, sqlite: &str, postgres: &str) -> Result<u64, sqlx::Error> {
+        Ok(match self {
+            Db::Sqlite(pool) => sqlx::query(sqlite).execute(pool).await?.rows_affected(),
+            Db::Postgres(pool) => sqlx::query(postgres).execute(pool).await?.rows_affected(),
+        })
+    }
+
+    pub async fn close(self) {
+        match self {
+            Db::Sqlite(pool) => pool.close().await,
+            Db::Postgres(pool) => pool.close().await,
+        }
+    }
+}
+
 /// A browserpool server on 127.0.0.1:0 with its own data dir and a small pool.
 pub struct TestServer {
     pub grpc: SocketAddr,
     pub http: SocketAddr,
     pub data_dir: tempfile::TempDir,
+    /// Its database (see [`test_database`]).
+    pub database_url: String,
     pub admin_token: String,
     stop: Option<oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
@@ -36,7 +77,9 @@ impl TestServer {
         let mut args = ServeArgs::for_tests(data_dir.path());
         args.warm = 1;
         args.max_workers = 2;
+        args.store.database_url = test_database().await;
         tune(&mut args);
+        let database_url = args.store.database_url();
         let bound = browserpool_server::bind(args).await.expect("server binds");
         let (grpc, http) = (bound.grpc_addr, bound.http_addr);
         let admin_token = std::fs::read_to_string(&bound.admin_token_path).unwrap().trim().to_string();
@@ -44,7 +87,7 @@ impl TestServer {
         let task = tokio::spawn(bound.serve(async move {
             let _ = rx.await;
         }));
-        TestServer { grpc, http, data_dir, admin_token, stop: Some(tx), task: Some(task) }
+        TestServer { grpc, http, data_dir, database_url, admin_token, stop: Some(tx), task: Some(task) }
     }
 
     pub fn endpoint(&self) -> String {
@@ -104,6 +147,7 @@ impl Drop for TestServer {
 /// The real `browserpool` binary on 127.0.0.1:0 with its own data dir, as a user runs it.
 pub struct BinaryServer {
     pub dir: tempfile::TempDir,
+    pub database_url: String,
     pub grpc: String,
     pub http: String,
     pub token: String,
@@ -113,9 +157,28 @@ pub struct BinaryServer {
 }
 
 impl BinaryServer {
-    pub fn spawn() -> BinaryServer {
-        use std::io::{BufRead, BufReader};
+    /// A server on its own database (see [`test_database`]).
+    pub async fn spawn() -> BinaryServer {
         let dir = tempfile::tempdir().unwrap();
+        let database_url = test_database()
+            .await
+            .unwrap_or_else(|| format!("sqlite://{}", dir.path().join("browserpool.db").display()));
+        BinaryServer::spawn_in(dir, database_url)
+    }
+
+    /// A second replica of `first`: the same database and signing key, its own data dir.
+    pub fn replica_of(first: &BinaryServer) -> BinaryServer {
+        let dir = tempfile::tempdir().unwrap();
+        for key in std::fs::read_dir(first.dir.path()).unwrap().flatten() {
+            if key.file_name().to_string_lossy().starts_with("jwt-") {
+                std::fs::copy(key.path(), dir.path().join(key.file_name())).unwrap();
+            }
+        }
+        BinaryServer::spawn_in(dir, first.database_url.clone())
+    }
+
+    fn spawn_in(dir: tempfile::TempDir, database_url: String) -> BinaryServer {
+        use std::io::{BufRead, BufReader};
         let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_browserpool"))
             .args([
                 "serve",
@@ -130,6 +193,8 @@ impl BinaryServer {
             ])
             .arg("--data-dir")
             .arg(dir.path())
+            .arg("--database-url")
+            .arg(&database_url)
             .env("BROWSERPOOL_LOG", "info")
             .stderr(std::process::Stdio::piped())
             .spawn()
@@ -154,7 +219,7 @@ impl BinaryServer {
             }
         };
         let token = std::fs::read_to_string(dir.path().join("admin.token")).unwrap().trim().to_string();
-        BinaryServer { dir, grpc, http, token, child, log, exited: false }
+        BinaryServer { dir, database_url, grpc, http, token, child, log, exited: false }
     }
 
     pub async fn client(&self) -> Client {

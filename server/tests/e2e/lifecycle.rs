@@ -8,7 +8,7 @@ use crate::helpers::{BinaryServer, TestServer};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_closes_sessions_kills_workers_and_exits_zero() {
-    let mut server = BinaryServer::spawn();
+    let mut server = BinaryServer::spawn().await;
     let (dir, grpc, http, token) =
         (server.dir.path().to_path_buf(), server.grpc.clone(), server.http.clone(), server.token.clone());
     let mode =
@@ -30,8 +30,7 @@ async fn sigterm_closes_sessions_kills_workers_and_exits_zero() {
 
     let profiles: Vec<_> = std::fs::read_dir(dir.join("profiles")).unwrap().flatten().collect();
     assert!(profiles.is_empty(), "profiles removed: {profiles:?}");
-    let url = format!("sqlite://{}", dir.join("browserpool.db").display());
-    let store = browserpool_server::store::Store::open(&url).await.unwrap();
+    let store = browserpool_server::store::Store::open(&server.database_url).await.unwrap();
     let record = store.session(&session.session_id).await.unwrap().unwrap();
     assert_eq!(record.state.as_str(), "CLOSED");
     let transitions = store.transitions(&session.session_id).await.unwrap();

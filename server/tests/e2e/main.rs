@@ -8,5 +8,6 @@ mod dialogs;
 mod helpers;
 mod lifecycle;
 mod ops;
+mod replicas;
 mod sessions;
 mod tenants;

@@ -5,7 +5,7 @@ use std::time::Duration;
 use browserpool_client::{action, pb};
 use serde_json::json;
 
-use crate::helpers::{act, ok, TestServer};
+use crate::helpers::{act, ok, Db, TestServer};
 use crate::lifecycle::http_get;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -170,13 +170,14 @@ async fn audit_records_every_call_and_detects_tampering() {
 
     // Behind the server's back: the database refuses edits, and once the trigger is dropped an
     // edit is named by VerifyAudit.
-    let url = format!("sqlite://{}", server.data_dir.path().join("browserpool.db").display());
-    let db = sqlx::SqlitePool::connect(&url).await.unwrap();
-    let refused = sqlx::query("UPDATE audit SET target = 'x' WHERE seq = 2").execute(&db).await;
-    assert!(refused.is_err(), "the trigger refuses UPDATE");
-    assert!(sqlx::query("DELETE FROM audit WHERE seq = 2").execute(&db).await.is_err(), "and DELETE");
-    sqlx::query("DROP TRIGGER audit_no_update").execute(&db).await.unwrap();
-    sqlx::query("UPDATE audit SET target = 'forged' WHERE seq = 2").execute(&db).await.unwrap();
+    let db = Db::connect(&server.database_url).await;
+    let refused = db.exec("UPDATE audit SET target = 'x' WHERE seq = 2", "UPDATE audit SET target = 'x' WHERE seq = 2");
+    assert!(refused.await.is_err(), "the trigger refuses UPDATE");
+    let refused = db.exec("DELETE FROM audit WHERE seq = 2", "DELETE FROM audit WHERE seq = 2").await;
+    assert!(refused.is_err(), "and DELETE");
+    db.exec("DROP TRIGGER audit_no_update", "DROP TRIGGER audit_no_update ON audit").await.unwrap();
+    let forged = "UPDATE audit SET target = 'forged' WHERE seq = 2";
+    assert_eq!(db.exec(forged, forged).await.unwrap(), 1);
     let verified = console.verify_audit(pb::VerifyAuditRequest {}).await.unwrap().into_inner();
     assert!(!verified.ok);
     assert_eq!(verified.first_bad_seq, 2, "{verified:?}");
@@ -189,12 +190,13 @@ async fn actions_fail_closed_while_the_audit_cannot_be_written() {
     let server = TestServer::start().await;
     let admin = server.admin().await;
     let id = admin.acquire(30_000).await.unwrap().session_id;
-    let url = format!("sqlite://{}", server.data_dir.path().join("browserpool.db").display());
-    let db = sqlx::SqlitePool::connect(&url).await.unwrap();
-    sqlx::query("CREATE TRIGGER audit_broken BEFORE INSERT ON audit BEGIN SELECT RAISE(ABORT, 'disk on fire'); END")
-        .execute(&db)
-        .await
-        .unwrap();
+    let db = Db::connect(&server.database_url).await;
+    db.exec(
+        "CREATE TRIGGER audit_broken BEFORE INSERT ON audit BEGIN SELECT RAISE(ABORT, 'disk on fire'); END",
+        "CREATE TRIGGER audit_broken BEFORE INSERT ON audit FOR EACH ROW EXECUTE FUNCTION audit_append_only()",
+    )
+    .await
+    .unwrap();
     // The next record fails to write; from then on actions are refused, not run unrecorded.
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     let refused = loop {
@@ -205,7 +207,7 @@ async fn actions_fail_closed_while_the_audit_cannot_be_written() {
         }
     };
     assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused}");
-    sqlx::query("DROP TRIGGER audit_broken").execute(&db).await.unwrap();
+    db.exec("DROP TRIGGER audit_broken", "DROP TRIGGER audit_broken ON audit").await.unwrap();
     // The writer retries what it holds; actions run again and the chain is whole.
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     while admin.act(&id, action("title", "", json!(null))).await.is_err() {
