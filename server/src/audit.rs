@@ -96,6 +96,22 @@ impl AuditLog {
     }
 }
 
+/// The session an RPC is about: the auth layer puts one in each request's extensions, the
+/// handler names the session (from the request, or the one Acquire created), and the layer's
+/// RPC-level record carries it once the call returns.
+#[derive(Debug, Clone, Default)]
+pub struct RpcTarget(Arc<std::sync::Mutex<String>>);
+
+impl RpcTarget {
+    pub fn set(&self, session_id: &str) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = session_id.to_string();
+    }
+
+    pub fn take(&self) -> String {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
 /// Removes the query and fragment of a URL (they may carry secrets).
 pub fn url_target(url: &str) -> String {
     match url::Url::parse(url) {

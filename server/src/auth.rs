@@ -477,6 +477,8 @@ where
                     ..Default::default()
                 };
                 req.extensions_mut().insert(claims);
+                let target = crate::audit::RpcTarget::default();
+                req.extensions_mut().insert(target.clone());
                 let fut = self.inner.call(req);
                 let audit = self.audit.clone();
                 Box::pin(async move {
@@ -493,6 +495,7 @@ where
                         outcome: if code.is_some() { "error".into() } else { "ok".into() },
                         code: code.unwrap_or_default(),
                         duration_ms: started.elapsed().as_millis().min(u32::MAX as u128) as u32,
+                        session_id: target.take(),
                         ..entry
                     });
                     Ok(resp)

@@ -156,6 +156,7 @@ impl pb::admin_server::Admin for AdminApi {
         req: Request<pb::KillSessionRequest>,
     ) -> Result<Response<pb::KillSessionResponse>, Status> {
         let caller = admin(&req)?;
+        super::rpc_target(&req).set(&req.get_ref().session_id);
         let r = req.into_inner();
         let record = self.sessions.get(&caller, &r.session_id).await?;
         if record.state.is_terminal() {

@@ -6,6 +6,7 @@ pub mod sessions_api;
 
 use tonic::{Request, Status};
 
+use crate::audit::RpcTarget;
 use crate::auth::Claims;
 
 /// The caller's validated claims. Missing claims mean the auth layer was bypassed: refuse.
@@ -14,4 +15,42 @@ pub(crate) fn claims<T>(req: &Request<T>) -> Result<Claims, Status> {
         .get::<Claims>()
         .cloned()
         .ok_or_else(|| Status::unauthenticated("missing authorization metadata: send `authorization: Bearer <jwt>`"))
+}
+
+/// Where the handler names the session its RPC is about, for the RPC-level audit record.
+pub(crate) fn rpc_target<T>(req: &Request<T>) -> RpcTarget {
+    req.extensions().get::<RpcTarget>().cloned().unwrap_or_default()
+}
+
+/// Requests that name one session.
+pub(crate) trait AboutSession {
+    fn session_id(&self) -> &str;
+}
+
+macro_rules! about_session {
+    ($($t:ty),* $(,)?) => {
+        $(impl AboutSession for $t {
+            fn session_id(&self) -> &str {
+                &self.session_id
+            }
+        })*
+    };
+}
+
+about_session!(
+    browserpool_proto::v1::ReleaseRequest,
+    browserpool_proto::v1::RenewRequest,
+    browserpool_proto::v1::GetSessionRequest,
+    browserpool_proto::v1::ActRequest,
+    browserpool_proto::v1::BatchRequest,
+    browserpool_proto::v1::EventsRequest,
+    browserpool_proto::v1::ExportContextRequest,
+    browserpool_proto::v1::ImportContextRequest,
+);
+
+/// [`claims`] for a request about one session, which the RPC's audit record then names.
+pub(crate) fn claims_about<T: AboutSession>(req: &Request<T>) -> Result<Claims, Status> {
+    let claims = claims(req)?;
+    rpc_target(req).set(req.get_ref().session_id());
+    Ok(claims)
 }

@@ -10,7 +10,7 @@ use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status, Streaming};
 use tracing::Instrument;
 
-use super::claims;
+use super::{claims, claims_about, rpc_target};
 use crate::auth::Scope;
 use crate::context;
 use crate::convert::{
@@ -91,6 +91,7 @@ type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'stati
 impl pb::sessions_server::Sessions for SessionsApi {
     async fn acquire(&self, req: Request<pb::AcquireRequest>) -> Result<Response<pb::Session>, Status> {
         let claims = claims(&req)?;
+        let target = rpc_target(&req);
         let r = req.into_inner();
         // An envelope to import is checked before any browser is leased.
         if let Some(env) = &r.context {
@@ -106,6 +107,7 @@ impl pb::sessions_server::Sessions for SessionsApi {
             labels: labels_from_pb(r.labels),
         };
         let record = self.sessions.acquire(&claims, spec).await?;
+        target.set(&record.id);
         if let Some(env) = &r.context {
             if let Err(e) = self.sessions.import_context(&claims, &record.id, context::open(env), false).await {
                 self.sessions.end_detached(&record.id, SessionState::Closed, "context import failed").await;
@@ -117,20 +119,20 @@ impl pb::sessions_server::Sessions for SessionsApi {
     }
 
     async fn release(&self, req: Request<pb::ReleaseRequest>) -> Result<Response<pb::ReleaseResponse>, Status> {
-        let claims = claims(&req)?;
+        let claims = claims_about(&req)?;
         let (released, state) = self.sessions.release(&claims, &req.get_ref().session_id).await?;
         Ok(Response::new(pb::ReleaseResponse { released, state: crate::convert::state_to_pb(state) as i32 }))
     }
 
     async fn renew(&self, req: Request<pb::RenewRequest>) -> Result<Response<pb::Session>, Status> {
-        let claims = claims(&req)?;
+        let claims = claims_about(&req)?;
         let r = req.into_inner();
         let record = self.sessions.renew(&claims, &r.session_id, r.idle_timeout_ms).await?;
         Ok(Response::new(session_to_pb(&record)))
     }
 
     async fn get(&self, req: Request<pb::GetSessionRequest>) -> Result<Response<pb::Session>, Status> {
-        let claims = claims(&req)?;
+        let claims = claims_about(&req)?;
         require(&claims, Scope::SessionsRead)?;
         let record = self.sessions.get(&claims, &req.get_ref().session_id).await?;
         Ok(Response::new(session_to_pb(&record)))
@@ -155,6 +157,7 @@ impl pb::sessions_server::Sessions for SessionsApi {
     /// only produces a failed result.
     async fn drive(&self, req: Request<Streaming<pb::DriveRequest>>) -> Result<Response<Self::DriveStream>, Status> {
         let claims = claims(&req)?;
+        let target = rpc_target(&req);
         let mut inbound = req.into_inner();
         let mut shutdown = self.shutdown.clone();
         let first = tokio::select! {
@@ -173,6 +176,7 @@ impl pb::sessions_server::Sessions for SessionsApi {
             return Err(Status::invalid_argument("drive: the first message must name session_id"));
         }
         let session_id = first.session_id.clone();
+        target.set(&session_id);
         let record = self.sessions.attach(&claims, &session_id).await?;
         let mut events = self.sessions.events(&claims, &session_id).await?;
         let (tx, rx) = mpsc::channel::<Result<pb::DriveEvent, Status>>(64);
@@ -248,7 +252,7 @@ impl pb::sessions_server::Sessions for SessionsApi {
     }
 
     async fn act(&self, req: Request<pb::ActRequest>) -> Result<Response<pb::ActionResult>, Status> {
-        let claims = claims(&req)?;
+        let claims = claims_about(&req)?;
         let r = req.into_inner();
         self.sessions.attach(&claims, &r.session_id).await?;
         let action = r.action.ok_or_else(|| Status::from(ServiceError::InvalidArgument("action: required".into())))?;
@@ -261,7 +265,7 @@ impl pb::sessions_server::Sessions for SessionsApi {
     }
 
     async fn batch(&self, req: Request<pb::BatchRequest>) -> Result<Response<pb::BatchResponse>, Status> {
-        let claims = claims(&req)?;
+        let claims = claims_about(&req)?;
         let r = req.into_inner();
         if !self.sessions.audit().healthy() {
             return Err(audit_down());
@@ -283,7 +287,7 @@ impl pb::sessions_server::Sessions for SessionsApi {
 
     /// Live events of the session until it ends (its last event is `session_ended`).
     async fn events(&self, req: Request<pb::EventsRequest>) -> Result<Response<Self::EventsStream>, Status> {
-        let claims = claims(&req)?;
+        let claims = claims_about(&req)?;
         let session_id = req.into_inner().session_id;
         let mut events = self.sessions.events(&claims, &session_id).await?;
         let mut shutdown = self.shutdown.clone();
@@ -310,7 +314,7 @@ impl pb::sessions_server::Sessions for SessionsApi {
         &self,
         req: Request<pb::ExportContextRequest>,
     ) -> Result<Response<pb::ContextEnvelope>, Status> {
-        let claims = claims(&req)?;
+        let claims = claims_about(&req)?;
         let r = req.into_inner();
         let opts = CaptureOptions {
             origin: r.origin,
@@ -330,7 +334,7 @@ impl pb::sessions_server::Sessions for SessionsApi {
         &self,
         req: Request<pb::ImportContextRequest>,
     ) -> Result<Response<pb::ImportContextResponse>, Status> {
-        let claims = claims(&req)?;
+        let claims = claims_about(&req)?;
         let r = req.into_inner();
         require(&claims, Scope::ContextImport)?;
         let env = r.envelope.ok_or_else(|| Status::from(ServiceError::InvalidArgument("envelope: required".into())))?;

@@ -140,12 +140,24 @@ async fn audit_records_every_call_and_detects_tampering() {
         while let Some(r) = stream.message().await.unwrap() {
             got.push(r);
         }
-        if got.len() >= 2 || std::time::Instant::now() > deadline {
+        if got.len() >= 6 || std::time::Instant::now() > deadline {
             break got;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    // Newest first: type, then navigate.
+    // RPC-level records name the session too (Acquire the one it created), newest first.
+    let calls: Vec<_> = records.iter().filter(|r| r.action.is_empty()).map(|r| r.rpc.as_str()).collect();
+    assert_eq!(
+        calls,
+        [
+            "/browserpool.v1.Sessions/Release",
+            "/browserpool.v1.Sessions/Act",
+            "/browserpool.v1.Sessions/Act",
+            "/browserpool.v1.Sessions/Acquire"
+        ]
+    );
+    // Action records, newest first: type, then navigate.
+    let records: Vec<_> = records.into_iter().filter(|r| !r.action.is_empty()).collect();
     assert_eq!(records.iter().map(|r| r.action.as_str()).collect::<Vec<_>>(), ["type", "navigate"]);
     let nav = &records[1];
     assert_eq!((nav.alias_of.as_str(), nav.rpc.as_str()), ("goto", "/browserpool.v1.Sessions/Act"));
