@@ -11,6 +11,7 @@ pub mod convert;
 pub mod error;
 pub mod grpc;
 pub mod http;
+pub mod reaper;
 pub mod server;
 pub mod sessions;
 pub mod store;

@@ -5,8 +5,7 @@
 //! answered to its owner (same tenant and subject, or `sessions:shared`, or `admin`); anyone
 //! else gets NOT_FOUND.
 
-use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -21,6 +20,7 @@ use crate::admission::{Admission, AdmissionError, Quota, Slot};
 use crate::audit::AuditLog;
 use crate::auth::{Claims, Scope};
 use crate::error::{Result, ServiceError};
+use crate::reaper::{self, Clock, Deadlines};
 use crate::store::{SessionFilter, SessionRecord, Store, TenantRecord};
 
 /// Default and maximum per-action deadline.
@@ -145,9 +145,8 @@ struct Inner {
     /// Ends under way (see [`Sessions::end`]) and their completion signal.
     ending: std::sync::atomic::AtomicUsize,
     ended: tokio::sync::Notify,
-    /// (earliest deadline, session id), soonest first; stale entries are skipped when popped.
-    deadlines: Mutex<BinaryHeap<Reverse<(i64, String)>>>,
-    deadlines_changed: tokio::sync::Notify,
+    /// Each live session's earliest deadline, on the sessions' clock.
+    deadlines: Deadlines,
     /// While true, Acquire answers UNAVAILABLE; live sessions go on.
     draining: std::sync::atomic::AtomicBool,
     limits: Limits,
@@ -166,8 +165,7 @@ impl Sessions {
                 audit,
                 ending: std::sync::atomic::AtomicUsize::new(0),
                 ended: tokio::sync::Notify::new(),
-                deadlines: Mutex::new(BinaryHeap::new()),
-                deadlines_changed: tokio::sync::Notify::new(),
+                deadlines: Deadlines::new(Clock::new()),
                 draining: std::sync::atomic::AtomicBool::new(false),
                 limits,
                 live: Mutex::new(HashMap::new()),
@@ -367,7 +365,7 @@ impl Sessions {
             allow_hosts: tenant.allow_hosts.clone(),
         });
         let queue_wait_ms = started.elapsed().as_millis().min(u32::MAX as u128) as u32;
-        let now = now_ms();
+        let now = self.now();
         let record = SessionRecord {
             id,
             tenant: claims.tenant.clone(),
@@ -455,7 +453,7 @@ impl Sessions {
         };
         let (record, deadline) = {
             let mut rec = live.record.lock().unwrap_or_else(|e| e.into_inner());
-            rec.idle_deadline_ms = (now_ms() + idle.as_millis() as i64).min(rec.expires_at_ms);
+            rec.idle_deadline_ms = (self.now() + idle.as_millis() as i64).min(rec.expires_at_ms);
             (rec.clone(), rec.idle_deadline_ms)
         };
         self.inner.store.touch(id, deadline).await?;
@@ -701,7 +699,7 @@ impl Sessions {
     async fn touch(&self, live: &Live) {
         let (id, deadline) = {
             let mut rec = live.record.lock().unwrap_or_else(|e| e.into_inner());
-            rec.idle_deadline_ms = (now_ms() + live.idle_timeout.as_millis() as i64).min(rec.expires_at_ms);
+            rec.idle_deadline_ms = (self.now() + live.idle_timeout.as_millis() as i64).min(rec.expires_at_ms);
             (rec.id.clone(), rec.idle_deadline_ms)
         };
         if let Err(e) = self.inner.store.touch(&id, deadline).await {
@@ -736,7 +734,7 @@ impl Sessions {
         // Counted until the worker is gone, so shutdown can wait for ends already under way
         // (the reaper's, say) and never return with a worker or profile still alive.
         let _ending = Ending::new(&self.inner);
-        let at = now_ms();
+        let at = self.now();
         {
             let mut rec = live.record.lock().unwrap_or_else(|e| e.into_inner());
             rec.state = state;
@@ -764,48 +762,23 @@ impl Sessions {
     }
 
     /// Ends sessions past their TTL or idle deadline until shutdown. It sleeps until the
-    /// earliest deadline in a heap, so it looks only at sessions that may be due: an entry
-    /// whose session was touched since is pushed back with its new deadline when it pops
-    /// (idle deadlines only move later, so touching needs no heap work).
+    /// earliest deadline (see [`Deadlines`]), so it looks only at sessions that may be due: an
+    /// entry whose session was touched since is scheduled again with its new deadline (idle
+    /// deadlines only move later, so touching needs no heap work).
     pub async fn reap_loop(self, mut shutdown: watch::Receiver<bool>) {
-        loop {
-            let notified = self.inner.deadlines_changed.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            let next = self.deadlines().peek().map(|Reverse((at, _))| *at);
-            // Wake at the earliest deadline (or once a minute with nothing due).
-            let wait = next.map(|at| (at - now_ms()).clamp(0, 60_000)).unwrap_or(60_000) as u64;
-            tokio::select! {
-                _ = tokio::time::sleep(Duration::from_millis(wait)) => {}
-                _ = notified => continue,
-                changed = shutdown.changed() => if changed.is_err() || *shutdown.borrow() { break },
-            }
-            let now = now_ms();
-            let mut due = Vec::new();
-            loop {
-                let popped = {
-                    let mut heap = self.deadlines();
-                    match heap.peek() {
-                        Some(Reverse((at, _))) if *at <= now => heap.pop().map(|Reverse((_, id))| id),
-                        _ => None,
-                    }
-                };
-                let Some(id) = popped else { break };
+        while let Some(due) = self.inner.deadlines.next_due(&mut shutdown).await {
+            let now = self.now();
+            for id in due {
                 let Some(live) = self.live_map().get(&id).cloned() else { continue };
                 let (expires, idle) = {
                     let rec = live.record.lock().unwrap_or_else(|e| e.into_inner());
                     (rec.expires_at_ms, rec.idle_deadline_ms)
                 };
-                if now >= expires {
-                    due.push((id, "ttl elapsed"));
-                } else if now >= idle {
-                    due.push((id, "idle timeout"));
-                } else {
-                    self.deadlines().push(Reverse((expires.min(idle), id)));
-                }
-            }
-            // One task each: ending waits for a running action, which must not hold up others.
-            for (id, reason) in due {
+                let Some(reason) = reaper::verdict(now, expires, idle) else {
+                    self.inner.deadlines.schedule(&id, expires.min(idle));
+                    continue;
+                };
+                // One task each: ending waits for a running action, which must not hold up others.
                 let this = self.clone();
                 tokio::spawn(async move {
                     if let Err(e) = this.end(&id, SessionState::Expired, reason).await {
@@ -817,14 +790,14 @@ impl Sessions {
         tracing::debug!("reaper ended");
     }
 
-    fn deadlines(&self) -> std::sync::MutexGuard<'_, BinaryHeap<Reverse<(i64, String)>>> {
-        self.inner.deadlines.lock().unwrap_or_else(|e| e.into_inner())
+    /// Now on the sessions' clock (which deadlines are kept on).
+    fn now(&self) -> i64 {
+        self.inner.deadlines.clock().now_ms()
     }
 
     /// Schedules a look at session `id` at `at_ms` (its earliest deadline).
     fn schedule(&self, id: &str, at_ms: i64) {
-        self.deadlines().push(Reverse((at_ms, id.to_string())));
-        self.inner.deadlines_changed.notify_one();
+        self.inner.deadlines.schedule(id, at_ms);
     }
 
     /// Ends every live session (server shutdown).

@@ -1,0 +1,172 @@
+//! Session deadlines: a clock and a heap that wakes the reaper at the earliest deadline, so it
+//! never scans every session each tick.
+//!
+//! The clock is ours: milliseconds since the epoch read at start, advanced by tokio's monotonic
+//! clock. Deadlines then ignore wall-clock jumps, and tests drive them on paused virtual time.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::sync::{watch, Notify};
+use tokio::time::Instant;
+
+/// Milliseconds since the epoch, advanced by tokio's clock (virtual when paused).
+#[derive(Debug, Clone, Copy)]
+pub struct Clock {
+    epoch_ms_at_start: i64,
+    start: Instant,
+}
+
+impl Clock {
+    pub fn new() -> Clock {
+        Clock { epoch_ms_at_start: crate::sessions::now_ms(), start: Instant::now() }
+    }
+
+    pub fn now_ms(&self) -> i64 {
+        self.epoch_ms_at_start + self.start.elapsed().as_millis() as i64
+    }
+
+    /// The instant of `at_ms` on this clock (now, when it is past).
+    fn instant_of(&self, at_ms: i64) -> Instant {
+        let ahead = (at_ms - self.now_ms()).max(0) as u64;
+        Instant::now() + Duration::from_millis(ahead)
+    }
+}
+
+impl Default for Clock {
+    fn default() -> Self {
+        Clock::new()
+    }
+}
+
+/// Why a session is due, if it is.
+pub fn verdict(now_ms: i64, expires_at_ms: i64, idle_deadline_ms: i64) -> Option<&'static str> {
+    if now_ms >= expires_at_ms {
+        Some("ttl elapsed")
+    } else if now_ms >= idle_deadline_ms {
+        Some("idle timeout")
+    } else {
+        None
+    }
+}
+
+/// (deadline, session id), soonest first. An entry may be stale (the session was touched or
+/// ended since): whoever pops it looks at the session and schedules it again if needed.
+pub struct Deadlines {
+    clock: Clock,
+    heap: Mutex<BinaryHeap<Reverse<(i64, String)>>>,
+    changed: Notify,
+}
+
+impl Deadlines {
+    pub fn new(clock: Clock) -> Deadlines {
+        Deadlines { clock, heap: Mutex::new(BinaryHeap::new()), changed: Notify::new() }
+    }
+
+    pub fn clock(&self) -> &Clock {
+        &self.clock
+    }
+
+    fn heap(&self) -> std::sync::MutexGuard<'_, BinaryHeap<Reverse<(i64, String)>>> {
+        self.heap.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Schedules a look at `id` at `at_ms`; wakes the waiter if that is sooner.
+    pub fn schedule(&self, id: &str, at_ms: i64) {
+        self.heap().push(Reverse((at_ms, id.to_string())));
+        self.changed.notify_one();
+    }
+
+    /// Sleeps until the earliest deadline (waking early when a sooner one is scheduled), then
+    /// pops every entry due by then. `None` once shutdown is signalled.
+    pub async fn next_due(&self, shutdown: &mut watch::Receiver<bool>) -> Option<Vec<String>> {
+        loop {
+            if *shutdown.borrow() {
+                return None;
+            }
+            let notified = self.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let next = self.heap().peek().map(|Reverse((at, _))| *at);
+            // Nothing scheduled: sleep until something is (the minute is only a safety net).
+            let wake = match next {
+                Some(at) => self.clock.instant_of(at),
+                None => Instant::now() + Duration::from_secs(60),
+            };
+            tokio::select! {
+                _ = tokio::time::sleep_until(wake) => {}
+                _ = notified => continue,
+                changed = shutdown.changed() => if changed.is_err() || *shutdown.borrow() { return None },
+            }
+            let now = self.clock.now_ms();
+            let mut heap = self.heap();
+            let mut due = Vec::new();
+            while let Some(Reverse((at, _))) = heap.peek() {
+                if *at > now {
+                    break;
+                }
+                let Reverse((_, id)) = heap.pop().expect("peeked");
+                due.push(id);
+            }
+            if !due.is_empty() {
+                return Some(due);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn verdict_prefers_ttl_and_waits_for_both() {
+        assert_eq!(verdict(10, 10, 5), Some("ttl elapsed"));
+        assert_eq!(verdict(6, 10, 5), Some("idle timeout"));
+        assert_eq!(verdict(4, 10, 5), None);
+    }
+
+    /// Deadlines fire at their virtual time, the soonest first; a sooner one scheduled while
+    /// waiting wakes the waiter early; with nothing scheduled it returns nothing.
+    #[tokio::test(start_paused = true)]
+    async fn deadlines_fire_at_their_time_on_paused_virtual_time() {
+        let d = std::sync::Arc::new(Deadlines::new(Clock::new()));
+        let (stop_tx, mut stop) = watch::channel(false);
+        let t0 = Instant::now();
+        let now = d.clock().now_ms();
+        d.schedule("ttl", now + 5_000);
+        d.schedule("idle", now + 2_000);
+        assert_eq!(d.next_due(&mut stop).await, Some(vec!["idle".to_string()]));
+        assert_eq!(t0.elapsed(), Duration::from_millis(2_000));
+
+        // A sooner deadline scheduled while the waiter sleeps towards 5 s.
+        let d2 = d.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let now = d2.clock().now_ms();
+            d2.schedule("touched", now + 1_000);
+        });
+        assert_eq!(d.next_due(&mut stop).await, Some(vec!["touched".to_string()]));
+        assert_eq!(t0.elapsed(), Duration::from_millis(3_500));
+        assert_eq!(d.next_due(&mut stop).await, Some(vec!["ttl".to_string()]));
+        assert_eq!(t0.elapsed(), Duration::from_millis(5_000));
+
+        // Two due at once come together.
+        let now = d.clock().now_ms();
+        d.schedule("a", now + 100);
+        d.schedule("b", now + 100);
+        let mut both = d.next_due(&mut stop).await.unwrap();
+        both.sort();
+        assert_eq!(both, ["a", "b"]);
+
+        // Nothing scheduled: an hour of virtual time passes and nothing is due; shutdown ends it.
+        let d3 = d.clone();
+        let waiter = tokio::spawn(async move { d3.next_due(&mut stop).await });
+        tokio::time::sleep(Duration::from_secs(3_600)).await;
+        assert!(!waiter.is_finished(), "woke with nothing due");
+        stop_tx.send(true).unwrap();
+        assert_eq!(waiter.await.unwrap(), None);
+    }
+}
