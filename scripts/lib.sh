@@ -15,3 +15,46 @@ ensure_chromium() {
 # Compiled dependencies are reused across clones when this directory survives; an empty one
 # just means a full build.
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/browserpool-target}"
+
+# Runs a command as the postgres system user (peer authentication on the local socket).
+as_postgres() {
+    if [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"; else sudo -u postgres -- "$@"; fi
+}
+
+# Sets BROWSERPOOL_TEST_POSTGRES to a server the suite's PostgreSQL half may create databases
+# on: the caller's own when already set; else the first local cluster (started when stopped,
+# with a `browserpool` role created when missing). Returns 1, saying why, when there is none.
+ensure_postgres() {
+    if [ -n "${BROWSERPOOL_TEST_POSTGRES:-}" ]; then
+        return 0
+    fi
+    if ! command -v pg_lsclusters >/dev/null 2>&1; then
+        echo "SKIP: the PostgreSQL half of the suite: no PostgreSQL is installed (apt-get install -y postgresql, or set BROWSERPOOL_TEST_POSTGRES=postgres://user:password@host/db)" >&2
+        return 1
+    fi
+    local version name port status
+    read -r version name port status _ < <(pg_lsclusters --no-header | head -n 1) || true
+    if [ -z "${version:-}" ]; then
+        echo "SKIP: the PostgreSQL half of the suite: PostgreSQL is installed but has no cluster (pg_createcluster)" >&2
+        return 1
+    fi
+    if [ "$status" != "online" ]; then
+        echo "starting PostgreSQL $version/$name (pg_ctlcluster $version $name start)" >&2
+        local sudo=""
+        [ "$(id -u)" -eq 0 ] || sudo="sudo"
+        $sudo pg_ctlcluster "$version" "$name" start
+    fi
+    as_postgres psql -p "$port" -qtAc "DO \$\$ BEGIN
+        IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'browserpool') THEN
+            CREATE ROLE browserpool LOGIN CREATEDB PASSWORD 'browserpool';
+        END IF; END \$\$;" >/dev/null
+    export BROWSERPOOL_TEST_POSTGRES="postgres://browserpool:browserpool@127.0.0.1:$port/postgres"
+}
+
+# Drops the scratch databases (bp_test_*) tests created on BROWSERPOOL_TEST_POSTGRES.
+drop_scratch_databases() {
+    local db
+    for db in $(psql "$BROWSERPOOL_TEST_POSTGRES" -qtAc "SELECT datname FROM pg_database WHERE datname LIKE 'bp\_test\_%'"); do
+        psql "$BROWSERPOOL_TEST_POSTGRES" -qtAc "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null
+    done
+}

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite on a fresh Debian 12 machine with Rust: installs Chromium when missing,
-# runs every test (unit and end-to-end, real Chromium/SQLite/gRPC), then checks that no
-# Chromium process is left running.
+# runs every test (unit and end-to-end, real Chromium/SQLite/gRPC), then the server's tests
+# again on PostgreSQL (a local cluster is started when stopped; the half is skipped, saying
+# so, when none is installed), then checks that no Chromium process is left running.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,7 +14,14 @@ ensure_chromium
 suite_tmp="$(mktemp -d /tmp/browserpool-suite.XXXXXX)"
 log="$suite_tmp.log"
 trap 'rm -rf "$suite_tmp" "$log"' EXIT
-TMPDIR="$suite_tmp" cargo test --workspace --locked -- --test-threads=2 2>&1 | tee "$log"
+echo "== the whole suite on SQLite"
+BROWSERPOOL_TEST_POSTGRES= TMPDIR="$suite_tmp" cargo test --workspace --locked -- --test-threads=2 2>&1 | tee "$log"
+if ensure_postgres; then
+    echo "== the server's tests again on PostgreSQL ($(echo "$BROWSERPOOL_TEST_POSTGRES" | sed 's#//[^@]*@#//#'))"
+    drop_scratch_databases
+    TMPDIR="$suite_tmp" cargo test -p browserpool-server --locked -- --test-threads=2 2>&1 | tee -a "$log"
+    drop_scratch_databases
+fi
 
 # Every worker the suite started must be gone (zombies awaiting their reaper do not count).
 for _ in $(seq 1 50); do
