@@ -58,7 +58,8 @@ pub struct StoreArgs {
     /// Directory for the SQLite file, the signing key, the admin token and worker profiles.
     #[arg(long, env = "BROWSERPOOL_DATA_DIR", default_value = ".browserpool")]
     pub data_dir: PathBuf,
-    /// Database URL; default `sqlite://<data-dir>/browserpool.db`. Only SQLite is built so far.
+    /// Database URL: `sqlite://path` (default `sqlite://<data-dir>/browserpool.db`) or
+    /// `postgres://user:password@host:port/db`. Replicas sharing one database share tenant quotas.
     #[arg(long, env = "BROWSERPOOL_DATABASE_URL")]
     pub database_url: Option<String>,
 }

@@ -25,6 +25,11 @@ pub enum ServiceError {
     /// The session exists but is not READY.
     #[error("session {id} is {state}")]
     NotReady { id: String, state: &'static str },
+    /// The session is live on another replica sharing the database.
+    #[error(
+        "session {0} is served by another replica sharing this database: send its calls to the server that acquired it"
+    )]
+    OnAnotherReplica(String),
     #[error("no browser became free within {0} ms")]
     WaitElapsed(u64),
     /// The tenant's queue is full; the message says how long it is.
@@ -65,7 +70,9 @@ impl From<ServiceError> for Status {
             ServiceError::PermissionDenied(_) => (Code::PermissionDenied, e.to_string()),
             ServiceError::SessionNotFound(_) | ServiceError::NotFound(_) => (Code::NotFound, e.to_string()),
             ServiceError::InvalidArgument(_) => (Code::InvalidArgument, e.to_string()),
-            ServiceError::NotReady { .. } => (Code::FailedPrecondition, e.to_string()),
+            ServiceError::NotReady { .. } | ServiceError::OnAnotherReplica(_) => {
+                (Code::FailedPrecondition, e.to_string())
+            }
             ServiceError::WaitElapsed(_) => (Code::DeadlineExceeded, e.to_string()),
             ServiceError::QueueFull(_) => (Code::ResourceExhausted, e.to_string()),
             ServiceError::FailedPrecondition(_) => (Code::FailedPrecondition, e.to_string()),

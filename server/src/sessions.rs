@@ -408,6 +408,7 @@ impl Sessions {
         if record.state.is_terminal() {
             return Ok((false, record.state));
         }
+        self.here(&record)?;
         let ended = self.end_detached(id, SessionState::Closed, "released").await;
         Ok((ended, SessionState::Closed))
     }
@@ -468,7 +469,17 @@ impl Sessions {
         if record.state.is_terminal() {
             return Err(ServiceError::NotReady { id: id.into(), state: record.state.as_str() });
         }
+        self.here(&record)?;
         Ok(record)
+    }
+
+    /// A live session not in this server's map is live on another replica: only that one
+    /// holds its browser.
+    pub fn here(&self, record: &SessionRecord) -> Result<()> {
+        if !record.state.is_terminal() && !self.live_map().contains_key(&record.id) {
+            return Err(ServiceError::OnAnotherReplica(record.id.clone()));
+        }
+        Ok(())
     }
 
     /// Runs one action on the caller's session. Never fails as a whole: every problem is in

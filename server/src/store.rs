@@ -634,7 +634,7 @@ mod tests {
     /// `BROWSERPOOL_TEST_POSTGRES` names a server (the README test command sets it).
     async fn backends(dir: &std::path::Path) -> Vec<String> {
         let mut urls = vec![format!("sqlite://{}", dir.join("t.db").display())];
-        if let Ok(admin) = std::env::var("BROWSERPOOL_TEST_POSTGRES") {
+        if let Some(admin) = std::env::var("BROWSERPOOL_TEST_POSTGRES").ok().filter(|u| !u.is_empty()) {
             urls.push(scratch_postgres(&admin).await.expect("scratch postgres database"));
         }
         urls

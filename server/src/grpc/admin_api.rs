@@ -165,6 +165,7 @@ impl pb::admin_server::Admin for AdminApi {
                 state: state_to_pb(record.state) as i32,
             }));
         }
+        self.sessions.here(&record)?;
         let reason = if r.reason.is_empty() {
             "killed by an operator".to_string()
         } else {

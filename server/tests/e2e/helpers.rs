@@ -14,7 +14,7 @@ use tokio::sync::oneshot;
 /// when `BROWSERPOOL_TEST_POSTGRES` names a PostgreSQL server (the README test command sets it
 /// for the suite's PostgreSQL half), a fresh empty database there.
 pub async fn test_database() -> Option<String> {
-    let admin = std::env::var("BROWSERPOOL_TEST_POSTGRES").ok()?;
+    let admin = std::env::var("BROWSERPOOL_TEST_POSTGRES").ok().filter(|u| !u.is_empty())?;
     Some(browserpool_server::store::scratch_postgres(&admin).await.expect("create a scratch PostgreSQL database"))
 }
 

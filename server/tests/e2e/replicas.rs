@@ -36,6 +36,14 @@ async fn a_tenant_quota_holds_across_replicas_sharing_one_database() {
     let started = Instant::now();
     assert_eq!(code(on_b.acquire(1_500).await), tonic::Code::DeadlineExceeded);
     assert!(started.elapsed() >= Duration::from_millis(1_400), "B waited for the slot: {:?}", started.elapsed());
+    // Only A holds that session's browser: B says so instead of pretending.
+    let elsewhere = on_b.release(&first.session_id).await.unwrap_err();
+    assert!(elsewhere.to_string().contains("another replica"), "{elsewhere}");
+    let elsewhere = on_b.act(&first.session_id, browserpool_client::action("title", "", serde_json::json!(null)));
+    match elsewhere.await {
+        Err(browserpool_client::Error::Status(s)) => assert_eq!(s.code(), tonic::Code::FailedPrecondition, "{s}"),
+        other => panic!("act on the wrong replica: {other:?}"),
+    }
     // Another tenant (default, on B) is not held up by team's quota.
     let other = admin_b.acquire(30_000).await.unwrap();
     admin_b.release(&other.session_id).await.unwrap();
