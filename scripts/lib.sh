@@ -18,7 +18,7 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/browserpool-target}"
 
 # Runs a command as the postgres system user (peer authentication on the local socket).
 as_postgres() {
-    if [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"; else sudo -u postgres -- "$@"; fi
+    if [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"; else sudo -n -u postgres -- "$@"; fi
 }
 
 # Sets BROWSERPOOL_TEST_POSTGRES to a server the suite's PostgreSQL half may create databases
@@ -41,20 +41,28 @@ ensure_postgres() {
     if [ "$status" != "online" ]; then
         echo "starting PostgreSQL $version/$name (pg_ctlcluster $version $name start)" >&2
         local sudo=""
-        [ "$(id -u)" -eq 0 ] || sudo="sudo"
-        $sudo pg_ctlcluster "$version" "$name" start
+        [ "$(id -u)" -eq 0 ] || sudo="sudo -n"
+        if ! $sudo pg_ctlcluster "$version" "$name" start; then
+            echo "FAIL: could not start PostgreSQL $version/$name (set BROWSERPOOL_TEST_POSTGRES to use another server)" >&2
+            exit 1
+        fi
     fi
-    as_postgres psql -p "$port" -qtAc "DO \$\$ BEGIN
+    if ! as_postgres psql -p "$port" -qtAc "DO \$\$ BEGIN
         IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'browserpool') THEN
             CREATE ROLE browserpool LOGIN CREATEDB PASSWORD 'browserpool';
-        END IF; END \$\$;" >/dev/null
+        END IF; END \$\$;" >/dev/null; then
+        echo "FAIL: could not create the browserpool role on PostgreSQL $version/$name" >&2
+        exit 1
+    fi
     export BROWSERPOOL_TEST_POSTGRES="postgres://browserpool:browserpool@127.0.0.1:$port/postgres"
 }
 
-# Drops the scratch databases (bp_test_*) tests created on BROWSERPOOL_TEST_POSTGRES.
+# Drops the scratch databases (bp_test_*) tests created on BROWSERPOOL_TEST_POSTGRES; never
+# fails the run.
 drop_scratch_databases() {
+    [ -n "${BROWSERPOOL_TEST_POSTGRES:-}" ] || return 0
     local db
-    for db in $(psql "$BROWSERPOOL_TEST_POSTGRES" -qtAc "SELECT datname FROM pg_database WHERE datname LIKE 'bp\_test\_%'"); do
-        psql "$BROWSERPOOL_TEST_POSTGRES" -qtAc "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null
+    for db in $(psql "$BROWSERPOOL_TEST_POSTGRES" -qtAc "SELECT datname FROM pg_database WHERE datname LIKE 'bp\_test\_%'" || true); do
+        psql "$BROWSERPOOL_TEST_POSTGRES" -qtAc "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null || true
     done
 }

@@ -13,14 +13,12 @@ ensure_chromium
 # below see only what the suite started (other Chromiums on the host are not ours).
 suite_tmp="$(mktemp -d /tmp/browserpool-suite.XXXXXX)"
 log="$suite_tmp.log"
-trap 'rm -rf "$suite_tmp" "$log"' EXIT
+trap 'rm -rf "$suite_tmp" "$log"; drop_scratch_databases' EXIT
 echo "== the whole suite on SQLite"
 BROWSERPOOL_TEST_POSTGRES= TMPDIR="$suite_tmp" cargo test --workspace --locked -- --test-threads=2 2>&1 | tee "$log"
 if ensure_postgres; then
     echo "== the server's tests again on PostgreSQL ($(echo "$BROWSERPOOL_TEST_POSTGRES" | sed 's#//[^@]*@#//#'))"
-    drop_scratch_databases
     TMPDIR="$suite_tmp" cargo test -p browserpool-server --locked -- --test-threads=2 2>&1 | tee -a "$log"
-    drop_scratch_databases
 fi
 
 # Every worker the suite started must be gone (zombies awaiting their reaper do not count).

@@ -178,8 +178,11 @@ impl Bound {
         let reaper = tokio::spawn(
             sessions.clone().reap_loop(shutdown_rx.clone()).instrument(tracing::info_span!("session_reaper")),
         );
+        // The heartbeat goes on until every session has ended, so other replicas do not take
+        // this one for gone while it closes them.
+        let (heartbeat_stop_tx, heartbeat_stop_rx) = watch::channel(false);
         let heartbeat = tokio::spawn(
-            sessions.clone().heartbeat_loop(shutdown_rx.clone()).instrument(tracing::info_span!("replica_heartbeat")),
+            sessions.clone().heartbeat_loop(heartbeat_stop_rx).instrument(tracing::info_span!("replica_heartbeat")),
         );
         let mut http_shutdown = shutdown_rx.clone();
         let http_state = crate::http::HttpState { sessions: sessions.clone() };
@@ -233,6 +236,7 @@ impl Bound {
         sessions.close_all("server shutdown").await;
         sessions.pool().shutdown().await;
         let _ = reaper.await;
+        let _ = heartbeat_stop_tx.send(true);
         let _ = heartbeat.await;
         sessions.deregister().await;
         let _ = revocations.await;

@@ -271,10 +271,23 @@ impl Sessions {
                 changed = shutdown.changed() => if changed.is_err() || *shutdown.borrow() { break },
             }
             beats += 1;
-            let beat = self.inner.store.heartbeat(&self.inner.replica, now_ms()).await;
-            let swept = if beats.is_multiple_of(5) { self.recover().await.map(|_| ()) } else { Ok(()) };
-            if let Err(e) = beat.map_err(ServiceError::from).and(swept) {
-                tracing::warn!(error = %e, "replica heartbeat failed");
+            match self.inner.store.beat(&self.inner.replica, now_ms()).await {
+                Ok(true) => {}
+                // Swept as gone (silent too long): its sessions are CRASHED in the database and
+                // their slots handed out again, so its browsers must not run on uncounted.
+                Ok(false) => {
+                    tracing::error!(replica = %self.inner.replica, "this server was dropped from the replica set; ending its sessions and joining again");
+                    self.close_all_as(SessionState::Crashed, "its server lost its place in the replica set").await;
+                    if let Err(e) = self.inner.store.heartbeat(&self.inner.replica, now_ms()).await {
+                        tracing::warn!(error = %e, "could not join the replica set again");
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "replica heartbeat failed"),
+            }
+            if beats.is_multiple_of(5) {
+                if let Err(e) = self.recover().await {
+                    tracing::warn!(error = %e, "replica sweep failed");
+                }
             }
         }
         tracing::debug!("heartbeat ended");
@@ -292,11 +305,13 @@ impl Sessions {
     /// again until `deadline` while other replicas hold them all.
     async fn claim(&self, id: &str, tenant: &TenantRecord, deadline: tokio::time::Instant) -> Result<Option<Claim>> {
         let store = &self.inner.store;
+        // Held before asking: a caller that goes away while the claim commits still frees it.
+        let claim = Claim { store: store.clone(), id: id.to_string(), released: false };
         loop {
             let now = now_ms();
             let stale_before = now - REPLICA_STALE.as_millis() as i64;
             if store.claim_slot(id, &tenant.id, &self.inner.replica, tenant.max_slots, now, stale_before).await? {
-                return Ok(Some(Claim { store: store.clone(), id: id.to_string(), released: false }));
+                return Ok(Some(claim));
             }
             if tokio::time::Instant::now() + CLAIM_RETRY > deadline {
                 return Ok(None);
@@ -813,9 +828,13 @@ impl Sessions {
 
     /// Ends every live session (server shutdown).
     pub async fn close_all(&self, reason: &str) {
+        self.close_all_as(SessionState::Closed, reason).await
+    }
+
+    async fn close_all_as(&self, state: SessionState, reason: &str) {
         let ids: Vec<String> = self.live_map().keys().cloned().collect();
         for id in ids {
-            if let Err(e) = self.end(&id, SessionState::Closed, reason).await {
+            if let Err(e) = self.end(&id, state, reason).await {
                 tracing::warn!(session = %id, error = %e, "could not record close");
             }
         }

@@ -441,6 +441,18 @@ impl Store {
             .collect())
     }
 
+    /// Beats a registered replica's heartbeat; false when it is not registered (any more:
+    /// another replica found it silent for too long and swept it).
+    pub async fn beat(&self, replica: &str, now_ms: i64) -> Result<bool, StoreError> {
+        let n = with_pool!(self, pool => sqlx::query("UPDATE replicas SET heartbeat_ms = $1 WHERE id = $2")
+            .bind(now_ms)
+            .bind(replica)
+            .execute(pool)
+            .await?
+            .rows_affected());
+        Ok(n > 0)
+    }
+
     /// Registers a replica (or beats its heartbeat when it is registered).
     pub async fn heartbeat(&self, replica: &str, now_ms: i64) -> Result<(), StoreError> {
         with_pool!(self, pool => { sqlx::query(
@@ -471,13 +483,14 @@ impl Store {
     pub async fn sweep_replicas(&self, me: &str, stale_before: i64) -> Result<Vec<String>, StoreError> {
         with_pool!(self, pool => {
             let mut tx = pool.begin().await?;
-            sqlx::query("DELETE FROM slot_claims WHERE replica NOT IN (SELECT id FROM replicas WHERE heartbeat_ms >= $1)")
-                .bind(stale_before)
-                .execute(&mut *tx)
-                .await?;
+            // Replicas first: a row beaten meanwhile is re-checked and kept (PostgreSQL), and
+            // only the claims of replicas actually removed go with them.
             sqlx::query("DELETE FROM replicas WHERE heartbeat_ms < $1 AND id <> $2")
                 .bind(stale_before)
                 .bind(me)
+                .execute(&mut *tx)
+                .await?;
+            sqlx::query("DELETE FROM slot_claims WHERE replica NOT IN (SELECT id FROM replicas)")
                 .execute(&mut *tx)
                 .await?;
             let rows = sqlx::query(
@@ -748,8 +761,10 @@ mod tests {
             one.heartbeat(fresh, 20_000).await.unwrap();
             assert!(!one.claim_slot("c-6", "t", fresh, 1, 20_000, 1_000).await.unwrap(), "{backend}: fresh enough");
             assert!(one.claim_slot("c-6", "t", fresh, 1, 20_000, 10_000).await.unwrap(), "{backend}: {loser} is stale");
-            // Deregistering drops a replica's claims.
+            // Deregistering drops a replica's claims; its next beat learns it is gone.
+            assert!(one.beat(fresh, 20_500).await.unwrap(), "{backend}: registered");
             one.deregister(fresh).await.unwrap();
+            assert!(!one.beat(fresh, 21_000).await.unwrap(), "{backend}: swept replicas hear of it");
             one.heartbeat(fresh, 20_000).await.unwrap();
             assert!(one.claim_slot("c-7", "t", fresh, 1, 20_000, 10_000).await.unwrap(), "{backend}");
         }

@@ -226,6 +226,16 @@ impl BinaryServer {
         Client::connect(format!("http://{}", self.grpc), &self.token).await.unwrap()
     }
 
+    /// SIGKILL, as a crash or an OOM kill would: no cleanup runs. Its Chromium workers (found
+    /// by their profile path) are killed too, so the test leaves no process behind.
+    pub fn kill_hard(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.exited = true;
+        let profiles = self.dir.path().join("profiles");
+        let _ = std::process::Command::new("pkill").arg("-9").arg("-f").arg(profiles.as_os_str()).status();
+    }
+
     /// SIGTERM, then wait (at most a minute) for the exit; returns it with the log lines.
     pub fn terminate(&mut self) -> (std::process::ExitStatus, Vec<String>) {
         // SAFETY: signalling our own child.

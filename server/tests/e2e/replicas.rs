@@ -74,3 +74,42 @@ async fn a_tenant_quota_holds_across_replicas_sharing_one_database() {
     let (sb, _) = b.terminate();
     assert_eq!((sa.code(), sb.code()), (Some(0), Some(0)));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_that_dies_frees_its_slots_and_its_sessions_are_marked_crashed() {
+    let mut a = BinaryServer::spawn().await;
+    let mut b = BinaryServer::replica_of(&a);
+    let (admin_a, admin_b) = (a.client().await, b.client().await);
+    let tenant = pb::Tenant { id: "solo".into(), max_slots: 1, max_queue: 4, ..Default::default() };
+    admin_a.admin().put_tenant(pb::PutTenantRequest { tenant: Some(tenant) }).await.unwrap();
+    let req = pb::IssueTokenRequest {
+        tenant: "solo".into(),
+        subject: "ci".into(),
+        scopes: vec!["sessions:read".into(), "sessions:write".into()],
+        ttl_s: 600,
+    };
+    let token = admin_a.admin().issue_token(req).await.unwrap().into_inner().token;
+    let on_a = Client::connect(format!("http://{}", a.grpc), &token).await.unwrap();
+    let on_b = Client::connect(format!("http://{}", b.grpc), &token).await.unwrap();
+    let held = on_a.acquire(30_000).await.unwrap();
+
+    // A dies without a word: its slot is free once its heartbeat is stale (10 s), not before.
+    a.kill_hard();
+    let started = Instant::now();
+    let got = on_b.acquire(30_000).await.expect("served once the dead replica's slot expired");
+    let waited = started.elapsed();
+    assert!(waited >= Duration::from_secs(7), "the slot was freed too early: {waited:?}");
+    // And B marks the dead replica's session CRASHED (it sweeps every 5 s).
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let s = admin_b.get(&held.session_id).await.unwrap();
+        if s.state == pb::SessionState::Crashed as i32 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "still {:?}", s.state);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    on_b.release(&got.session_id).await.unwrap();
+    let (status, _) = b.terminate();
+    assert_eq!(status.code(), Some(0));
+}
