@@ -384,6 +384,14 @@ pub fn png_size(data: &[u8]) -> (u32, u32) {
     (u32::from_be_bytes(data[16..20].try_into().unwrap()), u32::from_be_bytes(data[20..24].try_into().unwrap()))
 }
 
+/// The gRPC code of a refused call.
+pub fn status_code(e: browserpool_client::Error) -> tonic::Code {
+    match e {
+        browserpool_client::Error::Status(s) => s.code(),
+        other => panic!("not a status: {other}"),
+    }
+}
+
 /// Runs one action; the RPC itself must succeed.
 pub async fn act(client: &Client, id: &str, a: pb::Action) -> pb::ActionResult {
     client.act(id, a).await.unwrap()

@@ -4,25 +4,27 @@ use std::time::{Duration, Instant};
 
 use browserpool_client::{pb, Client};
 
-use crate::helpers::BinaryServer;
+use crate::helpers::{status_code, BinaryServer};
 
-fn code(r: Result<pb::Session, browserpool_client::Error>) -> tonic::Code {
-    match r {
-        Err(browserpool_client::Error::Status(s)) => s.code(),
-        other => panic!("expected a refusal, got {other:?}"),
-    }
+/// Two replicas on one database (A, and B with A's signing key), a tenant with one slot, and
+/// clients of that tenant on each.
+struct Replicas {
+    a: BinaryServer,
+    b: BinaryServer,
+    admin_b: Client,
+    on_a: Client,
+    on_b: Client,
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_tenant_quota_holds_across_replicas_sharing_one_database() {
-    let mut a = BinaryServer::spawn().await;
-    let mut b = BinaryServer::replica_of(&a);
+async fn replicas_with_a_one_slot_tenant(tenant: &str) -> Replicas {
+    let a = BinaryServer::spawn().await;
+    let b = BinaryServer::replica_of(&a);
     let (admin_a, admin_b) = (a.client().await, b.client().await);
-    let tenant = pb::Tenant { id: "team".into(), max_slots: 1, max_queue: 4, ..Default::default() };
-    admin_a.admin().put_tenant(pb::PutTenantRequest { tenant: Some(tenant) }).await.unwrap();
+    let one_slot = pb::Tenant { id: tenant.into(), max_slots: 1, max_queue: 4, ..Default::default() };
+    admin_a.admin().put_tenant(pb::PutTenantRequest { tenant: Some(one_slot) }).await.unwrap();
     // Replicas share the signing key: a token minted on A works on B.
     let req = pb::IssueTokenRequest {
-        tenant: "team".into(),
+        tenant: tenant.into(),
         subject: "ci".into(),
         scopes: vec!["sessions:read".into(), "sessions:write".into()],
         ttl_s: 600,
@@ -30,20 +32,23 @@ async fn a_tenant_quota_holds_across_replicas_sharing_one_database() {
     let token = admin_a.admin().issue_token(req).await.unwrap().into_inner().token;
     let on_a = Client::connect(format!("http://{}", a.grpc), &token).await.unwrap();
     let on_b = Client::connect(format!("http://{}", b.grpc), &token).await.unwrap();
+    Replicas { a, b, admin_b, on_a, on_b }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_quota_holds_across_replicas_sharing_one_database() {
+    let Replicas { mut a, mut b, admin_b, on_a, on_b } = replicas_with_a_one_slot_tenant("team").await;
 
     // The tenant's one slot is taken on A: B's Acquire queues, then its wait elapses.
     let first = on_a.acquire(30_000).await.unwrap();
     let started = Instant::now();
-    assert_eq!(code(on_b.acquire(1_500).await), tonic::Code::DeadlineExceeded);
+    assert_eq!(status_code(on_b.acquire(1_500).await.unwrap_err()), tonic::Code::DeadlineExceeded);
     assert!(started.elapsed() >= Duration::from_millis(1_400), "B waited for the slot: {:?}", started.elapsed());
     // Only A holds that session's browser: B says so instead of pretending.
     let elsewhere = on_b.release(&first.session_id).await.unwrap_err();
     assert!(elsewhere.to_string().contains("another replica"), "{elsewhere}");
     let elsewhere = on_b.act(&first.session_id, browserpool_client::action("title", "", serde_json::json!(null)));
-    match elsewhere.await {
-        Err(browserpool_client::Error::Status(s)) => assert_eq!(s.code(), tonic::Code::FailedPrecondition, "{s}"),
-        other => panic!("act on the wrong replica: {other:?}"),
-    }
+    assert_eq!(status_code(elsewhere.await.unwrap_err()), tonic::Code::FailedPrecondition);
     // Another tenant (default, on B) is not held up by team's quota.
     let other = admin_b.acquire(30_000).await.unwrap();
     admin_b.release(&other.session_id).await.unwrap();
@@ -60,7 +65,7 @@ async fn a_tenant_quota_holds_across_replicas_sharing_one_database() {
     let second = second.expect("served after A released");
     assert!(second.queue_wait_ms >= 700, "it queued: {}", second.queue_wait_ms);
     // Now A is the one that waits.
-    assert_eq!(code(on_a.acquire(700).await), tonic::Code::DeadlineExceeded);
+    assert_eq!(status_code(on_a.acquire(700).await.unwrap_err()), tonic::Code::DeadlineExceeded);
     // Both replicas see both sessions in the shared store.
     let seen = on_a.sessions().get(pb::GetSessionRequest { session_id: second.session_id.clone() }).await.unwrap();
     assert_eq!(seen.into_inner().tenant, "team");
@@ -77,20 +82,7 @@ async fn a_tenant_quota_holds_across_replicas_sharing_one_database() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_that_dies_frees_its_slots_and_its_sessions_are_marked_crashed() {
-    let mut a = BinaryServer::spawn().await;
-    let mut b = BinaryServer::replica_of(&a);
-    let (admin_a, admin_b) = (a.client().await, b.client().await);
-    let tenant = pb::Tenant { id: "solo".into(), max_slots: 1, max_queue: 4, ..Default::default() };
-    admin_a.admin().put_tenant(pb::PutTenantRequest { tenant: Some(tenant) }).await.unwrap();
-    let req = pb::IssueTokenRequest {
-        tenant: "solo".into(),
-        subject: "ci".into(),
-        scopes: vec!["sessions:read".into(), "sessions:write".into()],
-        ttl_s: 600,
-    };
-    let token = admin_a.admin().issue_token(req).await.unwrap().into_inner().token;
-    let on_a = Client::connect(format!("http://{}", a.grpc), &token).await.unwrap();
-    let on_b = Client::connect(format!("http://{}", b.grpc), &token).await.unwrap();
+    let Replicas { mut a, mut b, admin_b, on_a, on_b } = replicas_with_a_one_slot_tenant("solo").await;
     let held = on_a.acquire(30_000).await.unwrap();
 
     // A dies without a word: its slot is free once its heartbeat is stale (10 s), not before.

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use browserpool_client::{pb, Client};
 
-use crate::helpers::TestServer;
+use crate::helpers::{status_code, TestServer};
 
 fn tenant(id: &str, max_slots: u32, max_queue: u32) -> pb::Tenant {
     pb::Tenant {
@@ -14,13 +14,6 @@ fn tenant(id: &str, max_slots: u32, max_queue: u32) -> pb::Tenant {
         max_session_ttl_ms: 600_000,
         idle_timeout_ms: 60_000,
         ..Default::default()
-    }
-}
-
-fn code(e: browserpool_client::Error) -> tonic::Code {
-    match e {
-        browserpool_client::Error::Status(s) => s.code(),
-        other => panic!("not a status: {other}"),
     }
 }
 
@@ -48,7 +41,7 @@ async fn tenant_slots_queue_overflow_renew_and_forced_delete() {
     assert_eq!(first.tenant, "team-a");
 
     // The server has room, the tenant does not: its next request waits, then times out.
-    assert_eq!(code(a.acquire(300).await.unwrap_err()), tonic::Code::DeadlineExceeded);
+    assert_eq!(status_code(a.acquire(300).await.unwrap_err()), tonic::Code::DeadlineExceeded);
     // One waiter fills max_queue=1; the next is refused at once with the queue length.
     let waiter = {
         let a = a.clone();
@@ -103,7 +96,7 @@ async fn tenant_slots_queue_overflow_renew_and_forced_delete() {
     let killed = admin.get(&second.session_id).await.unwrap();
     assert_eq!(pb::SessionState::try_from(killed.state).unwrap(), pb::SessionState::Killed);
     assert_eq!(
-        code(a.acquire(1000).await.unwrap_err()),
+        status_code(a.acquire(1000).await.unwrap_err()),
         tonic::Code::PermissionDenied,
         "a deleted tenant acquires nothing"
     );
