@@ -231,6 +231,11 @@ impl Sessions {
             .collect()
     }
 
+    /// A session live on this server; one that ended meanwhile is not READY.
+    fn live(&self, id: &str) -> Result<Arc<Live>> {
+        self.live_map().get(id).cloned().ok_or_else(|| ServiceError::NotReady { id: id.into(), state: "CLOSED" })
+    }
+
     fn live_map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Live>>> {
         self.inner.live.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -249,9 +254,14 @@ impl Sessions {
     /// previous run of this server, or another replica that stopped beating): their workers
     /// died with them. Their tenant slots are freed too.
     pub async fn recover(&self) -> Result<usize> {
-        let now = now_ms();
-        self.inner.store.heartbeat(&self.inner.replica, now).await?;
-        let ids = self.inner.store.sweep_replicas(&self.inner.replica, now - REPLICA_STALE.as_millis() as i64).await?;
+        self.inner.store.heartbeat(&self.inner.replica, now_ms()).await?;
+        self.sweep().await
+    }
+
+    /// Forgets replicas that are gone and marks their live sessions CRASHED.
+    async fn sweep(&self) -> Result<usize> {
+        let stale_before = now_ms() - REPLICA_STALE.as_millis() as i64;
+        let ids = self.inner.store.sweep_replicas(&self.inner.replica, stale_before).await?;
         for id in &ids {
             self.inner.store.end_session(id, SessionState::Crashed, now_ms(), "its server is gone").await?;
         }
@@ -285,7 +295,7 @@ impl Sessions {
                 Err(e) => tracing::warn!(error = %e, "replica heartbeat failed"),
             }
             if beats.is_multiple_of(5) {
-                if let Err(e) = self.recover().await {
+                if let Err(e) = self.sweep().await {
                     tracing::warn!(error = %e, "replica sweep failed");
                 }
             }
@@ -458,11 +468,7 @@ impl Sessions {
     pub async fn renew(&self, claims: &Claims, id: &str, idle_timeout_ms: u32) -> Result<SessionRecord> {
         require(claims, Scope::SessionsWrite)?;
         self.attach(claims, id).await?;
-        let live = self
-            .live_map()
-            .get(id)
-            .cloned()
-            .ok_or_else(|| ServiceError::NotReady { id: id.into(), state: "CLOSED" })?;
+        let live = self.live(id)?;
         let idle = match idle_timeout_ms {
             0 => live.idle_timeout,
             ms => Duration::from_millis(ms as u64),
@@ -659,11 +665,7 @@ impl Sessions {
         id: &str,
         f: impl for<'a> FnOnce(&'a Lease) -> futures::future::BoxFuture<'a, std::result::Result<T, ActionFailure>>,
     ) -> Result<T> {
-        let live = self
-            .live_map()
-            .get(id)
-            .cloned()
-            .ok_or_else(|| ServiceError::NotReady { id: id.into(), state: "CLOSED" })?;
+        let live = self.live(id)?;
         let guard = live.lease.lock().await;
         let lease = guard.as_ref().ok_or_else(|| ServiceError::NotReady { id: id.into(), state: "CLOSED" })?;
         let out = f(lease).await.map_err(ServiceError::Action)?;
@@ -710,11 +712,7 @@ impl Sessions {
     pub async fn events(&self, claims: &Claims, id: &str) -> Result<EventReader> {
         require(claims, Scope::SessionsRead)?;
         self.attach(claims, id).await?;
-        let live = self
-            .live_map()
-            .get(id)
-            .cloned()
-            .ok_or_else(|| ServiceError::NotReady { id: id.into(), state: "CLOSED" })?;
+        let live = self.live(id)?;
         let guard = live.lease.lock().await;
         match guard.as_ref() {
             Some(lease) => Ok(lease.driver().events()),
