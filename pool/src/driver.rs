@@ -23,6 +23,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::actions::Canonical;
+use crate::egress::Egress;
 use crate::error::PoolError;
 use crate::events::{DialogInfo, DialogKind, EventHub, EventKind, EventReader};
 use crate::policy::NavPolicy;
@@ -198,8 +199,11 @@ pub(crate) struct Shared {
     pub(crate) loaded_html: Mutex<HashMap<TargetId, (String, String, String)>>,
     /// `Page.lifecycleEvent`s of our raw sessions: (session, loader id, name).
     pub(crate) lifecycle: broadcast::Sender<(String, String, String)>,
-    /// What the session's pages may load; checked for every request.
-    pub(crate) policy: std::sync::RwLock<NavPolicy>,
+    /// What the session's pages may load; checked for every request here and, shared with the
+    /// worker's egress proxy, for every connection.
+    pub(crate) policy: Arc<std::sync::RwLock<NavPolicy>>,
+    /// The pool's egress guard (reserved ports, name answers), for checks before a navigation.
+    pub(crate) egress: Arc<Egress>,
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -298,7 +302,13 @@ impl Drop for Driver {
 impl Driver {
     /// Connects the driver to a freshly launched browser: starts the watchers, opens the page
     /// sessions will drive and closes any other tab Chromium started with.
-    pub(crate) async fn attach(browser: Browser, ws_url: &str, cfg: DriverConfig) -> Result<Driver, PoolError> {
+    pub(crate) async fn attach(
+        browser: Browser,
+        ws_url: &str,
+        cfg: DriverConfig,
+        policy: Arc<std::sync::RwLock<NavPolicy>>,
+        egress: Arc<Egress>,
+    ) -> Result<Driver, PoolError> {
         let t = cfg.cdp_timeout;
         let timeout = |what| PoolError::CdpTimeout { what, after: t };
         let browser = Arc::new(browser);
@@ -314,7 +324,8 @@ impl Driver {
             answered: Mutex::new(HashSet::new()),
             loaded_html: Mutex::new(HashMap::new()),
             lifecycle: broadcast::channel(1024).0,
-            policy: std::sync::RwLock::new(NavPolicy::default()),
+            policy,
+            egress,
         });
         let listen = |e: CdpError| PoolError::Cdp(format!("listen targets: {e}"));
         let created = tokio::time::timeout(t, browser.event_listener::<EventTargetCreated>())
@@ -370,9 +381,21 @@ impl Driver {
         *self.shared.policy.write().unwrap_or_else(|e| e.into_inner()) = policy;
     }
 
-    /// Checks a URL a client asked for against the policy.
+    /// Checks a URL a client asked for against the policy, as written.
     pub(crate) fn check_url(&self, url: &str) -> ActResult<()> {
         self.shared.check(url).map_err(|why| ActionFailure::new(FailureCode::BlockedByPolicy, why))
+    }
+
+    /// Checks a URL a client asked to navigate to, its host resolved as the egress proxy
+    /// would, so a refusal is a clear `BLOCKED_BY_POLICY` rather than the proxy's error page.
+    /// The proxy still judges the connection itself (the name may resolve differently then).
+    pub(crate) async fn check_destination(&self, url: &str) -> ActResult<()> {
+        let policy = self.shared.policy.read().unwrap_or_else(|e| e.into_inner()).clone();
+        self.shared
+            .egress
+            .check_url(&policy, url)
+            .await
+            .map_err(|why| ActionFailure::new(FailureCode::BlockedByPolicy, why))
     }
 
     /// A reader of this worker's events from now on.

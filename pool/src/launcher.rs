@@ -33,6 +33,11 @@ pub const CHROME_FLAGS: &[&str] = &[
     "--disable-dev-shm-usage",
 ];
 
+/// Written into every profile before launch: no preconnect or DNS prefetch (a page must not
+/// open connections it did not ask for), and WebRTC only through the proxy, never over
+/// non-proxied UDP, so ICE cannot reach an address the egress proxy would refuse.
+const PREFERENCES: &str = r#"{"net":{"network_prediction_options":2},"webrtc":{"ip_handling_policy":"disable_non_proxied_udp","multiple_routes_enabled":false,"nonproxied_udp_enabled":false}}"#;
+
 /// An inclusive range of CDP ports, written `9300-9399`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PortRange {
@@ -231,8 +236,9 @@ pub(crate) struct Launched {
     pub(crate) handler_task: tokio::task::JoinHandle<()>,
 }
 
-/// Takes a free port, starts Chromium on it with a fresh profile and connects CDP.
-pub(crate) async fn launch(cfg: &LaunchConfig, worker: &str) -> Result<Launched, PoolError> {
+/// Takes a free port, starts Chromium on it with a fresh profile and connects CDP. Every
+/// connection its pages open goes through `proxy` (the worker's egress proxy).
+pub(crate) async fn launch(cfg: &LaunchConfig, worker: &str, proxy: &str) -> Result<Launched, PoolError> {
     let lock = take_port(cfg).await?;
     let port = lock.port();
     let profile = cfg.profiles_dir.join(format!("port-{port}"));
@@ -242,6 +248,9 @@ pub(crate) async fn launch(cfg: &LaunchConfig, worker: &str) -> Result<Launched,
     }
     let home = profile.join("home");
     tokio::fs::create_dir_all(&home).await?;
+    let default_profile = profile.join("chrome").join("Default");
+    tokio::fs::create_dir_all(&default_profile).await?;
+    tokio::fs::write(default_profile.join("Preferences"), PREFERENCES).await?;
     // Chromium puts unix sockets in TMPDIR, and a socket path must fit in 108 bytes, so the
     // worker's own temp dir is short and fixed per port (the port lock makes it ours).
     let tmp = worker_tmp(port);
@@ -255,6 +264,10 @@ pub(crate) async fn launch(cfg: &LaunchConfig, worker: &str) -> Result<Launched,
         .arg(format!("--user-data-dir={}", profile.join("chrome").display()))
         .arg(format!("--remote-debugging-port={port}"))
         .arg("--remote-debugging-address=127.0.0.1")
+        // Nothing bypasses the proxy, loopback included (Chromium bypasses it by default).
+        .arg(format!("--proxy-server={proxy}"))
+        .arg("--proxy-bypass-list=<-loopback>")
+        .arg("--force-webrtc-ip-handling-policy=disable_non_proxied_udp")
         .arg("about:blank")
         // Keep everything Chromium writes outside its user-data-dir inside the profile too.
         .env("HOME", &home)

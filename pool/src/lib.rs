@@ -6,6 +6,7 @@
 pub mod actions;
 pub mod context;
 pub mod driver;
+pub mod egress;
 pub mod error;
 pub mod events;
 mod keys;
@@ -20,6 +21,7 @@ mod watchers;
 pub use actions::{canonicalize, Access, Canonical, UnknownAction};
 pub use context::{CaptureOptions, ContextState, CookieRecord, MAX_COOKIES};
 pub use driver::{ActionCall, ActionFailure, ActionOutput, Driver, DriverConfig, FailureCode, Viewport};
+pub use egress::{Egress, EgressConfig};
 pub use error::PoolError;
 pub use events::{DialogInfo, DialogKind, Event, EventKind, EventReader};
 pub use launcher::{find_chrome, LaunchConfig, PortRange};

@@ -98,7 +98,7 @@ impl Driver {
         if url::Url::parse(&url).is_err() && url != "about:blank" {
             return Err(ActionFailure::invalid(format!("payload.url: {url:?} is not a url")));
         }
-        self.check_url(&url)?;
+        self.check_destination(&url).await?;
         let event = match wait_until.as_str() {
             "load" => Some("load"),
             "domcontentloaded" => Some("DOMContentLoaded"),

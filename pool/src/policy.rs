@@ -2,7 +2,7 @@
 //! client navigates to and, through the paused-request hook, for every request the pages make
 //! (redirect hops and subresources included).
 
-use std::net::{Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// What a session's pages may reach.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -22,8 +22,9 @@ impl Default for NavPolicy {
 }
 
 impl NavPolicy {
-    /// Why `url` is refused, or `Ok` when it may load. Host names are not resolved here: a
-    /// name is judged by `allow_hosts` (Chromium resolves it), an address by its range.
+    /// Why `url` is refused, or `Ok` when it may load, judged as written: a name by
+    /// `allow_hosts`, an address by its range. The egress proxy judges the addresses a name
+    /// resolves to (`crate::egress`).
     pub fn check(&self, url: &str) -> Result<(), String> {
         if url == "about:blank" || url.starts_with("data:") || url.starts_with("blob:") {
             return Ok(());
@@ -63,6 +64,15 @@ fn host_matches(pattern: &str, host: &str) -> bool {
     }
 }
 
+/// Whether `ip` is not a public internet address: loopback, RFC 1918, link-local (cloud
+/// metadata), CGNAT, unique-local, benchmarking, multicast, reserved or unspecified.
+pub fn private_ip(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => private_v4(v4),
+        IpAddr::V6(v6) => private_v6(v6),
+    }
+}
+
 fn private_v4(ip: Ipv4Addr) -> bool {
     let [a, b, ..] = ip.octets();
     ip.is_loopback()
@@ -70,8 +80,11 @@ fn private_v4(ip: Ipv4Addr) -> bool {
         || ip.is_link_local()
         || ip.is_unspecified()
         || ip.is_broadcast()
+        || ip.is_multicast()
         || a == 0
+        || a >= 240
         || (a == 100 && (64..128).contains(&b))
+        || (a == 198 && (18..20).contains(&b))
 }
 
 fn private_v6(ip: Ipv6Addr) -> bool {
@@ -79,7 +92,13 @@ fn private_v6(ip: Ipv6Addr) -> bool {
         return private_v4(v4);
     }
     let first = ip.segments()[0];
-    ip.is_loopback() || ip.is_unspecified() || (first & 0xfe00) == 0xfc00 || (first & 0xffc0) == 0xfe80
+    ip.is_loopback()
+        || ip.is_unspecified()
+        || ip.is_multicast()
+        || (first & 0xfe00) == 0xfc00
+        || (first & 0xffc0) == 0xfe80
+        // NAT64 (64:ff9b::/96) carries an IPv4 address in its last 32 bits.
+        || (ip.segments()[..6] == [0x64, 0xff9b, 0, 0, 0, 0] && private_v4(Ipv4Addr::from((ip.to_bits() & 0xffff_ffff) as u32)))
 }
 
 #[cfg(test)]
@@ -107,6 +126,14 @@ mod tests {
             "http://[fd00::1]/",
             "http://[fe80::1]/",
             "http://[::ffff:127.0.0.1]/",
+            "http://[64:ff9b::7f00:1]/",
+            "http://224.0.0.1/",
+            "http://240.0.0.1/",
+            "http://198.18.0.1/",
+            "http://2130706433/",
+            "http://0x7f.1/",
+            "http://127.1/",
+            "http://017700000001/",
         ] {
             assert!(p.check(url).is_err(), "{url} must be refused");
             assert!(open().check(url).is_ok(), "{url} allowed with private networks");

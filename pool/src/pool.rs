@@ -10,8 +10,10 @@ use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
 use tracing::Instrument;
 
 use crate::driver::{Driver, DriverConfig, Viewport};
+use crate::egress::{Egress, EgressConfig, Proxy};
 use crate::error::PoolError;
 use crate::launcher::{launch, LaunchConfig, Process};
+use crate::policy::NavPolicy;
 
 /// Identifies one Chromium worker for its whole life (boot to kill).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -40,6 +42,9 @@ pub struct PoolConfig {
     pub max_workers: usize,
     /// Largest `load_html` document, in bytes.
     pub max_html_bytes: usize,
+    /// What every worker's egress proxy refuses whatever the policy, and fixed name answers.
+    /// The pool adds its own CDP port range to the refused ports.
+    pub egress: EgressConfig,
 }
 
 /// Where a worker is in its life.
@@ -75,6 +80,8 @@ pub struct PoolStatus {
 struct Worker {
     id: WorkerId,
     process: Process,
+    /// Dropped (ending every connection it carries) with the worker.
+    _proxy: Proxy,
     handler_task: tokio::task::JoinHandle<()>,
     driver: Driver,
     started_at: SystemTime,
@@ -110,6 +117,7 @@ struct State {
 
 struct Inner {
     cfg: PoolConfig,
+    egress: Arc<Egress>,
     state: Mutex<State>,
     /// One permit per lease, FIFO, so waiters are served in arrival order.
     slots: Arc<Semaphore>,
@@ -138,7 +146,11 @@ impl Pool {
     /// Creates the pool and starts its refill loop, which ends when `shutdown` turns true.
     pub fn start(cfg: PoolConfig, shutdown: watch::Receiver<bool>) -> Pool {
         let max = cfg.max_workers.max(1);
+        let mut egress = cfg.egress.clone();
+        egress.reserved_ports.push(cfg.launch.ports.start..=cfg.launch.ports.end);
+        let egress = Arc::new(Egress::new(egress));
         let inner = Arc::new(Inner {
+            egress,
             cfg: PoolConfig { max_workers: max, ..cfg },
             state: Mutex::new(State::default()),
             slots: Arc::new(Semaphore::new(max)),
@@ -308,7 +320,7 @@ impl Pool {
 
     async fn boot(self, id: WorkerId) {
         let started = Instant::now();
-        let result = boot_worker(&self.inner.cfg, id.clone()).await;
+        let result = boot_worker(&self.inner.cfg, &self.inner.egress, id.clone()).await;
         // Decide under the lock, act (await) after it is released.
         let (orphan, failed) = {
             let mut state = self.inner.state();
@@ -348,10 +360,14 @@ impl Pool {
     }
 }
 
-async fn boot_worker(cfg: &PoolConfig, id: WorkerId) -> Result<Worker, PoolError> {
-    let launched = launch(&cfg.launch, &id.0).await?;
+async fn boot_worker(cfg: &PoolConfig, egress: &Arc<Egress>, id: WorkerId) -> Result<Worker, PoolError> {
+    // The proxy reads the policy per connection, so `Driver::set_policy` at lease time holds
+    // for every connection opened after it; until then, nothing private.
+    let policy = Arc::new(std::sync::RwLock::new(NavPolicy::default()));
+    let proxy = Proxy::start(egress.clone(), policy.clone(), &id.0).await?;
+    let launched = launch(&cfg.launch, &id.0, &proxy.url()).await?;
     let driver_cfg = DriverConfig { cdp_timeout: cfg.launch.cdp_timeout, max_html_bytes: cfg.max_html_bytes };
-    let driver = match Driver::attach(launched.browser, &launched.ws_url, driver_cfg).await {
+    let driver = match Driver::attach(launched.browser, &launched.ws_url, driver_cfg, policy, egress.clone()).await {
         Ok(driver) => driver,
         Err(e) => {
             launched.handler_task.abort();
@@ -362,6 +378,7 @@ async fn boot_worker(cfg: &PoolConfig, id: WorkerId) -> Result<Worker, PoolError
     Ok(Worker {
         id,
         process: launched.process,
+        _proxy: proxy,
         handler_task: launched.handler_task,
         driver,
         started_at: SystemTime::now(),

@@ -15,6 +15,9 @@ pub struct Cli {
     pub command: Option<Command>,
 }
 
+// `Serve` is far larger than the rest; the value is parsed once per process, so boxing buys
+// nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the service (the default when no command is given).
@@ -135,6 +138,20 @@ pub struct ServeArgs {
     /// How long Chromium may take to start.
     #[arg(long, env = "BROWSERPOOL_LAUNCH_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
     pub launch_timeout: Duration,
+    /// Fixed answers for the egress proxy's resolver, NAME=IP (repeat, or comma-separated in
+    /// the environment); they win over DNS, and the navigation policy judges the IP given.
+    #[arg(long = "resolve", env = "BROWSERPOOL_RESOLVE", value_delimiter = ',', value_parser = parse_resolve)]
+    pub resolve: Vec<(String, std::net::IpAddr)>,
+}
+
+fn parse_resolve(s: &str) -> Result<(String, std::net::IpAddr), String> {
+    let (name, ip) = s.split_once('=').ok_or_else(|| format!("{s:?} is not NAME=IP"))?;
+    let ip = ip.trim().parse().map_err(|_| format!("{ip:?} is not an IP address"))?;
+    let name = name.trim();
+    if name.is_empty() || name.parse::<std::net::IpAddr>().is_ok() {
+        return Err(format!("{name:?} is not a host name"));
+    }
+    Ok((name.to_string(), ip))
 }
 
 impl ServeArgs {

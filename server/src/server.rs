@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context;
-use browserpool_pool::{find_chrome, LaunchConfig, Pool, PoolConfig};
+use browserpool_pool::{find_chrome, EgressConfig, LaunchConfig, Pool, PoolConfig};
 use browserpool_proto::v1::{admin_server::AdminServer, sessions_server::SessionsServer};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -101,6 +101,11 @@ pub async fn bind(args: ServeArgs) -> anyhow::Result<Bound> {
             warm: args.warm,
             max_workers: args.max_workers,
             max_html_bytes: args.max_html_bytes,
+            // Pages never reach the server's own listeners, whatever the tenant allows.
+            egress: EgressConfig {
+                reserved_ports: vec![grpc_addr.port()..=grpc_addr.port(), http_addr.port()..=http_addr.port()],
+                hosts: args.resolve.iter().cloned().collect(),
+            },
         },
         shutdown_rx.clone(),
     );

@@ -5,6 +5,7 @@ mod actions;
 mod auth;
 mod context;
 mod dialogs;
+mod egress;
 mod helpers;
 mod lifecycle;
 mod ops;
