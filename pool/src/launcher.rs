@@ -22,7 +22,6 @@ pub const CHROME_NAMES: &[&str] = &["chromium", "chromium-browser", "google-chro
 /// (these machines have no network, and a pool must not phone home anyway).
 pub const CHROME_FLAGS: &[&str] = &[
     "--headless",
-    "--no-sandbox",
     "--disable-gpu",
     "--disable-quic",
     "--no-first-run",
@@ -260,6 +259,11 @@ pub(crate) async fn launch(cfg: &LaunchConfig, worker: &str, proxy: &str) -> Res
     tokio::fs::create_dir_all(&tmp).await?;
 
     let mut cmd = Command::new(&cfg.chrome);
+    // Chromium refuses to start its sandbox as root; as any other user it keeps it.
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        cmd.arg("--no-sandbox");
+    }
     cmd.args(CHROME_FLAGS)
         .arg(format!("--user-data-dir={}", profile.join("chrome").display()))
         .arg(format!("--remote-debugging-port={port}"))
