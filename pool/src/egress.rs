@@ -11,6 +11,9 @@
 //! is bound to its first upstream (the request goes out with `Connection: close`), so a second
 //! request on it can never reach another host unchecked; every task of a worker's proxy ends
 //! when the worker's [`Proxy`] is dropped.
+//!
+//! Whoever drives Chromium over CDP can undo this (`Target.createBrowserContext` takes its own
+//! `proxyServer`); a CDP proxy for clients must refuse that parameter.
 
 use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
@@ -216,14 +219,25 @@ async fn read_head(stream: &mut TcpStream) -> Result<Head, String> {
     }
 }
 
-async fn refuse(stream: &mut TcpStream, status: &str, why: &str) {
+/// The header of the proxy's own answers, naming the network error Chromium would have seen
+/// without a proxy as a CDP `Network.ErrorReason` (`BlockedByClient`, `ConnectionRefused`...);
+/// the request hook turns a document's answer back into that error.
+pub(crate) const ERROR_HEADER: &str = "x-browserpool-egress";
+
+async fn refuse(stream: &mut TcpStream, status: &str, reason: &str, why: &str) {
     let body = format!("browserpool egress: {why}\n");
     let resp = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nX-Browserpool-Blocked: policy\r\nConnection: close\r\n\r\n{body}",
+        "HTTP/1.1 {status}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\n{ERROR_HEADER}: {reason}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
     let _ = stream.write_all(resp.as_bytes()).await;
     let _ = stream.shutdown().await;
+}
+
+async fn blocked(client: &mut TcpStream, host: &str, port: u16, why: &str) {
+    // Host and port only: paths and queries may carry secrets.
+    tracing::info!(%host, port, reason = %why, "connection blocked by policy");
+    refuse(client, "403 Forbidden", "BlockedByClient", why).await
 }
 
 /// Serves one client connection: a CONNECT tunnel (https, ws, wss) or one plain-HTTP request
@@ -231,7 +245,7 @@ async fn refuse(stream: &mut TcpStream, status: &str, why: &str) {
 async fn serve_conn(mut client: TcpStream, egress: &Egress, policy: &RwLock<NavPolicy>) {
     let head = match tokio::time::timeout(HEAD_TIMEOUT, read_head(&mut client)).await {
         Ok(Ok(head)) => head,
-        Ok(Err(why)) => return refuse(&mut client, "400 Bad Request", &why).await,
+        Ok(Err(why)) => return refuse(&mut client, "400 Bad Request", "Failed", &why).await,
         Err(_) => return,
     };
     let tunnel = head.method.eq_ignore_ascii_case("CONNECT");
@@ -239,29 +253,45 @@ async fn serve_conn(mut client: TcpStream, egress: &Egress, policy: &RwLock<NavP
     let url = if tunnel { format!("https://{}/", head.target) } else { head.target.clone() };
     let parsed = match url::Url::parse(&url) {
         Ok(u) if tunnel || u.scheme() == "http" => u,
-        _ => return refuse(&mut client, "400 Bad Request", "expected CONNECT host:port or an absolute http url").await,
+        _ => {
+            return refuse(
+                &mut client,
+                "400 Bad Request",
+                "Failed",
+                "expected CONNECT host:port or an absolute http url",
+            )
+            .await
+        }
     };
     let (Some(host), Some(port)) = (parsed.host_str().map(str::to_string), parsed.port_or_known_default()) else {
-        return refuse(&mut client, "400 Bad Request", "no host in the request target").await;
+        return refuse(&mut client, "400 Bad Request", "Failed", "no host in the request target").await;
     };
     let policy = policy.read().unwrap_or_else(|e| e.into_inner()).clone();
-    let judged = async {
-        policy.check(&url)?;
-        let addrs = egress.resolve(&host, port).await?;
-        egress.judge(&policy, &host, &addrs)
+    if let Err(why) = policy.check(&url) {
+        return blocked(&mut client, &host, port, &why).await;
+    }
+    let addrs = match egress.resolve(&host, port).await {
+        Ok(addrs) => addrs,
+        Err(why) => return refuse(&mut client, "502 Bad Gateway", "NameNotResolved", &why).await,
     };
-    let addr = match judged.await {
+    let addr = match egress.judge(&policy, &host, &addrs) {
         Ok(addr) => addr,
-        Err(why) => {
-            // Host and port only: paths and queries may carry secrets.
-            tracing::info!(%host, port, reason = %why, "connection blocked by policy");
-            return refuse(&mut client, "403 Forbidden", &why).await;
-        }
+        Err(why) => return blocked(&mut client, &host, port, &why).await,
     };
     let mut upstream = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await {
         Ok(Ok(s)) => s,
-        Ok(Err(e)) => return refuse(&mut client, "502 Bad Gateway", &format!("connect {host}:{port}: {e}")).await,
-        Err(_) => return refuse(&mut client, "504 Gateway Timeout", &format!("connect {host}:{port} timed out")).await,
+        Ok(Err(e)) => {
+            let reason = match e.kind() {
+                std::io::ErrorKind::ConnectionRefused => "ConnectionRefused",
+                std::io::ErrorKind::ConnectionReset => "ConnectionReset",
+                _ => "ConnectionFailed",
+            };
+            return refuse(&mut client, "502 Bad Gateway", reason, &format!("connect {host}:{port}: {e}")).await;
+        }
+        Err(_) => {
+            return refuse(&mut client, "504 Gateway Timeout", "TimedOut", &format!("connect {host}:{port} timed out"))
+                .await
+        }
     };
     if tunnel {
         if client.write_all(b"HTTP/1.1 200 Connection Established\r\n\r\n").await.is_err() {

@@ -19,6 +19,7 @@ use tokio::sync::mpsc;
 use tracing::Instrument;
 
 use crate::driver::{grammar, lock, Answer, Shared, Tab};
+use crate::egress::ERROR_HEADER;
 use crate::events::{DialogInfo, DialogKind, EventKind};
 use crate::rawcdp::{RawCdp, RawEvent};
 
@@ -94,8 +95,13 @@ async fn register_tab(
         raw.call("", "Target.attachToTarget", json!({ "targetId": target.as_ref(), "flatten": true })).await?;
     let session = attached["sessionId"].as_str().ok_or("attach answered no session id")?.to_string();
     // Every request pauses here (and is continued at once) so auth challenges can be held.
-    raw.call(&session, "Fetch.enable", json!({ "handleAuthRequests": true, "patterns": [{ "urlPattern": "*" }] }))
-        .await?;
+    // Documents pause again at their response, so the egress proxy's own error answers become
+    // the network errors they stand for.
+    let patterns = json!([
+        { "urlPattern": "*" },
+        { "urlPattern": "*", "resourceType": "Document", "requestStage": "Response" },
+    ]);
+    raw.call(&session, "Fetch.enable", json!({ "handleAuthRequests": true, "patterns": patterns })).await?;
     raw.call(&session, "Page.enable", json!({})).await?;
     raw.call(&session, "Page.setLifecycleEventsEnabled", json!({ "enabled": true })).await?;
     // Permission prompts: headless Chromium would deny them silently; the shim asks us instead.
@@ -207,6 +213,22 @@ async fn watch_tab(shared: Arc<Shared>, tab: Tab) {
 pub(crate) async fn raw_events(shared: Arc<Shared>, raw: RawCdp, mut rx: mpsc::UnboundedReceiver<RawEvent>) {
     while let Some(ev) = rx.recv().await {
         match ev.method.as_str() {
+            // A document's response from the egress proxy itself: fail the request with the
+            // network error the proxy names, so navigations report it as Chromium would.
+            "Fetch.requestPaused" if ev.params.get("responseStatusCode").is_some() => {
+                let id = ev.params["requestId"].clone();
+                let reason = ev.params["responseHeaders"].as_array().and_then(|headers| {
+                    headers.iter().find_map(|h| {
+                        h["name"].as_str().filter(|n| n.eq_ignore_ascii_case(ERROR_HEADER)).and(h["value"].as_str())
+                    })
+                });
+                match reason.filter(|r| NETWORK_ERRORS.contains(r)) {
+                    Some(reason) => {
+                        raw.send(&ev.session_id, "Fetch.failRequest", json!({ "requestId": id, "errorReason": reason }))
+                    }
+                    None => raw.send(&ev.session_id, "Fetch.continueRequest", json!({ "requestId": id })),
+                }
+            }
             "Fetch.requestPaused" => {
                 let id = ev.params["requestId"].clone();
                 let url = ev.params["request"]["url"].as_str().unwrap_or_default();
@@ -233,6 +255,17 @@ pub(crate) async fn raw_events(shared: Arc<Shared>, raw: RawCdp, mut rx: mpsc::U
         }
     }
 }
+
+/// `Network.ErrorReason`s the egress proxy may name (anything else is continued as is).
+const NETWORK_ERRORS: &[&str] = &[
+    "Failed",
+    "TimedOut",
+    "ConnectionReset",
+    "ConnectionRefused",
+    "ConnectionFailed",
+    "NameNotResolved",
+    "BlockedByClient",
+];
 
 /// The binding the permission shim calls with `{id, name, origin}`.
 pub(crate) const PERMISSION_BINDING: &str = "__browserpoolPermissionAsk";

@@ -136,7 +136,8 @@ async fn run_corpus(client: &Client, id: &str, ip: &str, name: &str, popup: &str
 /// Registers a service worker and starts a shared worker, each fetching `to` + its label.
 const WORKERS: &str = r#"<!doctype html><title>workers</title><script>
   const to = new URLSearchParams(location.search).get('to');
-  navigator.serviceWorker.register('/worker.js?to=' + encodeURIComponent(to + 'service-worker')).catch(() => {});
+  navigator.serviceWorker.register('/worker.js?to=' + encodeURIComponent(to + 'service-worker'))
+    .then(() => console.log('service worker registered'), e => console.log('service worker failed: ' + e));
   new SharedWorker('/worker.js?to=' + encodeURIComponent(to + 'shared-worker'));
 </script>"#;
 
@@ -162,8 +163,8 @@ async fn redirector() -> (SocketAddr, Arc<AtomicUsize>) {
                     [("content-type", "text/javascript")],
                     // A service worker keeps its install alive until the fetch settles.
                     "const to = new URLSearchParams(self.location.search).get('to'); \
-                     if (self.registration) self.addEventListener('install', e => e.waitUntil(fetch(to).catch(() => {}))); \
-                     else fetch(to).catch(() => {});",
+                     const go = () => fetch(to).catch(() => {}); \
+                     if (self.registration) self.addEventListener('install', e => e.waitUntil(go())); else go();",
                 )
             }),
         );
@@ -287,11 +288,21 @@ async fn no_page_reaches_a_private_address_or_a_devtools_port() {
     )
     .await;
     // Service and shared workers of a page served over http (a secure context on 127.0.0.1).
+    // A service worker's install fails now and then on a loaded machine (the registration is
+    // left with no worker): register again, at most three times.
     let workers = format!("http://{redirect}/workers?to=http://evil.test:{p}/");
-    ok(&act(&admin, &id, action("navigate", "", workers.clone())).await);
     let mut want = LABELS.to_vec();
     want.extend(["redirect-target", "service-worker", "shared-worker"]);
-    let seen = wait_for_labels(&open, &want).await;
+    for _ in 0..3 {
+        ok(&act(&admin, &id, action("navigate", "", workers.clone())).await);
+        if wait_for_labels(&open, &want).await.contains("service-worker") {
+            break;
+        }
+        let unregister =
+            "navigator.serviceWorker.getRegistrations().then(rs => Promise.all(rs.map(r => r.unregister())))";
+        ok(&act(&admin, &id, action("evaluate", "", unregister)).await);
+    }
+    let seen = open.labels();
     let missing: Vec<_> = want.iter().filter(|l| !seen.contains(**l)).collect();
     assert!(missing.is_empty(), "the control did not see {missing:?}; saw {:?}", open.lines());
     // TURN over TCP goes through the proxy (a STUN Allocate request, type 0x0003)...
