@@ -40,6 +40,8 @@ pub struct PoolConfig {
     pub max_workers: usize,
     /// Largest `load_html` document, in bytes.
     pub max_html_bytes: usize,
+    /// Most tabs a session may have open, popups included.
+    pub max_tabs: usize,
 }
 
 /// Where a worker is in its life.
@@ -350,7 +352,11 @@ impl Pool {
 
 async fn boot_worker(cfg: &PoolConfig, id: WorkerId) -> Result<Worker, PoolError> {
     let launched = launch(&cfg.launch, &id.0).await?;
-    let driver_cfg = DriverConfig { cdp_timeout: cfg.launch.cdp_timeout, max_html_bytes: cfg.max_html_bytes };
+    let driver_cfg = DriverConfig {
+        cdp_timeout: cfg.launch.cdp_timeout,
+        max_html_bytes: cfg.max_html_bytes,
+        max_tabs: cfg.max_tabs,
+    };
     let driver = match Driver::attach(launched.browser, &launched.ws_url, driver_cfg).await {
         Ok(driver) => driver,
         Err(e) => {

@@ -18,6 +18,7 @@ fn config(dir: &std::path::Path, warm: usize, max: usize) -> PoolConfig {
         warm,
         max_workers: max,
         max_html_bytes: 10 << 20,
+        max_tabs: 20,
     }
 }
 

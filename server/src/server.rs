@@ -101,6 +101,7 @@ pub async fn bind(args: ServeArgs) -> anyhow::Result<Bound> {
             warm: args.warm,
             max_workers: args.max_workers,
             max_html_bytes: args.max_html_bytes,
+            max_tabs: args.max_tabs as usize,
         },
         shutdown_rx.clone(),
     );
