@@ -297,6 +297,9 @@ impl Driver {
                 state.origin
             )));
         }
+        // The tenant's policy first: a refused import must leave the jar, storage and
+        // credentials as they were (the navigation at the end is too late to refuse it).
+        self.check_url(&origin).map_err(|f| ActionFailure { message: format!("origin: {}", f.message), ..f })?;
         for (i, c) in state.cookies.iter().enumerate() {
             validate_cookie(c, i)?;
             let host = host_of(&origin);
@@ -306,6 +309,10 @@ impl Driver {
                     c.domain
                 )));
             }
+            // A `.parent` cookie also reaches the parent domain, which the policy may refuse.
+            let reach = format!("https://{}/", c.domain.trim_start_matches('.'));
+            self.check_url(&reach)
+                .map_err(|f| ActionFailure { message: format!("cookies[{i}].domain: {}", f.message), ..f })?;
         }
         if let Some(v) = state.viewport {
             crate::ops::parse_viewport(

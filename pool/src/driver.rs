@@ -6,7 +6,7 @@
 //! opening and ends with `DIALOG_OPEN` at once when one does; while a dialog is open, only
 //! the `dialog::` grammar runs. A failure never poisons the driver.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -144,6 +144,8 @@ pub struct DriverConfig {
     pub cdp_timeout: Duration,
     /// Largest `load_html` document, in bytes.
     pub max_html_bytes: usize,
+    /// Most tabs a session may have open, popups included.
+    pub max_tabs: usize,
 }
 
 /// One tab: its target, chromiumoxide's page and our raw session on it (Fetch, lifecycle).
@@ -159,6 +161,49 @@ pub(crate) struct Tabs {
     pub list: Vec<Tab>,
     /// Sticky: later actions go here until `switch_tab` or `close_tab` moves it.
     pub active: usize,
+    /// Page targets admitted by the target watcher and still registering: they count against
+    /// the cap, so a burst of popups cannot all pass while the first ones register.
+    pub pending: HashSet<TargetId>,
+    /// The latest page targets closed for being over the cap (at most [`REFUSED_KEPT`]), so
+    /// `new_tab` can tell its own page was one of them.
+    pub refused: VecDeque<TargetId>,
+    /// Most open tabs; `None` until the driver is attached (Chromium's start-up tab is not the
+    /// session's).
+    pub cap: Option<usize>,
+}
+
+const REFUSED_KEPT: usize = 64;
+
+impl Tabs {
+    /// Tabs open or opening.
+    pub fn open(&self) -> usize {
+        self.list.len() + self.pending.len()
+    }
+
+    /// Admits a new page target, or returns the cap it would exceed.
+    pub fn admit(&mut self, target: &TargetId) -> Result<(), usize> {
+        match self.cap {
+            Some(cap) if self.open() >= cap => {
+                if self.refused.len() == REFUSED_KEPT {
+                    self.refused.pop_front();
+                }
+                self.refused.push_back(target.clone());
+                Err(cap)
+            }
+            _ => {
+                self.pending.insert(target.clone());
+                Ok(())
+            }
+        }
+    }
+}
+
+/// `new_tab` beyond the cap.
+pub(crate) fn tab_cap(cap: usize) -> ActionFailure {
+    ActionFailure::new(
+        FailureCode::BlockedByPolicy,
+        format!("this session already has {cap} tabs, the most --max-tabs allows"),
+    )
 }
 
 /// How an open dialog is answered.
@@ -366,8 +411,10 @@ impl Driver {
         if driver.when_tabs(Instant::now() + t, only_ours).await.is_none() {
             let mut tabs = lock(&driver.shared.tabs);
             tabs.list.retain(|tab| &tab.target == page.target_id());
+            tabs.pending.clear();
             tabs.active = 0;
         }
+        lock(&driver.shared.tabs).cap = Some(driver.cfg.max_tabs);
         // Warm workers already emulate the default screen, so most leases skip this call.
         driver
             .set_viewport(Viewport::default(), t)
@@ -684,5 +731,27 @@ async fn wait_dialog_after(rx: &mut watch::Receiver<Option<OpenDialog>>, baselin
             // The driver is gone; never resolve, the action's own result wins.
             std::future::pending::<()>().await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cap_counts_pending_pages_and_keeps_few_refusals() {
+        let target = |i: usize| TargetId::from(format!("t-{i}"));
+        let mut tabs = Tabs::default();
+        assert!((0..5).all(|i| tabs.admit(&target(i)).is_ok()), "no cap until attached");
+        tabs.pending.clear();
+        tabs.cap = Some(2);
+        assert_eq!((tabs.admit(&target(0)), tabs.admit(&target(1))), (Ok(()), Ok(())));
+        assert_eq!(tabs.admit(&target(2)), Err(2), "pending pages count");
+        assert!(tabs.refused.contains(&target(2)) && !tabs.pending.contains(&target(2)));
+        for i in 3..3 + REFUSED_KEPT {
+            assert_eq!(tabs.admit(&target(i)), Err(2));
+        }
+        assert_eq!(tabs.refused.len(), REFUSED_KEPT);
+        assert!(!tabs.refused.contains(&target(2)), "the oldest refusal is forgotten");
     }
 }

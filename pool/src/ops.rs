@@ -236,8 +236,28 @@ impl Driver {
             _ => return Err(ActionFailure::invalid("payload: an optional url string")),
         };
         self.check_url(&url)?;
-        let page = self.browser.new_page("about:blank").await.map_err(ActionFailure::cdp)?;
-        let index = self.wait_tab(page.target_id(), until).await?;
+        let cap = self.cfg.max_tabs;
+        if lock(&self.shared.tabs).open() >= cap {
+            return Err(crate::driver::tab_cap(cap));
+        }
+        // A popup may take the last place meanwhile; the watcher then closes this page.
+        let page = match self.browser.new_page("about:blank").await {
+            Ok(page) => page,
+            Err(_) if lock(&self.shared.tabs).open() >= cap => return Err(crate::driver::tab_cap(cap)),
+            Err(e) => return Err(ActionFailure::cdp(e)),
+        };
+        let target = page.target_id().clone();
+        let registered = self
+            .when_tabs(until, |tabs| match tabs.list.iter().position(|t| t.target == target) {
+                Some(i) => Some(Ok(i)),
+                None => tabs.refused.contains(&target).then_some(Err(())),
+            })
+            .await;
+        let index = match registered {
+            Some(Ok(index)) => index,
+            Some(Err(())) => return Err(crate::driver::tab_cap(cap)),
+            None => return Err(ActionFailure::new(FailureCode::Timeout, "the new tab did not come up in time")),
+        };
         apply_viewport(&page, self.current_viewport()).await?;
         lock(&self.shared.tabs).active = index;
         let (tab, _) = self.active()?;

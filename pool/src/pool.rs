@@ -45,6 +45,8 @@ pub struct PoolConfig {
     /// What every worker's egress proxy refuses whatever the policy, and fixed name answers.
     /// The pool adds its own CDP port range to the refused ports.
     pub egress: EgressConfig,
+    /// Most tabs a session may have open, popups included.
+    pub max_tabs: usize,
 }
 
 /// Where a worker is in its life.
@@ -366,7 +368,11 @@ async fn boot_worker(cfg: &PoolConfig, egress: &Arc<Egress>, id: WorkerId) -> Re
     let policy = Arc::new(std::sync::RwLock::new(NavPolicy::default()));
     let proxy = Proxy::start(egress.clone(), policy.clone(), &id.0).await?;
     let launched = launch(&cfg.launch, &id.0, &proxy.url()).await?;
-    let driver_cfg = DriverConfig { cdp_timeout: cfg.launch.cdp_timeout, max_html_bytes: cfg.max_html_bytes };
+    let driver_cfg = DriverConfig {
+        cdp_timeout: cfg.launch.cdp_timeout,
+        max_html_bytes: cfg.max_html_bytes,
+        max_tabs: cfg.max_tabs,
+    };
     let driver = match Driver::attach(launched.browser, &launched.ws_url, driver_cfg, policy, egress.clone()).await {
         Ok(driver) => driver,
         Err(e) => {

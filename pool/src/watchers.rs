@@ -9,7 +9,9 @@ use std::time::Duration;
 use chromiumoxide::cdp::browser_protocol::page::{
     DialogType, EventFrameNavigated, EventJavascriptDialogClosed, EventJavascriptDialogOpening,
 };
-use chromiumoxide::cdp::browser_protocol::target::{EventTargetCreated, EventTargetDestroyed, TargetId};
+use chromiumoxide::cdp::browser_protocol::target::{
+    CloseTargetParams, EventTargetCreated, EventTargetDestroyed, TargetId,
+};
 use chromiumoxide::cdp::js_protocol::runtime::EventConsoleApiCalled;
 use chromiumoxide::listeners::EventStream;
 use chromiumoxide::{Browser, Page};
@@ -40,11 +42,28 @@ pub(crate) async fn watch_targets(
                     continue;
                 }
                 let target = ev.target_info.target_id.clone();
+                // Admitted here, in event order; a page over the cap (a popup, most likely) is
+                // closed rather than registered.
+                let admitted = lock(&shared.tabs).admit(&target);
+                if let Err(cap) = admitted {
+                    tracing::info!(max_tabs = cap, "page closed: the session is at its tab cap");
+                    shared.tabs_changed.notify_waiters();
+                    let browser = browser.clone();
+                    tokio::spawn(async move {
+                        let close = browser.execute(CloseTargetParams::new(target.clone()));
+                        if !matches!(tokio::time::timeout(cdp_timeout, close).await, Ok(Ok(_))) {
+                            tracing::debug!(target = ?target, "page over the tab cap did not close");
+                        }
+                    }.in_current_span());
+                    continue;
+                }
                 let url = ev.target_info.url.clone();
                 let (shared, raw, browser) = (shared.clone(), raw.clone(), browser.clone());
                 // Registering waits on CDP; do it aside so later events are not held up.
                 tokio::spawn(async move {
                     if let Err(e) = register_tab(&shared, &raw, &browser, target.clone(), url, cdp_timeout).await {
+                        lock(&shared.tabs).pending.remove(&target);
+                        shared.tabs_changed.notify_waiters();
                         tracing::debug!(target = ?target, error = %e, "tab not registered");
                     }
                 }.in_current_span());
@@ -53,6 +72,7 @@ pub(crate) async fn watch_targets(
                 let Some(ev) = ev else { break };
                 let removed = {
                     let mut tabs = lock(&shared.tabs);
+                    tabs.pending.remove(&ev.target_id);
                     match tabs.list.iter().position(|t| t.target == ev.target_id) {
                         Some(i) => {
                             tabs.list.remove(i);
@@ -111,6 +131,7 @@ async fn register_tab(
     let tab = Tab { target: target.clone(), page: page.clone(), session };
     let index = {
         let mut tabs = lock(&shared.tabs);
+        tabs.pending.remove(&target);
         if tabs.list.iter().any(|t| t.target == target) {
             return Ok(());
         }

@@ -19,6 +19,7 @@ fn config(dir: &std::path::Path, warm: usize, max: usize) -> PoolConfig {
         max_workers: max,
         max_html_bytes: 10 << 20,
         egress: Default::default(),
+        max_tabs: 20,
     }
 }
 

@@ -135,6 +135,10 @@ pub struct ServeArgs {
     /// Largest document `load_html` accepts, in bytes (gRPC messages may be this plus 1 MiB).
     #[arg(long, env = "BROWSERPOOL_MAX_HTML_BYTES", default_value_t = 10 << 20)]
     pub max_html_bytes: usize,
+    /// Most tabs a session may have open; popups its pages open count too (ones over the cap
+    /// are closed at once).
+    #[arg(long, env = "BROWSERPOOL_MAX_TABS", default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_tabs: u32,
     /// How long Chromium may take to start.
     #[arg(long, env = "BROWSERPOOL_LAUNCH_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
     pub launch_timeout: Duration,

@@ -106,6 +106,7 @@ pub async fn bind(args: ServeArgs) -> anyhow::Result<Bound> {
                 reserved_ports: vec![grpc_addr.port()..=grpc_addr.port(), http_addr.port()..=http_addr.port()],
                 hosts: args.resolve.iter().cloned().collect(),
             },
+            max_tabs: args.max_tabs as usize,
         },
         shutdown_rx.clone(),
     );

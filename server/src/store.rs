@@ -30,6 +30,8 @@ pub enum StoreError {
     Migrate(#[from] sqlx::migrate::MigrateError),
     #[error("corrupt record: {0}")]
     Corrupt(String),
+    #[error("database file {path}: {source}")]
+    File { path: String, source: std::io::Error },
 }
 
 /// A session row.
@@ -118,6 +120,35 @@ macro_rules! with_pool {
     };
 }
 
+/// Creates the SQLite file owner-only (0600) before SQLite opens it, or narrows an existing
+/// one: whatever the data dir's mode and the umask, sessions, tenants and the audit trail are
+/// readable by the server's user only. SQLite gives the `-wal` and `-shm` files it creates the
+/// database file's mode; ones left by an earlier version (and a rollback journal) are narrowed
+/// here too.
+fn owner_only(db: &std::path::Path) -> Result<(), StoreError> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let narrow = |path: &std::path::Path, create: bool| -> std::io::Result<()> {
+        let file = std::fs::OpenOptions::new().append(true).create(create).mode(0o600).open(path)?;
+        // An existing file keeps its mode on open.
+        file.set_permissions(std::fs::Permissions::from_mode(0o600))
+    };
+    let failed = |path: &std::path::Path| {
+        let path = path.display().to_string();
+        move |source| StoreError::File { path, source }
+    };
+    narrow(db, true).map_err(failed(db))?;
+    for suffix in ["-wal", "-shm", "-journal"] {
+        let mut name = db.as_os_str().to_owned();
+        name.push(suffix);
+        let sibling = std::path::PathBuf::from(name);
+        match narrow(&sibling, false) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            other => other.map_err(failed(&sibling))?,
+        }
+    }
+    Ok(())
+}
+
 /// Takes the named lock (the row's write lock) until the transaction ends. Both backends block
 /// a second writer of the same row until the first commits.
 const LOCK: &str = "INSERT INTO locks (name, n) VALUES ($1, 1) ON CONFLICT (name) DO UPDATE SET n = locks.n + 1";
@@ -136,7 +167,12 @@ impl Store {
     /// Opens without migrating.
     pub async fn connect(url: &str) -> Result<Store, StoreError> {
         if url.starts_with("sqlite:") {
-            let options = SqliteConnectOptions::from_str(url)?
+            let options = SqliteConnectOptions::from_str(url)?;
+            // An in-memory database has no file to narrow.
+            if !(url.contains(":memory:") || url.contains("mode=memory")) {
+                owner_only(options.get_filename())?;
+            }
+            let options = options
                 .create_if_missing(true)
                 .journal_mode(SqliteJournalMode::Wal)
                 .synchronous(SqliteSynchronous::Normal)
@@ -789,6 +825,32 @@ mod tests {
             let newest = one.audit_query(&AuditFilter { limit: 3, ..Default::default() }).await.unwrap();
             assert_eq!(newest.iter().map(|r| r.seq).collect::<Vec<_>>(), vec![50, 49, 48]);
         }
+    }
+
+    #[tokio::test]
+    async fn sqlite_files_are_owner_only_in_an_open_data_dir() {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        // The usual umask: a file created without an explicit mode would be 0644.
+        // SAFETY: umask only swaps the process's file creation mask.
+        let before = unsafe { libc::umask(0o022) };
+        let old = dir.path().join("old.db");
+        std::fs::write(&old, b"").unwrap();
+        std::fs::set_permissions(&old, std::fs::Permissions::from_mode(0o644)).unwrap();
+        for db in [dir.path().join("new.db"), old] {
+            let store = Store::open(&format!("sqlite://{}", db.display())).await.unwrap();
+            // A write, so the WAL and its index exist while the store is open.
+            store.put_tenant(&tenant("t", 1), 1).await.unwrap();
+            for suffix in ["", "-wal", "-shm"] {
+                let file = std::path::PathBuf::from(format!("{}{suffix}", db.display()));
+                assert_eq!(mode(&file), 0o600, "{}", file.display());
+            }
+            store.close().await;
+        }
+        // SAFETY: as above.
+        unsafe { libc::umask(before) };
     }
 
     #[tokio::test]

@@ -56,6 +56,7 @@ fn audit_down() -> Status {
 }
 
 /// Records a context transfer: origin, counts and the integrity hash, never the envelope.
+/// The origin is the client's text until an import canonicalizes it: its userinfo is dropped.
 fn audit_context(
     sessions: &Sessions,
     claims: &crate::auth::Claims,
@@ -72,7 +73,7 @@ fn audit_context(
         rpc: rpc.to_string(),
         target: format!(
             "origin={} cookies={} storage_keys={} integrity={}",
-            env.origin,
+            crate::audit::origin_target(&env.origin),
             env.cookies.len(),
             env.local_storage.len() + env.session_storage.len(),
             env.integrity
@@ -342,7 +343,7 @@ impl pb::sessions_server::Sessions for SessionsApi {
         if let Err(integrity_error) = context::verify(&env) {
             // Still an owner check first, so a foreign id stays NOT_FOUND.
             self.sessions.attach(&claims, &r.session_id).await?;
-            tracing::info!(session = %r.session_id, origin = %env.origin, "context refused: integrity mismatch");
+            tracing::info!(session = %r.session_id, origin = %crate::audit::origin_target(&env.origin), "context refused: integrity mismatch");
             audit_context(
                 &self.sessions,
                 &claims,

@@ -70,6 +70,43 @@ async fn tabs_popups_and_sticky_switching() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tabs_are_capped_popups_included() {
+    let server = TestServer::start_with(|a| a.max_tabs = 4).await;
+    let client = server.admin().await;
+    let id = client.acquire(30_000).await.unwrap().session_id;
+    for n in 1..4 {
+        assert_eq!(ok(&act(&client, &id, action("new_tab", "", json!(null))).await)["tab_index"], json!(n));
+    }
+    let refused = act(&client, &id, action("new_tab", "", json!(null))).await;
+    assert_eq!(err_code(&refused), pb::ErrorCode::BlockedByPolicy);
+    let message = &refused.error.as_ref().unwrap().message;
+    assert!(message.contains("4 tabs") && message.contains("--max-tabs"), "{message}");
+    for _ in 1..4 {
+        ok(&act(&client, &id, action("close_tab", "", json!(null))).await);
+    }
+    wait_tabs(&client, &id, 1).await;
+
+    // A page opening popups in a loop gets to the cap and no further. Chromium lets a page
+    // open one popup per user gesture (a script alone opens none), so each click opens one.
+    let opener = "<title>Opener</title><button id=open onclick=\"for (let i = 0; i < 30; i++) window.open('about:blank')\">open</button>";
+    ok(&act(&client, &id, action("load_html", "", opener)).await);
+    for _ in 0..8 {
+        // A popup comes to the front; the opener must be in front again to take a click.
+        ok(&act(&client, &id, action("switch_tab", "", 0)).await);
+        ok(&act(&client, &id, action("click", "#open", json!(null))).await);
+    }
+    wait_tabs(&client, &id, 4).await;
+    // Late popups would register within this wait; none may.
+    ok(&act(&client, &id, action("wait_for", "", json!({"ms": 1000}))).await);
+    let tabs = ok(&act(&client, &id, action("list_tabs", "", json!(null))).await);
+    assert_eq!(tabs.as_array().unwrap().len(), 4, "{tabs}");
+    let refused = act(&client, &id, action("new_tab", "", json!(null))).await;
+    assert_eq!(err_code(&refused), pb::ErrorCode::BlockedByPolicy);
+    client.release(&id).await.unwrap();
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn screenshots_viewport_and_pdf() {
     let server = TestServer::start().await;
     let site = fixture_site().await;

@@ -172,3 +172,69 @@ async fn cookies_action_scopes_and_bounds() {
     admin.release(&id).await.unwrap();
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn import_for_an_origin_the_policy_refuses_changes_nothing() {
+    let site = fixture_site().await;
+    let server = crate::helpers::TestServer::start().await;
+    let mut console = server.admin().await.admin();
+    // Neither tenant reaches loopback; `parent` reaches subdomains of example.test only.
+    for (id, allow_private_networks, allow_hosts) in
+        [("locked", false, vec![]), ("parent", true, vec!["*.example.test".to_string()])]
+    {
+        let tenant = pb::Tenant {
+            id: id.into(),
+            max_slots: 1,
+            max_queue: 1,
+            allow_private_networks,
+            allow_hosts,
+            ..Default::default()
+        };
+        console.put_tenant(pb::PutTenantRequest { tenant: Some(tenant) }).await.unwrap();
+    }
+    let scopes = ["sessions:read", "sessions:write", "context:import", "context:export"];
+    let cookie = |domain: &str| pb::Cookie {
+        name: "planted".into(),
+        value: "1".into(),
+        domain: domain.into(),
+        path: "/".into(),
+        expires: -1.0,
+        ..Default::default()
+    };
+    let cases = [
+        ("locked", site.clone(), cookie("127.0.0.1"), "private"),
+        // The origin is allowed, but the cookie's parent domain is not.
+        ("parent", "https://www.example.test".to_string(), cookie(".example.test"), "cookies[0].domain"),
+    ];
+    for (tenant, origin, cookie, why) in cases {
+        let client = server.client(&server.token(tenant, "job", &scopes).await).await;
+        let id = client.acquire(30_000).await.unwrap().session_id;
+        let mut env = pb::ContextEnvelope {
+            version: 1,
+            origin: origin.clone(),
+            cookies: vec![cookie],
+            local_storage: [("k".to_string(), "v".to_string())].into(),
+            http_auth: Some(pb::HttpAuth { username: "alice".into(), password: "secret".into() }),
+            ..Default::default()
+        };
+        env.integrity = integrity(&env);
+        let refused = import(&client, &id, env, false).await.unwrap_err();
+        assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{tenant}: {refused:?}");
+        assert!(refused.message().contains(why), "{tenant}: {}", refused.message());
+
+        // Nothing was applied: no cookie in the jar, no credentials for the origin.
+        let jar = ok(&act(&client, &id, action("cookies", "", json!({"op": "get"}))).await);
+        assert_eq!(jar, json!([]), "{tenant}: the jar stays empty");
+        let req = pb::ExportContextRequest {
+            session_id: id.clone(),
+            origin,
+            include_storage: Some(false),
+            include_http_auth: true,
+            ..Default::default()
+        };
+        let after = client.sessions().export_context(req).await.unwrap().into_inner();
+        assert!(after.cookies.is_empty() && after.http_auth.is_none(), "{tenant}: {after:?}");
+        client.release(&id).await.unwrap();
+    }
+    server.stop().await;
+}

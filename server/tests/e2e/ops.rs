@@ -198,6 +198,52 @@ async fn audit_records_every_call_and_detects_tampering() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audit_targets_never_carry_url_credentials() {
+    use crate::helpers::fixture_site;
+
+    let server = TestServer::start().await;
+    let site = fixture_site().await;
+    let with_credentials = site.replacen("http://", "http://user:secret@", 1);
+    let admin = server.admin().await;
+    let mut console = admin.admin();
+    let id = admin.acquire(30_000).await.unwrap().session_id;
+    ok(&act(&admin, &id, action("navigate", "", format!("{with_credentials}/"))).await);
+    ok(&act(&admin, &id, action("navigate", "", json!({"url": format!("{with_credentials}/about")}))).await);
+    ok(&act(&admin, &id, action("new_tab", "", format!("{with_credentials}/second"))).await);
+    // An envelope's origin is the client's text: a refused one is recorded, its userinfo not.
+    let env = pb::ContextEnvelope {
+        version: 1,
+        origin: with_credentials.clone(),
+        integrity: "0".repeat(64),
+        ..Default::default()
+    };
+    let req = pb::ImportContextRequest { session_id: id.clone(), envelope: Some(env), strict_origin: false };
+    assert!(!admin.sessions().import_context(req).await.unwrap().into_inner().ok);
+    admin.release(&id).await.unwrap();
+
+    let query = pb::QueryAuditRequest { session_id: id.clone(), limit: 50, ..Default::default() };
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let records = loop {
+        let mut stream = console.query_audit(query.clone()).await.unwrap().into_inner();
+        let mut got = Vec::new();
+        while let Some(r) = stream.message().await.unwrap() {
+            got.push(r);
+        }
+        if got.iter().any(|r| r.rpc.ends_with("/Release")) || std::time::Instant::now() > deadline {
+            break got;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let targets: Vec<&str> = records.iter().map(|r| r.target.as_str()).collect();
+    for target in [format!("{site}/"), format!("{site}/about"), format!("{site}/second")] {
+        assert!(targets.contains(&target.as_str()), "{target} recorded: {targets:?}");
+    }
+    assert!(targets.iter().any(|t| t.starts_with(&format!("origin={site} "))), "{targets:?}");
+    assert!(!targets.iter().any(|t| t.contains("secret") || t.contains("user:")), "{targets:?}");
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn actions_fail_closed_while_the_audit_cannot_be_written() {
     let server = TestServer::start().await;
     let admin = server.admin().await;
