@@ -400,7 +400,8 @@ impl Revocations {
 }
 
 /// Tower layer: validates the bearer token of every request except health and reflection and
-/// puts the [`Claims`] in the request extensions. A bad token never reaches a handler.
+/// puts the [`Claims`] in the request extensions. A bad token never reaches a handler, nor
+/// does a token without scope `admin` reach an `Admin` handler.
 ///
 /// It also appends the RPC-level audit record of every call it sees (refusals included).
 #[derive(Clone)]
@@ -437,6 +438,14 @@ fn is_public(path: &str) -> bool {
     path.starts_with("/grpc.health.v1.") || path.starts_with("/grpc.reflection.")
 }
 
+/// Whether `path` is an rpc of the `Admin` service. Every one needs scope `admin`, checked
+/// here once for the whole service, so an rpc added later cannot forget it.
+fn is_admin_rpc(path: &str) -> bool {
+    path.strip_prefix('/')
+        .and_then(|p| p.strip_prefix(browserpool_proto::v1::admin_server::SERVICE_NAME))
+        .is_some_and(|method| method.starts_with('/'))
+}
+
 impl<S, ReqBody, ResBody> tower::Service<http::Request<ReqBody>> for AuthService<S>
 where
     S: tower::Service<http::Request<ReqBody>, Response = http::Response<ResBody>> + Clone + Send + 'static,
@@ -467,6 +476,23 @@ where
             }
         });
         match verified {
+            Ok(claims) if is_admin_rpc(&path) && !claims.is_admin() => {
+                tracing::info!(path = %path, tenant = %claims.tenant, subject = %claims.sub, "request refused: needs scope admin");
+                self.audit.record(crate::audit::Entry {
+                    tenant: claims.tenant.clone(),
+                    subject: claims.sub.clone(),
+                    jti_hash: claims.jti_hash(),
+                    rpc: path,
+                    outcome: "denied".into(),
+                    code: "PermissionDenied".into(),
+                    ..Default::default()
+                });
+                let status = tonic::Status::from(crate::error::ServiceError::PermissionDenied(format!(
+                    "this call needs scope {}",
+                    Scope::Admin.as_str()
+                )));
+                Box::pin(futures::future::ready(Ok(status.into_http())))
+            }
             Ok(claims) => {
                 let started = std::time::Instant::now();
                 let entry = crate::audit::Entry {
@@ -577,6 +603,48 @@ mod tests {
         assert_eq!(keys.verify_header(None).unwrap_err(), AuthError::Missing);
         assert_eq!(keys.verify_header(Some("Basic abc")).unwrap_err(), AuthError::NotBearer);
         assert!(matches!(keys.verify_header(Some("Bearer not.a.jwt")).unwrap_err(), AuthError::Invalid(_)));
+    }
+
+    /// The `admin` scope is the layer's to check: behind it, a handler that forgets the check
+    /// (here, one that answers every call) still never serves a token without `admin`.
+    #[tokio::test]
+    async fn the_layer_refuses_every_admin_rpc_without_scope_admin() {
+        use tower::{Layer, ServiceExt};
+        let (dir, keys) = keys(JwtAlg::Hs256);
+        let keys = Arc::new(keys);
+        let store =
+            crate::store::Store::open(&format!("sqlite://{}", dir.path().join("t.db").display())).await.unwrap();
+        let (audit, _writer) = crate::audit::AuditLog::new(store);
+        let handler = tower::service_fn(|_: http::Request<()>| async {
+            Ok::<_, std::convert::Infallible>(http::Response::new(String::new()))
+        });
+        let service = AuthLayer::new(keys.clone(), Revocations::default(), audit).layer(handler);
+        let call = |token: String, path: &'static str| {
+            let service = service.clone();
+            async move {
+                let req = http::Request::builder()
+                    .uri(format!("http://localhost{path}"))
+                    .header("authorization", format!("Bearer {token}"))
+                    .body(())
+                    .unwrap();
+                let resp = service.oneshot(req).await.unwrap();
+                tonic::Status::from_header_map(resp.headers())
+            }
+        };
+        let everything_but_admin: Vec<String> =
+            Scope::ALL.iter().filter(|s| **s != Scope::Admin).map(|s| s.as_str().to_string()).collect();
+        let (user, _) = keys.issue("t", "s", &everything_but_admin, Duration::from_secs(60)).unwrap();
+        let (admin, _) = keys.issue("t", "s", &["admin".into()], Duration::from_secs(60)).unwrap();
+        // An rpc the service does not have yet is refused all the same.
+        for path in ["/browserpool.v1.Admin/PoolStatus", "/browserpool.v1.Admin/SomeFutureRpc"] {
+            let refused = call(user.clone(), path).await.expect("refused");
+            assert_eq!(refused.code(), tonic::Code::PermissionDenied, "{path}");
+            assert_eq!(refused.message(), "this call needs scope admin");
+            assert!(call(admin.clone(), path).await.is_none(), "admin reaches {path}");
+        }
+        assert!(call(user, "/browserpool.v1.Sessions/List").await.is_none(), "other services are not affected");
+        assert!(!is_admin_rpc("/browserpool.v1.AdminTools/PoolStatus"));
+        assert!(!is_admin_rpc("/other.Admin/PoolStatus"));
     }
 
     #[test]

@@ -191,3 +191,87 @@ async fn revoked_token_is_refused_within_a_second_and_ttl_is_capped() {
     assert!(status.message().contains("exceeds the maximum"), "{status}");
     server.stop().await;
 }
+
+/// Every rpc of `browserpool.v1.Admin`, as paths, read from the descriptor set the server
+/// serves for reflection: an rpc added to admin.proto later is covered without editing this.
+fn admin_rpc_paths() -> Vec<String> {
+    use prost::Message;
+    let set = prost_types::FileDescriptorSet::decode(browserpool_proto::FILE_DESCRIPTOR_SET).unwrap();
+    let paths: Vec<String> = set
+        .file
+        .iter()
+        .filter(|f| f.package() == "browserpool.v1")
+        .flat_map(|f| f.service.iter())
+        .filter(|s| s.name() == "Admin")
+        .flat_map(|s| s.method.iter().map(|m| format!("/browserpool.v1.Admin/{}", m.name())))
+        .collect();
+    assert!(paths.iter().any(|p| p.ends_with("/QueryAudit")), "streaming rpcs are listed too: {paths:?}");
+    paths
+}
+
+/// Calls `path` with an empty request message and reads the whole answer. Every rpc kind
+/// (unary, server stream) is one request stream and one response stream on the wire, so one
+/// generic streaming call serves them all; `()` (an empty message) encodes the empty request
+/// and decodes any answer, skipping its fields.
+async fn raw_call(channel: tonic::transport::Channel, path: &str, token: &str) -> Result<(), tonic::Status> {
+    let mut grpc = tonic::client::Grpc::new(channel);
+    grpc.ready().await.map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+    let mut req = tonic::Request::new(tokio_stream::once(()));
+    req.metadata_mut().insert("authorization", format!("Bearer {token}").parse().unwrap());
+    let codec = tonic_prost::ProstCodec::<(), ()>::default();
+    let path = http::uri::PathAndQuery::try_from(path).unwrap();
+    let mut answers = grpc.streaming(req, path, codec).await?.into_inner();
+    while answers.message().await?.is_some() {}
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_admin_rpc_needs_scope_admin_and_refusals_are_audited() {
+    let server = TestServer::start_with(|a| a.warm = 0).await;
+    let channel = tonic::transport::Endpoint::from_shared(server.endpoint()).unwrap().connect().await.unwrap();
+    let paths = admin_rpc_paths();
+    let others = ["sessions:read", "sessions:write", "sessions:shared", "context:export", "context:import"];
+    // Every subset of the other scopes: none, each alone, all five, and everything between.
+    for mask in 0u32..(1 << others.len()) {
+        let scopes: Vec<&str> =
+            others.iter().enumerate().filter(|(i, _)| mask & (1 << i) != 0).map(|(_, s)| *s).collect();
+        let token = server.token("default", "no-admin", &scopes).await;
+        for path in &paths {
+            let status = raw_call(channel.clone(), path, &token).await.expect_err(path);
+            assert_eq!(status.code(), tonic::Code::PermissionDenied, "{path} with {scopes:?}: {status:?}");
+            assert_eq!(status.message(), "this call needs scope admin", "{path}");
+        }
+    }
+    // The control: an admin token is let through (whatever the empty request then earns).
+    for path in &paths {
+        if let Err(status) = raw_call(channel.clone(), path, &server.admin_token).await {
+            assert_ne!(status.code(), tonic::Code::PermissionDenied, "admin refused {path}: {status:?}");
+            assert_ne!(status.code(), tonic::Code::Unimplemented, "{path} is not served");
+        }
+    }
+
+    // Each refusal is recorded before any handler runs, as a denial naming the caller.
+    let mut console = server.admin().await.admin();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let mut stream = console
+            .query_audit(pb::QueryAuditRequest { tenant: "default".into(), limit: 10_000, ..Default::default() })
+            .await
+            .unwrap()
+            .into_inner();
+        let mut denied = std::collections::BTreeMap::<String, usize>::new();
+        while let Some(r) = stream.message().await.unwrap() {
+            if r.subject == "no-admin" && r.rpc.starts_with("/browserpool.v1.Admin/") {
+                assert_eq!((r.outcome.as_str(), r.code.as_str()), ("denied", "PermissionDenied"), "{r:?}");
+                assert!(!r.jti_hash.is_empty());
+                *denied.entry(r.rpc).or_default() += 1;
+            }
+        }
+        if paths.iter().all(|p| denied.get(p) == Some(&(1 << others.len()))) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "refusals not all audited: {denied:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    server.stop().await;
+}
