@@ -11,7 +11,7 @@ use futures::Stream;
 use tonic::{Request, Response, Status};
 
 use super::claims;
-use crate::auth::{Keys, Revocations};
+use crate::auth::{Epochs, Keys, Revocations};
 use crate::convert::{session_to_pb, state_from_pb, state_to_pb, timestamp};
 use crate::error::ServiceError;
 use crate::sessions::{now_ms, SessionState, Sessions};
@@ -29,6 +29,7 @@ pub struct AdminApi {
     keys: Arc<Keys>,
     store: Store,
     revoked: Revocations,
+    epochs: Epochs,
     max_token_ttl: Duration,
 }
 
@@ -38,9 +39,10 @@ impl AdminApi {
         keys: Arc<Keys>,
         store: Store,
         revoked: Revocations,
+        epochs: Epochs,
         max_token_ttl: Duration,
     ) -> Self {
-        AdminApi { sessions, keys, store, revoked, max_token_ttl }
+        AdminApi { sessions, keys, store, revoked, epochs, max_token_ttl }
     }
 }
 
@@ -186,7 +188,9 @@ impl pb::admin_server::Admin for AdminApi {
             .tenant
             .ok_or_else(|| Status::from(ServiceError::InvalidArgument("tenant: required".into())))?;
         let record = tenant_from_pb(t)?;
-        let created = self.store.put_tenant(&record, now_ms()).await.map_err(ServiceError::from)?;
+        let (created, epoch) = self.store.put_tenant(&record, now_ms()).await.map_err(ServiceError::from)?;
+        // A new tenant's tokens work here at once; other replicas learn it on their next refresh.
+        self.epochs.set(&record.id, &epoch);
         tracing::info!(tenant = %record.id, created, max_slots = record.max_slots, "tenant saved");
         Ok(Response::new(pb::PutTenantResponse { tenant: Some(tenant_to_pb(record)), created }))
     }
@@ -212,6 +216,8 @@ impl pb::admin_server::Admin for AdminApi {
             self.sessions.end_detached(&id, SessionState::Killed, "tenant deleted").await;
         }
         let deleted = self.store.delete_tenant(&r.id).await.map_err(ServiceError::from)?;
+        // Its tokens stop here at once; on other replicas within a second (their refresh).
+        self.epochs.remove(&r.id);
         tracing::info!(tenant = %r.id, deleted, "tenant deleted");
         Ok(Response::new(pb::DeleteTenantResponse { deleted }))
     }
@@ -221,9 +227,9 @@ impl pb::admin_server::Admin for AdminApi {
         req: Request<pb::IssueTokenRequest>,
     ) -> Result<Response<pb::IssueTokenResponse>, Status> {
         let r = req.into_inner();
-        if self.store.tenant(&r.tenant).await.map_err(ServiceError::from)?.is_none() {
+        let Some(epoch) = self.store.tenant_epoch(&r.tenant).await.map_err(ServiceError::from)? else {
             return Err(ServiceError::NotFound(format!("tenant {:?}", r.tenant)).into());
-        }
+        };
         let ttl = match r.ttl_s {
             0 => DEFAULT_TOKEN_TTL,
             s => Duration::from_secs(s as u64),
@@ -237,7 +243,11 @@ impl pb::admin_server::Admin for AdminApi {
             ))
             .into());
         }
-        let (token, claims) = self.keys.issue(&r.tenant, &r.subject, &r.scopes, ttl).map_err(ServiceError::from)?;
+        let (token, claims) =
+            self.keys.issue(&r.tenant, &epoch, &r.subject, &r.scopes, ttl).map_err(ServiceError::from)?;
+        // The store's epoch is newer than this replica's cache when another replica has just
+        // created the tenant: the token must work here at once.
+        self.epochs.set(&r.tenant, &epoch);
         tracing::info!(tenant = %claims.tenant, subject = %claims.sub, jti_hash = %claims.jti_hash(), "token issued");
         Ok(Response::new(pb::IssueTokenResponse {
             token,
