@@ -68,6 +68,9 @@ pub struct Claims {
     pub aud: String,
     pub sub: String,
     pub tenant: String,
+    /// The tenant's epoch when the token was minted (see [`Epochs`]): the token is good only
+    /// while the tenant lives, not after it is deleted, nor once it is created again.
+    pub tenant_epoch: String,
     pub scopes: Vec<String>,
     pub exp: u64,
     pub nbf: u64,
@@ -101,6 +104,8 @@ pub enum AuthError {
     NotBearer,
     #[error("invalid token: {0}")]
     Invalid(String),
+    #[error("token's tenant was deleted or re-created")]
+    TenantGone,
     #[error("token lacks scope {0}")]
     MissingScope(&'static str),
     #[error("unknown scope {0:?}")]
@@ -196,10 +201,12 @@ impl Keys {
         &self.current.kid
     }
 
-    /// Mints a token. Scopes must be known; `ttl` must be positive.
+    /// Mints a token for `tenant` at its current `tenant_epoch` (from the store). Scopes must
+    /// be known; `ttl` must be positive.
     pub fn issue(
         &self,
         tenant: &str,
+        tenant_epoch: &str,
         subject: &str,
         scopes: &[String],
         ttl: Duration,
@@ -209,8 +216,8 @@ impl Keys {
                 return Err(AuthError::UnknownScope(s.clone()));
             }
         }
-        if tenant.is_empty() || subject.is_empty() {
-            return Err(AuthError::BadRequest("tenant and subject must not be empty".into()));
+        if tenant.is_empty() || subject.is_empty() || tenant_epoch.is_empty() {
+            return Err(AuthError::BadRequest("tenant, tenant epoch and subject must not be empty".into()));
         }
         let now = now_s();
         let claims = Claims {
@@ -218,6 +225,7 @@ impl Keys {
             aud: AUDIENCE.into(),
             sub: subject.into(),
             tenant: tenant.into(),
+            tenant_epoch: tenant_epoch.into(),
             scopes: scopes.to_vec(),
             exp: now + ttl.as_secs().max(1),
             nbf: now,
@@ -342,11 +350,11 @@ pub fn now_s() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
 }
 
-/// Writes a fresh admin token of the `default` tenant to `<data-dir>/admin.token` (0600).
-/// The path is logged, never the token.
-pub fn write_admin_token(keys: &Keys, data_dir: &Path, tenant: &str) -> Result<PathBuf, AuthError> {
+/// Writes a fresh admin token of `tenant` (the `default` one) at its epoch to
+/// `<data-dir>/admin.token` (0600). The path is logged, never the token.
+pub fn write_admin_token(keys: &Keys, data_dir: &Path, tenant: &str, tenant_epoch: &str) -> Result<PathBuf, AuthError> {
     let scopes: Vec<String> = Scope::ALL.iter().map(|s| s.as_str().to_string()).collect();
-    let (token, _) = keys.issue(tenant, "admin", &scopes, Duration::from_secs(30 * 24 * 3600))?;
+    let (token, _) = keys.issue(tenant, tenant_epoch, "admin", &scopes, Duration::from_secs(30 * 24 * 3600))?;
     let path = data_dir.join("admin.token");
     write_private(&path, format!("{token}\n").as_bytes())
         .map_err(|e| AuthError::Key(format!("write {}: {e}", path.display())))?;
@@ -399,27 +407,117 @@ impl Revocations {
     }
 }
 
+/// Each tenant's epoch, shared by every request. A token is good only while its `tenant_epoch`
+/// is its tenant's current one: deleting the tenant kills its tokens, and creating it again
+/// (a new epoch) does not revive them. Refreshed from the store by [`Epochs::refresh_loop`], so
+/// a change on any replica holds within a second, and updated at once by this replica's own
+/// `PutTenant` and `DeleteTenant`; never a query per call.
+#[derive(Clone, Default)]
+pub struct Epochs {
+    inner: Arc<std::sync::RwLock<EpochMap>>,
+}
+
+#[derive(Default)]
+struct EpochMap {
+    by_tenant: std::collections::HashMap<String, String>,
+    /// Counts local changes, so a reload read before one does not undo it.
+    local_changes: u64,
+}
+
+impl Epochs {
+    /// Whether `epoch` is `tenant`'s current epoch. An empty epoch never is (the column's
+    /// default, which no insert leaves).
+    pub fn is_current(&self, tenant: &str, epoch: &str) -> bool {
+        !epoch.is_empty()
+            && self.inner.read().unwrap_or_else(|e| e.into_inner()).by_tenant.get(tenant).map(String::as_str)
+                == Some(epoch)
+    }
+
+    /// Records `tenant`'s epoch locally (the store is the source of truth).
+    pub fn set(&self, tenant: &str, epoch: &str) {
+        let mut map = self.inner.write().unwrap_or_else(|e| e.into_inner());
+        map.local_changes += 1;
+        map.by_tenant.insert(tenant.to_string(), epoch.to_string());
+    }
+
+    /// Forgets a deleted tenant locally: its tokens stop at once on this replica.
+    pub fn remove(&self, tenant: &str) {
+        let mut map = self.inner.write().unwrap_or_else(|e| e.into_inner());
+        map.local_changes += 1;
+        map.by_tenant.remove(tenant);
+    }
+
+    /// Replaces the cache with the store's list.
+    pub fn replace(&self, all: Vec<(String, String)>) {
+        self.inner.write().unwrap_or_else(|e| e.into_inner()).by_tenant = all.into_iter().collect();
+    }
+
+    /// Replaces the cache with a list read when the local change count was `seen`, unless a
+    /// local change came since: the list may predate it. The next reload has it anyway.
+    fn replace_unless_changed(&self, all: Vec<(String, String)>, seen: u64) {
+        let mut map = self.inner.write().unwrap_or_else(|e| e.into_inner());
+        if map.local_changes == seen {
+            map.by_tenant = all.into_iter().collect();
+        }
+    }
+
+    fn local_changes(&self) -> u64 {
+        self.inner.read().unwrap_or_else(|e| e.into_inner()).local_changes
+    }
+
+    /// Reloads every tenant's epoch every `every` until shutdown.
+    pub async fn refresh_loop(
+        self,
+        store: crate::store::Store,
+        every: Duration,
+        mut shutdown: tokio::sync::watch::Receiver<bool>,
+    ) {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                changed = shutdown.changed() => if changed.is_err() || *shutdown.borrow() { break },
+            }
+            let seen = self.local_changes();
+            match store.tenant_epochs().await {
+                Ok(all) => self.replace_unless_changed(all, seen),
+                Err(e) => tracing::warn!(error = %e, "could not refresh tenant epochs"),
+            }
+        }
+    }
+}
+
 /// Tower layer: validates the bearer token of every request except health and reflection and
-/// puts the [`Claims`] in the request extensions. A bad token never reaches a handler.
+/// puts the [`Claims`] in the request extensions. A bad token (revoked, or its tenant deleted
+/// or re-created since) never reaches a handler, nor does a token without scope `admin` reach
+/// an `Admin` handler.
 ///
 /// It also appends the RPC-level audit record of every call it sees (refusals included).
 #[derive(Clone)]
 pub struct AuthLayer {
     keys: Arc<Keys>,
     revoked: Revocations,
+    epochs: Epochs,
     audit: crate::audit::AuditLog,
 }
 
 impl AuthLayer {
-    pub fn new(keys: Arc<Keys>, revoked: Revocations, audit: crate::audit::AuditLog) -> Self {
-        AuthLayer { keys, revoked, audit }
+    pub fn new(keys: Arc<Keys>, revoked: Revocations, epochs: Epochs, audit: crate::audit::AuditLog) -> Self {
+        AuthLayer { keys, revoked, epochs, audit }
     }
 }
 
 impl<S> tower::Layer<S> for AuthLayer {
     type Service = AuthService<S>;
     fn layer(&self, inner: S) -> Self::Service {
-        AuthService { inner, keys: self.keys.clone(), revoked: self.revoked.clone(), audit: self.audit.clone() }
+        AuthService {
+            inner,
+            keys: self.keys.clone(),
+            revoked: self.revoked.clone(),
+            epochs: self.epochs.clone(),
+            audit: self.audit.clone(),
+        }
     }
 }
 
@@ -429,12 +527,21 @@ pub struct AuthService<S> {
     inner: S,
     keys: Arc<Keys>,
     revoked: Revocations,
+    epochs: Epochs,
     audit: crate::audit::AuditLog,
 }
 
 /// RPC paths that need no token.
 fn is_public(path: &str) -> bool {
     path.starts_with("/grpc.health.v1.") || path.starts_with("/grpc.reflection.")
+}
+
+/// Whether `path` is an rpc of the `Admin` service. Every one needs scope `admin`, checked
+/// here once for the whole service, so an rpc added later cannot forget it.
+fn is_admin_rpc(path: &str) -> bool {
+    path.strip_prefix('/')
+        .and_then(|p| p.strip_prefix(browserpool_proto::v1::admin_server::SERVICE_NAME))
+        .is_some_and(|method| method.starts_with('/'))
 }
 
 impl<S, ReqBody, ResBody> tower::Service<http::Request<ReqBody>> for AuthService<S>
@@ -462,11 +569,30 @@ where
         let verified = self.keys.verify_header(header).and_then(|claims| {
             if self.revoked.contains(&claims.jti) {
                 Err(AuthError::Invalid("token revoked".into()))
+            } else if !self.epochs.is_current(&claims.tenant, &claims.tenant_epoch) {
+                Err(AuthError::TenantGone)
             } else {
                 Ok(claims)
             }
         });
         match verified {
+            Ok(claims) if is_admin_rpc(&path) && !claims.is_admin() => {
+                tracing::info!(path = %path, tenant = %claims.tenant, subject = %claims.sub, "request refused: needs scope admin");
+                self.audit.record(crate::audit::Entry {
+                    tenant: claims.tenant.clone(),
+                    subject: claims.sub.clone(),
+                    jti_hash: claims.jti_hash(),
+                    rpc: path,
+                    outcome: "denied".into(),
+                    code: "PermissionDenied".into(),
+                    ..Default::default()
+                });
+                let status = tonic::Status::from(crate::error::ServiceError::PermissionDenied(format!(
+                    "this call needs scope {}",
+                    Scope::Admin.as_str()
+                )));
+                Box::pin(futures::future::ready(Ok(status.into_http())))
+            }
             Ok(claims) => {
                 let started = std::time::Instant::now();
                 let entry = crate::audit::Entry {
@@ -531,7 +657,7 @@ mod tests {
         for alg in [JwtAlg::Hs256, JwtAlg::Eddsa] {
             let (_dir, keys) = keys(alg);
             let (token, claims) =
-                keys.issue("default", "ci", &["sessions:read".into()], Duration::from_secs(60)).unwrap();
+                keys.issue("default", "e", "ci", &["sessions:read".into()], Duration::from_secs(60)).unwrap();
             assert_eq!(keys.verify(&token).unwrap(), claims);
             assert_eq!(keys.verify_header(Some(&format!("Bearer {token}"))).unwrap(), claims);
         }
@@ -542,7 +668,7 @@ mod tests {
         let (dir, keys) = keys(JwtAlg::Hs256);
         let mode = fs::metadata(dir.path().join(HS256_FILE)).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600);
-        let (token, _) = keys.issue("t", "s", &[], Duration::from_secs(60)).unwrap();
+        let (token, _) = keys.issue("t", "e", "s", &[], Duration::from_secs(60)).unwrap();
         // A restart (even asking for EdDSA) reuses the existing key, so old tokens still verify.
         let again = Keys::load_or_create(dir.path(), JwtAlg::Eddsa).unwrap();
         assert_eq!(again.algorithm(), Algorithm::HS256);
@@ -552,13 +678,13 @@ mod tests {
     #[test]
     fn rotation_keeps_old_tokens_valid_and_signs_with_the_new_key() {
         let (dir, keys) = keys(JwtAlg::Hs256);
-        let (old_token, _) = keys.issue("t", "s", &[], Duration::from_secs(60)).unwrap();
+        let (old_token, _) = keys.issue("t", "e", "s", &[], Duration::from_secs(60)).unwrap();
         let (old_kid, new_kid) = Keys::rotate(dir.path(), JwtAlg::Eddsa).unwrap();
         assert_ne!(old_kid, new_kid);
         let rotated = Keys::load_or_create(dir.path(), JwtAlg::Hs256).unwrap();
         assert_eq!((rotated.kid(), rotated.algorithm()), (new_kid.as_str(), Algorithm::EdDSA));
         assert!(rotated.verify(&old_token).is_ok(), "a retired key still verifies its tokens");
-        let (new_token, _) = rotated.issue("t", "s", &[], Duration::from_secs(60)).unwrap();
+        let (new_token, _) = rotated.issue("t", "e", "s", &[], Duration::from_secs(60)).unwrap();
         assert!(rotated.verify(&new_token).is_ok());
         // The old server (old keys only) does not know the new kid.
         assert!(matches!(keys.verify(&new_token), Err(AuthError::Invalid(m)) if m.contains("unknown key id")));
@@ -567,7 +693,7 @@ mod tests {
     #[test]
     fn unknown_scopes_are_refused_at_issue() {
         let (_dir, keys) = keys(JwtAlg::Hs256);
-        let err = keys.issue("t", "s", &["sessions:everything".into()], Duration::from_secs(60)).unwrap_err();
+        let err = keys.issue("t", "e", "s", &["sessions:everything".into()], Duration::from_secs(60)).unwrap_err();
         assert_eq!(err, AuthError::UnknownScope("sessions:everything".into()));
     }
 
@@ -579,12 +705,137 @@ mod tests {
         assert!(matches!(keys.verify_header(Some("Bearer not.a.jwt")).unwrap_err(), AuthError::Invalid(_)));
     }
 
+    /// The `admin` scope is the layer's to check: behind it, a handler that forgets the check
+    /// (here, one that answers every call) still never serves a token without `admin`.
+    #[tokio::test]
+    async fn the_layer_refuses_every_admin_rpc_without_scope_admin() {
+        use tower::{Layer, ServiceExt};
+        let (dir, keys) = keys(JwtAlg::Hs256);
+        let keys = Arc::new(keys);
+        let store =
+            crate::store::Store::open(&format!("sqlite://{}", dir.path().join("t.db").display())).await.unwrap();
+        let (audit, _writer) = crate::audit::AuditLog::new(store);
+        let handler = tower::service_fn(|_: http::Request<()>| async {
+            Ok::<_, std::convert::Infallible>(http::Response::new(String::new()))
+        });
+        let epochs = Epochs::default();
+        epochs.set("t", "e");
+        let service = AuthLayer::new(keys.clone(), Revocations::default(), epochs, audit).layer(handler);
+        let call = |token: String, path: &'static str| {
+            let service = service.clone();
+            async move {
+                let req = http::Request::builder()
+                    .uri(format!("http://localhost{path}"))
+                    .header("authorization", format!("Bearer {token}"))
+                    .body(())
+                    .unwrap();
+                let resp = service.oneshot(req).await.unwrap();
+                tonic::Status::from_header_map(resp.headers())
+            }
+        };
+        let everything_but_admin: Vec<String> =
+            Scope::ALL.iter().filter(|s| **s != Scope::Admin).map(|s| s.as_str().to_string()).collect();
+        let (user, _) = keys.issue("t", "e", "s", &everything_but_admin, Duration::from_secs(60)).unwrap();
+        let (admin, _) = keys.issue("t", "e", "s", &["admin".into()], Duration::from_secs(60)).unwrap();
+        // An rpc the service does not have yet is refused all the same.
+        for path in ["/browserpool.v1.Admin/PoolStatus", "/browserpool.v1.Admin/SomeFutureRpc"] {
+            let refused = call(user.clone(), path).await.expect("refused");
+            assert_eq!(refused.code(), tonic::Code::PermissionDenied, "{path}");
+            assert_eq!(refused.message(), "this call needs scope admin");
+            assert!(call(admin.clone(), path).await.is_none(), "admin reaches {path}");
+        }
+        assert!(call(user, "/browserpool.v1.Sessions/List").await.is_none(), "other services are not affected");
+        assert!(!is_admin_rpc("/browserpool.v1.AdminTools/PoolStatus"));
+        assert!(!is_admin_rpc("/other.Admin/PoolStatus"));
+    }
+
+    #[test]
+    fn tokens_carry_the_tenant_epoch_and_need_it() {
+        let (dir, keys) = keys(JwtAlg::Hs256);
+        let (token, claims) = keys.issue("t", "e-1", "s", &[], Duration::from_secs(60)).unwrap();
+        assert_eq!((claims.tenant.as_str(), claims.tenant_epoch.as_str()), ("t", "e-1"));
+        assert_eq!(keys.verify(&token).unwrap().tenant_epoch, "e-1");
+        assert!(matches!(keys.issue("t", "", "s", &[], Duration::from_secs(60)), Err(AuthError::BadRequest(_))));
+        // A token minted without the claim (as before it existed) is refused.
+        let mut old = serde_json::to_value(&claims).unwrap();
+        old.as_object_mut().unwrap().remove("tenant_epoch");
+        let secret = read_secret(&dir.path().join(HS256_FILE)).unwrap();
+        let mut header = Header::new(Algorithm::HS256);
+        header.kid = Some(keys.kid().to_string());
+        let old = jsonwebtoken::encode(&header, &old, &EncodingKey::from_secret(&secret)).unwrap();
+        assert!(matches!(keys.verify(&old), Err(AuthError::Invalid(m)) if m.contains("tenant_epoch")));
+    }
+
+    #[test]
+    fn epochs_match_only_the_live_tenant_and_survive_a_stale_reload() {
+        let epochs = Epochs::default();
+        epochs.replace(vec![("t".into(), "e-1".into())]);
+        assert!(epochs.is_current("t", "e-1"));
+        assert!(!epochs.is_current("t", "e-0"), "another epoch");
+        assert!(!epochs.is_current("u", "e-1"), "another tenant");
+        epochs.set("blank", "");
+        assert!(!epochs.is_current("blank", ""), "an empty epoch never matches");
+
+        // Deleted, then created again: the old epoch is gone for good.
+        epochs.remove("t");
+        assert!(!epochs.is_current("t", "e-1"));
+        epochs.set("t", "e-2");
+        assert!(epochs.is_current("t", "e-2") && !epochs.is_current("t", "e-1"));
+
+        // A reload read before a local change must not undo it; one read after it applies.
+        let seen = epochs.local_changes();
+        epochs.remove("t");
+        epochs.replace_unless_changed(vec![("t".into(), "e-2".into())], seen);
+        assert!(!epochs.is_current("t", "e-2"), "stale reload dropped");
+        epochs.replace_unless_changed(vec![("u".into(), "e-9".into())], epochs.local_changes());
+        assert!(epochs.is_current("u", "e-9") && !epochs.is_current("t", "e-2"));
+    }
+
+    /// The layer refuses a token whose tenant is gone, or was created again since it was minted.
+    #[tokio::test]
+    async fn the_layer_refuses_tokens_of_a_deleted_or_recreated_tenant() {
+        use tower::{Layer, ServiceExt};
+        let (dir, keys) = keys(JwtAlg::Hs256);
+        let keys = Arc::new(keys);
+        let store =
+            crate::store::Store::open(&format!("sqlite://{}", dir.path().join("t.db").display())).await.unwrap();
+        let (audit, _writer) = crate::audit::AuditLog::new(store);
+        let handler = tower::service_fn(|_: http::Request<()>| async {
+            Ok::<_, std::convert::Infallible>(http::Response::new(String::new()))
+        });
+        let epochs = Epochs::default();
+        let service = AuthLayer::new(keys.clone(), Revocations::default(), epochs.clone(), audit).layer(handler);
+        let call = |token: String| {
+            let service = service.clone();
+            async move {
+                let req = http::Request::builder()
+                    .uri("http://localhost/browserpool.v1.Sessions/List")
+                    .header("authorization", format!("Bearer {token}"))
+                    .body(())
+                    .unwrap();
+                tonic::Status::from_header_map(service.oneshot(req).await.unwrap().headers())
+            }
+        };
+        let read = ["sessions:read".to_string()];
+        epochs.set("t", "e-1");
+        let (old, _) = keys.issue("t", "e-1", "s", &read, Duration::from_secs(60)).unwrap();
+        assert!(call(old.clone()).await.is_none(), "the live tenant's token works");
+        epochs.remove("t");
+        let gone = call(old.clone()).await.expect("refused");
+        assert_eq!(gone.code(), tonic::Code::Unauthenticated);
+        assert_eq!(gone.message(), "token's tenant was deleted or re-created");
+        epochs.set("t", "e-2");
+        assert_eq!(call(old).await.expect("refused").code(), tonic::Code::Unauthenticated, "not revived");
+        let (new, _) = keys.issue("t", "e-2", "s", &read, Duration::from_secs(60)).unwrap();
+        assert!(call(new).await.is_none(), "a token of the new tenant works");
+    }
+
     #[test]
     fn admin_implies_every_scope() {
         let (_dir, keys) = keys(JwtAlg::Hs256);
-        let (_, claims) = keys.issue("t", "s", &["admin".into()], Duration::from_secs(60)).unwrap();
+        let (_, claims) = keys.issue("t", "e", "s", &["admin".into()], Duration::from_secs(60)).unwrap();
         assert!(Scope::ALL.iter().all(|s| claims.has(*s)));
-        let (_, claims) = keys.issue("t", "s", &["sessions:read".into()], Duration::from_secs(60)).unwrap();
+        let (_, claims) = keys.issue("t", "e", "s", &["sessions:read".into()], Duration::from_secs(60)).unwrap();
         assert!(claims.has(Scope::SessionsRead) && !claims.has(Scope::SessionsWrite));
     }
 }

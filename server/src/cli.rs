@@ -2,8 +2,11 @@
 
 use std::future::Future;
 
+use anyhow::Context;
+
 use crate::auth::Keys;
-use crate::config::{Cli, Command, KeyCommand, ServeArgs, TokenCommand};
+use crate::config::{Cli, Command, KeyCommand, ServeArgs, TokenCommand, TokenIssueArgs};
+use crate::server::{create_data_dir, ensure_default_tenant, DEFAULT_TENANT};
 use crate::store::Store;
 
 /// Runs the command `cli` names; `serve` stops when `shutdown` resolves.
@@ -12,8 +15,12 @@ pub async fn run(cli: Cli, shutdown: impl Future<Output = ()> + Send + 'static) 
         None => crate::run(ServeArgs::from_env(), shutdown).await,
         Some(Command::Serve(args)) => crate::run(args, shutdown).await,
         Some(Command::Token(TokenCommand::Issue(args))) => {
+            create_data_dir(&args.store.data_dir)?;
             let keys = Keys::load_or_create(&args.store.data_dir, args.jwt_alg)?;
-            let (token, _) = keys.issue(&args.tenant, &args.subject, &args.scopes, args.ttl)?;
+            let store = Store::open(&args.store.database_url()).await.context("open database")?;
+            let epoch = tenant_epoch(&store, &args).await;
+            store.close().await;
+            let (token, _) = keys.issue(&args.tenant, &epoch?, &args.subject, &args.scopes, args.ttl)?;
             println!("{token}");
             Ok(())
         }
@@ -30,4 +37,19 @@ pub async fn run(cli: Cli, shutdown: impl Future<Output = ()> + Send + 'static) 
             Ok(())
         }
     }
+}
+
+/// The epoch `token issue` signs into the token. The tenant must exist, except `default`,
+/// which is created as `serve` creates it (from the same environment) when missing.
+async fn tenant_epoch(store: &Store, args: &TokenIssueArgs) -> anyhow::Result<String> {
+    if args.tenant == DEFAULT_TENANT {
+        let serve = ServeArgs { store: args.store.clone(), ..ServeArgs::from_env() };
+        return ensure_default_tenant(store, &serve).await;
+    }
+    store.tenant_epoch(&args.tenant).await?.with_context(|| {
+        format!(
+            "tenant {:?} does not exist in this database: create it first (Admin/PutTenant); only {DEFAULT_TENANT:?} is created on its own",
+            args.tenant
+        )
+    })
 }

@@ -22,7 +22,7 @@ pub struct Cli {
 pub enum Command {
     /// Run the service (the default when no command is given).
     Serve(ServeArgs),
-    /// Mint tokens offline from the data dir's signing key.
+    /// Mint tokens offline from the data dir's signing key and the database's tenants.
     #[command(subcommand)]
     Token(TokenCommand),
     /// Create or upgrade the database schema, then exit.
@@ -183,7 +183,8 @@ impl ServeArgs {
 pub struct TokenIssueArgs {
     #[command(flatten)]
     pub store: StoreArgs,
-    /// Tenant the token acts for.
+    /// Tenant the token acts for. It must exist (`default` is created if missing); the token
+    /// dies with it, and re-creating the tenant does not revive it.
     #[arg(long, env = "BROWSERPOOL_TOKEN_TENANT")]
     pub tenant: String,
     /// Subject (user or job) the token names.

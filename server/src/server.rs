@@ -4,7 +4,7 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Context;
@@ -16,7 +16,7 @@ use tokio_stream::wrappers::TcpListenerStream;
 use tracing::Instrument;
 
 use crate::audit::{AuditLog, Writer};
-use crate::auth::{write_admin_token, AuthLayer, Keys, Revocations};
+use crate::auth::{write_admin_token, AuthLayer, Epochs, Keys, Revocations};
 use crate::config::ServeArgs;
 use crate::grpc::{admin_api::AdminApi, sessions_api::SessionsApi};
 use crate::sessions::{now_ms, Limits, Sessions};
@@ -52,34 +52,12 @@ pub async fn bind(args: ServeArgs) -> anyhow::Result<Bound> {
         anyhow::bail!("--tls-cert/--tls-key/--tls-client-ca: TLS is not built in this version yet; serve plaintext on loopback or behind a TLS proxy");
     }
     let data_dir = args.store.data_dir.clone();
-    if !data_dir.exists() {
-        use std::os::unix::fs::DirBuilderExt;
-        // Keys, tokens and tenants' browser profiles live here: owner only.
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&data_dir)
-            .with_context(|| format!("create data dir {}", data_dir.display()))?;
-    }
+    create_data_dir(&data_dir)?;
     let chrome = find_chrome(args.chrome.as_deref())?;
     let store = Store::open(&args.store.database_url()).await.context("open database")?;
-    store
-        .ensure_tenant(
-            &TenantRecord {
-                id: DEFAULT_TENANT.into(),
-                max_slots: args.max_workers as u32,
-                max_queue: 100,
-                max_session_ttl_ms: args.max_session_ttl.as_millis().min(u32::MAX as u128) as u32,
-                idle_timeout_ms: args.idle_timeout.as_millis().min(u32::MAX as u128) as u32,
-                allow_hosts: Vec::new(),
-                // The embedded single-user default allows loopback so local development works.
-                allow_private_networks: true,
-            },
-            now_ms(),
-        )
-        .await?;
+    let default_epoch = ensure_default_tenant(&store, &args).await?;
     let keys = Arc::new(Keys::load_or_create(&data_dir, args.jwt_alg)?);
-    let admin_token_path = write_admin_token(&keys, &data_dir, DEFAULT_TENANT)?;
+    let admin_token_path = write_admin_token(&keys, &data_dir, DEFAULT_TENANT, &default_epoch)?;
     tracing::info!(path = %admin_token_path.display(), "admin token written");
 
     let grpc = TcpListener::bind(args.listen).await.with_context(|| format!("bind grpc {}", args.listen))?;
@@ -137,6 +115,38 @@ pub async fn bind(args: ServeArgs) -> anyhow::Result<Bound> {
     })
 }
 
+/// Creates the data dir if missing, owner only: keys, tokens and tenants' browser profiles
+/// live there.
+pub fn create_data_dir(data_dir: &Path) -> anyhow::Result<()> {
+    if !data_dir.exists() {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(data_dir)
+            .with_context(|| format!("create data dir {}", data_dir.display()))?;
+    }
+    Ok(())
+}
+
+/// Creates the `default` tenant from `args` if it does not exist (an existing one is left as
+/// it is) and returns its epoch. Every `serve` calls it at start, and `token issue` before it
+/// mints a token for `default`, so that works on a fresh data dir too.
+pub async fn ensure_default_tenant(store: &Store, args: &ServeArgs) -> anyhow::Result<String> {
+    let default = TenantRecord {
+        id: DEFAULT_TENANT.into(),
+        max_slots: args.max_workers as u32,
+        max_queue: 100,
+        max_session_ttl_ms: args.max_session_ttl.as_millis().min(u32::MAX as u128) as u32,
+        idle_timeout_ms: args.idle_timeout.as_millis().min(u32::MAX as u128) as u32,
+        allow_hosts: Vec::new(),
+        // The embedded single-user default allows loopback so local development works.
+        allow_private_networks: true,
+    };
+    store.ensure_tenant(&default, now_ms()).await?;
+    store.tenant_epoch(DEFAULT_TENANT).await?.context("the default tenant vanished right after it was ensured")
+}
+
 /// Binds and serves until `shutdown` resolves.
 pub async fn run(args: ServeArgs, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
     bind(args).await?.serve(shutdown).await
@@ -172,14 +182,23 @@ impl Bound {
         // The audit writer stops after the sessions are closed (their records go in first).
         let (audit_stop_tx, audit_stop_rx) = watch::channel(false);
         let audit_task = tokio::spawn(audit_writer.run(audit_stop_rx).instrument(tracing::info_span!("audit_writer")));
-        // The deny-list is loaded before serving, then refreshed twice a second.
+        // The deny-list and the tenant epochs are loaded before serving, then refreshed twice
+        // a second.
         let revoked = Revocations::default();
         revoked.replace(store.revoked().await?);
+        let epochs = Epochs::default();
+        epochs.replace(store.tenant_epochs().await?);
         let revocations = tokio::spawn(
             revoked
                 .clone()
                 .refresh_loop(store.clone(), std::time::Duration::from_millis(500), shutdown_rx.clone())
                 .instrument(tracing::info_span!("revocations")),
+        );
+        let epoch_refresh = tokio::spawn(
+            epochs
+                .clone()
+                .refresh_loop(store.clone(), std::time::Duration::from_millis(500), shutdown_rx.clone())
+                .instrument(tracing::info_span!("tenant_epochs")),
         );
         let reaper = tokio::spawn(
             sessions.clone().reap_loop(shutdown_rx.clone()).instrument(tracing::info_span!("session_reaper")),
@@ -218,10 +237,17 @@ impl Bound {
         let sessions_api = SessionsApi::new(sessions.clone(), shutdown_rx.clone());
         // Room for a maximal load_html document plus the rest of the message.
         let max_message = max_html_bytes + (1 << 20);
-        let admin_api = AdminApi::new(sessions.clone(), keys.clone(), store.clone(), revoked.clone(), max_token_ttl);
+        let admin_api = AdminApi::new(
+            sessions.clone(),
+            keys.clone(),
+            store.clone(),
+            revoked.clone(),
+            epochs.clone(),
+            max_token_ttl,
+        );
         let tx = shutdown_tx.clone();
         let served = tonic::transport::Server::builder()
-            .layer(AuthLayer::new(keys, revoked.clone(), audit.clone()))
+            .layer(AuthLayer::new(keys, revoked.clone(), epochs, audit.clone()))
             .add_service(health_service)
             .add_service(reflection_v1)
             .add_service(reflection_v1alpha)
@@ -246,6 +272,7 @@ impl Bound {
         let _ = heartbeat.await;
         sessions.deregister().await;
         let _ = revocations.await;
+        let _ = epoch_refresh.await;
         let _ = audit_stop_tx.send(true);
         let _ = audit_task.await;
         match http_task.await {

@@ -213,30 +213,55 @@ impl Store {
 
     /// Creates the tenant if it does not exist; an existing one is left as it is.
     pub async fn ensure_tenant(&self, t: &TenantRecord, now_ms: i64) -> Result<(), StoreError> {
-        self.write_tenant(t, now_ms, "DO NOTHING").await
+        self.write_tenant(t, now_ms, "DO NOTHING").await?;
+        Ok(())
     }
 
-    /// Creates or replaces a tenant; returns whether it was new.
-    pub async fn put_tenant(&self, t: &TenantRecord, now_ms: i64) -> Result<bool, StoreError> {
-        let existed = self.tenant(&t.id).await?.is_some();
-        self.write_tenant(
-            t,
-            now_ms,
-            "DO UPDATE SET max_slots = excluded.max_slots, max_queue = excluded.max_queue, \
-             max_session_ttl_ms = excluded.max_session_ttl_ms, idle_timeout_ms = excluded.idle_timeout_ms, \
-             allow_hosts = excluded.allow_hosts, allow_private_networks = excluded.allow_private_networks",
-        )
-        .await?;
-        Ok(!existed)
+    /// Creates or replaces a tenant's quotas and policy; returns whether it was new, and its
+    /// epoch: a fresh one when created, the one it had when replaced (its tokens live on).
+    pub async fn put_tenant(&self, t: &TenantRecord, now_ms: i64) -> Result<(bool, String), StoreError> {
+        let fresh = new_epoch();
+        let epoch = self
+            .write_tenant_with(
+                t,
+                &fresh,
+                now_ms,
+                "DO UPDATE SET max_slots = excluded.max_slots, max_queue = excluded.max_queue, \
+                 max_session_ttl_ms = excluded.max_session_ttl_ms, idle_timeout_ms = excluded.idle_timeout_ms, \
+                 allow_hosts = excluded.allow_hosts, allow_private_networks = excluded.allow_private_networks",
+            )
+            .await?
+            .ok_or_else(|| StoreError::Corrupt(format!("tenant {} upsert returned no row", t.id)))?;
+        // The row kept its epoch unless this statement inserted it: one statement, no race
+        // with another replica's put.
+        Ok((epoch == fresh, epoch))
     }
 
-    async fn write_tenant(&self, t: &TenantRecord, now_ms: i64, on_conflict: &str) -> Result<(), StoreError> {
+    /// Inserts `t` with a fresh epoch; `on_conflict` says what an existing row does. Returns the
+    /// row's epoch, or `None` when the conflict clause wrote nothing.
+    async fn write_tenant(
+        &self,
+        t: &TenantRecord,
+        now_ms: i64,
+        on_conflict: &str,
+    ) -> Result<Option<String>, StoreError> {
+        self.write_tenant_with(t, &new_epoch(), now_ms, on_conflict).await
+    }
+
+    async fn write_tenant_with(
+        &self,
+        t: &TenantRecord,
+        epoch: &str,
+        now_ms: i64,
+        on_conflict: &str,
+    ) -> Result<Option<String>, StoreError> {
         let sql = format!(
             "INSERT INTO tenants (id, max_slots, max_queue, max_session_ttl_ms, idle_timeout_ms, allow_hosts, \
-             allow_private_networks, created_at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (id) {on_conflict}"
+             allow_private_networks, created_at_ms, epoch) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
+             ON CONFLICT (id) {on_conflict} RETURNING epoch"
         );
         let hosts = serde_json::to_string(&t.allow_hosts).unwrap_or_else(|_| "[]".into());
-        with_pool!(self, pool => { sqlx::query(&sql)
+        with_pool!(self, pool => sqlx::query(&sql)
             .bind(&t.id)
             .bind(t.max_slots as i64)
             .bind(t.max_queue as i64)
@@ -245,9 +270,33 @@ impl Store {
             .bind(&hosts)
             .bind(t.allow_private_networks)
             .bind(now_ms)
-            .execute(pool)
-            .await?; });
-        Ok(())
+            .bind(epoch)
+            .fetch_optional(pool)
+            .await?
+            .map(|r| r.try_get::<String, _>("epoch"))
+            .transpose()
+            .map_err(StoreError::from))
+    }
+
+    /// The tenant's epoch, if the tenant exists.
+    pub async fn tenant_epoch(&self, id: &str) -> Result<Option<String>, StoreError> {
+        with_pool!(self, pool => sqlx::query("SELECT epoch FROM tenants WHERE id = $1")
+            .bind(id)
+            .fetch_optional(pool)
+            .await?
+            .map(|r| r.try_get::<String, _>("epoch"))
+            .transpose()
+            .map_err(StoreError::from))
+    }
+
+    /// Every tenant's id and epoch.
+    pub async fn tenant_epochs(&self) -> Result<Vec<(String, String)>, StoreError> {
+        with_pool!(self, pool => sqlx::query("SELECT id, epoch FROM tenants")
+            .fetch_all(pool)
+            .await?
+            .iter()
+            .map(|r| Ok((r.try_get::<String, _>("id")?, r.try_get::<String, _>("epoch")?)))
+            .collect())
     }
 
     /// Every tenant, by id.
@@ -587,6 +636,11 @@ impl Store {
     }
 }
 
+/// A new tenant epoch: 122 random bits (a v4 UUID), 32 hex digits like the migrations' ones.
+fn new_epoch() -> String {
+    uuid::Uuid::new_v4().simple().to_string()
+}
+
 fn parse_state(s: &str) -> Result<SessionState, StoreError> {
     SessionState::parse(s).ok_or_else(|| StoreError::Corrupt(format!("unknown session state {s:?}")))
 }
@@ -727,8 +781,9 @@ mod tests {
             store.insert_session(&record("s-2", "b", 20), "r-1", "acquired").await.unwrap();
             assert!(store.end_session("s-1", SessionState::Closed, 30, "released").await.unwrap());
             assert!(!store.end_session("s-1", SessionState::Expired, 40, "late").await.unwrap(), "terminal is final");
-            assert!(store.put_tenant(&tenant("t", 2), 1).await.unwrap(), "new");
-            assert!(!store.put_tenant(&tenant("t", 3), 2).await.unwrap(), "replaced");
+            let (created, epoch) = store.put_tenant(&tenant("t", 2), 1).await.unwrap();
+            assert!(created, "new");
+            assert_eq!(store.put_tenant(&tenant("t", 3), 2).await.unwrap(), (false, epoch.clone()), "replaced");
             assert!(store.revoke("jti-1", 5).await.unwrap());
             assert!(!store.revoke("jti-1", 6).await.unwrap(), "revoked once");
             store.close().await;
@@ -763,8 +818,14 @@ mod tests {
             assert_eq!(store.revoked().await.unwrap(), vec!["jti-1".to_string()], "{backend}");
             // r-1 never beat a heartbeat: its live session is left for the caller to crash.
             assert_eq!(store.sweep_replicas("r-2", 0).await.unwrap(), vec!["s-2".to_string()], "{backend}");
+            assert_eq!(store.tenant_epoch("t").await.unwrap(), Some(epoch.clone()), "{backend}");
+            assert!(store.tenant_epochs().await.unwrap().contains(&("t".to_string(), epoch.clone())));
             assert!(store.delete_tenant("t").await.unwrap());
             assert_eq!(store.tenant("t").await.unwrap(), None);
+            assert_eq!(store.tenant_epoch("t").await.unwrap(), None);
+            // The same id again is another tenant: a new epoch.
+            let (created, again) = store.put_tenant(&tenant("t", 1), 3).await.unwrap();
+            assert!(created && again != epoch && again.len() == 32, "{backend}: {again}");
         }
     }
 

@@ -1,4 +1,5 @@
-//! `browserpool.v1.Admin`. Every rpc needs the `admin` scope.
+//! `browserpool.v1.Admin`. Every rpc needs the `admin` scope: [`crate::auth::AuthLayer`]
+//! checks it once for the whole service, so the handlers here do not.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -10,10 +11,10 @@ use futures::Stream;
 use tonic::{Request, Response, Status};
 
 use super::claims;
-use crate::auth::{Keys, Revocations, Scope};
+use crate::auth::{Epochs, Keys, Revocations};
 use crate::convert::{session_to_pb, state_from_pb, state_to_pb, timestamp};
 use crate::error::ServiceError;
-use crate::sessions::{now_ms, require, SessionState, Sessions};
+use crate::sessions::{now_ms, SessionState, Sessions};
 use crate::store::{AuditFilter, Store, TenantRecord};
 use sha2::Digest;
 
@@ -28,6 +29,7 @@ pub struct AdminApi {
     keys: Arc<Keys>,
     store: Store,
     revoked: Revocations,
+    epochs: Epochs,
     max_token_ttl: Duration,
 }
 
@@ -37,18 +39,11 @@ impl AdminApi {
         keys: Arc<Keys>,
         store: Store,
         revoked: Revocations,
+        epochs: Epochs,
         max_token_ttl: Duration,
     ) -> Self {
-        AdminApi { sessions, keys, store, revoked, max_token_ttl }
+        AdminApi { sessions, keys, store, revoked, epochs, max_token_ttl }
     }
-}
-
-fn admin<T>(req: &Request<T>) -> Result<crate::auth::Claims, Status> {
-    let claims = claims(req)?;
-    if !claims.is_admin() {
-        return Err(ServiceError::PermissionDenied(format!("this call needs scope {}", Scope::Admin.as_str())).into());
-    }
-    Ok(claims)
 }
 
 fn tenant_to_pb(t: TenantRecord) -> pb::Tenant {
@@ -97,9 +92,8 @@ fn tenant_from_pb(t: pb::Tenant) -> Result<TenantRecord, ServiceError> {
 impl pb::admin_server::Admin for AdminApi {
     async fn pool_status(
         &self,
-        req: Request<pb::PoolStatusRequest>,
+        _req: Request<pb::PoolStatusRequest>,
     ) -> Result<Response<pb::PoolStatusResponse>, Status> {
-        admin(&req)?;
         let status = self.sessions.pool().status();
         let mut tenants = Vec::new();
         for t in self.store.tenants().await.map_err(ServiceError::from)? {
@@ -140,7 +134,6 @@ impl pb::admin_server::Admin for AdminApi {
         &self,
         req: Request<pb::AdminListSessionsRequest>,
     ) -> Result<Response<pb::AdminListSessionsResponse>, Status> {
-        admin(&req)?;
         let r = req.into_inner();
         let tenant = (!r.tenant.is_empty()).then_some(r.tenant);
         let state = state_from_pb(pb::SessionState::try_from(r.state).unwrap_or(pb::SessionState::Unspecified));
@@ -155,7 +148,7 @@ impl pb::admin_server::Admin for AdminApi {
         &self,
         req: Request<pb::KillSessionRequest>,
     ) -> Result<Response<pb::KillSessionResponse>, Status> {
-        let caller = admin(&req)?;
+        let caller = claims(&req)?;
         super::rpc_target(&req).set(&req.get_ref().session_id);
         let r = req.into_inner();
         let record = self.sessions.get(&caller, &r.session_id).await?;
@@ -177,28 +170,27 @@ impl pb::admin_server::Admin for AdminApi {
     }
 
     async fn drain(&self, req: Request<pb::DrainRequest>) -> Result<Response<pb::DrainResponse>, Status> {
-        admin(&req)?;
         let draining = self.sessions.set_draining(req.into_inner().drain);
         Ok(Response::new(pb::DrainResponse { draining, leased: self.sessions.pool().status().leased as u32 }))
     }
 
     async fn list_tenants(
         &self,
-        req: Request<pb::ListTenantsRequest>,
+        _req: Request<pb::ListTenantsRequest>,
     ) -> Result<Response<pb::ListTenantsResponse>, Status> {
-        admin(&req)?;
         let tenants = self.store.tenants().await.map_err(ServiceError::from)?.into_iter().map(tenant_to_pb).collect();
         Ok(Response::new(pb::ListTenantsResponse { tenants }))
     }
 
     async fn put_tenant(&self, req: Request<pb::PutTenantRequest>) -> Result<Response<pb::PutTenantResponse>, Status> {
-        admin(&req)?;
         let t = req
             .into_inner()
             .tenant
             .ok_or_else(|| Status::from(ServiceError::InvalidArgument("tenant: required".into())))?;
         let record = tenant_from_pb(t)?;
-        let created = self.store.put_tenant(&record, now_ms()).await.map_err(ServiceError::from)?;
+        let (created, epoch) = self.store.put_tenant(&record, now_ms()).await.map_err(ServiceError::from)?;
+        // A new tenant's tokens work here at once; other replicas learn it on their next refresh.
+        self.epochs.set(&record.id, &epoch);
         tracing::info!(tenant = %record.id, created, max_slots = record.max_slots, "tenant saved");
         Ok(Response::new(pb::PutTenantResponse { tenant: Some(tenant_to_pb(record)), created }))
     }
@@ -207,7 +199,6 @@ impl pb::admin_server::Admin for AdminApi {
         &self,
         req: Request<pb::DeleteTenantRequest>,
     ) -> Result<Response<pb::DeleteTenantResponse>, Status> {
-        admin(&req)?;
         let r = req.into_inner();
         if r.id == crate::server::DEFAULT_TENANT {
             return Err(ServiceError::FailedPrecondition("the embedded default tenant cannot be deleted".into()).into());
@@ -225,6 +216,8 @@ impl pb::admin_server::Admin for AdminApi {
             self.sessions.end_detached(&id, SessionState::Killed, "tenant deleted").await;
         }
         let deleted = self.store.delete_tenant(&r.id).await.map_err(ServiceError::from)?;
+        // Its tokens stop here at once; on other replicas within a second (their refresh).
+        self.epochs.remove(&r.id);
         tracing::info!(tenant = %r.id, deleted, "tenant deleted");
         Ok(Response::new(pb::DeleteTenantResponse { deleted }))
     }
@@ -233,12 +226,10 @@ impl pb::admin_server::Admin for AdminApi {
         &self,
         req: Request<pb::IssueTokenRequest>,
     ) -> Result<Response<pb::IssueTokenResponse>, Status> {
-        let caller = admin(&req)?;
         let r = req.into_inner();
-        require(&caller, Scope::Admin)?;
-        if self.store.tenant(&r.tenant).await.map_err(ServiceError::from)?.is_none() {
+        let Some(epoch) = self.store.tenant_epoch(&r.tenant).await.map_err(ServiceError::from)? else {
             return Err(ServiceError::NotFound(format!("tenant {:?}", r.tenant)).into());
-        }
+        };
         let ttl = match r.ttl_s {
             0 => DEFAULT_TOKEN_TTL,
             s => Duration::from_secs(s as u64),
@@ -252,7 +243,11 @@ impl pb::admin_server::Admin for AdminApi {
             ))
             .into());
         }
-        let (token, claims) = self.keys.issue(&r.tenant, &r.subject, &r.scopes, ttl).map_err(ServiceError::from)?;
+        let (token, claims) =
+            self.keys.issue(&r.tenant, &epoch, &r.subject, &r.scopes, ttl).map_err(ServiceError::from)?;
+        // The store's epoch is newer than this replica's cache when another replica has just
+        // created the tenant: the token must work here at once.
+        self.epochs.set(&r.tenant, &epoch);
         tracing::info!(tenant = %claims.tenant, subject = %claims.sub, jti_hash = %claims.jti_hash(), "token issued");
         Ok(Response::new(pb::IssueTokenResponse {
             token,
@@ -265,7 +260,6 @@ impl pb::admin_server::Admin for AdminApi {
         &self,
         req: Request<pb::RevokeTokenRequest>,
     ) -> Result<Response<pb::RevokeTokenResponse>, Status> {
-        admin(&req)?;
         let jti = req.into_inner().jti;
         if jti.is_empty() {
             return Err(ServiceError::InvalidArgument("jti: required".into()).into());
@@ -283,7 +277,6 @@ impl pb::admin_server::Admin for AdminApi {
         &self,
         req: Request<pb::QueryAuditRequest>,
     ) -> Result<Response<Self::QueryAuditStream>, Status> {
-        admin(&req)?;
         let r = req.into_inner();
         let limit = match r.limit {
             0 => 100,
@@ -326,9 +319,8 @@ impl pb::admin_server::Admin for AdminApi {
 
     async fn verify_audit(
         &self,
-        req: Request<pb::VerifyAuditRequest>,
+        _req: Request<pb::VerifyAuditRequest>,
     ) -> Result<Response<pb::VerifyAuditResponse>, Status> {
-        admin(&req)?;
         let records = self.store.audit_all().await.map_err(ServiceError::from)?;
         let (checked, bad) = crate::audit::verify_chain(&records);
         Ok(Response::new(match bad {

@@ -17,11 +17,19 @@ fn forge(server: &TestServer, alg: Algorithm, claims: serde_json::Value) -> Stri
     jsonwebtoken::encode(&Header::new(alg), &claims, &EncodingKey::from_secret(&secret(server))).unwrap()
 }
 
-fn claims(exp_offset: i64, aud: &str) -> serde_json::Value {
+/// The `default` tenant's epoch, read from the admin token the server wrote.
+fn default_epoch(server: &TestServer) -> String {
+    let payload = server.admin_token.split('.').nth(1).unwrap();
+    let payload = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(payload).unwrap();
+    let claims: serde_json::Value = serde_json::from_slice(&payload).unwrap();
+    claims["tenant_epoch"].as_str().unwrap().to_string()
+}
+
+fn claims(server: &TestServer, exp_offset: i64, aud: &str) -> serde_json::Value {
     let now = browserpool_server::auth::now_s() as i64;
     json!({
         "iss": "browserpool", "aud": aud, "sub": "ci", "tenant": "default",
-        "scopes": ["sessions:read", "sessions:write"],
+        "tenant_epoch": default_epoch(server), "scopes": ["sessions:read", "sessions:write"],
         "exp": now + exp_offset, "nbf": now - 1, "iat": now - 1, "jti": "t-1"
     })
 }
@@ -44,23 +52,33 @@ async fn bad_tokens_are_unauthenticated() {
     assert_eq!(code_of_get(&server, None).await, Unauthenticated, "missing");
     assert_eq!(code_of_get(&server, Some("Bearer not-a-jwt")).await, Unauthenticated, "malformed");
     assert_eq!(code_of_get(&server, Some("Token abc")).await, Unauthenticated, "not bearer");
-    let expired = forge(&server, Algorithm::HS256, claims(-120, "browserpool"));
+    let expired = forge(&server, Algorithm::HS256, claims(&server, -120, "browserpool"));
     assert_eq!(code_of_get(&server, Some(&format!("Bearer {expired}"))).await, Unauthenticated, "expired");
-    let audience = forge(&server, Algorithm::HS256, claims(600, "someone-else"));
+    let audience = forge(&server, Algorithm::HS256, claims(&server, 600, "someone-else"));
     assert_eq!(code_of_get(&server, Some(&format!("Bearer {audience}"))).await, Unauthenticated, "wrong audience");
-    let algorithm = forge(&server, Algorithm::HS384, claims(600, "browserpool"));
+    let algorithm = forge(&server, Algorithm::HS384, claims(&server, 600, "browserpool"));
     assert_eq!(code_of_get(&server, Some(&format!("Bearer {algorithm}"))).await, Unauthenticated, "wrong algorithm");
-    let mut no_sub = claims(600, "browserpool");
+    let mut no_sub = claims(&server, 600, "browserpool");
     no_sub.as_object_mut().unwrap().remove("sub");
     let no_sub = forge(&server, Algorithm::HS256, no_sub);
     assert_eq!(code_of_get(&server, Some(&format!("Bearer {no_sub}"))).await, Unauthenticated, "no sub");
+    // Signed by this server's key but without the tenant's epoch (as before the claim), or
+    // with another epoch (the tenant's previous life).
+    let mut no_epoch = claims(&server, 600, "browserpool");
+    no_epoch.as_object_mut().unwrap().remove("tenant_epoch");
+    let no_epoch = forge(&server, Algorithm::HS256, no_epoch);
+    assert_eq!(code_of_get(&server, Some(&format!("Bearer {no_epoch}"))).await, Unauthenticated, "no epoch");
+    let mut old_epoch = claims(&server, 600, "browserpool");
+    old_epoch["tenant_epoch"] = json!("0".repeat(32));
+    let old_epoch = forge(&server, Algorithm::HS256, old_epoch);
+    assert_eq!(code_of_get(&server, Some(&format!("Bearer {old_epoch}"))).await, Unauthenticated, "old epoch");
     // Another server's key: valid shape, wrong signature.
     let other = TestServer::start_with(|a| a.warm = 0).await;
-    let foreign = forge(&other, Algorithm::HS256, claims(600, "browserpool"));
+    let foreign = forge(&other, Algorithm::HS256, claims(&server, 600, "browserpool"));
     assert_eq!(code_of_get(&server, Some(&format!("Bearer {foreign}"))).await, Unauthenticated, "foreign key");
 
     // The control: a good token gets past auth (and the unknown session is NOT_FOUND).
-    let good = forge(&server, Algorithm::HS256, claims(600, "browserpool"));
+    let good = forge(&server, Algorithm::HS256, claims(&server, 600, "browserpool"));
     assert_eq!(code_of_get(&server, Some(&format!("Bearer {good}"))).await, NotFound);
 
     // Health and reflection need no token.
@@ -108,20 +126,10 @@ async fn scopes_are_checked_per_rpc_and_per_canonical_action() {
     let stranger = server.client(&server.token("default", "someone", &["sessions:read", "sessions:write"]).await).await;
     let browserpool_client::Error::Status(status) = stranger.get(&id).await.unwrap_err() else { panic!() };
     assert_eq!(status.code(), tonic::Code::NotFound);
-    let keys = browserpool_server::auth::Keys::load_or_create(
-        server.data_dir.path(),
-        browserpool_server::config::JwtAlg::Hs256,
-    )
-    .unwrap();
-    let (foreign, _) = keys
-        .issue(
-            "other-tenant",
-            "ci",
-            &["sessions:read".into(), "sessions:write".into()],
-            std::time::Duration::from_secs(60),
-        )
-        .unwrap();
-    let foreign: Client = server.client(&foreign).await;
+    let other = pb::Tenant { id: "other-tenant".into(), max_slots: 1, max_queue: 1, ..Default::default() };
+    server.admin().await.admin().put_tenant(pb::PutTenantRequest { tenant: Some(other) }).await.unwrap();
+    let foreign: Client =
+        server.client(&server.token("other-tenant", "ci", &["sessions:read", "sessions:write"]).await).await;
     let browserpool_client::Error::Status(status) =
         foreign.act(&id, action("title", "", json!(null))).await.unwrap_err()
     else {
@@ -189,5 +197,127 @@ async fn revoked_token_is_refused_within_a_second_and_ttl_is_capped() {
     let status = console.issue_token(too_long).await.unwrap_err();
     assert_eq!(status.code(), tonic::Code::InvalidArgument);
     assert!(status.message().contains("exceeds the maximum"), "{status}");
+    server.stop().await;
+}
+
+/// Every rpc of `browserpool.v1.Admin`, as paths, read from the descriptor set the server
+/// serves for reflection: an rpc added to admin.proto later is covered without editing this.
+fn admin_rpc_paths() -> Vec<String> {
+    use prost::Message;
+    let set = prost_types::FileDescriptorSet::decode(browserpool_proto::FILE_DESCRIPTOR_SET).unwrap();
+    let paths: Vec<String> = set
+        .file
+        .iter()
+        .filter(|f| f.package() == "browserpool.v1")
+        .flat_map(|f| f.service.iter())
+        .filter(|s| s.name() == "Admin")
+        .flat_map(|s| s.method.iter().map(|m| format!("/browserpool.v1.Admin/{}", m.name())))
+        .collect();
+    assert!(paths.iter().any(|p| p.ends_with("/QueryAudit")), "streaming rpcs are listed too: {paths:?}");
+    paths
+}
+
+/// Calls `path` with an empty request message and reads the whole answer. Every rpc kind
+/// (unary, server stream) is one request stream and one response stream on the wire, so one
+/// generic streaming call serves them all; `()` (an empty message) encodes the empty request
+/// and decodes any answer, skipping its fields.
+async fn raw_call(channel: tonic::transport::Channel, path: &str, token: &str) -> Result<(), tonic::Status> {
+    let mut grpc = tonic::client::Grpc::new(channel);
+    grpc.ready().await.map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+    let mut req = tonic::Request::new(tokio_stream::once(()));
+    req.metadata_mut().insert("authorization", format!("Bearer {token}").parse().unwrap());
+    let codec = tonic_prost::ProstCodec::<(), ()>::default();
+    let path = http::uri::PathAndQuery::try_from(path).unwrap();
+    let mut answers = grpc.streaming(req, path, codec).await?.into_inner();
+    while answers.message().await?.is_some() {}
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_admin_rpc_needs_scope_admin_and_refusals_are_audited() {
+    let server = TestServer::start_with(|a| a.warm = 0).await;
+    let channel = tonic::transport::Endpoint::from_shared(server.endpoint()).unwrap().connect().await.unwrap();
+    let paths = admin_rpc_paths();
+    let others = ["sessions:read", "sessions:write", "sessions:shared", "context:export", "context:import"];
+    // Every subset of the other scopes: none, each alone, all five, and everything between.
+    for mask in 0u32..(1 << others.len()) {
+        let scopes: Vec<&str> =
+            others.iter().enumerate().filter(|(i, _)| mask & (1 << i) != 0).map(|(_, s)| *s).collect();
+        let token = server.token("default", "no-admin", &scopes).await;
+        for path in &paths {
+            let status = raw_call(channel.clone(), path, &token).await.expect_err(path);
+            assert_eq!(status.code(), tonic::Code::PermissionDenied, "{path} with {scopes:?}: {status:?}");
+            assert_eq!(status.message(), "this call needs scope admin", "{path}");
+        }
+    }
+    // The control: an admin token is let through (whatever the empty request then earns).
+    for path in &paths {
+        if let Err(status) = raw_call(channel.clone(), path, &server.admin_token).await {
+            assert_ne!(status.code(), tonic::Code::PermissionDenied, "admin refused {path}: {status:?}");
+            assert_ne!(status.code(), tonic::Code::Unimplemented, "{path} is not served");
+        }
+    }
+
+    // Each refusal is recorded before any handler runs, as a denial naming the caller.
+    let mut console = server.admin().await.admin();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let mut stream = console
+            .query_audit(pb::QueryAuditRequest { tenant: "default".into(), limit: 10_000, ..Default::default() })
+            .await
+            .unwrap()
+            .into_inner();
+        let mut denied = std::collections::BTreeMap::<String, usize>::new();
+        while let Some(r) = stream.message().await.unwrap() {
+            if r.subject == "no-admin" && r.rpc.starts_with("/browserpool.v1.Admin/") {
+                assert_eq!((r.outcome.as_str(), r.code.as_str()), ("denied", "PermissionDenied"), "{r:?}");
+                assert!(!r.jti_hash.is_empty());
+                *denied.entry(r.rpc).or_default() += 1;
+            }
+        }
+        if paths.iter().all(|p| denied.get(p) == Some(&(1 << others.len()))) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "refusals not all audited: {denied:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    server.stop().await;
+}
+
+/// `browserpool token issue` offline, as an operator runs it: `default` works on a fresh data
+/// dir (the tenant is created as `serve` would), an unknown tenant is a clear error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn offline_token_issue_needs_the_tenant_and_its_tokens_work() {
+    let dir = tempfile::tempdir().unwrap();
+    let database_url = crate::helpers::test_database()
+        .await
+        .unwrap_or_else(|| format!("sqlite://{}", dir.path().join("browserpool.db").display()));
+    let issue = |tenant: &str| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_browserpool"))
+            .args(["token", "issue", "--subject", "ci", "--scopes", "sessions:read", "--tenant", tenant])
+            .arg("--data-dir")
+            .arg(dir.path())
+            .arg("--database-url")
+            .arg(&database_url)
+            .output()
+            .unwrap()
+    };
+    let ghost = issue("ghost");
+    assert!(!ghost.status.success());
+    let stderr = String::from_utf8_lossy(&ghost.stderr);
+    assert!(stderr.contains("tenant \"ghost\" does not exist"), "{stderr}");
+    assert!(ghost.stdout.is_empty());
+
+    let issued = issue("default");
+    assert!(issued.status.success(), "{}", String::from_utf8_lossy(&issued.stderr));
+    let token = String::from_utf8(issued.stdout).unwrap().trim().to_string();
+    let server = TestServer::start_with(|a| {
+        a.warm = 0;
+        a.store.data_dir = dir.path().into();
+        a.store.database_url = Some(database_url.clone());
+    })
+    .await;
+    let listed = server.client(&token).await.sessions().list(pb::ListSessionsRequest::default()).await;
+    assert!(listed.is_ok(), "the offline token works on the server of that data dir: {listed:?}");
     server.stop().await;
 }

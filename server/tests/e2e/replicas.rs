@@ -32,6 +32,12 @@ async fn replicas_with_a_one_slot_tenant(tenant: &str) -> Replicas {
     let token = admin_a.admin().issue_token(req).await.unwrap().into_inner().token;
     let on_a = Client::connect(format!("http://{}", a.grpc), &token).await.unwrap();
     let on_b = Client::connect(format!("http://{}", b.grpc), &token).await.unwrap();
+    // B learns of the new tenant (its epoch) from the database on its next refresh.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while let Err(status) = on_b.sessions().list(pb::ListSessionsRequest::default()).await {
+        assert!(Instant::now() < deadline, "B never took the new tenant's token: {status}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     Replicas { a, b, admin_b, on_a, on_b }
 }
 
@@ -75,6 +81,22 @@ async fn a_tenant_quota_holds_across_replicas_sharing_one_database() {
     // The audit of both replicas is one chain.
     let verified = admin_b.admin().verify_audit(pb::VerifyAuditRequest {}).await.unwrap().into_inner();
     assert!(verified.ok && verified.records_checked > 10, "{verified:?}");
+
+    // The tenant deleted on A: its token stops on B too, within a second (B's refresh).
+    let mut console_a = a.client().await.admin();
+    let deleted = console_a.delete_tenant(pb::DeleteTenantRequest { id: "team".into(), force: true }).await;
+    assert!(deleted.unwrap().into_inner().deleted);
+    let started = Instant::now();
+    let code = loop {
+        match on_b.sessions().list(pb::ListSessionsRequest::default()).await {
+            Err(status) => break status.code(),
+            Ok(_) if started.elapsed() < Duration::from_millis(1_500) => {
+                tokio::time::sleep(Duration::from_millis(20)).await
+            }
+            Ok(_) => panic!("B still takes the deleted tenant's token after {:?}", started.elapsed()),
+        }
+    };
+    assert_eq!(code, tonic::Code::Unauthenticated);
     let (sa, _) = a.terminate();
     let (sb, _) = b.terminate();
     assert_eq!((sa.code(), sb.code()), (Some(0), Some(0)));

@@ -97,8 +97,8 @@ async fn tenant_slots_queue_overflow_renew_and_forced_delete() {
     assert_eq!(pb::SessionState::try_from(killed.state).unwrap(), pb::SessionState::Killed);
     assert_eq!(
         status_code(a.acquire(1000).await.unwrap_err()),
-        tonic::Code::PermissionDenied,
-        "a deleted tenant acquires nothing"
+        tonic::Code::Unauthenticated,
+        "a deleted tenant's token does nothing"
     );
     let default =
         console.delete_tenant(pb::DeleteTenantRequest { id: "default".into(), force: true }).await.unwrap_err();
@@ -156,5 +156,40 @@ async fn navigation_policy_holds_for_the_first_url_and_for_subresources() {
     }
     assert!(pixel_hits() > before, "the default tenant's subresource is fetched");
     admin.release(&id).await.unwrap();
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_tenants_tokens_die_and_stay_dead_when_it_is_created_again() {
+    let server = TestServer::start_with(|a| a.warm = 0).await;
+    let mut console = server.admin().await.admin();
+    let put = |max_slots| pb::PutTenantRequest { tenant: Some(tenant("team-z", max_slots, 1)) };
+    assert!(console.put_tenant(put(1)).await.unwrap().into_inner().created);
+    let old = server.client(&server.token("team-z", "ci", &["sessions:read"]).await).await;
+    let get = |c: &Client| {
+        let mut s = c.sessions();
+        async move { s.get(pb::GetSessionRequest { session_id: "s-none".into() }).await.unwrap_err().code() }
+    };
+    assert!(old.sessions().list(pb::ListSessionsRequest::default()).await.is_ok(), "the fresh token works");
+    assert_eq!(get(&old).await, tonic::Code::NotFound, "Get gets past auth");
+    // Updating the tenant keeps its epoch: its tokens live on.
+    assert!(!console.put_tenant(put(2)).await.unwrap().into_inner().created);
+    assert!(old.sessions().list(pb::ListSessionsRequest::default()).await.is_ok(), "an update keeps tokens");
+
+    let deleted = console.delete_tenant(pb::DeleteTenantRequest { id: "team-z".into(), force: false }).await;
+    assert!(deleted.unwrap().into_inner().deleted);
+    let status = old.sessions().list(pb::ListSessionsRequest::default()).await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::Unauthenticated, "{status:?}");
+    assert_eq!(status.message(), "token's tenant was deleted or re-created");
+    assert_eq!(get(&old).await, tonic::Code::Unauthenticated);
+
+    // The same id again is another tenant: the old token stays dead, a new one works.
+    assert!(console.put_tenant(put(1)).await.unwrap().into_inner().created);
+    let status = old.sessions().list(pb::ListSessionsRequest::default()).await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::Unauthenticated, "re-creation must not revive: {status:?}");
+    assert_eq!(get(&old).await, tonic::Code::Unauthenticated);
+    let new = server.client(&server.token("team-z", "ci", &["sessions:read"]).await).await;
+    assert!(new.sessions().list(pb::ListSessionsRequest::default()).await.is_ok(), "a new token works");
+    assert_eq!(get(&new).await, tonic::Code::NotFound);
     server.stop().await;
 }
