@@ -289,6 +289,14 @@ impl Driver {
     /// Writes `state` as a strict replace for its origin: the origin's cookies and storage are
     /// cleared, the envelope's applied. With `strict_origin` the active tab must already be on
     /// the origin; otherwise it navigates there first. Returns (cookies, storage keys) applied.
+    /// Refuses a cookie whose domain the policy refuses: a `.parent` cookie also reaches the
+    /// parent domain, which the policy may refuse where the page's own origin is allowed.
+    pub(crate) fn check_cookie_domain(&self, c: &CookieRecord, i: usize) -> ActResult<()> {
+        let reach = format!("https://{}/", c.domain.trim_start_matches('.'));
+        self.check_url(&reach)
+            .map_err(|f| ActionFailure { message: format!("cookies[{i}].domain: {}", f.message), ..f })
+    }
+
     pub async fn import_context(&self, state: &ContextState, strict_origin: bool) -> ActResult<(u32, u32)> {
         let origin = normalize_origin(&state.origin)?;
         if origin != state.origin {
@@ -309,10 +317,7 @@ impl Driver {
                     c.domain
                 )));
             }
-            // A `.parent` cookie also reaches the parent domain, which the policy may refuse.
-            let reach = format!("https://{}/", c.domain.trim_start_matches('.'));
-            self.check_url(&reach)
-                .map_err(|f| ActionFailure { message: format!("cookies[{i}].domain: {}", f.message), ..f })?;
+            self.check_cookie_domain(c, i)?;
         }
         if let Some(v) = state.viewport {
             crate::ops::parse_viewport(

@@ -234,7 +234,23 @@ async fn import_for_an_origin_the_policy_refuses_changes_nothing() {
         };
         let after = client.sessions().export_context(req).await.unwrap().into_inner();
         assert!(after.cookies.is_empty() && after.http_auth.is_none(), "{tenant}: {after:?}");
+
+        // The `cookies` action is held to the same rule: nothing is planted where the policy
+        // refuses the cookie's origin or domain.
+        let c = &env_cookie(tenant);
+        let set = act(&client, &id, action("cookies", "", json!({"op": "set", "cookies": [c]}))).await;
+        assert_eq!(err_code(&set), pb::ErrorCode::BlockedByPolicy, "{tenant}: {set:?}");
+        let jar = ok(&act(&client, &id, action("cookies", "", json!({"op": "get"}))).await);
+        assert_eq!(jar, json!([]), "{tenant}: cookies set planted nothing");
         client.release(&id).await.unwrap();
     }
     server.stop().await;
+}
+
+/// The cookie each tenant of the test above may not plant, as a `cookies set` payload.
+fn env_cookie(tenant: &str) -> serde_json::Value {
+    match tenant {
+        "locked" => json!({"name": "planted", "value": "1", "domain": "127.0.0.1", "path": "/"}),
+        _ => json!({"name": "planted", "value": "1", "domain": ".example.test", "path": "/"}),
+    }
 }
