@@ -390,20 +390,32 @@ impl Revocations {
         self,
         store: crate::store::Store,
         every: Duration,
-        mut shutdown: tokio::sync::watch::Receiver<bool>,
+        shutdown: tokio::sync::watch::Receiver<bool>,
     ) {
-        let mut tick = tokio::time::interval(every);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = tick.tick() => {}
-                changed = shutdown.changed() => if changed.is_err() || *shutdown.borrow() { break },
-            }
+        every_until_shutdown(every, shutdown, || async {
             match store.revoked().await {
                 Ok(all) => self.replace(all),
                 Err(e) => tracing::warn!(error = %e, "could not refresh revoked tokens"),
             }
+        })
+        .await
+    }
+}
+
+/// Runs `reload` every `every` until shutdown: the refresh loop of the in-memory caches.
+async fn every_until_shutdown<F, Fut>(every: Duration, mut shutdown: tokio::sync::watch::Receiver<bool>, mut reload: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            changed = shutdown.changed() => if changed.is_err() || *shutdown.borrow() { break },
         }
+        reload().await;
     }
 }
 
@@ -470,21 +482,16 @@ impl Epochs {
         self,
         store: crate::store::Store,
         every: Duration,
-        mut shutdown: tokio::sync::watch::Receiver<bool>,
+        shutdown: tokio::sync::watch::Receiver<bool>,
     ) {
-        let mut tick = tokio::time::interval(every);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = tick.tick() => {}
-                changed = shutdown.changed() => if changed.is_err() || *shutdown.borrow() { break },
-            }
+        every_until_shutdown(every, shutdown, || async {
             let seen = self.local_changes();
             match store.tenant_epochs().await {
                 Ok(all) => self.replace_unless_changed(all, seen),
                 Err(e) => tracing::warn!(error = %e, "could not refresh tenant epochs"),
             }
-        }
+        })
+        .await
     }
 }
 
