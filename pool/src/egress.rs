@@ -129,21 +129,30 @@ fn canonical(ip: IpAddr) -> IpAddr {
 /// One worker's proxy: its listener and every connection it carries. Dropping it ends them all.
 pub(crate) struct Proxy {
     port: u16,
+    /// Whether the port is on the host's loopback (refused to pages while it lives); a proxy
+    /// inside a worker's own network namespace is out of every page's reach anyway.
+    on_host: bool,
     egress: Arc<Egress>,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl Proxy {
-    /// Binds 127.0.0.1:0 and serves connections under `policy` (read per connection, so a
-    /// lease's policy applies from the lease on).
-    pub(crate) async fn start(
+    /// Serves connections on `listener` (127.0.0.1:0, in the worker's network namespace when
+    /// it has one) under `policy`, read per connection so a lease's policy applies from the
+    /// lease on.
+    pub(crate) fn start(
         egress: Arc<Egress>,
         policy: Arc<RwLock<NavPolicy>>,
+        listener: std::net::TcpListener,
+        on_host: bool,
         worker: &str,
     ) -> std::io::Result<Proxy> {
-        let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
+        listener.set_nonblocking(true)?;
+        let listener = TcpListener::from_std(listener)?;
         let port = listener.local_addr()?.port();
-        egress.proxies.lock().unwrap_or_else(|e| e.into_inner()).insert(port);
+        if on_host {
+            egress.proxies.lock().unwrap_or_else(|e| e.into_inner()).insert(port);
+        }
         let shared = egress.clone();
         let task = tokio::spawn(
             async move {
@@ -166,7 +175,7 @@ impl Proxy {
             }
             .instrument(tracing::debug_span!("egress_proxy", worker = %worker)),
         );
-        Ok(Proxy { port, egress, task })
+        Ok(Proxy { port, on_host, egress, task })
     }
 
     /// The `--proxy-server` value for Chromium.
@@ -179,20 +188,25 @@ impl Drop for Proxy {
     fn drop(&mut self) {
         // Aborting the accept task drops its JoinSet, which aborts every connection.
         self.task.abort();
-        self.egress.proxies.lock().unwrap_or_else(|e| e.into_inner()).remove(&self.port);
+        if self.on_host {
+            self.egress.proxies.lock().unwrap_or_else(|e| e.into_inner()).remove(&self.port);
+        }
     }
 }
 
 /// A parsed request head: method, target, and the raw header lines to forward.
-struct Head {
-    method: String,
-    target: String,
+pub(crate) struct Head {
+    pub(crate) method: String,
+    pub(crate) target: String,
     headers: Vec<(String, Vec<u8>)>,
+    /// The head as received.
+    pub(crate) raw: Vec<u8>,
     /// Bytes after the head already read (the start of a body or tunnel data).
-    rest: Vec<u8>,
+    pub(crate) rest: Vec<u8>,
 }
 
-async fn read_head(stream: &mut TcpStream) -> Result<Head, String> {
+/// Reads one HTTP/1 request head (at most [`MAX_HEAD`] bytes).
+pub(crate) async fn read_head(stream: &mut TcpStream) -> Result<Head, String> {
     let mut buf = Vec::with_capacity(4096);
     loop {
         let mut chunk = [0u8; 4096];
@@ -209,6 +223,7 @@ async fn read_head(stream: &mut TcpStream) -> Result<Head, String> {
                     method: req.method.unwrap_or_default().to_string(),
                     target: req.path.unwrap_or_default().to_string(),
                     headers: req.headers.iter().map(|h| (h.name.to_string(), h.value.to_vec())).collect(),
+                    raw: buf[..len].to_vec(),
                     rest: buf[len..].to_vec(),
                 });
             }
@@ -363,7 +378,8 @@ mod tests {
 
     /// Sends `request` to a proxy under `policy` and returns everything it answers.
     async fn exchange(egress: Arc<Egress>, policy: NavPolicy, request: &[u8]) -> String {
-        let proxy = Proxy::start(egress, Arc::new(RwLock::new(policy)), "test").await.unwrap();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let proxy = Proxy::start(egress, Arc::new(RwLock::new(policy)), listener, true, "test").unwrap();
         let mut conn = TcpStream::connect(("127.0.0.1", proxy.port)).await.unwrap();
         conn.write_all(request).await.unwrap();
         let mut out = Vec::new();

@@ -14,6 +14,7 @@ use tracing::Instrument;
 
 use crate::error::PoolError;
 use crate::lock::PortLock;
+use crate::netns::{Gate, NetNs};
 
 /// Executable names tried on PATH when `--chrome` is not given, in order.
 pub const CHROME_NAMES: &[&str] = &["chromium", "chromium-browser", "google-chrome"];
@@ -119,6 +120,8 @@ pub(crate) struct Process {
     child: Child,
     pgid: libc::pid_t,
     pub(crate) lock: Option<PortLock>,
+    /// The only way into DevTools when the worker has its own network namespace.
+    gate: Option<Gate>,
     pub(crate) profile: PathBuf,
     tmp: PathBuf,
     killed: bool,
@@ -152,6 +155,7 @@ impl Process {
             }
         }
         self.killed = true;
+        self.gate.take();
         self.lock.take();
     }
 
@@ -236,8 +240,14 @@ pub(crate) struct Launched {
 }
 
 /// Takes a free port, starts Chromium on it with a fresh profile and connects CDP. Every
-/// connection its pages open goes through `proxy` (the worker's egress proxy).
-pub(crate) async fn launch(cfg: &LaunchConfig, worker: &str, proxy: &str) -> Result<Launched, PoolError> {
+/// connection its pages open goes through `proxy` (the worker's egress proxy). With `netns`,
+/// Chromium runs inside that namespace and CDP is reached through a [`Gate`].
+pub(crate) async fn launch(
+    cfg: &LaunchConfig,
+    worker: &str,
+    proxy: &str,
+    netns: Option<NetNs>,
+) -> Result<Launched, PoolError> {
     let lock = take_port(cfg).await?;
     let port = lock.port();
     let profile = cfg.profiles_dir.join(format!("port-{port}"));
@@ -283,10 +293,23 @@ pub(crate) async fn launch(cfg: &LaunchConfig, worker: &str, proxy: &str) -> Res
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
+    if let Some(ns) = &netns {
+        let fd = ns.raw_fd();
+        // SAFETY: setns is async-signal-safe; it runs in the child between fork and exec, on
+        // a descriptor the child inherited.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::setns(fd, libc::CLONE_NEWNET) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
     let mut child = cmd.spawn().map_err(|e| PoolError::Launch(format!("spawn {}: {e}", cfg.chrome.display())))?;
     let pgid = child.id().map(|p| p as libc::pid_t).unwrap_or(0);
     let stderr = child.stderr.take();
-    let process = Process { child, pgid, lock: Some(lock), profile, tmp, killed: false };
+    let mut process = Process { child, pgid, lock: Some(lock), gate: None, profile, tmp, killed: false };
 
     let Some(stderr) = stderr else {
         process.kill().await;
@@ -306,7 +329,7 @@ pub(crate) async fn launch(cfg: &LaunchConfig, worker: &str, proxy: &str) -> Res
         None
     })
     .await;
-    let ws_url = match found {
+    let mut ws_url = match found {
         Ok(Some(url)) => url,
         Ok(None) => {
             process.kill().await;
@@ -318,6 +341,25 @@ pub(crate) async fn launch(cfg: &LaunchConfig, worker: &str, proxy: &str) -> Res
             return Err(PoolError::Launch(format!("no devtools endpoint within {:?}", cfg.launch_timeout)));
         }
     };
+    if let Some(ns) = netns {
+        // Chromium's port is inside the namespace: CDP goes through the gate, by the browser's
+        // own path, which only this process has seen.
+        let path = ws_url.find("/devtools/browser/").map(|i| ws_url[i..].to_string()).unwrap_or_default();
+        match Gate::open(ns, port, path.clone(), worker).await {
+            Ok(gate) if !path.is_empty() => {
+                ws_url = format!("ws://127.0.0.1:{}{path}", gate.port());
+                process.gate = Some(gate);
+            }
+            Ok(_) => {
+                process.kill().await;
+                return Err(PoolError::Launch(format!("unexpected devtools endpoint {ws_url:?}")));
+            }
+            Err(e) => {
+                process.kill().await;
+                return Err(PoolError::Launch(format!("devtools gate: {e}")));
+            }
+        }
+    }
     // Keep draining stderr so Chromium never blocks on a full pipe; ends when the process dies.
     tokio::spawn(
         async move {

@@ -12,6 +12,7 @@ pub mod events;
 mod keys;
 pub mod launcher;
 pub mod lock;
+mod netns;
 mod ops;
 pub mod policy;
 pub mod pool;

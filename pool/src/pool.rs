@@ -13,6 +13,7 @@ use crate::driver::{Driver, DriverConfig, Viewport};
 use crate::egress::{Egress, EgressConfig, Proxy};
 use crate::error::PoolError;
 use crate::launcher::{launch, LaunchConfig, Process};
+use crate::netns::NetNs;
 use crate::policy::NavPolicy;
 
 /// Identifies one Chromium worker for its whole life (boot to kill).
@@ -366,8 +367,13 @@ async fn boot_worker(cfg: &PoolConfig, egress: &Arc<Egress>, id: WorkerId) -> Re
     // The proxy reads the policy per connection, so `Driver::set_policy` at lease time holds
     // for every connection opened after it; until then, nothing private.
     let policy = Arc::new(std::sync::RwLock::new(NavPolicy::default()));
-    let proxy = Proxy::start(egress.clone(), policy.clone(), &id.0).await?;
-    let launched = launch(&cfg.launch, &id.0, &proxy.url()).await?;
+    let netns = worker_netns();
+    let listener = match &netns {
+        Some(ns) => ns.bind_loopback()?,
+        None => std::net::TcpListener::bind(("127.0.0.1", 0))?,
+    };
+    let proxy = Proxy::start(egress.clone(), policy.clone(), listener, netns.is_none(), &id.0)?;
+    let launched = launch(&cfg.launch, &id.0, &proxy.url(), netns).await?;
     let driver_cfg = DriverConfig {
         cdp_timeout: cfg.launch.cdp_timeout,
         max_html_bytes: cfg.max_html_bytes,
@@ -389,6 +395,22 @@ async fn boot_worker(cfg: &PoolConfig, egress: &Arc<Egress>, id: WorkerId) -> Re
         driver,
         started_at: SystemTime::now(),
     })
+}
+
+/// A new network namespace for a worker, or `None` where the server may not create one (it
+/// is not root and lacks `CAP_SYS_ADMIN`): said once, at warn, since it leaves the DevTools
+/// ports reachable by every local process.
+fn worker_netns() -> Option<NetNs> {
+    static WARNED: std::sync::Once = std::sync::Once::new();
+    match NetNs::create() {
+        Ok(ns) => Some(ns),
+        Err(e) => {
+            WARNED.call_once(|| {
+                tracing::warn!(error = %e, "workers share the host's network namespace (creating one needs root or CAP_SYS_ADMIN): their devtools ports are reachable by local processes")
+            });
+            None
+        }
+    }
 }
 
 /// Counts a caller holding a slot without a worker yet; the count drops with the guard, so a

@@ -313,9 +313,9 @@ async fn no_page_reaches_a_private_address_or_a_devtools_port() {
     let seen = open.labels();
     let missing: Vec<_> = want.iter().filter(|l| !seen.contains(**l)).collect();
     assert!(missing.is_empty(), "the control did not see {missing:?}; saw {:?}", open.lines());
-    // TURN over TCP goes through the proxy (a STUN Allocate request, type 0x0003)...
-    assert!(open.lines().iter().any(|l| l.starts_with("\0\u{3}")), "no TURN allocate over tcp: {:?}", open.lines());
-    // ...and WebRTC never uses non-proxied UDP, for any tenant.
+    // WebRTC never uses non-proxied UDP, for any tenant. (In a worker's own network namespace
+    // it finds no network to gather on at all; without one, TURN over TCP goes through the
+    // proxy and is judged like any connection.)
     assert_eq!(open.datagrams(), 0, "WebRTC sent UDP");
     admin.release(&id).await.unwrap();
 
@@ -340,4 +340,102 @@ async fn no_page_reaches_a_private_address_or_a_devtools_port() {
         "an unlisted host was reached through a redirect or a worker"
     );
     server.stop().await;
+}
+
+/// Inodes of the TCP sockets listening in this process's network namespace, with their ports.
+fn listening_sockets() -> Vec<(u64, u16)> {
+    let mut out = Vec::new();
+    for table in ["/proc/self/net/tcp", "/proc/self/net/tcp6"] {
+        let text = std::fs::read_to_string(table).unwrap_or_default();
+        for line in text.lines().skip(1) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            // local_address is HEXIP:HEXPORT; state 0A is LISTEN; field 9 is the inode.
+            if f.len() > 9 && f[3] == "0A" {
+                let port = f[1].rsplit(':').next().and_then(|p| u16::from_str_radix(p, 16).ok());
+                if let (Some(port), Ok(inode)) = (port, f[9].parse()) {
+                    out.push((inode, port));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Socket inodes held open by process `pid`.
+fn socket_inodes(pid: u32) -> Vec<u64> {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { return Vec::new() };
+    fds.flatten()
+        .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+        .filter_map(|target| {
+            let t = target.to_string_lossy().to_string();
+            t.strip_prefix("socket:[").and_then(|r| r.strip_suffix(']')).and_then(|n| n.parse().ok())
+        })
+        .collect()
+}
+
+/// Whatever a plain HTTP GET of `path` on 127.0.0.1:`port` answers (empty when refused).
+async fn http_get(port: u16, path: &str) -> String {
+    use tokio::io::AsyncWriteExt;
+    let Ok(Ok(mut conn)) =
+        tokio::time::timeout(Duration::from_secs(2), tokio::net::TcpStream::connect(("127.0.0.1", port))).await
+    else {
+        return String::new();
+    };
+    let req = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n");
+    if conn.write_all(req.as_bytes()).await.is_err() {
+        return String::new();
+    }
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(2), conn.read_to_end(&mut out)).await;
+    String::from_utf8_lossy(&out).to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_process_cannot_reach_a_workers_devtools() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: workers get their own network namespace only when the server is root");
+        return;
+    }
+    // A server process of its own, so the listeners probed below are only its own.
+    let mut server = crate::helpers::BinaryServer::spawn().await;
+    let admin = server.client().await;
+    let id = admin.acquire(30_000).await.unwrap().session_id;
+    ok(&act(&admin, &id, action("evaluate", "", "1")).await);
+    let workers = admin.admin().pool_status(pb::PoolStatusRequest {}).await.unwrap().into_inner().workers;
+    assert!(!workers.is_empty());
+    let host = listening_sockets();
+    for w in &workers {
+        // Chromium's DevTools port is not open in the host's namespace...
+        assert!(http_get(w.cdp_port as u16, "/json/version").await.is_empty(), "port {} answered", w.cdp_port);
+        // ...and no process of the worker listens there at all.
+        let mut inodes = socket_inodes(w.pid);
+        for task in std::fs::read_dir("/proc").unwrap().flatten() {
+            let Some(pid) = task.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let pgrp = stat.rsplit_once(')').and_then(|(_, r)| r.split_whitespace().nth(2)?.parse::<u32>().ok());
+            if pgrp == Some(w.pid) {
+                inodes.extend(socket_inodes(pid));
+            }
+        }
+        let listening: Vec<_> = host.iter().filter(|(inode, _)| inodes.contains(inode)).collect();
+        assert!(listening.is_empty(), "worker {} listens on the host: {listening:?}", w.worker_id);
+    }
+    // The server's own listeners (gRPC, HTTP, the gates into each worker's DevTools) tell a
+    // local process nothing: no target list, no version, no browser endpoint for a guess.
+    let ours = socket_inodes(server.pid());
+    let probed = host.iter().filter(|(inode, _)| ours.contains(inode)).count();
+    assert!(probed >= 3, "grpc, http and at least one gate: {probed}");
+    for (_, port) in host.iter().filter(|(inode, _)| ours.contains(inode)) {
+        for path in ["/json/version", "/json/list", "/json", "/devtools/browser/00000000-0000-0000-0000-000000000000"] {
+            let answer = http_get(*port, path).await;
+            assert!(
+                !answer.contains("webSocketDebuggerUrl") && !answer.contains("devtools/browser"),
+                "port {port} {path}: {answer}"
+            );
+        }
+    }
+    admin.release(&id).await.unwrap();
+    let (status, _) = server.terminate();
+    assert!(status.success());
 }

@@ -226,6 +226,11 @@ impl BinaryServer {
         Client::connect(format!("http://{}", self.grpc), &self.token).await.unwrap()
     }
 
+    /// The server process's id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// SIGKILL, as a crash or an OOM kill would: no cleanup runs. Its Chromium workers (found
     /// by their profile path) are killed too, so the test leaves no process behind.
     pub fn kill_hard(&mut self) {
