@@ -255,10 +255,16 @@ pub(crate) async fn launch(
     if profile.exists() {
         tokio::fs::remove_dir_all(&profile).await?;
     }
+    // Owner only: profiles hold a tenant's cookies and storage, the temp dir Chromium's sockets.
+    let private = || {
+        let mut b = tokio::fs::DirBuilder::new();
+        b.recursive(true).mode(0o700);
+        b
+    };
     let home = profile.join("home");
-    tokio::fs::create_dir_all(&home).await?;
+    private().create(&home).await?;
     let default_profile = profile.join("chrome").join("Default");
-    tokio::fs::create_dir_all(&default_profile).await?;
+    private().create(&default_profile).await?;
     tokio::fs::write(default_profile.join("Preferences"), PREFERENCES).await?;
     // Chromium puts unix sockets in TMPDIR, and a socket path must fit in 108 bytes, so the
     // worker's own temp dir is short and fixed per port (the port lock makes it ours).
@@ -266,7 +272,7 @@ pub(crate) async fn launch(
     if tmp.exists() {
         tokio::fs::remove_dir_all(&tmp).await?;
     }
-    tokio::fs::create_dir_all(&tmp).await?;
+    private().create(&tmp).await?;
 
     let mut cmd = Command::new(&cfg.chrome);
     // Chromium refuses to start its sandbox as root; as any other user it keeps it.

@@ -40,7 +40,16 @@ async fn lease_act_release_leaves_nothing() {
     assert!(pool.wait_warm(1, Duration::from_secs(30)).await, "a worker must turn warm");
 
     let lease = pool.lease(Duration::from_secs(30), Viewport::default()).await.unwrap();
-    let pid = pool.status().workers.iter().find(|w| &w.id == lease.worker_id()).unwrap().pid;
+    let worker = pool.status().workers.into_iter().find(|w| &w.id == lease.worker_id()).unwrap();
+    let pid = worker.pid;
+    // A tenant's profile and Chromium's temp dir are its owner's only, whatever the umask.
+    let profile = dir.path().join("profiles").join(format!("port-{}", worker.cdp_port));
+    let tmp = std::path::PathBuf::from(format!("/tmp/browserpool-w{}", worker.cdp_port));
+    for d in [profile.join("home"), profile.join("chrome"), profile.join("chrome/Default"), tmp] {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&d).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode & 0o077, 0, "{} is {mode:o}", d.display());
+    }
     let out = lease.driver().run(&call("evaluate", "", json!("1 + 2"))).await.unwrap();
     assert_eq!(out.value, json!(3));
     let out = lease.driver().run(&call("evaluate", "", json!("window.innerWidth"))).await.unwrap();

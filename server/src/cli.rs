@@ -30,7 +30,7 @@ pub async fn run(cli: Cli, shutdown: impl Future<Output = ()> + Send + 'static) 
             Ok(())
         }
         Some(Command::Migrate(store)) => {
-            std::fs::create_dir_all(&store.data_dir)?;
+            create_data_dir(&store.data_dir)?;
             let db = Store::open(&store.database_url()).await?;
             db.close().await;
             eprintln!("database is up to date");

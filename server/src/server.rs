@@ -118,15 +118,7 @@ pub async fn bind(args: ServeArgs) -> anyhow::Result<Bound> {
 /// Creates the data dir if missing, owner only: keys, tokens and tenants' browser profiles
 /// live there.
 pub fn create_data_dir(data_dir: &Path) -> anyhow::Result<()> {
-    if !data_dir.exists() {
-        use std::os::unix::fs::DirBuilderExt;
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(data_dir)
-            .with_context(|| format!("create data dir {}", data_dir.display()))?;
-    }
-    Ok(())
+    crate::auth::create_private_dir(data_dir).with_context(|| format!("create data dir {}", data_dir.display()))
 }
 
 /// Creates the `default` tenant from `args` if it does not exist (an existing one is left as
