@@ -151,7 +151,7 @@ impl Keys {
     /// retired key. An existing key wins over `alg`, so restarting with another flag never
     /// invalidates live tokens silently.
     pub fn load_or_create(data_dir: &Path, alg: JwtAlg) -> Result<Keys, AuthError> {
-        fs::create_dir_all(data_dir).map_err(|e| AuthError::Key(format!("create {}: {e}", data_dir.display())))?;
+        create_private_dir(data_dir).map_err(|e| AuthError::Key(format!("create {}: {e}", data_dir.display())))?;
         let current = match current_key_file(data_dir) {
             Some((path, kind)) => entry(kind, &read_secret(&path)?)?,
             None => create_key(data_dir, alg)?,
@@ -179,7 +179,7 @@ impl Keys {
         let keys = Keys::load_or_create(data_dir, alg)?;
         let (path, kind) = current_key_file(data_dir).ok_or_else(|| AuthError::Key("no current key".into()))?;
         let retired_dir = data_dir.join(RETIRED_DIR);
-        fs::create_dir_all(&retired_dir)
+        create_private_dir(&retired_dir)
             .map_err(|e| AuthError::Key(format!("create {}: {e}", retired_dir.display())))?;
         let suffix = match kind {
             JwtAlg::Hs256 => "hs256",
@@ -336,6 +336,13 @@ fn read_secret(path: &Path) -> Result<Vec<u8>, AuthError> {
         .map_err(|e| AuthError::Key(format!("{} is not base64: {e}", path.display())))
 }
 
+/// Creates `dir` and any missing parent owner-only (0700); an existing directory is left as
+/// it is (its owner chose its mode).
+pub fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)
+}
+
 /// Writes a file readable by its owner only (0600), replacing any previous content.
 pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let mut file = fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path)?;
@@ -361,28 +368,99 @@ pub fn write_admin_token(keys: &Keys, data_dir: &Path, tenant: &str, tenant_epoc
     Ok(path)
 }
 
-/// Revoked token ids, shared by every request; refreshed from the store by
-/// [`Revocations::refresh_loop`] so a revocation on any replica takes effect within a second,
-/// and never a query per call.
+/// A copy of a store table shared by every request: reloaded by a refresh loop, so a change
+/// on any replica holds within a second, and changed at once by this replica's own writes;
+/// never a query per call. A reload read before a local change never undoes it.
+struct Reloaded<T> {
+    /// The copy, and how many local changes it has had.
+    inner: Arc<std::sync::RwLock<(T, u64)>>,
+}
+
+impl<T> Clone for Reloaded<T> {
+    fn clone(&self) -> Self {
+        Reloaded { inner: self.inner.clone() }
+    }
+}
+
+impl<T: Default> Default for Reloaded<T> {
+    fn default() -> Self {
+        Reloaded { inner: Arc::default() }
+    }
+}
+
+impl<T> Reloaded<T> {
+    fn read<R>(&self, f: impl FnOnce(&T) -> R) -> R {
+        f(&self.inner.read().unwrap_or_else(|e| e.into_inner()).0)
+    }
+
+    /// A local change (the store is the source of truth; the next reload agrees).
+    fn change(&self, f: impl FnOnce(&mut T)) {
+        let mut inner = self.inner.write().unwrap_or_else(|e| e.into_inner());
+        inner.1 += 1;
+        f(&mut inner.0);
+    }
+
+    fn local_changes(&self) -> u64 {
+        self.inner.read().unwrap_or_else(|e| e.into_inner()).1
+    }
+
+    /// Replaces the copy with one read when the local change count was `seen`, unless a local
+    /// change came since: the copy may predate it. The next reload has it anyway.
+    fn replace_unless_changed(&self, all: T, seen: u64) {
+        let mut inner = self.inner.write().unwrap_or_else(|e| e.into_inner());
+        if inner.1 == seen {
+            inner.0 = all;
+        }
+    }
+
+    /// Reloads with `load` every `every` until shutdown.
+    async fn refresh_loop<Fut>(
+        self,
+        what: &'static str,
+        every: Duration,
+        mut shutdown: tokio::sync::watch::Receiver<bool>,
+        mut load: impl FnMut() -> Fut,
+    ) where
+        Fut: std::future::Future<Output = Result<T, crate::store::StoreError>>,
+    {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                changed = shutdown.changed() => if changed.is_err() || *shutdown.borrow() { break },
+            }
+            let seen = self.local_changes();
+            match load().await {
+                Ok(all) => self.replace_unless_changed(all, seen),
+                Err(e) => tracing::warn!(error = %e, "could not refresh {what}"),
+            }
+        }
+    }
+}
+
+/// Revoked token ids (see [`Reloaded`]), so a revocation on any replica holds within a second.
 #[derive(Clone, Default)]
 pub struct Revocations {
-    set: Arc<std::sync::RwLock<std::collections::HashSet<String>>>,
+    set: Reloaded<std::collections::HashSet<String>>,
 }
 
 impl Revocations {
     /// Whether `jti` is revoked.
     pub fn contains(&self, jti: &str) -> bool {
-        self.set.read().unwrap_or_else(|e| e.into_inner()).contains(jti)
+        self.set.read(|set| set.contains(jti))
     }
 
-    /// Marks `jti` revoked locally (the store is the source of truth).
+    /// Marks `jti` revoked locally.
     pub fn insert(&self, jti: &str) {
-        self.set.write().unwrap_or_else(|e| e.into_inner()).insert(jti.to_string());
+        self.set.change(|set| {
+            set.insert(jti.to_string());
+        });
     }
 
     /// Replaces the cache with the store's list.
     pub fn replace(&self, all: Vec<String>) {
-        *self.set.write().unwrap_or_else(|e| e.into_inner()) = all.into_iter().collect();
+        self.set.replace_unless_changed(all.into_iter().collect(), self.set.local_changes());
     }
 
     /// Reloads the deny-list every `every` until shutdown.
@@ -392,89 +470,46 @@ impl Revocations {
         every: Duration,
         shutdown: tokio::sync::watch::Receiver<bool>,
     ) {
-        every_until_shutdown(every, shutdown, || async {
-            match store.revoked().await {
-                Ok(all) => self.replace(all),
-                Err(e) => tracing::warn!(error = %e, "could not refresh revoked tokens"),
-            }
-        })
-        .await
+        self.set
+            .refresh_loop("revoked tokens", every, shutdown, || async {
+                store.revoked().await.map(|all| all.into_iter().collect())
+            })
+            .await
     }
 }
 
-/// Runs `reload` every `every` until shutdown: the refresh loop of the in-memory caches.
-async fn every_until_shutdown<F, Fut>(every: Duration, mut shutdown: tokio::sync::watch::Receiver<bool>, mut reload: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = ()>,
-{
-    let mut tick = tokio::time::interval(every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            changed = shutdown.changed() => if changed.is_err() || *shutdown.borrow() { break },
-        }
-        reload().await;
-    }
-}
-
-/// Each tenant's epoch, shared by every request. A token is good only while its `tenant_epoch`
+/// Each tenant's epoch (see [`Reloaded`]). A token is good only while its `tenant_epoch`
 /// is its tenant's current one: deleting the tenant kills its tokens, and creating it again
-/// (a new epoch) does not revive them. Refreshed from the store by [`Epochs::refresh_loop`], so
-/// a change on any replica holds within a second, and updated at once by this replica's own
-/// `PutTenant` and `DeleteTenant`; never a query per call.
+/// (a new epoch) does not revive them; a change on any replica holds within a second.
 #[derive(Clone, Default)]
 pub struct Epochs {
-    inner: Arc<std::sync::RwLock<EpochMap>>,
-}
-
-#[derive(Default)]
-struct EpochMap {
-    by_tenant: std::collections::HashMap<String, String>,
-    /// Counts local changes, so a reload read before one does not undo it.
-    local_changes: u64,
+    map: Reloaded<std::collections::HashMap<String, String>>,
 }
 
 impl Epochs {
     /// Whether `epoch` is `tenant`'s current epoch. An empty epoch never is (the column's
     /// default, which no insert leaves).
     pub fn is_current(&self, tenant: &str, epoch: &str) -> bool {
-        !epoch.is_empty()
-            && self.inner.read().unwrap_or_else(|e| e.into_inner()).by_tenant.get(tenant).map(String::as_str)
-                == Some(epoch)
+        !epoch.is_empty() && self.map.read(|map| map.get(tenant).map(String::as_str) == Some(epoch))
     }
 
-    /// Records `tenant`'s epoch locally (the store is the source of truth).
+    /// Records `tenant`'s epoch locally.
     pub fn set(&self, tenant: &str, epoch: &str) {
-        let mut map = self.inner.write().unwrap_or_else(|e| e.into_inner());
-        map.local_changes += 1;
-        map.by_tenant.insert(tenant.to_string(), epoch.to_string());
+        self.map.change(|map| {
+            map.insert(tenant.to_string(), epoch.to_string());
+        });
     }
 
     /// Forgets a deleted tenant locally: its tokens stop at once on this replica.
     pub fn remove(&self, tenant: &str) {
-        let mut map = self.inner.write().unwrap_or_else(|e| e.into_inner());
-        map.local_changes += 1;
-        map.by_tenant.remove(tenant);
+        self.map.change(|map| {
+            map.remove(tenant);
+        });
     }
 
     /// Replaces the cache with the store's list.
     pub fn replace(&self, all: Vec<(String, String)>) {
-        self.inner.write().unwrap_or_else(|e| e.into_inner()).by_tenant = all.into_iter().collect();
-    }
-
-    /// Replaces the cache with a list read when the local change count was `seen`, unless a
-    /// local change came since: the list may predate it. The next reload has it anyway.
-    fn replace_unless_changed(&self, all: Vec<(String, String)>, seen: u64) {
-        let mut map = self.inner.write().unwrap_or_else(|e| e.into_inner());
-        if map.local_changes == seen {
-            map.by_tenant = all.into_iter().collect();
-        }
-    }
-
-    fn local_changes(&self) -> u64 {
-        self.inner.read().unwrap_or_else(|e| e.into_inner()).local_changes
+        self.map.replace_unless_changed(all.into_iter().collect(), self.map.local_changes());
     }
 
     /// Reloads every tenant's epoch every `every` until shutdown.
@@ -484,14 +519,11 @@ impl Epochs {
         every: Duration,
         shutdown: tokio::sync::watch::Receiver<bool>,
     ) {
-        every_until_shutdown(every, shutdown, || async {
-            let seen = self.local_changes();
-            match store.tenant_epochs().await {
-                Ok(all) => self.replace_unless_changed(all, seen),
-                Err(e) => tracing::warn!(error = %e, "could not refresh tenant epochs"),
-            }
-        })
-        .await
+        self.map
+            .refresh_loop("tenant epochs", every, shutdown, || async {
+                store.tenant_epochs().await.map(|all| all.into_iter().collect())
+            })
+            .await
     }
 }
 
@@ -671,6 +703,18 @@ mod tests {
     }
 
     #[test]
+    fn key_dirs_are_private() {
+        let parent = tempfile::tempdir().unwrap();
+        let data = parent.path().join("a/b");
+        Keys::load_or_create(&data, JwtAlg::Hs256).unwrap();
+        Keys::rotate(&data, JwtAlg::Hs256).unwrap();
+        for d in [parent.path().join("a"), data.clone(), data.join(RETIRED_DIR)] {
+            let mode = fs::metadata(&d).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o700, "{}", d.display());
+        }
+    }
+
+    #[test]
     fn key_file_is_private_and_reused() {
         let (dir, keys) = keys(JwtAlg::Hs256);
         let mode = fs::metadata(dir.path().join(HS256_FILE)).unwrap().permissions().mode() & 0o777;
@@ -790,12 +834,19 @@ mod tests {
         assert!(epochs.is_current("t", "e-2") && !epochs.is_current("t", "e-1"));
 
         // A reload read before a local change must not undo it; one read after it applies.
-        let seen = epochs.local_changes();
+        let seen = epochs.map.local_changes();
         epochs.remove("t");
-        epochs.replace_unless_changed(vec![("t".into(), "e-2".into())], seen);
+        epochs.map.replace_unless_changed([("t".to_string(), "e-2".to_string())].into(), seen);
         assert!(!epochs.is_current("t", "e-2"), "stale reload dropped");
-        epochs.replace_unless_changed(vec![("u".into(), "e-9".into())], epochs.local_changes());
+        epochs.replace(vec![("u".into(), "e-9".into())]);
         assert!(epochs.is_current("u", "e-9") && !epochs.is_current("t", "e-2"));
+
+        // The same holds for revocations: a stale reload never un-revokes a token.
+        let revoked = Revocations::default();
+        let seen = revoked.set.local_changes();
+        revoked.insert("jti-1");
+        revoked.set.replace_unless_changed(Default::default(), seen);
+        assert!(revoked.contains("jti-1"), "stale reload dropped");
     }
 
     /// The layer refuses a token whose tenant is gone, or was created again since it was minted.
