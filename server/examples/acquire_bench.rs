@@ -4,8 +4,9 @@
 //!
 //! Starts a server in-process on 127.0.0.1:0 with a fresh data dir, waits until the pool is
 //! warm before every round (so each acquire finds a booted browser), and prints the
-//! distribution of `Acquire` round-trip times as the client sees them, plus the first action
-//! and how long a `confirm()` opened by a click takes to end that click with DIALOG_OPEN.
+//! distribution of `Acquire` round-trip times as the client sees them, plus the first action,
+//! a navigation to a page served on loopback (through the worker's egress proxy), and how long
+//! a `confirm()` opened by a click takes to end that click with DIALOG_OPEN.
 
 use std::time::{Duration, Instant};
 
@@ -30,9 +31,15 @@ async fn main() -> anyhow::Result<()> {
         let _ = stopped.await;
     }));
 
+    let site = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let page = format!("http://{}/", site.local_addr()?);
+    let app = axum::Router::new().route("/", axum::routing::get(|| async { axum::response::Html("<title>x</title>") }));
+    tokio::spawn(async move { axum::serve(site, app).await });
+
     let client = Client::connect(endpoint, &token).await?;
     let mut acquire = Vec::with_capacity(rounds);
     let mut first_action = Vec::with_capacity(rounds);
+    let mut navigate = Vec::with_capacity(rounds);
     let mut dialog = Vec::with_capacity(rounds);
     for _ in 0..rounds {
         wait_warm(&client, WARM).await?;
@@ -46,6 +53,10 @@ async fn main() -> anyhow::Result<()> {
         let r = client.act(&session.session_id, action("evaluate", "", "1 + 1")).await?;
         first_action.push(t.elapsed());
         anyhow::ensure!(r.ok, "evaluate failed: {:?}", r.error);
+        let t = Instant::now();
+        let r = client.act(&session.session_id, action("navigate", "", page.clone())).await?;
+        navigate.push(t.elapsed());
+        anyhow::ensure!(r.ok, "navigate failed: {:?}", r.error);
         // A click whose handler calls confirm(): how long until the action ends DIALOG_OPEN.
         let page = "<button id=b onclick=\"confirm('go?')\">b</button>";
         let r = client.act(&session.session_id, action("load_html", "", page)).await?;
@@ -59,6 +70,7 @@ async fn main() -> anyhow::Result<()> {
     }
     report("acquire (warm pool)", &mut acquire);
     report("first action (evaluate)", &mut first_action);
+    report("navigate to a loopback page (via the egress proxy)", &mut navigate);
     report("confirm() surfaced as DIALOG_OPEN (click)", &mut dialog);
 
     let _ = stop.send(());
