@@ -308,6 +308,9 @@ async fn serve_conn(mut client: TcpStream, egress: &Egress, policy: &RwLock<NavP
                 .await
         }
     };
+    // Relayed writes are small (request heads, websocket frames): never hold them back.
+    let _ = client.set_nodelay(true);
+    let _ = upstream.set_nodelay(true);
     if tunnel {
         if client.write_all(b"HTTP/1.1 200 Connection Established\r\n\r\n").await.is_err() {
             return;

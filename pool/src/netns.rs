@@ -184,6 +184,9 @@ async fn forward(mut client: TcpStream, ns: &NetNs, cdp_port: u16, path: &str) {
             return;
         }
     };
+    // CDP messages are small and latency-bound: never hold them back.
+    let _ = client.set_nodelay(true);
+    let _ = upstream.set_nodelay(true);
     if upstream.write_all(&head.raw).await.is_err() || upstream.write_all(&head.rest).await.is_err() {
         return;
     }
