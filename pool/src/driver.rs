@@ -23,7 +23,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::actions::Canonical;
-use crate::egress::Egress;
+use crate::egress::WorkerNet;
 use crate::error::PoolError;
 use crate::events::{DialogInfo, DialogKind, EventHub, EventKind, EventReader};
 use crate::policy::NavPolicy;
@@ -244,11 +244,9 @@ pub(crate) struct Shared {
     pub(crate) loaded_html: Mutex<HashMap<TargetId, (String, String, String)>>,
     /// `Page.lifecycleEvent`s of our raw sessions: (session, loader id, name).
     pub(crate) lifecycle: broadcast::Sender<(String, String, String)>,
-    /// What the session's pages may load; checked for every request here and, shared with the
-    /// worker's egress proxy, for every connection.
-    pub(crate) policy: Arc<std::sync::RwLock<NavPolicy>>,
-    /// The pool's egress guard (reserved ports, name answers), for checks before a navigation.
-    pub(crate) egress: Arc<Egress>,
+    /// What the session's pages may load, shared with the worker's egress proxy (which judges
+    /// every connection); checked early here for every request of a registered tab.
+    pub(crate) net: Arc<WorkerNet>,
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -258,7 +256,7 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl Shared {
     /// Why the policy refuses `url`, if it does.
     pub(crate) fn check(&self, url: &str) -> Result<(), String> {
-        self.policy.read().unwrap_or_else(|e| e.into_inner()).check(url)
+        self.net.policy().check(url)
     }
 
     pub(crate) fn tab_index(&self, target: &TargetId) -> i32 {
@@ -351,8 +349,7 @@ impl Driver {
         browser: Browser,
         ws_url: &str,
         cfg: DriverConfig,
-        policy: Arc<std::sync::RwLock<NavPolicy>>,
-        egress: Arc<Egress>,
+        net: Arc<WorkerNet>,
     ) -> Result<Driver, PoolError> {
         let t = cfg.cdp_timeout;
         let timeout = |what| PoolError::CdpTimeout { what, after: t };
@@ -369,8 +366,7 @@ impl Driver {
             answered: Mutex::new(HashSet::new()),
             loaded_html: Mutex::new(HashMap::new()),
             lifecycle: broadcast::channel(1024).0,
-            policy,
-            egress,
+            net,
         });
         let listen = |e: CdpError| PoolError::Cdp(format!("listen targets: {e}"));
         let created = tokio::time::timeout(t, browser.event_listener::<EventTargetCreated>())
@@ -425,7 +421,7 @@ impl Driver {
 
     /// Sets the navigation policy of the session this worker serves.
     pub fn set_policy(&self, policy: NavPolicy) {
-        *self.shared.policy.write().unwrap_or_else(|e| e.into_inner()) = policy;
+        *self.shared.net.policy.write().unwrap_or_else(|e| e.into_inner()) = policy;
     }
 
     /// Checks a URL a client asked for against the policy, as written.
@@ -437,12 +433,7 @@ impl Driver {
     /// would, so a refusal is a clear `BLOCKED_BY_POLICY` rather than the proxy's error page.
     /// The proxy still judges the connection itself (the name may resolve differently then).
     pub(crate) async fn check_destination(&self, url: &str) -> ActResult<()> {
-        let policy = self.shared.policy.read().unwrap_or_else(|e| e.into_inner()).clone();
-        self.shared
-            .egress
-            .check_url(&policy, url)
-            .await
-            .map_err(|why| ActionFailure::new(FailureCode::BlockedByPolicy, why))
+        self.shared.net.check_url(url).await.map_err(|why| ActionFailure::new(FailureCode::BlockedByPolicy, why))
     }
 
     /// A reader of this worker's events from now on.

@@ -16,24 +16,30 @@
 //! `proxyServer`); a CDP proxy for clients must refuse that parameter.
 
 use std::collections::{HashMap, HashSet};
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::ops::RangeInclusive;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tracing::Instrument;
 
 use crate::policy::{private_ip, NavPolicy};
 
-/// Largest request head the proxy reads (request line and headers).
+/// Largest request or response head the proxy reads (start line and headers).
 const MAX_HEAD: usize = 64 * 1024;
-/// How long a client may take to send its request head.
+/// How long a client may take to send its request head, and an upstream its response head.
 const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long resolving and connecting upstream may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Name lookups one worker may have running at once: a lookup blocks a thread until the
+/// resolver gives up, so a page asking for names nobody answers must not take them all.
+const LOOKUPS_PER_WORKER: usize = 8;
+/// Connections one worker's proxy carries at once (each costs the server two descriptors).
+const CONNECTIONS_PER_WORKER: usize = 256;
 
 /// What every worker's proxy refuses whatever the tenant's policy, and how it resolves names.
 #[derive(Debug, Clone, Default)]
@@ -46,15 +52,24 @@ pub struct EgressConfig {
 }
 
 /// The guard built from an [`EgressConfig`]: one per pool, shared by its workers' proxies.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Egress {
     /// Ports of this host no page may reach: the workers' DevTools range and the server's own
-    /// listeners. Refused on every loopback, private and unspecified address.
+    /// listeners. Refused on every address of this host and every private one.
     reserved: Vec<RangeInclusive<u16>>,
-    /// Ports of the live workers' proxies (a page must not borrow another worker's policy).
-    proxies: Mutex<HashSet<u16>>,
+    /// Ports the pool's own listeners hold on the host's loopback right now (workers' proxies
+    /// and DevTools gates): no page may borrow another worker's proxy or knock on its gate.
+    live: Mutex<HashSet<u16>>,
     /// Fixed answers that win over the system resolver (`--resolve NAME=IP`).
     hosts: HashMap<String, IpAddr>,
+    /// Proves an [`ERROR_HEADER`] came from this proxy: a site cannot forge one.
+    token: String,
+}
+
+impl Default for Egress {
+    fn default() -> Self {
+        Egress::new(EgressConfig::default())
+    }
 }
 
 impl Egress {
@@ -62,44 +77,43 @@ impl Egress {
     pub fn new(cfg: EgressConfig) -> Egress {
         let hosts =
             cfg.hosts.into_iter().map(|(name, ip)| (name.trim_end_matches('.').to_ascii_lowercase(), ip)).collect();
-        Egress { reserved: cfg.reserved_ports, proxies: Mutex::new(HashSet::new()), hosts }
+        Egress {
+            reserved: cfg.reserved_ports,
+            live: Mutex::new(HashSet::new()),
+            hosts,
+            token: uuid::Uuid::new_v4().simple().to_string(),
+        }
     }
 
     fn reserved_port(&self, port: u16) -> bool {
         self.reserved.iter().any(|r| r.contains(&port))
-            || self.proxies.lock().unwrap_or_else(|e| e.into_inner()).contains(&port)
+            || self.live.lock().unwrap_or_else(|e| e.into_inner()).contains(&port)
     }
 
-    /// The addresses `host` stands for: itself when it is an address, else the fixed answer
-    /// or the system resolver's.
-    pub async fn resolve(&self, host: &str, port: u16) -> Result<Vec<SocketAddr>, String> {
-        let bare = host.trim_start_matches('[').trim_end_matches(']');
-        if let Ok(ip) = bare.parse::<IpAddr>() {
-            return Ok(vec![SocketAddr::new(ip, port)]);
-        }
-        let name = host.trim_end_matches('.').to_ascii_lowercase();
-        if let Some(ip) = self.hosts.get(&name) {
-            return Ok(vec![SocketAddr::new(*ip, port)]);
-        }
-        let found = tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::lookup_host((name.as_str(), port)))
-            .await
-            .map_err(|_| format!("resolving {name} timed out"))?
-            .map_err(|e| format!("{name} does not resolve: {e}"))?;
-        Ok(found.collect())
+    /// Marks a port of the pool's own on the host's loopback as refused while it lives.
+    pub(crate) fn hold(&self, port: u16) {
+        self.live.lock().unwrap_or_else(|e| e.into_inner()).insert(port);
     }
 
-    /// The first of `addrs` a page under `policy` may connect to, or why none may.
+    pub(crate) fn unhold(&self, port: u16) {
+        self.live.lock().unwrap_or_else(|e| e.into_inner()).remove(&port);
+    }
+
+    /// The first of `addrs` a page under `policy` may connect to, or why none may. The reason
+    /// names the host, never the address it resolved to (that would map internal names).
     pub fn judge(&self, policy: &NavPolicy, host: &str, addrs: &[SocketAddr]) -> Result<SocketAddr, String> {
         let mut why = format!("{host} has no address");
         for addr in addrs {
             let ip = canonical(addr.ip());
-            let local = private_ip(ip);
+            // The host's own addresses count as local even when public: a connection to them
+            // is delivered over loopback, past any firewall.
+            let local = private_ip(ip) || is_host_address(ip);
             if local && self.reserved_port(addr.port()) {
                 why =
                     format!("port {} of this host belongs to browserpool (worker devtools or the server)", addr.port());
             } else if local && !policy.allow_private_networks {
                 why = format!(
-                    "{host} resolves to {ip}, a private, loopback or link-local address, and this tenant does not allow private networks"
+                    "{host} is or resolves to a private, loopback or link-local address, or one of this host's, and this tenant does not allow private networks"
                 );
             } else {
                 return Ok(SocketAddr::new(ip, addr.port()));
@@ -107,15 +121,12 @@ impl Egress {
         }
         Err(why)
     }
+}
 
-    /// Resolves and judges the destination of `url` (a name-level [`NavPolicy::check`] first).
-    pub async fn check_url(&self, policy: &NavPolicy, url: &str) -> Result<(), String> {
-        policy.check(url)?;
-        let Ok(parsed) = url::Url::parse(url) else { return Ok(()) };
-        let (Some(host), Some(port)) = (parsed.host_str(), parsed.port_or_known_default()) else { return Ok(()) };
-        let addrs = self.resolve(host, port).await?;
-        self.judge(policy, host, &addrs).map(|_| ())
-    }
+/// Whether `ip` is an address of this host (binding to it succeeds). With
+/// `net.ipv4.ip_nonlocal_bind` every address binds, which fails closed.
+fn is_host_address(ip: IpAddr) -> bool {
+    std::net::UdpSocket::bind((ip, 0)).is_ok()
 }
 
 /// An IPv4-mapped IPv6 address as the IPv4 address it is.
@@ -123,6 +134,81 @@ fn canonical(ip: IpAddr) -> IpAddr {
     match ip {
         IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(ip),
         v4 => v4,
+    }
+}
+
+/// One worker's side of the egress: the policy of the session it serves (set at lease,
+/// read per connection) and its own share of lookups and connections, so one tenant's page
+/// cannot starve another's.
+#[derive(Debug)]
+pub(crate) struct WorkerNet {
+    pub(crate) egress: Arc<Egress>,
+    pub(crate) policy: RwLock<NavPolicy>,
+    lookups: Arc<Semaphore>,
+    connections: Arc<Semaphore>,
+}
+
+impl WorkerNet {
+    /// A worker's egress under the warm policy (nothing private) until a lease sets its own.
+    pub(crate) fn new(egress: Arc<Egress>) -> Arc<WorkerNet> {
+        Arc::new(WorkerNet {
+            egress,
+            policy: RwLock::new(NavPolicy::default()),
+            lookups: Arc::new(Semaphore::new(LOOKUPS_PER_WORKER)),
+            connections: Arc::new(Semaphore::new(CONNECTIONS_PER_WORKER)),
+        })
+    }
+
+    pub(crate) fn policy(&self) -> NavPolicy {
+        self.policy.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// The addresses `host` stands for: itself when it is an address, else the fixed answer
+    /// or the system resolver's (at most [`LOOKUPS_PER_WORKER`] at once).
+    pub(crate) async fn resolve(&self, host: &str, port: u16) -> Result<Vec<SocketAddr>, String> {
+        let bare = host.trim_start_matches('[').trim_end_matches(']');
+        if let Ok(ip) = bare.parse::<IpAddr>() {
+            return Ok(vec![SocketAddr::new(ip, port)]);
+        }
+        let name = host.trim_end_matches('.').to_ascii_lowercase();
+        if let Some(ip) = self.egress.hosts.get(&name) {
+            return Ok(vec![SocketAddr::new(*ip, port)]);
+        }
+        let timed_out = || format!("resolving {name} timed out");
+        let permit = tokio::time::timeout(CONNECT_TIMEOUT, self.lookups.clone().acquire_owned())
+            .await
+            .map_err(|_| timed_out())?
+            .map_err(|_| "the worker is shutting down".to_string())?;
+        // The permit goes with the lookup, so a lookup abandoned at the deadline still counts
+        // until the resolver returns.
+        let lookup = {
+            let name = name.clone();
+            tokio::task::spawn_blocking(move || {
+                let _permit = permit;
+                (name.as_str(), port).to_socket_addrs().map(Iterator::collect::<Vec<_>>)
+            })
+        };
+        tokio::time::timeout(CONNECT_TIMEOUT, lookup)
+            .await
+            .map_err(|_| timed_out())?
+            .map_err(|e| format!("resolving {name}: {e}"))?
+            .map_err(|e| format!("{name} does not resolve: {e}"))
+    }
+
+    /// Resolves and judges the destination of `url` under the current policy (a name-level
+    /// [`NavPolicy::check`] first).
+    pub(crate) async fn check_url(&self, url: &str) -> Result<(), String> {
+        let policy = self.policy();
+        policy.check(url)?;
+        let Ok(parsed) = url::Url::parse(url) else { return Ok(()) };
+        let (Some(host), Some(port)) = (parsed.host_str(), parsed.port_or_known_default()) else { return Ok(()) };
+        let addrs = self.resolve(host, port).await?;
+        self.egress.judge(&policy, host, &addrs).map(|_| ())
+    }
+
+    /// The error reason an [`ERROR_HEADER`] value names, if this proxy wrote it.
+    pub(crate) fn error_reason<'a>(&self, header: &'a str) -> Option<&'a str> {
+        header.strip_prefix(self.egress.token.as_str())?.strip_prefix(' ')
     }
 }
 
@@ -138,11 +224,10 @@ pub(crate) struct Proxy {
 
 impl Proxy {
     /// Serves connections on `listener` (127.0.0.1:0, in the worker's network namespace when
-    /// it has one) under `policy`, read per connection so a lease's policy applies from the
-    /// lease on.
+    /// it has one) under the worker's policy, read per connection so a lease's policy applies
+    /// from the lease on.
     pub(crate) fn start(
-        egress: Arc<Egress>,
-        policy: Arc<RwLock<NavPolicy>>,
+        net: Arc<WorkerNet>,
         listener: std::net::TcpListener,
         on_host: bool,
         worker: &str,
@@ -151,19 +236,31 @@ impl Proxy {
         let listener = TcpListener::from_std(listener)?;
         let port = listener.local_addr()?.port();
         if on_host {
-            egress.proxies.lock().unwrap_or_else(|e| e.into_inner()).insert(port);
+            net.egress.hold(port);
         }
-        let shared = egress.clone();
+        let egress = net.egress.clone();
         let task = tokio::spawn(
             async move {
                 let mut conns = JoinSet::new();
                 loop {
                     tokio::select! {
                         accepted = listener.accept() => match accepted {
-                            Ok((stream, _)) => {
-                                let (egress, policy) = (shared.clone(), policy.clone());
-                                conns.spawn(async move { serve_conn(stream, &egress, &policy).await }.in_current_span());
-                            }
+                            Ok((mut stream, _)) => match net.connections.clone().try_acquire_owned() {
+                                Ok(permit) => {
+                                    let net = net.clone();
+                                    conns.spawn(async move {
+                                        let _permit = permit;
+                                        serve_conn(stream, &net).await
+                                    }.in_current_span());
+                                }
+                                Err(_) => {
+                                    let token = net.egress.token.clone();
+                                    conns.spawn(async move {
+                                        let why = format!("more than {CONNECTIONS_PER_WORKER} connections at once");
+                                        refuse(&mut stream, "503 Service Unavailable", &token, "ConnectionRefused", &why).await
+                                    });
+                                }
+                            },
                             Err(e) => {
                                 tracing::warn!(error = %e, "egress proxy accept failed");
                                 tokio::time::sleep(Duration::from_millis(50)).await;
@@ -189,15 +286,16 @@ impl Drop for Proxy {
         // Aborting the accept task drops its JoinSet, which aborts every connection.
         self.task.abort();
         if self.on_host {
-            self.egress.proxies.lock().unwrap_or_else(|e| e.into_inner()).remove(&self.port);
+            self.egress.unhold(self.port);
         }
     }
 }
 
-/// A parsed request head: method, target, and the raw header lines to forward.
+/// A parsed HTTP/1 head: for a request its method and target, for a response its status.
 pub(crate) struct Head {
     pub(crate) method: String,
     pub(crate) target: String,
+    status: u16,
     headers: Vec<(String, Vec<u8>)>,
     /// The head as received.
     pub(crate) raw: Vec<u8>,
@@ -206,61 +304,141 @@ pub(crate) struct Head {
 }
 
 /// Reads one HTTP/1 request head (at most [`MAX_HEAD`] bytes).
-pub(crate) async fn read_head(stream: &mut TcpStream) -> Result<Head, String> {
+pub(crate) async fn read_head(stream: &mut (impl AsyncRead + Unpin)) -> Result<Head, String> {
+    read_any_head(stream, true).await
+}
+
+async fn read_any_head(stream: &mut (impl AsyncRead + Unpin), request: bool) -> Result<Head, String> {
     let mut buf = Vec::with_capacity(4096);
     loop {
         let mut chunk = [0u8; 4096];
         let n = stream.read(&mut chunk).await.map_err(|e| format!("read: {e}"))?;
         if n == 0 {
-            return Err("client closed before sending a request".into());
+            return Err("closed before sending a complete head".into());
         }
+        // Parse only once the blank line that ends a head has arrived (a head sent a byte at
+        // a time must not cost a parse per byte).
+        let from = buf.len().saturating_sub(3);
         buf.extend_from_slice(&chunk[..n]);
+        if !buf[from..].windows(4).any(|w| w == b"\r\n\r\n") {
+            if buf.len() >= MAX_HEAD {
+                return Err("head too large".into());
+            }
+            continue;
+        }
         let mut headers = [httparse::EMPTY_HEADER; 128];
-        let mut req = httparse::Request::new(&mut headers);
-        match req.parse(&buf) {
-            Ok(httparse::Status::Complete(len)) => {
+        let parsed = if request {
+            let mut req = httparse::Request::new(&mut headers);
+            match req.parse(&buf) {
+                Ok(httparse::Status::Complete(len)) => Ok(Some((
+                    req.method.unwrap_or_default().to_string(),
+                    req.path.unwrap_or_default().to_string(),
+                    0,
+                    len,
+                ))),
+                Ok(httparse::Status::Partial) => Ok(None),
+                Err(e) => Err(e),
+            }
+        } else {
+            let mut resp = httparse::Response::new(&mut headers);
+            match resp.parse(&buf) {
+                Ok(httparse::Status::Complete(len)) => {
+                    Ok(Some((String::new(), String::new(), resp.code.unwrap_or(0), len)))
+                }
+                Ok(httparse::Status::Partial) => Ok(None),
+                Err(e) => Err(e),
+            }
+        };
+        match parsed {
+            Ok(Some((method, target, status, len))) => {
+                let headers = headers
+                    .iter()
+                    .take_while(|h| !h.name.is_empty())
+                    .map(|h| (h.name.to_string(), h.value.to_vec()))
+                    .collect();
                 return Ok(Head {
-                    method: req.method.unwrap_or_default().to_string(),
-                    target: req.path.unwrap_or_default().to_string(),
-                    headers: req.headers.iter().map(|h| (h.name.to_string(), h.value.to_vec())).collect(),
+                    method,
+                    target,
+                    status,
+                    headers,
                     raw: buf[..len].to_vec(),
                     rest: buf[len..].to_vec(),
                 });
             }
-            Ok(httparse::Status::Partial) if buf.len() < MAX_HEAD => {}
-            Ok(httparse::Status::Partial) => return Err("request head too large".into()),
-            Err(e) => return Err(format!("bad request head: {e}")),
+            Ok(None) if buf.len() < MAX_HEAD => {}
+            Ok(None) => return Err("head too large".into()),
+            Err(e) => return Err(format!("bad head: {e}")),
         }
     }
 }
 
-/// The header of the proxy's own answers, naming the network error Chromium would have seen
-/// without a proxy as a CDP `Network.ErrorReason` (`BlockedByClient`, `ConnectionRefused`...);
-/// the request hook turns a document's answer back into that error.
+/// The header of the proxy's own answers: `<token> <reason>`, the reason being the network
+/// error Chromium would have seen without a proxy, as a CDP `Network.ErrorReason`
+/// (`BlockedByClient`, `ConnectionRefused`...). The request hook turns a document's answer
+/// back into that error; the token keeps a site from forging one.
 pub(crate) const ERROR_HEADER: &str = "x-browserpool-egress";
 
-async fn refuse(stream: &mut TcpStream, status: &str, reason: &str, why: &str) {
+async fn refuse(stream: &mut TcpStream, status: &str, token: &str, reason: &str, why: &str) {
     let body = format!("browserpool egress: {why}\n");
     let resp = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\n{ERROR_HEADER}: {reason}\r\nConnection: close\r\n\r\n{body}",
+        "HTTP/1.1 {status}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\n{ERROR_HEADER}: {token} {reason}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
     let _ = stream.write_all(resp.as_bytes()).await;
     let _ = stream.shutdown().await;
 }
 
-async fn blocked(client: &mut TcpStream, host: &str, port: u16, why: &str) {
+async fn blocked(client: &mut TcpStream, token: &str, host: &str, port: u16, why: &str) {
     // Host and port only: paths and queries may carry secrets.
     tracing::info!(%host, port, reason = %why, "connection blocked by policy");
-    refuse(client, "403 Forbidden", "BlockedByClient", why).await
+    refuse(client, "403 Forbidden", token, "BlockedByClient", why).await
+}
+
+/// Writes `head` without the hop-by-hop headers, with `Connection: close` (and, for a
+/// response, `Proxy-Connection: close`) instead.
+fn rewrite(start: &str, head: &Head, response: bool) -> Vec<u8> {
+    let mut out = start.as_bytes().to_vec();
+    for (name, value) in &head.headers {
+        let lower = name.to_ascii_lowercase();
+        if lower.starts_with("proxy-") || lower == "connection" || lower == "keep-alive" || lower == ERROR_HEADER {
+            continue;
+        }
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value);
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"Connection: close\r\n");
+    if response {
+        out.extend_from_slice(b"Proxy-Connection: close\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+    out
+}
+
+/// How many body bytes follow a request head: its `Content-Length`, or none. `None` for a
+/// body this proxy does not relay (chunked, which Chromium does not send over HTTP/1.1, or a
+/// malformed length).
+fn request_body_len(head: &Head) -> Option<u64> {
+    let mut len = 0;
+    for (name, value) in &head.headers {
+        if name.eq_ignore_ascii_case("transfer-encoding") {
+            return None;
+        }
+        if name.eq_ignore_ascii_case("content-length") {
+            len = std::str::from_utf8(value).ok()?.trim().parse().ok()?;
+        }
+    }
+    Some(len)
 }
 
 /// Serves one client connection: a CONNECT tunnel (https, ws, wss) or one plain-HTTP request
 /// in absolute form, each only to an address the policy allows.
-async fn serve_conn(mut client: TcpStream, egress: &Egress, policy: &RwLock<NavPolicy>) {
+async fn serve_conn(mut client: TcpStream, net: &WorkerNet) {
+    let token = net.egress.token.as_str();
     let head = match tokio::time::timeout(HEAD_TIMEOUT, read_head(&mut client)).await {
         Ok(Ok(head)) => head,
-        Ok(Err(why)) => return refuse(&mut client, "400 Bad Request", "Failed", &why).await,
+        Ok(Err(why)) => return refuse(&mut client, "400 Bad Request", token, "Failed", &why).await,
         Err(_) => return,
     };
     let tunnel = head.method.eq_ignore_ascii_case("CONNECT");
@@ -269,29 +447,24 @@ async fn serve_conn(mut client: TcpStream, egress: &Egress, policy: &RwLock<NavP
     let parsed = match url::Url::parse(&url) {
         Ok(u) if tunnel || u.scheme() == "http" => u,
         _ => {
-            return refuse(
-                &mut client,
-                "400 Bad Request",
-                "Failed",
-                "expected CONNECT host:port or an absolute http url",
-            )
-            .await
+            let why = "expected CONNECT host:port or an absolute http url";
+            return refuse(&mut client, "400 Bad Request", token, "Failed", why).await;
         }
     };
     let (Some(host), Some(port)) = (parsed.host_str().map(str::to_string), parsed.port_or_known_default()) else {
-        return refuse(&mut client, "400 Bad Request", "Failed", "no host in the request target").await;
+        return refuse(&mut client, "400 Bad Request", token, "Failed", "no host in the request target").await;
     };
-    let policy = policy.read().unwrap_or_else(|e| e.into_inner()).clone();
+    let policy = net.policy();
     if let Err(why) = policy.check(&url) {
-        return blocked(&mut client, &host, port, &why).await;
+        return blocked(&mut client, token, &host, port, &why).await;
     }
-    let addrs = match egress.resolve(&host, port).await {
+    let addrs = match net.resolve(&host, port).await {
         Ok(addrs) => addrs,
-        Err(why) => return refuse(&mut client, "502 Bad Gateway", "NameNotResolved", &why).await,
+        Err(why) => return refuse(&mut client, "502 Bad Gateway", token, "NameNotResolved", &why).await,
     };
-    let addr = match egress.judge(&policy, &host, &addrs) {
+    let addr = match net.egress.judge(&policy, &host, &addrs) {
         Ok(addr) => addr,
-        Err(why) => return blocked(&mut client, &host, port, &why).await,
+        Err(why) => return blocked(&mut client, token, &host, port, &why).await,
     };
     let mut upstream = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await {
         Ok(Ok(s)) => s,
@@ -301,11 +474,12 @@ async fn serve_conn(mut client: TcpStream, egress: &Egress, policy: &RwLock<NavP
                 std::io::ErrorKind::ConnectionReset => "ConnectionReset",
                 _ => "ConnectionFailed",
             };
-            return refuse(&mut client, "502 Bad Gateway", reason, &format!("connect {host}:{port}: {e}")).await;
+            let why = format!("connect {host}:{port}: {e}");
+            return refuse(&mut client, "502 Bad Gateway", token, reason, &why).await;
         }
         Err(_) => {
-            return refuse(&mut client, "504 Gateway Timeout", "TimedOut", &format!("connect {host}:{port} timed out"))
-                .await
+            let why = format!("connect {host}:{port} timed out");
+            return refuse(&mut client, "504 Gateway Timeout", token, "TimedOut", &why).await;
         }
     };
     // Relayed writes are small (request heads, websocket frames): never hold them back.
@@ -317,21 +491,70 @@ async fn serve_conn(mut client: TcpStream, egress: &Egress, policy: &RwLock<NavP
         }
     } else {
         let path = &parsed[url::Position::BeforePath..url::Position::AfterQuery];
-        let mut out = format!("{} {} HTTP/1.1\r\n", head.method, if path.is_empty() { "/" } else { path }).into_bytes();
-        for (name, value) in &head.headers {
-            let lower = name.to_ascii_lowercase();
-            if lower.starts_with("proxy-") || lower == "connection" || lower == "keep-alive" {
-                continue;
-            }
-            out.extend_from_slice(name.as_bytes());
-            out.extend_from_slice(b": ");
-            out.extend_from_slice(value);
-            out.extend_from_slice(b"\r\n");
-        }
-        out.extend_from_slice(b"Connection: close\r\n\r\n");
-        if upstream.write_all(&out).await.is_err() {
+        let start = format!("{} {} HTTP/1.1\r\n", head.method, if path.is_empty() { "/" } else { path });
+        let Some(body_len) = request_body_len(&head) else {
+            let why = "a request body without a valid Content-Length";
+            return refuse(&mut client, "411 Length Required", token, "Failed", why).await;
+        };
+        if upstream.write_all(&rewrite(&start, &head, false)).await.is_err() {
             return;
         }
+        // Exactly one request goes upstream: its head and its body, nothing after. Chromium
+        // pools proxy connections across sites, so bytes after the body could be its next
+        // request, for another site, which this upstream must never see.
+        let (mut from_up, mut to_up) = upstream.into_split();
+        let (mut from_client, mut to_client) = client.into_split();
+        let early = head.rest.len().min(body_len as usize);
+        let request_body = async {
+            if to_up.write_all(&head.rest[..early]).await.is_err() {
+                return;
+            }
+            let mut body = (&mut from_client).take(body_len - early as u64);
+            if tokio::io::copy(&mut body, &mut to_up).await.is_err() {
+                return;
+            }
+            // Anything more the client sends is dropped; its end ends the exchange.
+            let mut sink = [0u8; 4096];
+            while matches!(from_client.read(&mut sink).await, Ok(n) if n > 0) {}
+        };
+        let response = async {
+            loop {
+                let resp = tokio::time::timeout(HEAD_TIMEOUT, read_any_head(&mut from_up, false)).await;
+                let Ok(Ok(resp)) = resp else { return };
+                if resp.status == 101 {
+                    // An upgrade: the connection is the upstream's from here on.
+                    if to_client.write_all(&resp.raw).await.is_err() || to_client.write_all(&resp.rest).await.is_err() {
+                        return;
+                    }
+                    break;
+                }
+                // An upstream 407 would read as this proxy asking for credentials.
+                let start = if resp.status == 407 {
+                    "HTTP/1.1 502 Bad Gateway\r\n".to_string()
+                } else {
+                    let line = resp.raw.split(|b| *b == b'\n').next().unwrap_or_default();
+                    format!("{}\r\n", String::from_utf8_lossy(line).trim_end_matches('\r'))
+                };
+                if to_client.write_all(&rewrite(&start, &resp, true)).await.is_err()
+                    || to_client.write_all(&resp.rest).await.is_err()
+                {
+                    return;
+                }
+                // Interim answers (100 Continue) come before the real one, head only.
+                if !(100..200).contains(&resp.status) {
+                    break;
+                }
+            }
+            let _ = tokio::io::copy(&mut from_up, &mut to_client).await;
+            let _ = to_client.shutdown().await;
+        };
+        // The answer says close, so Chromium never reuses the connection: the exchange ends
+        // when the upstream has answered or the client has gone.
+        tokio::select! {
+            _ = response => {}
+            _ = request_body => {}
+        }
+        return;
     }
     if !head.rest.is_empty() && upstream.write_all(&head.rest).await.is_err() {
         return;
@@ -365,16 +588,32 @@ mod tests {
         let e = Egress::new(EgressConfig::default());
         let locked = NavPolicy::default();
         let err = e.judge(&locked, "evil.test", &[addr("127.0.0.1:80")]).unwrap_err();
-        assert!(err.contains("evil.test resolves to 127.0.0.1"), "{err}");
+        assert!(err.contains("evil.test is or resolves to a private"), "{err}");
+        assert!(!err.contains("127.0.0.1"), "the address a name resolves to is not told: {err}");
         assert!(e.judge(&locked, "x", &[addr("[::ffff:10.1.2.3]:80")]).is_err());
         let mixed = [addr("127.0.0.1:80"), addr("93.184.216.34:80")];
         assert_eq!(e.judge(&locked, "x", &mixed).unwrap(), addr("93.184.216.34:80"));
     }
 
     #[test]
+    fn this_hosts_own_addresses_count_as_local() {
+        assert!(is_host_address("127.0.0.1".parse().unwrap()));
+        assert!(!is_host_address("8.8.8.8".parse().unwrap()));
+        // Whatever address this host has on its way out is judged like loopback.
+        let probe = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+        if probe.connect("192.0.2.1:9").is_ok() {
+            let own = probe.local_addr().unwrap().ip();
+            let e = Egress::new(EgressConfig { reserved_ports: vec![50051..=50051], hosts: HashMap::new() });
+            let open = NavPolicy { allow_private_networks: true, allow_hosts: vec![] };
+            assert!(e.judge(&open, "x", &[SocketAddr::new(own, 50051)]).is_err(), "{own}");
+            assert!(e.judge(&NavPolicy::default(), "x", &[SocketAddr::new(own, 80)]).is_err(), "{own}");
+        }
+    }
+
+    #[test]
     fn proxy_ports_are_reserved_while_they_live() {
         let e = Egress::new(EgressConfig::default());
-        e.proxies.lock().unwrap().insert(40001);
+        e.hold(40001);
         let open = NavPolicy { allow_private_networks: true, allow_hosts: vec![] };
         assert!(e.judge(&open, "x", &[addr("127.0.0.1:40001")]).is_err());
     }
@@ -382,7 +621,9 @@ mod tests {
     /// Sends `request` to a proxy under `policy` and returns everything it answers.
     async fn exchange(egress: Arc<Egress>, policy: NavPolicy, request: &[u8]) -> String {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let proxy = Proxy::start(egress, Arc::new(RwLock::new(policy)), listener, true, "test").unwrap();
+        let net = WorkerNet::new(egress);
+        *net.policy.write().unwrap() = policy;
+        let proxy = Proxy::start(net, listener, true, "test").unwrap();
         let mut conn = TcpStream::connect(("127.0.0.1", proxy.port)).await.unwrap();
         conn.write_all(request).await.unwrap();
         let mut out = Vec::new();
@@ -430,19 +671,55 @@ mod tests {
             "GET http://127.0.0.1:{up}/p?q=1 HTTP/1.1\r\nHost: 127.0.0.1:{up}\r\nProxy-Connection: keep-alive\r\n\r\n"
         );
         let answer = exchange(Arc::new(Egress::default()), open, req.as_bytes()).await;
-        assert!(answer.starts_with("HTTP/1.1 200") && answer.ends_with("hi"), "{answer}");
+        assert!(answer.starts_with("HTTP/1.1 200 OK\r\n") && answer.ends_with("hi"), "{answer}");
+        assert!(answer.contains("Connection: close\r\n"), "{answer}");
         let seen = server.await.unwrap();
         assert!(seen.starts_with("GET /p?q=1 HTTP/1.1\r\n"), "{seen}");
         assert!(seen.contains("Connection: close\r\n") && !seen.to_ascii_lowercase().contains("proxy-"), "{seen}");
     }
 
+    /// A server that ignores `Connection: close` never gets a second request, which Chromium
+    /// could otherwise send on the same proxy connection for another site.
+    #[tokio::test]
+    async fn a_kept_alive_upstream_never_sees_a_second_request() {
+        let upstream = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let up = upstream.local_addr().unwrap().port();
+        let server = tokio::spawn(async move {
+            let (mut s, _) = upstream.accept().await.unwrap();
+            let mut buf = vec![0u8; 4096];
+            let n = s.read(&mut buf).await.unwrap();
+            let first = String::from_utf8_lossy(&buf[..n]).to_string();
+            s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: keep-alive\r\n\r\nhi").await.unwrap();
+            let more = tokio::time::timeout(Duration::from_secs(1), s.read(&mut buf)).await;
+            let second = match more {
+                Ok(Ok(n)) => String::from_utf8_lossy(&buf[..n]).to_string(),
+                _ => String::new(),
+            };
+            (first, second)
+        });
+        let net = WorkerNet::new(Arc::new(Egress::default()));
+        *net.policy.write().unwrap() = NavPolicy { allow_private_networks: true, allow_hosts: vec![] };
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let proxy = Proxy::start(net, listener, true, "test").unwrap();
+        let mut conn = TcpStream::connect(("127.0.0.1", proxy.port)).await.unwrap();
+        conn.write_all(format!("GET http://127.0.0.1:{up}/a HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes()).await.unwrap();
+        let mut answer = vec![0u8; 4096];
+        let n = conn.read(&mut answer).await.unwrap();
+        let answer = String::from_utf8_lossy(&answer[..n]).to_string();
+        assert!(answer.contains("Connection: close\r\n") && !answer.contains("keep-alive"), "{answer}");
+        let _ = conn.write_all(b"GET http://other.test/steal HTTP/1.1\r\nHost: other.test\r\n\r\n").await;
+        let (first, second) = server.await.unwrap();
+        assert!(first.starts_with("GET /a HTTP/1.1\r\n"), "{first}");
+        assert_eq!(second, "", "a second request reached the first upstream");
+    }
+
     #[tokio::test]
     async fn fixed_answers_win_over_the_resolver() {
         let hosts = HashMap::from([("Evil.Test".to_string(), "127.0.0.1".parse().unwrap())]);
-        let e = Egress::new(EgressConfig { reserved_ports: vec![], hosts });
-        assert_eq!(e.resolve("evil.test.", 80).await.unwrap(), vec![addr("127.0.0.1:80")]);
-        assert_eq!(e.resolve("[::1]", 81).await.unwrap(), vec![addr("[::1]:81")]);
-        let err = e.check_url(&NavPolicy::default(), "http://evil.test/x").await.unwrap_err();
-        assert!(err.contains("resolves to 127.0.0.1"), "{err}");
+        let net = WorkerNet::new(Arc::new(Egress::new(EgressConfig { reserved_ports: vec![], hosts })));
+        assert_eq!(net.resolve("evil.test.", 80).await.unwrap(), vec![addr("127.0.0.1:80")]);
+        assert_eq!(net.resolve("[::1]", 81).await.unwrap(), vec![addr("[::1]:81")]);
+        let err = net.check_url("http://evil.test/x").await.unwrap_err();
+        assert!(err.contains("evil.test is or resolves to a private"), "{err}");
     }
 }

@@ -247,6 +247,7 @@ pub(crate) async fn launch(
     worker: &str,
     proxy: &str,
     netns: Option<NetNs>,
+    egress: &std::sync::Arc<crate::egress::Egress>,
 ) -> Result<Launched, PoolError> {
     let lock = take_port(cfg).await?;
     let port = lock.port();
@@ -351,7 +352,7 @@ pub(crate) async fn launch(
         // Chromium's port is inside the namespace: CDP goes through the gate, by the browser's
         // own path, which only this process has seen.
         let path = ws_url.find("/devtools/browser/").map(|i| ws_url[i..].to_string()).unwrap_or_default();
-        match Gate::open(ns, port, path.clone(), worker).await {
+        match Gate::open(ns, port, path.clone(), egress.clone(), worker).await {
             Ok(gate) if !path.is_empty() => {
                 ws_url = format!("ws://127.0.0.1:{}{path}", gate.port());
                 process.gate = Some(gate);

@@ -21,7 +21,9 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
 use tracing::Instrument;
 
-use crate::egress::read_head;
+use std::sync::Arc;
+
+use crate::egress::{read_head, Egress};
 
 /// A network namespace with only `lo`, up. It lives while this handle (or a process in it) does.
 #[derive(Debug)]
@@ -120,16 +122,25 @@ fn loopback_up() -> io::Result<()> {
 #[derive(Debug)]
 pub(crate) struct Gate {
     port: u16,
+    /// Holds the gate's port refused to every page while it lives.
+    egress: Arc<Egress>,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl Gate {
     /// Serves 127.0.0.1:0 on the host; a request for exactly `path` is forwarded to
     /// 127.0.0.1:`cdp_port` in `ns`, anything else answered 404.
-    pub(crate) async fn open(ns: NetNs, cdp_port: u16, path: String, worker: &str) -> io::Result<Gate> {
+    pub(crate) async fn open(
+        ns: NetNs,
+        cdp_port: u16,
+        path: String,
+        egress: Arc<Egress>,
+        worker: &str,
+    ) -> io::Result<Gate> {
         let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
         let port = listener.local_addr()?.port();
-        let ns = std::sync::Arc::new(ns);
+        egress.hold(port);
+        let ns = Arc::new(ns);
         let task = tokio::spawn(
             async move {
                 let mut conns = JoinSet::new();
@@ -151,7 +162,7 @@ impl Gate {
             }
             .instrument(tracing::debug_span!("devtools_gate", worker = %worker)),
         );
-        Ok(Gate { port, task })
+        Ok(Gate { port, egress, task })
     }
 
     /// The gate's port on the host's loopback.
@@ -163,6 +174,7 @@ impl Gate {
 impl Drop for Gate {
     fn drop(&mut self) {
         self.task.abort();
+        self.egress.unhold(self.port);
     }
 }
 

@@ -74,7 +74,7 @@ pub fn private_ip(ip: IpAddr) -> bool {
 }
 
 fn private_v4(ip: Ipv4Addr) -> bool {
-    let [a, b, ..] = ip.octets();
+    let [a, b, c, d] = ip.octets();
     ip.is_loopback()
         || ip.is_private()
         || ip.is_link_local()
@@ -85,20 +85,31 @@ fn private_v4(ip: Ipv4Addr) -> bool {
         || a >= 240
         || (a == 100 && (64..128).contains(&b))
         || (a == 198 && (18..20).contains(&b))
+        // IETF protocol assignments (192.0.0.0/24), and Azure's WireServer.
+        || (a, b, c) == (192, 0, 0)
+        || [a, b, c, d] == [168, 63, 129, 16]
 }
 
 fn private_v6(ip: Ipv6Addr) -> bool {
     if let Some(v4) = ip.to_ipv4_mapped() {
         return private_v4(v4);
     }
-    let first = ip.segments()[0];
+    let seg = ip.segments();
+    let low32 = || Ipv4Addr::from((ip.to_bits() & 0xffff_ffff) as u32);
     ip.is_loopback()
         || ip.is_unspecified()
         || ip.is_multicast()
-        || (first & 0xfe00) == 0xfc00
-        || (first & 0xffc0) == 0xfe80
-        // NAT64 (64:ff9b::/96) carries an IPv4 address in its last 32 bits.
-        || (ip.segments()[..6] == [0x64, 0xff9b, 0, 0, 0, 0] && private_v4(Ipv4Addr::from((ip.to_bits() & 0xffff_ffff) as u32)))
+        || (seg[0] & 0xfe00) == 0xfc00 // unique local
+        || (seg[0] & 0xffc0) == 0xfe80 // link local
+        || (seg[0] & 0xffc0) == 0xfec0 // site local (deprecated, still routed by some)
+        // Addresses that carry an IPv4 address: NAT64 (64:ff9b::/96 and the local-use
+        // 64:ff9b:1::/48), IPv4-compatible (::/96) and 6to4 (2002::/16) by the IPv4 inside;
+        // Teredo (2001::/32) hides its IPv4, so all of it.
+        || (seg[..6] == [0x64, 0xff9b, 0, 0, 0, 0] && private_v4(low32()))
+        || seg[..3] == [0x64, 0xff9b, 1]
+        || (seg[..6] == [0, 0, 0, 0, 0, 0] && private_v4(low32()))
+        || (seg[0] == 0x2002 && private_v4(Ipv4Addr::from(((seg[1] as u32) << 16) | seg[2] as u32)))
+        || seg[..2] == [0x2001, 0]
 }
 
 #[cfg(test)]
@@ -127,6 +138,14 @@ mod tests {
             "http://[fe80::1]/",
             "http://[::ffff:127.0.0.1]/",
             "http://[64:ff9b::7f00:1]/",
+            "http://[64:ff9b:1::1]/",
+            "http://[::127.0.0.1]/",
+            "http://[2002:7f00:1::]/",
+            "http://[2002:a9fe:a9fe::]/",
+            "http://[2001:0:4136:e378::1]/",
+            "http://[fec0::1]/",
+            "http://192.0.0.8/",
+            "http://168.63.129.16/",
             "http://224.0.0.1/",
             "http://240.0.0.1/",
             "http://198.18.0.1/",
@@ -140,6 +159,8 @@ mod tests {
         }
         assert!(p.check("https://example.com/").is_ok());
         assert!(p.check("http://8.8.8.8/").is_ok());
+        assert!(p.check("http://[2002:808:808::]/").is_ok(), "6to4 of a public address");
+        assert!(p.check("http://[2606:4700::1111]/").is_ok());
         assert!(p.check("about:blank").is_ok());
     }
 

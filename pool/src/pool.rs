@@ -10,11 +10,10 @@ use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
 use tracing::Instrument;
 
 use crate::driver::{Driver, DriverConfig, Viewport};
-use crate::egress::{Egress, EgressConfig, Proxy};
+use crate::egress::{Egress, EgressConfig, Proxy, WorkerNet};
 use crate::error::PoolError;
 use crate::launcher::{launch, LaunchConfig, Process};
 use crate::netns::NetNs;
-use crate::policy::NavPolicy;
 
 /// Identifies one Chromium worker for its whole life (boot to kill).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -366,20 +365,26 @@ impl Pool {
 async fn boot_worker(cfg: &PoolConfig, egress: &Arc<Egress>, id: WorkerId) -> Result<Worker, PoolError> {
     // The proxy reads the policy per connection, so `Driver::set_policy` at lease time holds
     // for every connection opened after it; until then, nothing private.
-    let policy = Arc::new(std::sync::RwLock::new(NavPolicy::default()));
-    let netns = worker_netns();
-    let listener = match &netns {
-        Some(ns) => ns.bind_loopback()?,
-        None => std::net::TcpListener::bind(("127.0.0.1", 0))?,
-    };
-    let proxy = Proxy::start(egress.clone(), policy.clone(), listener, netns.is_none(), &id.0)?;
-    let launched = launch(&cfg.launch, &id.0, &proxy.url(), netns).await?;
+    let net = WorkerNet::new(egress.clone());
+    // Namespaces are made on threads of their own; keep that off the runtime's workers.
+    let (netns, listener) = tokio::task::spawn_blocking(|| {
+        let netns = worker_netns();
+        let listener = match &netns {
+            Some(ns) => ns.bind_loopback(),
+            None => std::net::TcpListener::bind(("127.0.0.1", 0)),
+        };
+        listener.map(|l| (netns, l))
+    })
+    .await
+    .map_err(|e| PoolError::Launch(format!("network namespace task: {e}")))??;
+    let proxy = Proxy::start(net.clone(), listener, netns.is_none(), &id.0)?;
+    let launched = launch(&cfg.launch, &id.0, &proxy.url(), netns, egress).await?;
     let driver_cfg = DriverConfig {
         cdp_timeout: cfg.launch.cdp_timeout,
         max_html_bytes: cfg.max_html_bytes,
         max_tabs: cfg.max_tabs,
     };
-    let driver = match Driver::attach(launched.browser, &launched.ws_url, driver_cfg, policy, egress.clone()).await {
+    let driver = match Driver::attach(launched.browser, &launched.ws_url, driver_cfg, net).await {
         Ok(driver) => driver,
         Err(e) => {
             launched.handler_task.abort();

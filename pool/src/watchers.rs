@@ -243,6 +243,7 @@ pub(crate) async fn raw_events(shared: Arc<Shared>, raw: RawCdp, mut rx: mpsc::U
                         h["name"].as_str().filter(|n| n.eq_ignore_ascii_case(ERROR_HEADER)).and(h["value"].as_str())
                     })
                 });
+                let reason = reason.and_then(|value| shared.net.error_reason(value));
                 match reason.filter(|r| NETWORK_ERRORS.contains(r)) {
                     Some(reason) => {
                         raw.send(&ev.session_id, "Fetch.failRequest", json!({ "requestId": id, "errorReason": reason }))

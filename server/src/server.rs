@@ -53,6 +53,7 @@ pub async fn bind(args: ServeArgs) -> anyhow::Result<Bound> {
     }
     let data_dir = args.store.data_dir.clone();
     create_data_dir(&data_dir)?;
+    raise_open_files_limit();
     let chrome = find_chrome(args.chrome.as_deref())?;
     let store = Store::open(&args.store.database_url()).await.context("open database")?;
     let default_epoch = ensure_default_tenant(&store, &args).await?;
@@ -113,6 +114,21 @@ pub async fn bind(args: ServeArgs) -> anyhow::Result<Bound> {
         max_html_bytes: args.max_html_bytes,
         max_token_ttl: args.max_token_ttl,
     })
+}
+
+/// Raises the soft limit on open descriptors to the hard one: every connection a page opens
+/// costs the server two (its egress proxy relays it), up to 256 per worker.
+fn raise_open_files_limit() {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit/setrlimit read and write the struct we own.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            let wanted = libc::rlimit { rlim_cur: lim.rlim_max, rlim_max: lim.rlim_max };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &wanted) != 0 {
+                tracing::warn!(soft = lim.rlim_cur, "could not raise the open files limit");
+            }
+        }
+    }
 }
 
 /// Creates the data dir if missing, owner only: keys, tokens and tenants' browser profiles
