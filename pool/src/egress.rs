@@ -212,6 +212,36 @@ impl WorkerNet {
     }
 }
 
+/// Accepts on `listener` until the returned task is aborted, serving each connection with
+/// `serve` in a task of its own. Those tasks live in the loop's `JoinSet`, so aborting the loop
+/// ends every connection too.
+pub(crate) fn accept_loop<F, Fut>(listener: TcpListener, span: tracing::Span, serve: F) -> tokio::task::JoinHandle<()>
+where
+    F: Fn(TcpStream) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    tokio::spawn(
+        async move {
+            let mut conns = JoinSet::new();
+            loop {
+                tokio::select! {
+                    accepted = listener.accept() => match accepted {
+                        Ok((stream, _)) => {
+                            conns.spawn(serve(stream).in_current_span());
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, "accept failed");
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                        }
+                    },
+                    Some(_) = conns.join_next(), if !conns.is_empty() => {}
+                }
+            }
+        }
+        .instrument(span),
+    )
+}
+
 /// One worker's proxy: its listener and every connection it carries. Dropping it ends them all.
 pub(crate) struct Proxy {
     port: u16,
@@ -239,39 +269,20 @@ impl Proxy {
             net.egress.hold(port);
         }
         let egress = net.egress.clone();
-        let task = tokio::spawn(
+        let span = tracing::debug_span!("egress_proxy", worker = %worker);
+        let task = accept_loop(listener, span, move |mut stream| {
+            let net = net.clone();
             async move {
-                let mut conns = JoinSet::new();
-                loop {
-                    tokio::select! {
-                        accepted = listener.accept() => match accepted {
-                            Ok((mut stream, _)) => match net.connections.clone().try_acquire_owned() {
-                                Ok(permit) => {
-                                    let net = net.clone();
-                                    conns.spawn(async move {
-                                        let _permit = permit;
-                                        serve_conn(stream, &net).await
-                                    }.in_current_span());
-                                }
-                                Err(_) => {
-                                    let token = net.egress.token.clone();
-                                    conns.spawn(async move {
-                                        let why = format!("more than {CONNECTIONS_PER_WORKER} connections at once");
-                                        refuse(&mut stream, "503 Service Unavailable", &token, "ConnectionRefused", &why).await
-                                    });
-                                }
-                            },
-                            Err(e) => {
-                                tracing::warn!(error = %e, "egress proxy accept failed");
-                                tokio::time::sleep(Duration::from_millis(50)).await;
-                            }
-                        },
-                        Some(_) = conns.join_next(), if !conns.is_empty() => {}
+                match net.connections.clone().try_acquire_owned() {
+                    Ok(_permit) => serve_conn(stream, &net).await,
+                    Err(_) => {
+                        let why = format!("more than {CONNECTIONS_PER_WORKER} connections at once");
+                        let token = &net.egress.token;
+                        refuse(&mut stream, "503 Service Unavailable", token, "ConnectionRefused", &why).await
                     }
                 }
             }
-            .instrument(tracing::debug_span!("egress_proxy", worker = %worker)),
-        );
+        });
         Ok(Proxy { port, on_host, egress, task })
     }
 

@@ -14,16 +14,13 @@
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::task::JoinSet;
-use tracing::Instrument;
 
-use std::sync::Arc;
-
-use crate::egress::{read_head, Egress};
+use crate::egress::{accept_loop, read_head, Egress};
 
 /// A network namespace with only `lo`, up. It lives while this handle (or a process in it) does.
 #[derive(Debug)]
@@ -141,27 +138,11 @@ impl Gate {
         let port = listener.local_addr()?.port();
         egress.hold(port);
         let ns = Arc::new(ns);
-        let task = tokio::spawn(
-            async move {
-                let mut conns = JoinSet::new();
-                loop {
-                    tokio::select! {
-                        accepted = listener.accept() => match accepted {
-                            Ok((stream, _)) => {
-                                let (ns, path) = (ns.clone(), path.clone());
-                                conns.spawn(async move { forward(stream, &ns, cdp_port, &path).await }.in_current_span());
-                            }
-                            Err(e) => {
-                                tracing::warn!(error = %e, "devtools gate accept failed");
-                                tokio::time::sleep(Duration::from_millis(50)).await;
-                            }
-                        },
-                        Some(_) = conns.join_next(), if !conns.is_empty() => {}
-                    }
-                }
-            }
-            .instrument(tracing::debug_span!("devtools_gate", worker = %worker)),
-        );
+        let span = tracing::debug_span!("devtools_gate", worker = %worker);
+        let task = accept_loop(listener, span, move |stream| {
+            let (ns, path) = (ns.clone(), path.clone());
+            async move { forward(stream, &ns, cdp_port, &path).await }
+        });
         Ok(Gate { port, egress, task })
     }
 
