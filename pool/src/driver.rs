@@ -244,6 +244,9 @@ pub(crate) struct Shared {
     pub(crate) loaded_html: Mutex<HashMap<TargetId, (String, String, String)>>,
     /// `Page.lifecycleEvent`s of our raw sessions: (session, loader id, name).
     pub(crate) lifecycle: broadcast::Sender<(String, String, String)>,
+    /// The tab Chromium shows in front, as far as we know: a new tab or popup comes up in
+    /// front, and a tab in the background gets no frames, so input to it waits forever.
+    pub(crate) front: Mutex<Option<TargetId>>,
     /// What the session's pages may load, shared with the worker's egress proxy (which judges
     /// every connection); checked early here for every request of a registered tab.
     pub(crate) net: Arc<WorkerNet>,
@@ -366,6 +369,7 @@ impl Driver {
             answered: Mutex::new(HashSet::new()),
             loaded_html: Mutex::new(HashMap::new()),
             lifecycle: broadcast::channel(1024).0,
+            front: Mutex::new(None),
             net,
         });
         let listen = |e: CdpError| PoolError::Cdp(format!("listen targets: {e}"));

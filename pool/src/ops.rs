@@ -41,6 +41,7 @@ impl Driver {
             _ => {}
         }
         let (tab, index) = self.active()?;
+        self.bring_to_front(&tab).await;
         let page = &tab.page;
         let mut out = match call.action.name {
             "navigate" => self.navigate(&tab, &call.payload).await?,
@@ -76,6 +77,16 @@ impl Driver {
         };
         out.tab_index = index;
         Ok(out)
+    }
+
+    /// Puts `tab` in front unless it already is (one CDP call, only after another tab came up).
+    async fn bring_to_front(&self, tab: &Tab) {
+        if lock(&self.shared.front).as_ref() == Some(&tab.target) {
+            return;
+        }
+        if tab.page.execute(BringToFrontParams::default()).await.is_ok() {
+            *lock(&self.shared.front) = Some(tab.target.clone());
+        }
     }
 
     pub(crate) async fn navigate(&self, tab: &Tab, payload: &Value) -> ActResult<ActionOutput> {
@@ -309,7 +320,7 @@ impl Driver {
             tabs.active = index;
             tabs.list[index].clone()
         };
-        let _ = tab.page.execute(BringToFrontParams::default()).await;
+        self.bring_to_front(&tab).await;
         let url = tab.page.url().await.ok().flatten().unwrap_or_default();
         let title = tab.page.get_title().await.ok().flatten().unwrap_or_default();
         Ok(ActionOutput {

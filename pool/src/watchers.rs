@@ -42,6 +42,8 @@ pub(crate) async fn watch_targets(
                     continue;
                 }
                 let target = ev.target_info.target_id.clone();
+                // A new page comes up in front, even one closed at the cap below.
+                *lock(&shared.front) = Some(target.clone());
                 // Admitted here, in event order; a page over the cap (a popup, most likely) is
                 // closed rather than registered.
                 let admitted = lock(&shared.tabs).admit(&target);
