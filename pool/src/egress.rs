@@ -532,13 +532,6 @@ async fn serve_conn(mut client: TcpStream, net: &WorkerNet) {
             loop {
                 let resp = tokio::time::timeout(HEAD_TIMEOUT, read_any_head(&mut from_up, false)).await;
                 let Ok(Ok(resp)) = resp else { return };
-                if resp.status == 101 {
-                    // An upgrade: the connection is the upstream's from here on.
-                    if to_client.write_all(&resp.raw).await.is_err() || to_client.write_all(&resp.rest).await.is_err() {
-                        return;
-                    }
-                    break;
-                }
                 // An upstream 407 would read as this proxy asking for credentials.
                 let start = if resp.status == 407 {
                     "HTTP/1.1 502 Bad Gateway\r\n".to_string()
@@ -551,8 +544,10 @@ async fn serve_conn(mut client: TcpStream, net: &WorkerNet) {
                 {
                     return;
                 }
-                // Interim answers (100 Continue) come before the real one, head only.
-                if !(100..200).contains(&resp.status) {
+                // Interim answers (100 Continue) come before the real one, head only. An upgrade
+                // (101) is final and, rewritten to close, goes nowhere: Chromium tunnels
+                // WebSockets with CONNECT, never through a plain-HTTP request.
+                if !(100..200).contains(&resp.status) || resp.status == 101 {
                     break;
                 }
             }
