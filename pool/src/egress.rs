@@ -663,15 +663,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_allowed_request_goes_out_in_origin_form_and_closes() {
-        let upstream = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let up = upstream.local_addr().unwrap().port();
-        let server = tokio::spawn(async move {
-            let (mut s, _) = upstream.accept().await.unwrap();
-            let mut buf = vec![0u8; 4096];
-            let n = s.read(&mut buf).await.unwrap();
-            s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nhi").await.unwrap();
-            String::from_utf8_lossy(&buf[..n]).to_string()
-        });
+        let (up, server) = upstream_once(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nhi").await;
         let open = NavPolicy { allow_private_networks: true, allow_hosts: vec![] };
         let req = format!(
             "GET http://127.0.0.1:{up}/p?q=1 HTTP/1.1\r\nHost: 127.0.0.1:{up}\r\nProxy-Connection: keep-alive\r\n\r\n"
@@ -679,30 +671,37 @@ mod tests {
         let answer = exchange(Arc::new(Egress::default()), open, req.as_bytes()).await;
         assert!(answer.starts_with("HTTP/1.1 200 OK\r\n") && answer.ends_with("hi"), "{answer}");
         assert!(answer.contains("Connection: close\r\n"), "{answer}");
-        let seen = server.await.unwrap();
+        let (seen, _) = server.await.unwrap();
         assert!(seen.starts_with("GET /p?q=1 HTTP/1.1\r\n"), "{seen}");
         assert!(seen.contains("Connection: close\r\n") && !seen.to_ascii_lowercase().contains("proxy-"), "{seen}");
+    }
+
+    /// An upstream on 127.0.0.1 that takes one connection, answers its first read with
+    /// `reply`, and reports (what it read first, what arrived within a second after).
+    async fn upstream_once(reply: &'static [u8]) -> (u16, tokio::task::JoinHandle<(String, String)>) {
+        let upstream = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = upstream.local_addr().unwrap().port();
+        let server = tokio::spawn(async move {
+            let (mut s, _) = upstream.accept().await.unwrap();
+            let mut buf = vec![0u8; 4096];
+            let n = s.read(&mut buf).await.unwrap();
+            let first = String::from_utf8_lossy(&buf[..n]).to_string();
+            s.write_all(reply).await.unwrap();
+            let after = match tokio::time::timeout(Duration::from_secs(1), s.read(&mut buf)).await {
+                Ok(Ok(n)) => String::from_utf8_lossy(&buf[..n]).to_string(),
+                _ => String::new(),
+            };
+            (first, after)
+        });
+        (port, server)
     }
 
     /// A server that ignores `Connection: close` never gets a second request, which Chromium
     /// could otherwise send on the same proxy connection for another site.
     #[tokio::test]
     async fn a_kept_alive_upstream_never_sees_a_second_request() {
-        let upstream = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let up = upstream.local_addr().unwrap().port();
-        let server = tokio::spawn(async move {
-            let (mut s, _) = upstream.accept().await.unwrap();
-            let mut buf = vec![0u8; 4096];
-            let n = s.read(&mut buf).await.unwrap();
-            let first = String::from_utf8_lossy(&buf[..n]).to_string();
-            s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: keep-alive\r\n\r\nhi").await.unwrap();
-            let more = tokio::time::timeout(Duration::from_secs(1), s.read(&mut buf)).await;
-            let second = match more {
-                Ok(Ok(n)) => String::from_utf8_lossy(&buf[..n]).to_string(),
-                _ => String::new(),
-            };
-            (first, second)
-        });
+        let reply = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: keep-alive\r\n\r\nhi";
+        let (up, server) = upstream_once(reply).await;
         let net = WorkerNet::new(Arc::new(Egress::default()));
         *net.policy.write().unwrap() = NavPolicy { allow_private_networks: true, allow_hosts: vec![] };
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
