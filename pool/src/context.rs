@@ -292,9 +292,7 @@ impl Driver {
     /// Refuses a cookie whose domain the policy refuses: a `.parent` cookie also reaches the
     /// parent domain, which the policy may refuse where the page's own origin is allowed.
     pub(crate) fn check_cookie_domain(&self, c: &CookieRecord, i: usize) -> ActResult<()> {
-        let reach = format!("https://{}/", c.domain.trim_start_matches('.'));
-        self.check_url(&reach)
-            .map_err(|f| ActionFailure { message: format!("cookies[{i}].domain: {}", f.message), ..f })
+        self.check_field(&format!("cookies[{i}].domain"), &format!("https://{}/", c.domain.trim_start_matches('.')))
     }
 
     pub async fn import_context(&self, state: &ContextState, strict_origin: bool) -> ActResult<(u32, u32)> {
@@ -307,7 +305,7 @@ impl Driver {
         }
         // The tenant's policy first: a refused import must leave the jar, storage and
         // credentials as they were (the navigation at the end is too late to refuse it).
-        self.check_url(&origin).map_err(|f| ActionFailure { message: format!("origin: {}", f.message), ..f })?;
+        self.check_field("origin", &origin)?;
         for (i, c) in state.cookies.iter().enumerate() {
             validate_cookie(c, i)?;
             let host = host_of(&origin);

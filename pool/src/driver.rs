@@ -259,7 +259,7 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl Shared {
     /// Why the policy refuses `url`, if it does.
     pub(crate) fn check(&self, url: &str) -> Result<(), String> {
-        self.net.policy().check(url)
+        self.net.check_as_written(url)
     }
 
     pub(crate) fn tab_index(&self, target: &TargetId) -> i32 {
@@ -431,6 +431,13 @@ impl Driver {
     /// Checks a URL a client asked for against the policy, as written.
     pub(crate) fn check_url(&self, url: &str) -> ActResult<()> {
         self.shared.check(url).map_err(|why| ActionFailure::new(FailureCode::BlockedByPolicy, why))
+    }
+
+    /// [`Driver::check_url`] for a URL taken from a payload field, named in the refusal.
+    pub(crate) fn check_field(&self, field: &str, url: &str) -> ActResult<()> {
+        self.shared
+            .check(url)
+            .map_err(|why| ActionFailure::new(FailureCode::BlockedByPolicy, format!("{field}: {why}")))
     }
 
     /// Checks a URL a client asked to navigate to, its host resolved as the egress proxy

@@ -159,8 +159,15 @@ impl WorkerNet {
         })
     }
 
+    /// A copy of the current policy, for judging across awaits.
     pub(crate) fn policy(&self) -> NavPolicy {
         self.policy.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// [`NavPolicy::check`] under the current policy, without copying it (the request hook
+    /// calls this for every request).
+    pub(crate) fn check_as_written(&self, url: &str) -> Result<(), String> {
+        self.policy.read().unwrap_or_else(|e| e.into_inner()).check(url)
     }
 
     /// The addresses `host` stands for: itself when it is an address, else the fixed answer

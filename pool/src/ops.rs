@@ -191,8 +191,7 @@ impl Driver {
                     let (cookie, origin) = crate::context::cookie_from_payload(c, i, page_origin.as_deref())?;
                     crate::context::validate_cookie(&cookie, i)?;
                     // A tenant must not plant cookies where its pages may not go.
-                    self.check_url(&origin)
-                        .map_err(|f| ActionFailure { message: format!("cookies[{i}]: {}", f.message), ..f })?;
+                    self.check_field(&format!("cookies[{i}]"), &origin)?;
                     self.check_cookie_domain(&cookie, i)?;
                     set.push((cookie, origin));
                 }

@@ -124,7 +124,7 @@ pub fn url_target(url: &str) -> String {
             let _ = u.set_password(None);
             u.to_string()
         }
-        Err(_) => without_userinfo(url.split(['?', '#']).next().unwrap_or_default()),
+        Err(_) => origin_target(url),
     }
 }
 
