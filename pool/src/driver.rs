@@ -87,6 +87,8 @@ pub enum FailureCode {
     JsException,
     SessionClosed,
     SessionCrashed,
+    /// The tab's renderer died; the session and its other tabs live on.
+    TabCrashed,
     Internal,
 }
 
@@ -250,6 +252,9 @@ pub(crate) struct Shared {
     /// What the session's pages may load, shared with the worker's egress proxy (which judges
     /// every connection); checked early here for every request of a registered tab.
     pub(crate) net: Arc<WorkerNet>,
+    /// Tabs whose renderer died (`Inspector.targetCrashed`) and that no navigation has
+    /// brought back yet.
+    pub(crate) crashed: watch::Sender<HashSet<TargetId>>,
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -371,6 +376,7 @@ impl Driver {
             lifecycle: broadcast::channel(1024).0,
             front: Mutex::new(None),
             net,
+            crashed: watch::channel(HashSet::new()).0,
         });
         let listen = |e: CdpError| PoolError::Cdp(format!("listen targets: {e}"));
         let created = tokio::time::timeout(t, browser.event_listener::<EventTargetCreated>())
@@ -523,8 +529,10 @@ impl Driver {
         self.shared.dialog.borrow().clone()
     }
 
-    /// Runs one action. It ends at its deadline (`TIMEOUT`) or as soon as a dialog opens
-    /// (`DIALOG_OPEN`), whichever comes first.
+    /// Runs one action. It ends at its deadline (`TIMEOUT`), as soon as a dialog opens
+    /// (`DIALOG_OPEN`) or as soon as the active tab's renderer dies (`TAB_CRASHED`),
+    /// whichever comes first. An action cut short at its deadline, or dropped by its caller,
+    /// leaves the tab usable: see [`Unstick`].
     pub async fn run(&self, call: &ActionCall) -> ActResult<ActionOutput> {
         if !call.action.implemented() {
             return Err(ActionFailure::invalid(format!(
@@ -533,10 +541,32 @@ impl Driver {
             )));
         }
         if call.selector.starts_with("dialog::") {
-            return self.answer_dialog(call).await;
+            return tokio::time::timeout(call.timeout, self.answer_dialog(call)).await.unwrap_or_else(|_| {
+                Err(ActionFailure::new(
+                    FailureCode::Timeout,
+                    format!("the dialog was not answered within {} ms", call.timeout.as_millis()),
+                ))
+            });
         }
         if let Some(open) = self.open_dialog() {
             return Err(ActionFailure::dialog_open(open.info));
+        }
+        let active = self.active().ok();
+        let mut crashes = self.shared.crashed.subscribe();
+        // Only what brings a page back (or leaves it) runs on a crashed tab; while it runs the
+        // tab counts as alive, so a new crash is noticed like any other.
+        let mut revived = None;
+        if let Some((tab, index)) = &active {
+            if crashes.borrow_and_update().contains(&tab.target) {
+                if !matches!(
+                    call.action.name,
+                    "navigate" | "reload" | "new_tab" | "switch_tab" | "close_tab" | "list_tabs" | "load_html"
+                ) {
+                    return Err(tab_crashed(*index, "it crashed earlier"));
+                }
+                self.shared.crashed.send_if_modified(|set| set.remove(&tab.target));
+                revived = Some(tab.target.clone());
+            }
         }
         let baseline = self.shared.dialog_seq.load(Ordering::SeqCst);
         let mut dialogs = self.shared.dialog.subscribe();
@@ -544,17 +574,48 @@ impl Driver {
         // Element waits use the whole budget; the grace lets them report ELEMENT_NOT_FOUND
         // before the outer deadline turns the result into TIMEOUT.
         let outer = call.timeout + Duration::from_millis(500);
-        tokio::select! {
+        let mut unstick = active.as_ref().map(|(tab, _)| Unstick {
+            raw: self.raw.clone(),
+            session: tab.session.clone(),
+            armed: true,
+        });
+        let crashed = async {
+            match &active {
+                Some((tab, index)) => {
+                    let _ = crashes.wait_for(|set| set.contains(&tab.target)).await;
+                    *index
+                }
+                None => std::future::pending().await,
+            }
+        };
+        let result = tokio::select! {
             biased;
             opened = wait_dialog_after(&mut dialogs, baseline) => Err(ActionFailure::dialog_open(opened)),
+            index = crashed => Err(tab_crashed(index, &format!("it crashed while {} ran", call.action.name))),
             result = tokio::time::timeout(outer, self.dispatch(call, until)) => match result {
                 Ok(r) => r,
-                Err(_) => Err(ActionFailure::new(
-                    FailureCode::Timeout,
-                    format!("{} did not finish within {} ms", call.action.name, call.timeout.as_millis()),
-                )),
+                Err(_) => {
+                    // Only an action that did not finish leaves a busy page behind.
+                    drop(unstick.take());
+                    return Err(ActionFailure::new(
+                        FailureCode::Timeout,
+                        format!("{} did not finish within {} ms", call.action.name, call.timeout.as_millis()),
+                    ));
+                }
             },
+        };
+        if let Some(unstick) = unstick.as_mut() {
+            unstick.armed = false;
         }
+        if let (Err(_), Some(target)) = (&result, revived) {
+            // Whatever failed to bring the page back left it crashed.
+            if lock(&self.shared.tabs).list.iter().any(|tab| tab.target == target) {
+                self.shared.crashed.send_modify(|set| {
+                    set.insert(target);
+                });
+            }
+        }
+        result
     }
 
     /// `type dialog::username|password|prompt` and `click dialog::accept|dismiss`.
@@ -718,6 +779,47 @@ impl Driver {
                 }
             }
         }
+    }
+}
+
+/// `TAB_CRASHED` for tab `index`.
+fn tab_crashed(index: i32, when: &str) -> ActionFailure {
+    ActionFailure::new(
+        FailureCode::TabCrashed,
+        format!("tab {index}'s page crashed ({when}; its renderer died, e.g. out of memory): navigate or reload it, or close_tab"),
+    )
+}
+
+/// Frees a tab an action left busy: when the action timed out or its caller went away (its
+/// future was dropped), a script may still spin (`while(true){}`) or a load still hang, and
+/// every later action on the tab would wait behind it. Dropped while armed, it asks the page
+/// for a trivial answer in the background; if none comes within [`UNSTICK_PROBE`], it
+/// terminates the running script (`Runtime.terminateExecution`, which interrupts even a busy
+/// main thread); then it stops any load (`Page.stopLoading`). Disarmed when the action ended
+/// on its own.
+struct Unstick {
+    raw: RawCdp,
+    session: String,
+    armed: bool,
+}
+
+const UNSTICK_PROBE: Duration = Duration::from_millis(300);
+
+impl Drop for Unstick {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else { return };
+        let (raw, session) = (self.raw.clone(), std::mem::take(&mut self.session));
+        rt.spawn(async move {
+            let probe = raw.call(&session, "Runtime.evaluate", json!({ "expression": "1" }));
+            if tokio::time::timeout(UNSTICK_PROBE, probe).await.is_err() {
+                tracing::info!("an action that did not finish left its page busy: terminating the page's script");
+                raw.send(&session, "Runtime.terminateExecution", json!({}));
+            }
+            raw.send(&session, "Page.stopLoading", json!({}));
+        });
     }
 }
 

@@ -141,6 +141,19 @@ impl Process {
         !matches!(self.child.try_wait(), Ok(None))
     }
 
+    /// The `/proc` view of [`Process::exited`], for watchers that do not own the process: gone,
+    /// or a zombie not yet reaped.
+    pub(crate) fn pid_exited(pid: u32) -> bool {
+        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            // The state follows the parenthesized command name, which may contain spaces.
+            Ok(stat) => stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.trim_start().chars().next())
+                .is_none_or(|c| matches!(c, 'Z' | 'X')),
+            Err(_) => true,
+        }
+    }
+
     /// Kills the group and strays, reaps the child, deletes the profile, frees the port.
     pub(crate) async fn kill(mut self) {
         self.signal_all();
@@ -178,36 +191,96 @@ impl Drop for Process {
     }
 }
 
+/// Kills every Chromium a previous server left under `profiles_dir` (a server killed without
+/// cleaning up: SIGKILL, OOM, power loss) and deletes their profiles and temp dirs. Call only
+/// while holding the data dir's [`crate::lock::DirLock`], before any worker starts. Returns
+/// how many processes it killed.
+pub fn reap_orphans(profiles_dir: &Path) -> usize {
+    let mut needle = profiles_dir.as_os_str().as_encoded_bytes().to_vec();
+    needle.push(b'/');
+    let killed = kill_naming(&needle);
+    if killed > 0 {
+        // SIGKILL is delivered at once, but a process exits when the kernel gets to it.
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while count_naming(&needle) > 0 && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    for entry in std::fs::read_dir(profiles_dir).into_iter().flatten().flatten() {
+        let name = entry.file_name();
+        if let Some(port) = name.to_str().and_then(|n| n.strip_prefix("port-")).and_then(|p| p.parse::<u16>().ok()) {
+            let _ = std::fs::remove_dir_all(worker_tmp(port));
+        }
+        let _ = std::fs::remove_dir_all(entry.path());
+    }
+    killed
+}
+
+/// The pids whose command line contains `needle`.
+fn pids_naming(needle: &[u8]) -> Vec<libc::pid_t> {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    let me = std::process::id() as libc::pid_t;
+    entries
+        .flatten()
+        .filter_map(|entry| {
+            let pid = entry.file_name().to_str()?.parse::<libc::pid_t>().ok()?;
+            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
+            (pid != me && cmdline.windows(needle.len()).any(|w| w == needle)).then_some(pid)
+        })
+        .collect()
+}
+
+fn count_naming(needle: &[u8]) -> usize {
+    pids_naming(needle).into_iter().filter(|pid| !Process::pid_exited(*pid as u32)).count()
+}
+
+/// SIGKILLs every process whose command line contains `needle`, and its process group (a
+/// worker's renderers need not name its profile, but share its group); returns how many
+/// processes named it.
+fn kill_naming(needle: &[u8]) -> usize {
+    let pids = pids_naming(needle);
+    // SAFETY: getpgid/kill/killpg on pids we just read; a race with pid reuse would need the
+    // new process to name the same browserpool directory. Our own group is never signalled.
+    unsafe {
+        let ours = libc::getpgid(0);
+        for pid in &pids {
+            let group = libc::getpgid(*pid);
+            if group > 1 && group != ours {
+                libc::killpg(group, libc::SIGKILL);
+            }
+            libc::kill(*pid, libc::SIGKILL);
+        }
+    }
+    pids.len()
+}
+
 /// Kills processes outside the group that still name this profile (Chromium's crashpad
 /// handlers start their own sessions; `HOME` points into the profile so they name it).
 fn kill_strays(profile: &Path) {
     // With the trailing slash `.../port-930/` never matches `.../port-9300/`.
     let mut needle = profile.as_os_str().as_encoded_bytes().to_vec();
     needle.push(b'/');
-    let needle = needle.as_slice();
-    let Ok(entries) = std::fs::read_dir("/proc") else { return };
-    for entry in entries.flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<libc::pid_t>().ok()) else {
-            continue;
-        };
-        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else { continue };
-        if cmdline.windows(needle.len()).any(|w| w == needle) {
-            // SAFETY: sending SIGKILL to a pid we just read; a race with pid reuse would need
-            // the new process to name our deleted profile, which cannot happen.
-            unsafe {
-                libc::kill(pid, libc::SIGKILL);
-            }
-        }
-    }
+    kill_naming(&needle);
 }
 
-/// Resident memory of a whole process group (Chromium's browser, renderers, GPU and utility
-/// processes), in bytes, from /proc. 0 when the group is gone.
-pub fn group_rss(pgid: u32) -> u64 {
+/// Memory of a whole process group (Chromium's browser, renderers, GPU and utility
+/// processes), from /proc; zeros when the group is gone.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GroupMemory {
+    /// Resident set summed over the processes: pages they share count once per process, so
+    /// it overstates what the group costs (several times over for Chromium).
+    pub rss_bytes: u64,
+    /// Proportional set size summed over the processes (`Pss` of `smaps_rollup`): a shared
+    /// page is split among its sharers, so this is what killing the group gives back.
+    pub pss_bytes: u64,
+}
+
+/// [`GroupMemory`] of process group `pgid`.
+pub fn group_memory(pgid: u32) -> GroupMemory {
     // SAFETY: sysconf has no preconditions.
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u64;
-    let Ok(entries) = std::fs::read_dir("/proc") else { return 0 };
-    let mut pages = 0u64;
+    let Ok(entries) = std::fs::read_dir("/proc") else { return GroupMemory::default() };
+    let mut memory = GroupMemory::default();
     for entry in entries.flatten() {
         if !entry.file_name().to_string_lossy().bytes().all(|b| b.is_ascii_digit()) {
             continue;
@@ -220,10 +293,23 @@ pub fn group_rss(pgid: u32) -> u64 {
             continue;
         }
         if let Ok(statm) = std::fs::read_to_string(entry.path().join("statm")) {
-            pages += statm.split_whitespace().nth(1).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0);
+            memory.rss_bytes += page * statm.split_whitespace().nth(1).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0);
+        }
+        if let Ok(rollup) = std::fs::read_to_string(entry.path().join("smaps_rollup")) {
+            memory.pss_bytes += 1024 * rollup_kib(&rollup, "Pss:");
         }
     }
-    pages * page
+    memory
+}
+
+/// A `Name:   123 kB` line's number from `/proc/<pid>/smaps_rollup`.
+fn rollup_kib(rollup: &str, name: &str) -> u64 {
+    rollup
+        .lines()
+        .find_map(|line| line.strip_prefix(name))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
 }
 
 /// The worker temp dir of a port: `/tmp/browserpool-w<port>`.
@@ -237,6 +323,8 @@ pub(crate) struct Launched {
     pub(crate) browser: Browser,
     pub(crate) ws_url: String,
     pub(crate) handler_task: tokio::task::JoinHandle<()>,
+    /// Turns `Some(why)` when the browser's CDP connection closes.
+    pub(crate) died: tokio::sync::watch::Receiver<Option<String>>,
 }
 
 /// Takes a free port, starts Chromium on it with a fresh profile and connects CDP. Every
@@ -397,7 +485,9 @@ pub(crate) async fn launch(
             return Err(PoolError::CdpTimeout { what: "connect", after: cfg.cdp_timeout });
         }
     };
-    // The handler drives the CDP connection; it ends when the websocket closes.
+    // The handler drives the CDP connection; it ends when the websocket closes, which is
+    // how a browser that died is noticed at once.
+    let (died_tx, died) = tokio::sync::watch::channel(None);
     let handler_task = tokio::spawn(
         async move {
             while let Some(event) = handler.next().await {
@@ -405,10 +495,11 @@ pub(crate) async fn launch(
                     tracing::debug!(error = %e, "cdp handler");
                 }
             }
+            died_tx.send_replace(Some("its DevTools connection closed".to_string()));
         }
         .instrument(tracing::debug_span!("cdp_handler", worker = %worker)),
     );
-    Ok(Launched { process, browser, ws_url, handler_task })
+    Ok(Launched { process, browser, ws_url, handler_task, died })
 }
 
 async fn take_port(cfg: &LaunchConfig) -> Result<PortLock, PoolError> {
@@ -443,6 +534,20 @@ async fn take_port(cfg: &LaunchConfig) -> Result<PortLock, PoolError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rollup_lines_parse() {
+        let rollup = "55d0-7ffd ---p 00000000 00:00 0 [rollup]\nRss:  120 kB\nPss:   48 kB\nPss_Anon: 40 kB\n";
+        assert_eq!((rollup_kib(rollup, "Rss:"), rollup_kib(rollup, "Pss:")), (120, 48));
+        assert_eq!(rollup_kib(rollup, "Swap:"), 0);
+    }
+
+    #[test]
+    fn our_own_group_has_memory_and_pss_is_at_most_rss() {
+        // SAFETY: getpgid(0) has no preconditions.
+        let memory = group_memory(unsafe { libc::getpgid(0) } as u32);
+        assert!(memory.pss_bytes > 0 && memory.pss_bytes <= memory.rss_bytes, "{memory:?}");
+    }
 
     #[test]
     fn port_range_parses_and_rejects() {

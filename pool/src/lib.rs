@@ -25,7 +25,8 @@ pub use driver::{ActionCall, ActionFailure, ActionOutput, Driver, DriverConfig, 
 pub use egress::{Egress, EgressConfig};
 pub use error::PoolError;
 pub use events::{DialogInfo, DialogKind, Event, EventKind, EventReader};
-pub use launcher::{find_chrome, LaunchConfig, PortRange};
+pub use launcher::{find_chrome, reap_orphans, LaunchConfig, PortRange};
+pub use lock::DirLock;
 pub use ops::parse_viewport;
 pub use policy::NavPolicy;
 pub use pool::{Lease, Pool, PoolConfig, PoolStatus, WorkerId, WorkerState, WorkerStatus};

@@ -91,6 +91,36 @@ struct Guard {
     _file: File,
 }
 
+/// One server per data dir: an exclusive `flock` on `<dir>/server.lock`, held for the
+/// server's life and let go by the kernel when the process dies, however it dies. Holding it
+/// proves that whatever a previous server left in the dir (Chromium processes, profiles,
+/// sessions) has no live owner.
+#[derive(Debug)]
+pub struct DirLock {
+    _file: File,
+}
+
+impl DirLock {
+    /// Takes the lock, or says which process holds it.
+    pub fn acquire(dir: &Path) -> io::Result<DirLock> {
+        let path = dir.join("server.lock");
+        let mut file = OpenOptions::new().create(true).truncate(false).read(true).write(true).open(&path)?;
+        // SAFETY: flock on a valid fd owned by `file` for the lock's lifetime.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            let err = io::Error::last_os_error();
+            let mut owner = String::new();
+            let _ = file.read_to_string(&mut owner);
+            return Err(io::Error::new(
+                err.kind(),
+                format!("{}: another browserpool (pid {}) serves this data dir: {err}", path.display(), owner.trim()),
+            ));
+        }
+        file.set_len(0)?;
+        writeln!(file, "{}", std::process::id())?;
+        Ok(DirLock { _file: file })
+    }
+}
+
 impl Guard {
     fn lock(dir: &Path) -> io::Result<Guard> {
         let file = OpenOptions::new().create(true).truncate(false).write(true).open(dir.join(".guard"))?;

@@ -85,6 +85,9 @@ struct Worker {
     /// Dropped (ending every connection it carries) with the worker.
     _proxy: Proxy,
     handler_task: tokio::task::JoinHandle<()>,
+    /// Turns `Some(why)` when the browser dies (see [`watch_death`]).
+    died: watch::Receiver<Option<String>>,
+    death_watch: tokio::task::JoinHandle<()>,
     driver: Driver,
     started_at: SystemTime,
 }
@@ -101,10 +104,33 @@ impl Worker {
     }
 
     async fn kill(self) {
+        // Killing it is no death to report.
+        self.death_watch.abort();
         self.handler_task.abort();
         self.process.kill().await;
     }
 }
+
+/// Reports a worker's death as soon as its CDP connection closes or, should the connection
+/// linger, its main process is seen exited (polled every [`DEATH_POLL`]).
+async fn watch_death(pid: u32, mut connection: watch::Receiver<Option<String>>, tx: watch::Sender<Option<String>>) {
+    let mut tick = tokio::time::interval(DEATH_POLL);
+    let why = loop {
+        tokio::select! {
+            closed = connection.wait_for(Option::is_some) => {
+                break closed.ok().and_then(|why| why.clone()).unwrap_or_else(|| "its DevTools connection closed".into());
+            }
+            _ = tick.tick() => if Process::pid_exited(pid) {
+                break "its browser process exited".into();
+            },
+        }
+    };
+    tracing::warn!(pid, reason = %why, "worker died");
+    tx.send_replace(Some(why));
+}
+
+/// How often a worker's process is looked at for an exit its connection did not report.
+const DEATH_POLL: Duration = Duration::from_millis(200);
 
 #[derive(Default)]
 struct State {
@@ -392,11 +418,18 @@ async fn boot_worker(cfg: &PoolConfig, egress: &Arc<Egress>, id: WorkerId) -> Re
             return Err(e);
         }
     };
+    let (died_tx, died) = watch::channel(None);
+    let death_watch = tokio::spawn(
+        watch_death(launched.process.pid(), launched.died, died_tx)
+            .instrument(tracing::debug_span!("death_watch", worker = %id)),
+    );
     Ok(Worker {
         id,
         process: launched.process,
         _proxy: proxy,
         handler_task: launched.handler_task,
+        died,
+        death_watch,
         driver,
         started_at: SystemTime::now(),
     })
@@ -456,7 +489,13 @@ impl Lease {
 
     /// Whether Chromium has exited under this lease.
     pub fn crashed(&mut self) -> bool {
-        self.worker.as_mut().map(|w| w.process.exited()).unwrap_or(true)
+        self.worker.as_mut().map(|w| w.process.exited() || w.died.borrow().is_some()).unwrap_or(true)
+    }
+
+    /// Turns `Some(why)` as soon as the worker's browser dies (its process exits or its
+    /// DevTools connection closes); a release is not a death.
+    pub fn died(&self) -> watch::Receiver<Option<String>> {
+        self.worker.as_ref().expect("lease holds its worker until release").died.clone()
     }
 
     /// Kills the worker's process group, deletes its profile and lets the pool refill.
@@ -473,6 +512,7 @@ impl Drop for Lease {
     fn drop(&mut self) {
         if let Some(worker) = self.worker.take() {
             let id = worker.id.clone();
+            worker.death_watch.abort();
             worker.handler_task.abort();
             // Process's own Drop kills the group and removes the profile synchronously.
             drop(worker);

@@ -25,6 +25,10 @@ pub(crate) struct RawEvent {
     pub session_id: String,
 }
 
+/// Longest any call waits for its answer: past the longest action deadline (300 s), so only
+/// the caller's own deadline ever ends a call early.
+const CALL_CEILING: Duration = Duration::from_secs(330);
+
 type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Result<Value, String>>>>>;
 
 /// Sends commands and receives events over one browser websocket. Cheap to clone. The
@@ -38,7 +42,9 @@ pub(crate) struct RawCdp {
 }
 
 impl RawCdp {
-    /// Connects to the browser endpoint; events go to `events`.
+    /// Connects to the browser endpoint (within `timeout`); events go to `events`. Calls wait
+    /// at most [`CALL_CEILING`]: an action's own deadline bounds them, and callers outside an
+    /// action bound them with theirs.
     pub async fn connect(
         ws_url: &str,
         timeout: Duration,
@@ -72,7 +78,7 @@ impl RawCdp {
             }
             .instrument(tracing::debug_span!("raw_cdp")),
         );
-        Ok(RawCdp { out, pending, next_id: Arc::new(AtomicU64::new(1)), timeout })
+        Ok(RawCdp { out, pending, next_id: Arc::new(AtomicU64::new(1)), timeout: CALL_CEILING })
     }
 
     /// Sends a command (on `session_id` when not empty) and waits for its answer.

@@ -63,7 +63,9 @@ pub(crate) async fn watch_targets(
                 let (shared, raw, browser) = (shared.clone(), raw.clone(), browser.clone());
                 // Registering waits on CDP; do it aside so later events are not held up.
                 tokio::spawn(async move {
-                    if let Err(e) = register_tab(&shared, &raw, &browser, target.clone(), url, cdp_timeout).await {
+                    let registered = tokio::time::timeout(cdp_timeout, register_tab(&shared, &raw, &browser, target.clone(), url, cdp_timeout));
+                    let registered = registered.await.unwrap_or_else(|_| Err(format!("not registered within {cdp_timeout:?}")));
+                    if let Err(e) = registered {
                         lock(&shared.tabs).pending.remove(&target);
                         shared.tabs_changed.notify_waiters();
                         tracing::debug!(target = ?target, error = %e, "tab not registered");
@@ -125,6 +127,8 @@ async fn register_tab(
     ]);
     raw.call(&session, "Fetch.enable", json!({ "handleAuthRequests": true, "patterns": patterns })).await?;
     raw.call(&session, "Page.enable", json!({})).await?;
+    // Reports the renderer's death as `Inspector.targetCrashed`.
+    raw.call(&session, "Inspector.enable", json!({})).await?;
     raw.call(&session, "Page.setLifecycleEventsEnabled", json!({ "enabled": true })).await?;
     // Permission prompts: headless Chromium would deny them silently; the shim asks us instead.
     raw.call(&session, "Runtime.enable", json!({})).await?;
@@ -269,6 +273,15 @@ pub(crate) async fn raw_events(shared: Arc<Shared>, raw: RawCdp, mut rx: mpsc::U
                 }
             }
             "Fetch.authRequired" => on_auth_required(&shared, &raw, &ev),
+            // The tab's renderer died (killed, or out of memory): actions on it end at once.
+            "Inspector.targetCrashed" => {
+                if let Some(tab) = shared.tab_by_session(&ev.session_id) {
+                    tracing::warn!(target = ?tab.target, "a tab's renderer crashed");
+                    shared.crashed.send_modify(|set| {
+                        set.insert(tab.target);
+                    });
+                }
+            }
             "Runtime.bindingCalled" if ev.params["name"] == PERMISSION_BINDING => on_permission(&shared, &ev),
             "Page.lifecycleEvent" => {
                 let loader = ev.params["loaderId"].as_str().unwrap_or_default().to_string();
