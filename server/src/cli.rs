@@ -12,7 +12,7 @@ use crate::store::Store;
 /// Runs the command `cli` names; `serve` stops when `shutdown` resolves.
 pub async fn run(cli: Cli, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
     match cli.command {
-        None => crate::run(ServeArgs::from_env(), shutdown).await,
+        None => crate::run(ServeArgs::from_env()?, shutdown).await,
         Some(Command::Serve(args)) => crate::run(args, shutdown).await,
         Some(Command::Token(TokenCommand::Issue(args))) => {
             create_data_dir(&args.store.data_dir)?;
@@ -43,7 +43,7 @@ pub async fn run(cli: Cli, shutdown: impl Future<Output = ()> + Send + 'static) 
 /// which is created as `serve` creates it (from the same environment) when missing.
 async fn tenant_epoch(store: &Store, args: &TokenIssueArgs) -> anyhow::Result<String> {
     if args.tenant == DEFAULT_TENANT {
-        let serve = ServeArgs { store: args.store.clone(), ..ServeArgs::from_env() };
+        let serve = ServeArgs { store: args.store.clone(), ..ServeArgs::from_env()? };
         return ensure_default_tenant(store, &serve).await;
     }
     store.tenant_epoch(&args.tenant).await?.with_context(|| {

@@ -120,6 +120,11 @@ pub struct ServeArgs {
     /// Idle timeout of a session that does not ask for one.
     #[arg(long, env = "BROWSERPOOL_IDLE_TIMEOUT", default_value = "5m", value_parser = humantime::parse_duration)]
     pub idle_timeout: Duration,
+    /// On SIGTERM (or Ctrl-C): new sessions are refused at once, and actions already running
+    /// get this long to finish; then every session still open is ended (KILLED when an action
+    /// was cut short), and the server exits 0. Keep it under the orchestrator's kill grace.
+    #[arg(long, env = "BROWSERPOOL_SHUTDOWN_GRACE", default_value = "20s", value_parser = humantime::parse_duration)]
+    pub shutdown_grace: Duration,
     /// TLS certificate chain (PEM). TLS is not built yet: giving it is refused at start.
     #[arg(long, env = "BROWSERPOOL_TLS_CERT")]
     pub tls_cert: Option<PathBuf>,
@@ -159,17 +164,19 @@ fn parse_resolve(s: &str) -> Result<(String, std::net::IpAddr), String> {
 }
 
 impl ServeArgs {
-    /// `browserpool serve` with no flags (environment variables still apply).
-    pub fn from_env() -> ServeArgs {
-        match Cli::parse_from(["browserpool", "serve"]).command {
-            Some(Command::Serve(serve)) => serve,
+    /// `browserpool serve` with no flags (environment variables still apply). A bad
+    /// `BROWSERPOOL_*` value is an error naming it, for the caller to report; it never exits
+    /// the process.
+    pub fn from_env() -> Result<ServeArgs, clap::Error> {
+        match Cli::try_parse_from(["browserpool", "serve"])?.command {
+            Some(Command::Serve(serve)) => Ok(serve),
             _ => unreachable!("`serve` parses to Command::Serve"),
         }
     }
 
     /// Defaults rooted at `data_dir`, both listeners on port 0; for tests and benches.
     pub fn for_tests(data_dir: impl Into<PathBuf>) -> ServeArgs {
-        let mut serve = ServeArgs::from_env();
+        let mut serve = ServeArgs::from_env().expect("the BROWSERPOOL_* environment parses");
         serve.store.data_dir = data_dir.into();
         serve.store.database_url = None;
         serve.listen = ([127, 0, 0, 1], 0).into();

@@ -77,6 +77,7 @@ fn code_to_pb(c: FailureCode) -> pb::ErrorCode {
         FailureCode::JsException => pb::ErrorCode::JsException,
         FailureCode::SessionClosed => pb::ErrorCode::SessionClosed,
         FailureCode::SessionCrashed => pb::ErrorCode::SessionCrashed,
+        FailureCode::TabCrashed => pb::ErrorCode::TabCrashed,
         FailureCode::Internal => pb::ErrorCode::Internal,
     }
 }

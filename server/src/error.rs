@@ -101,7 +101,7 @@ impl From<ServiceError> for Status {
                     F::InvalidArgument if f.message.starts_with("strict_origin:") => Code::FailedPrecondition,
                     F::InvalidArgument | F::PayloadTooLarge | F::BlockedByPolicy => Code::InvalidArgument,
                     F::Timeout => Code::DeadlineExceeded,
-                    F::DialogOpen | F::SessionClosed | F::SessionCrashed | F::NavigationFailed => {
+                    F::DialogOpen | F::SessionClosed | F::SessionCrashed | F::TabCrashed | F::NavigationFailed => {
                         Code::FailedPrecondition
                     }
                     F::PermissionDenied => Code::PermissionDenied,

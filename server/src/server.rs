@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Context;
-use browserpool_pool::{find_chrome, EgressConfig, LaunchConfig, Pool, PoolConfig};
+use browserpool_pool::{find_chrome, reap_orphans, DirLock, EgressConfig, LaunchConfig, Pool, PoolConfig};
 use browserpool_proto::v1::{admin_server::AdminServer, sessions_server::SessionsServer};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -19,7 +19,7 @@ use crate::audit::{AuditLog, Writer};
 use crate::auth::{write_admin_token, AuthLayer, Epochs, Keys, Revocations};
 use crate::config::ServeArgs;
 use crate::grpc::{admin_api::AdminApi, sessions_api::SessionsApi};
-use crate::sessions::{now_ms, Limits, Sessions};
+use crate::sessions::{now_ms, Limits, SessionState, Sessions};
 use crate::store::{Store, TenantRecord};
 
 /// The tenant every fresh install has.
@@ -44,7 +44,14 @@ pub struct Bound {
     shutdown_rx: watch::Receiver<bool>,
     max_html_bytes: usize,
     max_token_ttl: std::time::Duration,
+    shutdown_grace: std::time::Duration,
+    /// Held while serving: no second server on this data dir.
+    _dir_lock: DirLock,
 }
+
+/// `<data-dir>/replica.id`: the replica id of the last server on this data dir, so the next
+/// one can end that run's sessions at once (holding the data dir's lock proves it is dead).
+const REPLICA_FILE: &str = "replica.id";
 
 /// Opens the store, loads keys, writes the admin token, starts the pool and binds sockets.
 pub async fn bind(args: ServeArgs) -> anyhow::Result<Bound> {
@@ -53,6 +60,18 @@ pub async fn bind(args: ServeArgs) -> anyhow::Result<Bound> {
     }
     let data_dir = args.store.data_dir.clone();
     create_data_dir(&data_dir)?;
+    let dir_lock = DirLock::acquire(&data_dir).context("lock the data dir")?;
+    // A server killed without cleaning up leaves its Chromiums running: kill them before any
+    // worker starts (they hold ports, memory and tenants' pages).
+    let profiles_dir = data_dir.join("profiles");
+    let reaped = tokio::task::spawn_blocking({
+        let dir = profiles_dir.clone();
+        move || reap_orphans(&dir)
+    })
+    .await?;
+    if reaped > 0 {
+        tracing::warn!(processes = reaped, "killed the browsers a previous server on this data dir left running");
+    }
     raise_open_files_limit();
     let chrome = find_chrome(args.chrome.as_deref())?;
     let store = Store::open(&args.store.database_url()).await.context("open database")?;
@@ -71,7 +90,7 @@ pub async fn bind(args: ServeArgs) -> anyhow::Result<Bound> {
         PoolConfig {
             launch: LaunchConfig {
                 chrome,
-                profiles_dir: data_dir.join("profiles"),
+                profiles_dir,
                 lock_dir: args.lock_dir.clone(),
                 ports: args.port_range,
                 launch_timeout: args.launch_timeout,
@@ -97,7 +116,13 @@ pub async fn bind(args: ServeArgs) -> anyhow::Result<Bound> {
         args.max_workers as u32,
         audit.clone(),
     );
-    sessions.recover().await?;
+    // The previous run on this data dir is dead (we hold its lock): its sessions end now, as
+    // CRASHED, rather than when its heartbeat goes stale.
+    let replica_file = data_dir.join(REPLICA_FILE);
+    let previous = std::fs::read_to_string(&replica_file).ok().map(|s| s.trim().to_string()).filter(|s| !s.is_empty());
+    sessions.recover(previous.as_deref()).await?;
+    std::fs::write(&replica_file, sessions.replica_id())
+        .with_context(|| format!("write {}", replica_file.display()))?;
     Ok(Bound {
         audit,
         audit_writer,
@@ -113,6 +138,8 @@ pub async fn bind(args: ServeArgs) -> anyhow::Result<Bound> {
         shutdown_rx,
         max_html_bytes: args.max_html_bytes,
         max_token_ttl: args.max_token_ttl,
+        shutdown_grace: args.shutdown_grace,
+        _dir_lock: dir_lock,
     })
 }
 
@@ -183,6 +210,8 @@ impl Bound {
             max_token_ttl,
             audit,
             audit_writer,
+            shutdown_grace,
+            _dir_lock,
             ..
         } = self;
         tracing::info!(%grpc_addr, %http_addr, "serving");
@@ -253,7 +282,27 @@ impl Bound {
             epochs.clone(),
             max_token_ttl,
         );
+        // On the signal: refuse new sessions, end streams, give running actions the grace
+        // period, then end every session (interrupting what still runs) so the graceful stop
+        // below never waits on an action's own, longer deadline.
         let tx = shutdown_tx.clone();
+        let (stopping_tx, stopping_rx) = tokio::sync::oneshot::channel::<()>();
+        let stopper = {
+            let sessions = sessions.clone();
+            tokio::spawn(async move {
+                shutdown.await;
+                tracing::info!(grace = ?shutdown_grace, "shutting down: new sessions refused, running actions get the grace period");
+                sessions.set_draining(true);
+                // Streams and loops watch this; they end so the graceful stop can finish.
+                let _ = tx.send(true);
+                let _ = stopping_tx.send(());
+                let running = sessions.wait_actions(shutdown_grace).await;
+                if running > 0 {
+                    tracing::warn!(running, "actions still running after the grace period: their sessions are killed");
+                    sessions.end_all(SessionState::Killed, "server shutdown: the grace period ran out").await;
+                }
+            })
+        };
         let served = tonic::transport::Server::builder()
             .layer(AuthLayer::new(keys, revoked.clone(), epochs, audit.clone()))
             .add_service(health_service)
@@ -266,12 +315,17 @@ impl Bound {
             )
             .add_service(AdminServer::new(admin_api))
             .serve_with_incoming_shutdown(TcpListenerStream::new(grpc), async move {
-                shutdown.await;
-                // Streams and loops watch this; they end so the graceful stop can finish.
-                let _ = tx.send(true);
+                let _ = stopping_rx.await;
             })
             .await;
         let _ = shutdown_tx.send(true);
+        // Every call has returned, so no action runs and the grace wait is over at once; a
+        // serve that failed before any signal leaves nothing to wait for.
+        if served.is_ok() {
+            let _ = stopper.await;
+        } else {
+            stopper.abort();
+        }
         tracing::info!("closing sessions");
         sessions.close_all("server shutdown").await;
         sessions.pool().shutdown().await;

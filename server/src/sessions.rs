@@ -15,6 +15,7 @@ use browserpool_pool::{
 };
 use serde_json::Value;
 use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
 use crate::admission::{Admission, AdmissionError, Quota, Slot};
 use crate::audit::AuditLog;
@@ -127,6 +128,39 @@ struct Live {
     idle_timeout: Duration,
     /// Held for the whole of each action, so a session's actions run one at a time in order.
     lease: tokio::sync::Mutex<Option<Lease>>,
+    /// Cancelled when the session starts to end: a running action stops at once (its caller
+    /// gets `SESSION_CLOSED`, or `SESSION_CRASHED`) instead of holding the end up.
+    stop: CancellationToken,
+    /// How the session ended, for the action it interrupted.
+    ended_as: Mutex<Option<SessionState>>,
+}
+
+impl Live {
+    /// Why a running action was cut short: the session's end.
+    fn interrupted(&self, id: &str) -> ActionFailure {
+        match *self.ended_as.lock().unwrap_or_else(|e| e.into_inner()) {
+            Some(SessionState::Crashed) => {
+                ActionFailure::new(FailureCode::SessionCrashed, "the browser of this session crashed")
+            }
+            state => ActionFailure::new(
+                FailureCode::SessionClosed,
+                format!("session {id} ended ({}) while the action ran", state.unwrap_or(SessionState::Closed).as_str()),
+            ),
+        }
+    }
+
+    /// Runs `work` unless the session ends first.
+    async fn unless_ended<T>(
+        &self,
+        id: &str,
+        work: impl std::future::Future<Output = std::result::Result<T, ActionFailure>>,
+    ) -> std::result::Result<T, ActionFailure> {
+        tokio::select! {
+            biased;
+            _ = self.stop.cancelled() => Err(self.interrupted(id)),
+            out = work => out,
+        }
+    }
 }
 
 /// The session manager. Cheap to clone.
@@ -147,6 +181,9 @@ struct Inner {
     ended: tokio::sync::Notify,
     /// Each live session's earliest deadline, on the sessions' clock.
     deadlines: Deadlines,
+    /// Actions running now, and a signal each time one finishes (shutdown's grace period).
+    acting: std::sync::atomic::AtomicUsize,
+    acted: tokio::sync::Notify,
     /// While true, Acquire answers UNAVAILABLE; live sessions go on.
     draining: std::sync::atomic::AtomicBool,
     limits: Limits,
@@ -165,6 +202,8 @@ impl Sessions {
                 audit,
                 ending: std::sync::atomic::AtomicUsize::new(0),
                 ended: tokio::sync::Notify::new(),
+                acting: std::sync::atomic::AtomicUsize::new(0),
+                acted: tokio::sync::Notify::new(),
                 deadlines: Deadlines::new(Clock::new()),
                 draining: std::sync::atomic::AtomicBool::new(false),
                 limits,
@@ -220,6 +259,17 @@ impl Sessions {
         self.inner.admission.usage(tenant)
     }
 
+    /// Worker id -> (tenant, session id) of every live session here.
+    pub fn worker_owners(&self) -> HashMap<String, (String, String)> {
+        self.live_map()
+            .values()
+            .map(|l| {
+                let r = l.record.lock().unwrap_or_else(|e| e.into_inner());
+                (r.worker_id.clone(), (r.tenant.clone(), r.id.clone()))
+            })
+            .collect()
+    }
+
     /// Ids of the live sessions of a tenant.
     pub fn live_ids_of(&self, tenant: &str) -> Vec<String> {
         self.live_map()
@@ -253,9 +303,19 @@ impl Sessions {
     /// Registers this replica, then marks CRASHED the sessions of replicas that are gone (a
     /// previous run of this server, or another replica that stopped beating): their workers
     /// died with them. Their tenant slots are freed too.
-    pub async fn recover(&self) -> Result<usize> {
+    /// `previous` is the replica id of the last server on this data dir, known dead: it
+    /// leaves the replica set at once, so its sessions are swept now.
+    pub async fn recover(&self, previous: Option<&str>) -> Result<usize> {
+        if let Some(previous) = previous.filter(|p| *p != self.inner.replica) {
+            self.inner.store.deregister(previous).await?;
+        }
         self.inner.store.heartbeat(&self.inner.replica, now_ms()).await?;
         self.sweep().await
+    }
+
+    /// This server's id among the replicas.
+    pub fn replica_id(&self) -> &str {
+        &self.inner.replica
     }
 
     /// Forgets replicas that are gone and marks their live sessions CRASHED.
@@ -411,12 +471,16 @@ impl Sessions {
         let this = self.clone();
         tokio::spawn(async move {
             this.inner.store.insert_session(&record, &this.inner.replica, "acquired").await?;
+            let died = lease.died();
             let live = Arc::new(Live {
                 record: Mutex::new(record.clone()),
                 slot: Mutex::new(Some((slot, claim))),
                 idle_timeout: idle,
                 lease: tokio::sync::Mutex::new(Some(lease)),
+                stop: CancellationToken::new(),
+                ended_as: Mutex::new(None),
             });
+            tokio::spawn(this.clone().watch_browser(record.id.clone(), live.stop.clone(), died));
             this.live_map().insert(record.id.clone(), live);
             this.schedule(&record.id, record.expires_at_ms.min(record.idle_deadline_ms));
             tracing::info!(session = %record.id, tenant = %record.tenant, worker = %record.worker_id, queue_wait_ms, "session acquired");
@@ -424,6 +488,22 @@ impl Sessions {
         })
         .await
         .map_err(|e| ServiceError::Internal(format!("acquire task: {e}")))?
+    }
+
+    /// Ends the session as CRASHED as soon as its browser dies, with nobody calling: its slot
+    /// is freed and its event readers get `SessionEnded`. Ends with the session.
+    async fn watch_browser(self, id: String, stop: CancellationToken, mut died: watch::Receiver<Option<String>>) {
+        let why = tokio::select! {
+            _ = stop.cancelled() => return,
+            why = died.wait_for(Option::is_some) => match why {
+                Ok(why) => why.clone().unwrap_or_default(),
+                Err(_) => return,
+            },
+        };
+        tracing::warn!(session = %id, reason = %why, "the browser of a session died");
+        if let Err(e) = self.end(&id, SessionState::Crashed, &format!("chromium died: {why}")).await {
+            tracing::warn!(session = %id, error = %e, "could not record a crash");
+        }
     }
 
     /// Ends the caller's session (idempotent). Returns whether this call ended it, and its state.
@@ -582,7 +662,10 @@ impl Sessions {
             }
             ms => Duration::from_millis(ms as u64),
         };
-        let closed = |state: &str| ActionFailure::new(FailureCode::SessionClosed, format!("session {id} is {state}"));
+        let closed = |state: &str| match state {
+            "CRASHED" => ActionFailure::new(FailureCode::SessionCrashed, "the browser of this session crashed"),
+            _ => ActionFailure::new(FailureCode::SessionClosed, format!("session {id} is {state}")),
+        };
         let live = match self.get(claims, id).await {
             Ok(r) if r.state.is_terminal() => return Err(closed(r.state.as_str())),
             Ok(_) => self.live_map().get(id).cloned().ok_or_else(|| closed("CLOSED"))?,
@@ -598,26 +681,24 @@ impl Sessions {
             self.end_detached(id, SessionState::Crashed, "chromium exited").await;
             return Err(ActionFailure::new(FailureCode::SessionCrashed, "the browser of this session crashed"));
         }
-        // The legacy tab_index is never dropped: it goes through switch_tab first (sticky).
-        let switched = match input.tab_index {
-            Some(tab) => {
+        let _acting = Acting::new(&self.inner);
+        let run = async {
+            // The legacy tab_index is never dropped: it goes through switch_tab first (sticky).
+            if let Some(tab) = input.tab_index {
                 let switch = ActionCall {
                     action: canonicalize("switch_tab").expect("switch_tab is in the catalog"),
                     selector: String::new(),
                     payload: serde_json::json!(tab),
                     timeout,
                 };
-                lease.driver().run(&switch).await.map(|_| ())
+                lease.driver().run(&switch).await.map_err(|mut f| {
+                    f.message = format!("tab_index: {}", f.message);
+                    f
+                })?;
             }
-            None => Ok(()),
+            lease.driver().run(&call).await
         };
-        let outcome = match switched {
-            Ok(()) => lease.driver().run(&call).await,
-            Err(mut f) => {
-                f.message = format!("tab_index: {}", f.message);
-                Err(f)
-            }
-        };
+        let outcome = live.unless_ended(id, run).await;
         let crashed = outcome.is_err() && lease.crashed();
         drop(guard);
         if crashed {
@@ -668,7 +749,8 @@ impl Sessions {
         let live = self.live(id)?;
         let guard = live.lease.lock().await;
         let lease = guard.as_ref().ok_or_else(|| ServiceError::NotReady { id: id.into(), state: "CLOSED" })?;
-        let out = f(lease).await.map_err(ServiceError::Action)?;
+        let _acting = Acting::new(&self.inner);
+        let out = live.unless_ended(id, f(lease)).await.map_err(ServiceError::Action)?;
         drop(guard);
         self.touch(&live).await;
         Ok(out)
@@ -765,8 +847,10 @@ impl Sessions {
             rec.ended_at_ms = Some(at);
             rec.end_reason = Some(reason.to_string());
         }
+        // A running action answers at once and lets go of the lease.
+        *live.ended_as.lock().unwrap_or_else(|e| e.into_inner()) = Some(state);
+        live.stop.cancel();
         let recorded = self.inner.store.end_session(id, state, at, reason).await;
-        // Waits for a running action to finish (each has a deadline), then kills the worker.
         let lease = live.lease.lock().await.take();
         if let Some(lease) = lease {
             // The last event readers see; they end when the worker (and its hub) is gone.
@@ -822,6 +906,25 @@ impl Sessions {
     /// Schedules a look at session `id` at `at_ms` (its earliest deadline).
     fn schedule(&self, id: &str, at_ms: i64) {
         self.inner.deadlines.schedule(id, at_ms);
+    }
+
+    /// Waits until no action runs, at most `grace`; returns how many still run then.
+    pub async fn wait_actions(&self, grace: Duration) -> usize {
+        let deadline = tokio::time::Instant::now() + grace;
+        loop {
+            let notified = self.inner.acted.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let running = self.inner.acting.load(std::sync::atomic::Ordering::SeqCst);
+            if running == 0 || tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return running;
+            }
+        }
+    }
+
+    /// Ends every live session as `state` (a shutdown whose grace ran out kills them).
+    pub async fn end_all(&self, state: SessionState, reason: &str) {
+        self.close_all_as(state, reason).await
     }
 
     /// Ends every live session (server shutdown).
@@ -880,6 +983,23 @@ impl Drop for Claim {
                 }
             });
         }
+    }
+}
+
+/// Counts a running action; dropping it (even by cancellation) un-counts it.
+struct Acting<'a>(&'a Inner);
+
+impl<'a> Acting<'a> {
+    fn new(inner: &'a Inner) -> Self {
+        inner.acting.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Acting(inner)
+    }
+}
+
+impl Drop for Acting<'_> {
+    fn drop(&mut self) {
+        self.0.acting.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        self.0.acted.notify_waiters();
     }
 }
 

@@ -100,24 +100,31 @@ impl pb::admin_server::Admin for AdminApi {
             let (active, queued) = self.sessions.usage(&t.id);
             tenants.push(pb::TenantUsage { tenant: t.id, active, queued, max_slots: t.max_slots });
         }
+        let owners = self.sessions.worker_owners();
         let workers = status
             .workers
             .iter()
-            .map(|w| pb::Worker {
-                worker_id: w.id.to_string(),
-                state: match w.state {
-                    WorkerState::Warm => pb::WorkerState::Warm,
-                    WorkerState::Leased => pb::WorkerState::Leased,
-                } as i32,
-                pid: w.pid,
-                cdp_port: w.cdp_port as u32,
-                started_at: w
-                    .started_at
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .ok()
-                    .map(|d| timestamp(d.as_millis() as i64)),
-                rss_bytes: browserpool_pool::launcher::group_rss(w.pid),
-                ..Default::default()
+            .map(|w| {
+                let memory = browserpool_pool::launcher::group_memory(w.pid);
+                let (tenant, session_id) = owners.get(&w.id.0).cloned().unwrap_or_default();
+                pb::Worker {
+                    worker_id: w.id.to_string(),
+                    state: match w.state {
+                        WorkerState::Warm => pb::WorkerState::Warm,
+                        WorkerState::Leased => pb::WorkerState::Leased,
+                    } as i32,
+                    pid: w.pid,
+                    cdp_port: w.cdp_port as u32,
+                    started_at: w
+                        .started_at
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .ok()
+                        .map(|d| timestamp(d.as_millis() as i64)),
+                    tenant,
+                    session_id,
+                    rss_bytes: memory.rss_bytes,
+                    pss_bytes: memory.pss_bytes,
+                }
             })
             .collect();
         Ok(Response::new(pb::PoolStatusResponse {

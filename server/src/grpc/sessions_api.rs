@@ -188,6 +188,8 @@ impl pb::sessions_server::Sessions for SessionsApi {
         // Events flow on their own task so a long action never holds them back.
         let event_tx = tx.clone();
         let event_session = session_id.clone();
+        // The events end with the session (`SessionEnded` last); so does the stream.
+        let (ended_tx, mut ended) = tokio::sync::oneshot::channel::<()>();
         let forward = tokio::spawn(
             async move {
                 while let Some((event, dropped)) = events.next().await {
@@ -198,6 +200,7 @@ impl pb::sessions_server::Sessions for SessionsApi {
                         break;
                     }
                 }
+                let _ = ended_tx.send(());
             }
             .instrument(span.clone()),
         );
@@ -220,6 +223,7 @@ impl pb::sessions_server::Sessions for SessionsApi {
                     }
                     let next = tokio::select! {
                         m = inbound.next() => m,
+                        _ = &mut ended => break,
                         _ = stopped(&mut shutdown) => {
                             let _ = tx.send(Err(Status::unavailable("server is shutting down"))).await;
                             break;

@@ -154,6 +154,8 @@ pub struct BinaryServer {
     child: std::process::Child,
     log: std::sync::mpsc::Receiver<String>,
     exited: bool,
+    /// Flags given after the defaults (kept for [`BinaryServer::restart`]).
+    extra: Vec<String>,
 }
 
 impl BinaryServer {
@@ -163,7 +165,30 @@ impl BinaryServer {
         let database_url = test_database()
             .await
             .unwrap_or_else(|| format!("sqlite://{}", dir.path().join("browserpool.db").display()));
-        BinaryServer::spawn_in(dir, database_url)
+        BinaryServer::spawn_in(dir, database_url, Vec::new())
+    }
+
+    /// [`BinaryServer::spawn`] with more flags.
+    pub async fn spawn_with(extra: &[&str]) -> BinaryServer {
+        let dir = tempfile::tempdir().unwrap();
+        let database_url = test_database()
+            .await
+            .unwrap_or_else(|| format!("sqlite://{}", dir.path().join("browserpool.db").display()));
+        BinaryServer::spawn_in(dir, database_url, extra.iter().map(|s| s.to_string()).collect())
+    }
+
+    /// SIGKILL of the server alone, as an OOM kill would: its Chromiums live on, orphaned.
+    pub fn kill_server_only(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.exited = true;
+    }
+
+    /// A new server on the same data dir, database and flags (after a kill).
+    pub fn restart(mut self) -> BinaryServer {
+        assert!(self.exited, "restart after the server exited");
+        let dir = std::mem::replace(&mut self.dir, tempfile::tempdir().unwrap());
+        BinaryServer::spawn_in(dir, self.database_url.clone(), std::mem::take(&mut self.extra))
     }
 
     /// A second replica of `first`: the same database and signing key, its own data dir.
@@ -174,10 +199,10 @@ impl BinaryServer {
                 std::fs::copy(key.path(), dir.path().join(key.file_name())).unwrap();
             }
         }
-        BinaryServer::spawn_in(dir, first.database_url.clone())
+        BinaryServer::spawn_in(dir, first.database_url.clone(), Vec::new())
     }
 
-    fn spawn_in(dir: tempfile::TempDir, database_url: String) -> BinaryServer {
+    fn spawn_in(dir: tempfile::TempDir, database_url: String, extra: Vec<String>) -> BinaryServer {
         use std::io::{BufRead, BufReader};
         let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_browserpool"))
             .args([
@@ -195,6 +220,7 @@ impl BinaryServer {
             .arg(dir.path())
             .arg("--database-url")
             .arg(&database_url)
+            .args(&extra)
             .env("BROWSERPOOL_LOG", "info")
             .stderr(std::process::Stdio::piped())
             .spawn()
@@ -219,7 +245,7 @@ impl BinaryServer {
             }
         };
         let token = std::fs::read_to_string(dir.path().join("admin.token")).unwrap().trim().to_string();
-        BinaryServer { dir, database_url, grpc, http, token, child, log, exited: false }
+        BinaryServer { dir, database_url, grpc, http, token, child, log, exited: false, extra }
     }
 
     pub async fn client(&self) -> Client {

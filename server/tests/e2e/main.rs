@@ -3,6 +3,7 @@
 
 mod actions;
 mod auth;
+mod chaos;
 mod context;
 mod dialogs;
 mod egress;

@@ -1,0 +1,382 @@
+//! Faults, as an attacker or bad luck brings them: a browser or renderer killed, a page that
+//! spins or eats memory, a slow page, a caller that vanishes, a session ended mid-action, a
+//! server killed or stopped with work in flight. Each case is bounded in time, and each says
+//! how long the answer took.
+
+use std::time::{Duration, Instant};
+
+use axum::response::Html;
+use axum::routing::get;
+use browserpool_client::{action, pb, Client};
+use serde_json::json;
+
+use crate::helpers::{act, err_code, ok, BinaryServer, TestServer};
+
+/// Pages that misbehave: `/slow/<ms>` answers after that long, `/spin` never finishes its
+/// script, `/` is a plain page.
+async fn chaos_site() -> String {
+    let app = axum::Router::new()
+        .route("/", get(|| async { Html("<title>Plain</title><h1 id=h>plain</h1>") }))
+        .route(
+            "/slow/{ms}",
+            get(|axum::extract::Path(ms): axum::extract::Path<u64>| async move {
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                Html("<title>Slow</title><p>finally</p>")
+            }),
+        )
+        .route("/spin", get(|| async { Html("<title>Spin</title><script>while (true) {}</script>") }));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    format!("http://{addr}")
+}
+
+fn timed(name: &str, selector: &str, payload: impl Into<serde_json::Value>, timeout_ms: u32) -> pb::Action {
+    let mut a = action(name, selector, payload);
+    a.timeout_ms = timeout_ms;
+    a
+}
+
+/// The leased worker's browser pid (its process group) from `PoolStatus`, which names the
+/// session it serves.
+async fn browser_pid(client: &Client, session_id: &str) -> i32 {
+    let status = client.admin().pool_status(pb::PoolStatusRequest {}).await.unwrap().into_inner();
+    let worker = status.workers.iter().find(|w| w.session_id == session_id).expect("PoolStatus names the session");
+    assert_eq!(worker.tenant, "default");
+    assert!(worker.pss_bytes > 0 && worker.pss_bytes <= worker.rss_bytes, "{worker:?}");
+    worker.pid as i32
+}
+
+/// Pids of a process group's members whose command line contains `needle`.
+fn group_members(pgid: i32, needle: &str) -> Vec<i32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else { continue };
+        // SAFETY: getpgid has no preconditions; a vanished pid answers -1.
+        if unsafe { libc::getpgid(pid) } != pgid {
+            continue;
+        }
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        if String::from_utf8_lossy(&cmdline).contains(needle) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+/// Polls `state` of a session until it is `want`; returns how long that took.
+async fn until_state(client: &Client, id: &str, want: pb::SessionState, within: Duration) -> Duration {
+    let started = Instant::now();
+    loop {
+        let state = pb::SessionState::try_from(client.get(id).await.unwrap().state).unwrap();
+        if state == want {
+            return started.elapsed();
+        }
+        assert!(started.elapsed() < within, "session still {state:?} after {within:?}, want {want:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_browser_ends_its_session_at_once_with_nobody_calling() {
+    // One slot: the next acquire proves the dead session's slot was freed.
+    let server = TestServer::start_with(|a| {
+        a.warm = 1;
+        a.max_workers = 1;
+    })
+    .await;
+    let client = server.admin().await;
+    let session = client.acquire(30_000).await.unwrap();
+    let id = session.session_id.clone();
+    let mut events = client.sessions().events(pb::EventsRequest { session_id: id.clone() }).await.unwrap().into_inner();
+    let (drive_tx, drive_rx) = tokio::sync::mpsc::channel(4);
+    drive_tx.send(pb::DriveRequest { session_id: id.clone(), action: None }).await.unwrap();
+    let mut drive =
+        client.sessions().drive(tokio_stream::wrappers::ReceiverStream::new(drive_rx)).await.unwrap().into_inner();
+    assert!(matches!(drive.message().await.unwrap().unwrap().kind, Some(pb::drive_event::Kind::Attached(_))));
+
+    let pid = browser_pid(&client, &id).await;
+    // SAFETY: the worker's main browser process, which this test's server started.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    let took = until_state(&client, &id, pb::SessionState::Crashed, Duration::from_secs(5)).await;
+    println!("kill -9 of the browser -> CRASHED in {took:?}");
+    assert!(took < Duration::from_secs(3), "noticed after {took:?}");
+
+    // Both streams get the end and then end.
+    let mut ended = None;
+    while let Some(event) = tokio::time::timeout(Duration::from_secs(5), events.message()).await.unwrap().unwrap() {
+        if let Some(pb::event::Kind::SessionEnded(e)) = event.kind {
+            ended = Some(e);
+        }
+    }
+    let ended = ended.expect("Events got SessionEnded");
+    assert_eq!(pb::SessionState::try_from(ended.state).unwrap(), pb::SessionState::Crashed);
+    assert!(ended.reason.contains("chromium died"), "{}", ended.reason);
+    let mut drive_ended = false;
+    while let Some(event) = tokio::time::timeout(Duration::from_secs(5), drive.message()).await.unwrap().unwrap() {
+        if let Some(pb::drive_event::Kind::Event(e)) = event.kind {
+            drive_ended |= matches!(e.kind, Some(pb::event::Kind::SessionEnded(_)));
+        }
+    }
+    assert!(drive_ended, "Drive got SessionEnded before it ended");
+
+    let status = client.admin().pool_status(pb::PoolStatusRequest {}).await.unwrap().into_inner();
+    assert!(status.workers.iter().all(|w| w.session_id != id), "{:?}", status.workers);
+    // The only slot is free again.
+    let next = client.acquire(30_000).await.expect("the crashed session's slot is free");
+    ok(&act(&client, &next.session_id, action("evaluate", "", "1 + 1")).await);
+    client.release(&next.session_id).await.unwrap();
+    drop(drive_tx);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_renderer_fails_its_action_at_once_and_the_tab_comes_back() {
+    let server = TestServer::start().await;
+    let site = chaos_site().await;
+    let client = server.admin().await;
+    let id = client.acquire(30_000).await.unwrap().session_id;
+    ok(&act(&client, &id, action("navigate", "", format!("{site}/"))).await);
+    let pid = browser_pid(&client, &id).await;
+
+    let waiting = {
+        let (client, id) = (client.clone(), id.clone());
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let r = act(&client, &id, timed("evaluate", "", "new Promise(r => setTimeout(r, 60000))", 90_000)).await;
+            (r, started.elapsed())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let renderers = group_members(pid, "--type=renderer");
+    assert!(!renderers.is_empty(), "the worker has renderers");
+    let killed = Instant::now();
+    for renderer in renderers {
+        // SAFETY: renderers of this test's worker.
+        unsafe { libc::kill(renderer, libc::SIGKILL) };
+    }
+    let (r, _) = tokio::time::timeout(Duration::from_secs(10), waiting).await.expect("answered").unwrap();
+    let took = killed.elapsed();
+    println!("renderers killed -> TAB_CRASHED in {took:?}");
+    assert_eq!(err_code(&r), pb::ErrorCode::TabCrashed, "{:?}", r.error);
+    assert!(took < Duration::from_secs(3), "{took:?}");
+
+    // The next action on the tab says so at once; a navigation brings it back.
+    let started = Instant::now();
+    let r = act(&client, &id, timed("title", "", json!(null), 10_000)).await;
+    assert_eq!(err_code(&r), pb::ErrorCode::TabCrashed, "{:?}", r.error);
+    assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+    ok(&act(&client, &id, action("navigate", "", format!("{site}/"))).await);
+    assert_eq!(ok(&act(&client, &id, action("title", "", json!(null))).await), json!("Plain"));
+    let state = pb::SessionState::try_from(client.get(&id).await.unwrap().state).unwrap();
+    assert_eq!(state, pb::SessionState::Ready);
+    client.release(&id).await.unwrap();
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_eating_memory_is_a_crashed_tab_not_a_long_timeout() {
+    let server = TestServer::start().await;
+    let site = chaos_site().await;
+    let client = server.admin().await;
+    let id = client.acquire(30_000).await.unwrap().session_id;
+    ok(&act(&client, &id, action("navigate", "", format!("{site}/"))).await);
+    let started = Instant::now();
+    let eat = "const keep = []; while (true) { keep.push(new Array(1 << 20).fill(1.5)); } 0";
+    let r = act(&client, &id, timed("evaluate", "", eat, 120_000)).await;
+    println!("allocating until out of memory -> {:?} after {:?}", r.error.as_ref().map(|e| e.code), started.elapsed());
+    assert_eq!(err_code(&r), pb::ErrorCode::TabCrashed, "{:?}", r.error);
+    assert!(started.elapsed() < Duration::from_secs(60), "{:?}", started.elapsed());
+    ok(&act(&client, &id, action("navigate", "", format!("{site}/"))).await);
+    assert_eq!(ok(&act(&client, &id, action("title", "", json!(null))).await), json!("Plain"));
+    client.release(&id).await.unwrap();
+    server.stop().await;
+}
+
+/// Every action after a stuck one answers promptly and right.
+async fn tab_answers(client: &Client, id: &str, site: &str) {
+    let started = Instant::now();
+    assert_eq!(ok(&act(client, id, timed("evaluate", "", "6 * 7", 5_000)).await), json!(42));
+    ok(&act(client, id, timed("navigate", "", format!("{site}/"), 5_000)).await);
+    assert_eq!(ok(&act(client, id, timed("title", "", json!(null), 5_000)).await), json!("Plain"));
+    assert!(started.elapsed() < Duration::from_secs(5), "the tab answered slowly: {:?}", started.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spinning_script_times_out_and_leaves_its_tab_usable() {
+    let server = TestServer::start().await;
+    let site = chaos_site().await;
+    let client = server.admin().await;
+    let id = client.acquire(30_000).await.unwrap().session_id;
+    ok(&act(&client, &id, action("navigate", "", format!("{site}/"))).await);
+
+    let started = Instant::now();
+    let r = act(&client, &id, timed("evaluate", "", "while (true) {}", 2_000)).await;
+    assert_eq!(err_code(&r), pb::ErrorCode::Timeout, "{:?}", r.error);
+    assert!(started.elapsed() < Duration::from_secs(4), "{:?}", started.elapsed());
+    tab_answers(&client, &id, &site).await;
+
+    // A page whose own script spins while it loads, navigated to and loaded as HTML.
+    let r = act(&client, &id, timed("navigate", "", format!("{site}/spin"), 2_000)).await;
+    assert_eq!(err_code(&r), pb::ErrorCode::Timeout, "{:?}", r.error);
+    tab_answers(&client, &id, &site).await;
+    let r = act(&client, &id, timed("load_html", "", "<title>x</title><script>while (true) {}</script>", 2_000)).await;
+    assert_eq!(err_code(&r), pb::ErrorCode::Timeout, "{:?}", r.error);
+    tab_answers(&client, &id, &site).await;
+    client.release(&id).await.unwrap();
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deadlines_are_the_callers_and_a_late_page_blocks_nothing() {
+    let server = TestServer::start().await;
+    let site = chaos_site().await;
+    let client = server.admin().await;
+    let id = client.acquire(30_000).await.unwrap().session_id;
+
+    // Past any fixed inner deadline (there was one of 10 s): the caller's 30 s holds.
+    let started = Instant::now();
+    ok(&act(&client, &id, timed("navigate", "", format!("{site}/slow/11000"), 30_000)).await);
+    assert!(started.elapsed() >= Duration::from_secs(11));
+    let busy = "const t = Date.now(); while (Date.now() - t < 11000) {}";
+    let html = format!("<title>Busy</title><script>{busy}</script>");
+    ok(&act(&client, &id, timed("load_html", "", html, 30_000)).await);
+
+    // A navigation slower than its deadline times out on time, and leaves nothing behind.
+    let started = Instant::now();
+    let r = act(&client, &id, timed("navigate", "", format!("{site}/slow/20000"), 2_000)).await;
+    assert_eq!(err_code(&r), pb::ErrorCode::Timeout, "{:?}", r.error);
+    assert!(started.elapsed() < Duration::from_secs(4), "{:?}", started.elapsed());
+    tab_answers(&client, &id, &site).await;
+
+    // A caller that vanishes mid-navigation leaves nothing behind either.
+    let vanishing = {
+        let (client, id, site) = (client.clone(), id.clone(), site.clone());
+        tokio::spawn(async move { client.act(&id, timed("navigate", "", format!("{site}/slow/20000"), 60_000)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    vanishing.abort();
+    tab_answers(&client, &id, &site).await;
+    client.release(&id).await.unwrap();
+    server.stop().await;
+}
+
+/// Starts a minute-long action on `id`; returns its answer and how long it took from `from`.
+fn long_action(client: &Client, id: &str) -> tokio::task::JoinHandle<(pb::ActionResult, Instant)> {
+    let (client, id) = (client.clone(), id.to_string());
+    tokio::spawn(async move {
+        let r = client.act(&id, timed("evaluate", "", "new Promise(r => setTimeout(r, 60000))", 90_000)).await.unwrap();
+        (r, Instant::now())
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ending_a_session_interrupts_its_action_at_once() {
+    let server = TestServer::start_with(|a| a.max_workers = 2).await;
+    let client = server.admin().await;
+    let console = client.admin();
+
+    for how in ["kill", "release", "ttl"] {
+        let req =
+            pb::AcquireRequest { wait_ms: 30_000, ttl_ms: if how == "ttl" { 2_000 } else { 0 }, ..Default::default() };
+        let id = client.acquire_with(req).await.unwrap().session_id;
+        let running = long_action(&client, &id);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let ended_at = Instant::now();
+        match how {
+            "kill" => {
+                let req = pb::KillSessionRequest { session_id: id.clone(), reason: "runaway".into() };
+                console.clone().kill_session(req).await.unwrap();
+            }
+            "release" => {
+                client.release(&id).await.unwrap();
+            }
+            _ => {}
+        }
+        let (r, answered) = tokio::time::timeout(Duration::from_secs(10), running).await.expect("answered").unwrap();
+        let took = answered.duration_since(ended_at);
+        println!("{how} with an action running -> answered in {took:?}");
+        assert_eq!(err_code(&r), pb::ErrorCode::SessionClosed, "{how}: {:?}", r.error);
+        let bound = if how == "ttl" { Duration::from_secs(4) } else { Duration::from_secs(2) };
+        assert!(took < bound, "{how}: {took:?}");
+        let want = match how {
+            "kill" => pb::SessionState::Killed,
+            "release" => pb::SessionState::Closed,
+            _ => pb::SessionState::Expired,
+        };
+        until_state(&client, &id, want, Duration::from_secs(5)).await;
+    }
+    server.stop().await;
+}
+
+/// Pids of processes whose command line contains `needle`.
+fn pids_naming(needle: &str) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|entry| {
+            let pid = entry.file_name().to_str()?.parse::<i32>().ok()?;
+            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
+            String::from_utf8_lossy(&cmdline).contains(needle).then_some(pid)
+        })
+        .collect()
+}
+
+fn alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|stat| stat.rsplit_once(')').is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z')))
+        .unwrap_or(false)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_after_a_server_crash_reaps_its_browsers_and_sessions_at_once() {
+    let mut server = BinaryServer::spawn().await;
+    let client = server.client().await;
+    let ids = [client.acquire(30_000).await.unwrap().session_id, client.acquire(30_000).await.unwrap().session_id];
+    let profiles = format!("{}/", server.dir.path().join("profiles").display());
+    server.kill_server_only();
+    let orphans = pids_naming(&profiles);
+    assert!(orphans.len() >= 2, "the killed server's browsers live on: {orphans:?}");
+
+    let restarted = server.restart();
+    let left: Vec<i32> = orphans.iter().copied().filter(|pid| alive(*pid)).collect();
+    assert!(left.is_empty(), "orphans still running once the new server serves: {left:?}");
+    let client = restarted.client().await;
+    for id in &ids {
+        let session = client.get(id).await.unwrap();
+        assert_eq!(pb::SessionState::try_from(session.state).unwrap(), pb::SessionState::Crashed, "{id}");
+    }
+    // The new server works on the same dirs.
+    let id = client.acquire(30_000).await.unwrap().session_id;
+    ok(&act(&client, &id, action("evaluate", "", "1 + 1")).await);
+    client.release(&id).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_gives_running_actions_the_grace_period_then_kills_and_exits_zero() {
+    let mut server = BinaryServer::spawn_with(&["--shutdown-grace", "2s"]).await;
+    let client = server.client().await;
+    let id = client.acquire(30_000).await.unwrap().session_id;
+    let running = long_action(&client, &id);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let started = Instant::now();
+    let (status, server) = tokio::task::spawn_blocking(move || {
+        let (status, _) = server.terminate();
+        (status, server)
+    })
+    .await
+    .unwrap();
+    let took = started.elapsed();
+    println!("SIGTERM with a minute-long action running -> exit {:?} after {took:?}", status.code());
+    assert_eq!(status.code(), Some(0));
+    assert!(took < Duration::from_secs(10), "{took:?}");
+    let (r, _) = running.await.unwrap();
+    assert_eq!(err_code(&r), pb::ErrorCode::SessionClosed, "{:?}", r.error);
+    let store = browserpool_server::store::Store::open(&server.database_url).await.unwrap();
+    let record = store.session(&id).await.unwrap().unwrap();
+    assert_eq!(record.state.as_str(), "KILLED");
+    assert!(record.end_reason.as_deref().unwrap_or_default().contains("grace"), "{:?}", record.end_reason);
+    store.close().await;
+}
