@@ -65,9 +65,9 @@ impl Driver {
             "wait_for" => wait_for(page, call, until).await?,
             "extract" => extract(page, call, until).await?,
             "attr" => attr(page, call, until).await?,
-            "evaluate" => evaluate(page, &call.payload).await?,
-            "screenshot" => self.screenshot(page, call, until).await?,
-            "pdf" => pdf(page, &call.payload).await?,
+            "evaluate" => self.evaluate(&tab, &call.payload).await?,
+            "screenshot" => self.screenshot(&tab, call, until).await?,
+            "pdf" => self.pdf(&tab, &call.payload).await?,
             "set_viewport" => self.set_viewport_action(&tab, &call.payload).await?,
             "load_html" => self.load_html(&tab, &call.payload).await?,
             "cookies" => self.cookies(&tab, &call.payload).await?,
@@ -434,15 +434,13 @@ impl Driver {
             .await
             .map_err(ActionFailure::cdp)?
             .ok_or_else(|| ActionFailure::new(FailureCode::Internal, "the tab has no main frame"))?;
-        tab.page.execute(SetDocumentContentParams::new(frame, html)).await.map_err(ActionFailure::cdp)?;
-        tab.page
-            .evaluate_expression(format!("window.__browserpool_html = {}", json!(marker)))
-            .await
-            .map_err(ActionFailure::cdp)?;
+        self.call_tab(tab, SetDocumentContentParams::new(frame, html)).await?;
+        self.eval_in(tab, format!("window.__browserpool_html = {}", json!(marker))).await?;
         Ok(())
     }
 
-    async fn screenshot(&self, page: &Page, call: &ActionCall, until: Instant) -> ActResult<ActionOutput> {
+    async fn screenshot(&self, tab: &Tab, call: &ActionCall, until: Instant) -> ActResult<ActionOutput> {
+        let page = &tab.page;
         let opts = match &call.payload {
             Value::Null => Map::new(),
             Value::Object(m) => m.clone(),
@@ -530,6 +528,8 @@ impl Driver {
             params.clip = Some(c);
             params.capture_beyond_viewport = Some(true);
         }
+        // On chromiumoxide's session, whose emulated screen the capture must use (emulation is
+        // per DevTools session); so capped at its 30 s, far past any real capture.
         let shot = page.execute(params).await.map_err(ActionFailure::cdp)?;
         let data = base64::engine::general_purpose::STANDARD
             .decode(AsRef::<str>::as_ref(&shot.result.data))
@@ -840,49 +840,76 @@ async fn attr(page: &Page, call: &ActionCall, until: Instant) -> ActResult<Actio
     Ok(value(out.result.value.unwrap_or(Value::Null)))
 }
 
-async fn evaluate(page: &Page, payload: &Value) -> ActResult<ActionOutput> {
-    let expression = match payload {
-        Value::String(s) if !s.trim().is_empty() => s.clone(),
-        _ => return Err(ActionFailure::invalid("payload: a JavaScript expression string is required")),
-    };
-    let params = EvaluateParams::builder()
-        .expression(expression)
-        .await_promise(true)
-        .return_by_value(true)
-        .build()
-        .map_err(ActionFailure::invalid)?;
-    let result = page.evaluate_expression(params).await.map_err(ActionFailure::cdp)?;
-    Ok(value(result.value().cloned().unwrap_or(Value::Null)))
-}
-
-async fn pdf(page: &Page, payload: &Value) -> ActResult<ActionOutput> {
-    let opts = match payload {
-        Value::Null => Map::new(),
-        Value::Object(m) => m.clone(),
-        _ => return Err(ActionFailure::invalid("payload: optional print options object")),
-    };
-    let mut params = PrintToPdfParams::default();
-    for (k, v) in &opts {
-        let bad = || ActionFailure::invalid(format!("payload.{k}: {v} is not valid"));
-        match k.as_str() {
-            "landscape" => params.landscape = Some(v.as_bool().ok_or_else(bad)?),
-            "print_background" => params.print_background = Some(v.as_bool().ok_or_else(bad)?),
-            "scale" => params.scale = Some(v.as_f64().filter(|s| (0.1..=2.0).contains(s)).ok_or_else(bad)?),
-            "paper_width" => params.paper_width = Some(v.as_f64().filter(|s| *s > 0.0 && *s < 200.0).ok_or_else(bad)?),
-            "paper_height" => {
-                params.paper_height = Some(v.as_f64().filter(|s| *s > 0.0 && *s < 200.0).ok_or_else(bad)?)
-            }
-            "page_ranges" => params.page_ranges = Some(v.as_str().ok_or_else(bad)?.to_string()),
-            "margin" => {
-                let m = v.as_f64().filter(|s| *s >= 0.0 && *s < 20.0).ok_or_else(bad)?;
-                (params.margin_top, params.margin_bottom, params.margin_left, params.margin_right) =
-                    (Some(m), Some(m), Some(m), Some(m));
-            }
-            _ => return Err(ActionFailure::invalid(format!("payload.{k}: unknown print option"))),
-        }
+impl Driver {
+    /// Runs a CDP command on a tab over the raw connection. chromiumoxide ends every page
+    /// command after a fixed 30 s; commands that may rightly take longer (an awaited script, a
+    /// document whose scripts run long, a huge capture) go this way, bounded by the action's
+    /// own deadline instead.
+    pub(crate) async fn call_tab<C: chromiumoxide::Command>(&self, tab: &Tab, cmd: C) -> ActResult<C::Response> {
+        let method = cmd.identifier();
+        let params = serde_json::to_value(&cmd)
+            .map_err(|e| ActionFailure::new(FailureCode::Internal, format!("encode {method}: {e}")))?;
+        let result = self.raw.call(&tab.session, &method, params).await.map_err(ActionFailure::raw)?;
+        C::response_from_value(result)
+            .map_err(|e| ActionFailure::new(FailureCode::Internal, format!("decode the answer to {method}: {e}")))
     }
-    let data = page.pdf(params).await.map_err(ActionFailure::cdp)?;
-    Ok(ActionOutput { data, mime_type: "application/pdf".into(), ..Default::default() })
+
+    /// Evaluates an expression in the tab's page, awaiting a promise; a thrown exception is
+    /// `JS_EXCEPTION`.
+    pub(crate) async fn eval_in(&self, tab: &Tab, expression: String) -> ActResult<Value> {
+        let params = EvaluateParams::builder()
+            .expression(expression)
+            .await_promise(true)
+            .return_by_value(true)
+            .build()
+            .map_err(ActionFailure::invalid)?;
+        let answer = self.call_tab(tab, params).await?;
+        if let Some(details) = answer.exception_details {
+            return Err(ActionFailure::cdp(CdpError::JavascriptException(Box::new(details))));
+        }
+        Ok(answer.result.value.unwrap_or(Value::Null))
+    }
+
+    async fn evaluate(&self, tab: &Tab, payload: &Value) -> ActResult<ActionOutput> {
+        let expression = match payload {
+            Value::String(s) if !s.trim().is_empty() => s.clone(),
+            _ => return Err(ActionFailure::invalid("payload: a JavaScript expression string is required")),
+        };
+        Ok(value(self.eval_in(tab, expression).await?))
+    }
+
+    async fn pdf(&self, tab: &Tab, payload: &Value) -> ActResult<ActionOutput> {
+        let opts = match payload {
+            Value::Null => Map::new(),
+            Value::Object(m) => m.clone(),
+            _ => return Err(ActionFailure::invalid("payload: optional print options object")),
+        };
+        let mut params = PrintToPdfParams::default();
+        for (k, v) in &opts {
+            let bad = || ActionFailure::invalid(format!("payload.{k}: {v} is not valid"));
+            match k.as_str() {
+                "landscape" => params.landscape = Some(v.as_bool().ok_or_else(bad)?),
+                "print_background" => params.print_background = Some(v.as_bool().ok_or_else(bad)?),
+                "scale" => params.scale = Some(v.as_f64().filter(|s| (0.1..=2.0).contains(s)).ok_or_else(bad)?),
+                "paper_width" => {
+                    params.paper_width = Some(v.as_f64().filter(|s| *s > 0.0 && *s < 200.0).ok_or_else(bad)?)
+                }
+                "paper_height" => {
+                    params.paper_height = Some(v.as_f64().filter(|s| *s > 0.0 && *s < 200.0).ok_or_else(bad)?)
+                }
+                "page_ranges" => params.page_ranges = Some(v.as_str().ok_or_else(bad)?.to_string()),
+                "margin" => {
+                    let m = v.as_f64().filter(|s| *s >= 0.0 && *s < 20.0).ok_or_else(bad)?;
+                    (params.margin_top, params.margin_bottom, params.margin_left, params.margin_right) =
+                        (Some(m), Some(m), Some(m), Some(m));
+                }
+                _ => return Err(ActionFailure::invalid(format!("payload.{k}: unknown print option"))),
+            }
+        }
+        // Like screenshots, on chromiumoxide's session and its emulation (capped at 30 s).
+        let data = tab.page.pdf(params).await.map_err(ActionFailure::cdp)?;
+        Ok(ActionOutput { data, mime_type: "application/pdf".into(), ..Default::default() })
+    }
 }
 
 /// Polls a boolean expression until it is true or `until` passes.

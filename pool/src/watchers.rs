@@ -68,7 +68,11 @@ pub(crate) async fn watch_targets(
                     if let Err(e) = registered {
                         lock(&shared.tabs).pending.remove(&target);
                         shared.tabs_changed.notify_waiters();
-                        tracing::debug!(target = ?target, error = %e, "tab not registered");
+                        // Neither handed out nor left running: a page we cannot watch would
+                        // hide its dialogs and escape the tab cap.
+                        tracing::warn!(target = ?target, error = %e, "a page could not be set up as a tab; closing it");
+                        let close = browser.execute(CloseTargetParams::new(target.clone()));
+                        let _ = tokio::time::timeout(cdp_timeout, close).await;
                     }
                 }.in_current_span());
             }
@@ -134,6 +138,7 @@ async fn register_tab(
     raw.call(&session, "Runtime.enable", json!({})).await?;
     raw.call(&session, "Runtime.addBinding", json!({ "name": PERMISSION_BINDING })).await?;
     raw.call(&session, "Page.addScriptToEvaluateOnNewDocument", json!({ "source": PERMISSION_SHIM })).await?;
+    let events = listen_tab(&page).await?;
     let tab = Tab { target: target.clone(), page: page.clone(), session };
     let index = {
         let mut tabs = lock(&shared.tabs);
@@ -144,7 +149,7 @@ async fn register_tab(
         tabs.list.push(tab.clone());
         tabs.list.len() - 1
     };
-    tokio::spawn(watch_tab(shared.clone(), tab).instrument(tracing::debug_span!("tab_watcher")));
+    tokio::spawn(watch_tab(shared.clone(), tab, events).instrument(tracing::debug_span!("tab_watcher")));
     if index > 0 {
         shared.events.emit(EventKind::TabOpened { tab_index: index as i32, url });
     }
@@ -159,21 +164,24 @@ enum TabEvent {
     Navigated(Arc<EventFrameNavigated>),
 }
 
-/// Dialogs, console and main-frame navigations of one tab.
-async fn watch_tab(shared: Arc<Shared>, tab: Tab) {
-    let page: &Page = &tab.page;
-    let (Ok(opening), Ok(closed), Ok(console), Ok(navigated)) = (
-        page.event_listener::<EventJavascriptDialogOpening>().await,
-        page.event_listener::<EventJavascriptDialogClosed>().await,
-        page.event_listener::<EventConsoleApiCalled>().await,
-        page.event_listener::<EventFrameNavigated>().await,
-    ) else {
-        return;
-    };
-    let mut events = futures::stream::select(
+/// A tab's event streams, set up before the tab is registered: a tab whose dialogs could not
+/// be watched would block on its first one with nobody told, so it is never handed out.
+type TabEvents = std::pin::Pin<Box<dyn futures::Stream<Item = TabEvent> + Send>>;
+
+async fn listen_tab(page: &Page) -> Result<TabEvents, String> {
+    let failed = |what: &str, e: chromiumoxide::error::CdpError| format!("listen for {what}: {e}");
+    let opening = page.event_listener::<EventJavascriptDialogOpening>().await.map_err(|e| failed("dialogs", e))?;
+    let closed = page.event_listener::<EventJavascriptDialogClosed>().await.map_err(|e| failed("dialogs", e))?;
+    let console = page.event_listener::<EventConsoleApiCalled>().await.map_err(|e| failed("console", e))?;
+    let navigated = page.event_listener::<EventFrameNavigated>().await.map_err(|e| failed("navigations", e))?;
+    Ok(Box::pin(futures::stream::select(
         futures::stream::select(opening.map(TabEvent::DialogOpening), closed.map(TabEvent::DialogClosed)),
         futures::stream::select(console.map(TabEvent::Console), navigated.map(TabEvent::Navigated)),
-    );
+    )))
+}
+
+/// Dialogs, console and main-frame navigations of one tab.
+async fn watch_tab(shared: Arc<Shared>, tab: Tab, mut events: TabEvents) {
     while let Some(ev) = events.next().await {
         let tab_index = shared.tab_index(&tab.target);
         match ev {
