@@ -1,0 +1,159 @@
+//! Soak: many whole sessions in a row, watching for anything that grows or is left behind.
+//!
+//! `cargo run --release -p browserpool-server --example soak [-- SESSIONS [CLIENTS]]`
+//! (defaults: 200 sessions, 2 clients at once).
+//!
+//! Starts a server in-process on 127.0.0.1:0 with a fresh data dir (SQLite), serves a small
+//! form on loopback, and runs SESSIONS sessions split over CLIENTS concurrent clients; each
+//! acquires, navigates, types, clicks, reads the heading, takes a PNG screenshot and releases.
+//! It prints errors, the process's RSS and open file descriptors at the start, at every 10%
+//! and at the end; then, with the server stopped, the Chromium processes and profile dirs
+//! left behind and the database's size. The process's figures include this client, which is
+//! small and does not grow.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use browserpool_client::{action, Client};
+use browserpool_server::config::ServeArgs;
+
+const FORM: &str = r#"<!doctype html><title>Soak</title><h1 id="h">Hello</h1>
+<input id="name"><button id="go" onclick="document.getElementById('h').textContent = 'Hello, ' + document.getElementById('name').value">Go</button>"#;
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let mut argv = std::env::args().skip(1);
+    let sessions: usize = argv.next().map(|s| s.parse()).transpose()?.unwrap_or(200);
+    let clients: usize = argv.next().map(|s| s.parse()).transpose()?.unwrap_or(2).max(1);
+    let dir = tempfile::tempdir()?;
+    let mut args = ServeArgs::for_tests(dir.path());
+    args.warm = clients;
+    args.max_workers = clients + 1;
+    let bound = browserpool_server::bind(args).await?;
+    let endpoint = format!("http://{}", bound.grpc_addr);
+    let token = std::fs::read_to_string(&bound.admin_token_path)?;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(bound.serve(async move {
+        let _ = stopped.await;
+    }));
+
+    let site = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let page = format!("http://{}/", site.local_addr()?);
+    let app = axum::Router::new().route("/", axum::routing::get(|| async { axum::response::Html(FORM) }));
+    tokio::spawn(async move { axum::serve(site, app).await });
+
+    let client = Client::connect(endpoint, &token).await?;
+    println!("soak: {sessions} sessions, {clients} clients at once");
+    println!("{:>6} {:>9} {:>5} {:>7} {:>9}", "done", "rss_mib", "fds", "errors", "elapsed_s");
+    let started = Instant::now();
+    let report = move |done: usize, errors: usize| {
+        println!(
+            "{done:>6} {:>9.1} {:>5} {errors:>7} {:>9.1}",
+            rss_bytes() as f64 / (1 << 20) as f64,
+            open_fds(),
+            started.elapsed().as_secs_f64()
+        );
+    };
+    report(0, 0);
+
+    let next = Arc::new(AtomicUsize::new(0));
+    let done = Arc::new(AtomicUsize::new(0));
+    let errors = Arc::new(AtomicUsize::new(0));
+    let step = (sessions / 10).max(1);
+    let mut workers = Vec::new();
+    for _ in 0..clients {
+        let (client, page, next, done, errors) =
+            (client.clone(), page.clone(), next.clone(), done.clone(), errors.clone());
+        workers.push(tokio::spawn(async move {
+            while next.fetch_add(1, Ordering::SeqCst) < sessions {
+                if let Err(e) = one_session(&client, &page).await {
+                    eprintln!("error: {e:#}");
+                    errors.fetch_add(1, Ordering::SeqCst);
+                }
+                let n = done.fetch_add(1, Ordering::SeqCst) + 1;
+                if n % step == 0 || n == sessions {
+                    report(n, errors.load(Ordering::SeqCst));
+                }
+            }
+        }));
+    }
+    for w in workers {
+        w.await?;
+    }
+    let elapsed = started.elapsed();
+
+    let _ = stop.send(());
+    server.await??;
+    let profiles = dir.path().join("profiles");
+    let chromiums = chromium_processes_naming(&profiles.display().to_string());
+    let dirs_left = std::fs::read_dir(&profiles).map(|d| d.count()).unwrap_or(0);
+    let db_bytes: u64 = ["browserpool.db", "browserpool.db-wal", "browserpool.db-shm"]
+        .iter()
+        .filter_map(|f| std::fs::metadata(dir.path().join(f)).ok())
+        .map(|m| m.len())
+        .sum();
+    println!(
+        "sessions: {sessions} in {:.1} s ({:.2}/s)",
+        elapsed.as_secs_f64(),
+        sessions as f64 / elapsed.as_secs_f64()
+    );
+    println!("errors: {}", errors.load(Ordering::SeqCst));
+    println!("chromium processes left: {chromiums}");
+    println!("profile dirs left: {dirs_left}");
+    println!("database: {:.1} KiB (file, WAL and shared memory)", db_bytes as f64 / 1024.0);
+    Ok(())
+}
+
+async fn one_session(client: &Client, page: &str) -> anyhow::Result<()> {
+    let session = client.acquire(60_000).await?;
+    let id = session.session_id.as_str();
+    let steps = [
+        action("navigate", "", page),
+        action("type", "#name", "soak"),
+        action("click", "#go", serde_json::Value::Null),
+        action("extract", "#h", serde_json::Value::Null),
+        action("screenshot", "", serde_json::Value::Null),
+    ];
+    let mut outcome = Ok(());
+    for step in steps {
+        let r = client.act(id, step).await?;
+        if !r.ok {
+            outcome = Err(anyhow::anyhow!("{} failed: {:?}", r.action, r.error));
+            break;
+        }
+        if r.action == "extract" {
+            let text = r.value.as_ref().map(browserpool_client::to_json).unwrap_or_default();
+            if text != serde_json::json!("Hello, soak") {
+                outcome = Err(anyhow::anyhow!("extract read {text}"));
+                break;
+            }
+        }
+        if r.action == "screenshot" && !r.data.starts_with(b"\x89PNG") {
+            outcome = Err(anyhow::anyhow!("screenshot is not a PNG"));
+        }
+    }
+    client.release(id).await?;
+    outcome
+}
+
+fn rss_bytes() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    let pages: u64 = statm.split_whitespace().nth(1).and_then(|p| p.parse().ok()).unwrap_or(0);
+    // SAFETY: sysconf has no preconditions.
+    pages * unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u64
+}
+
+fn open_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd").map(|d| d.count()).unwrap_or(0)
+}
+
+fn chromium_processes_naming(dir: &str) -> usize {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_str().is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit())))
+        .filter(|e| std::fs::read(e.path().join("cmdline")).is_ok_and(|c| String::from_utf8_lossy(&c).contains(dir)))
+        .count()
+}
