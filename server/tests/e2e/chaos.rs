@@ -383,3 +383,31 @@ async fn sigterm_gives_running_actions_the_grace_period_then_kills_and_exits_zer
     assert!(record.end_reason.as_deref().unwrap_or_default().contains("grace"), "{:?}", record.end_reason);
     store.close().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_server_on_a_data_dir_is_refused_and_leaves_the_first_alone() {
+    let server = BinaryServer::spawn().await;
+    let client = server.client().await;
+    let id = client.acquire(30_000).await.unwrap().session_id;
+    let second = tokio::task::spawn_blocking({
+        let (dir, url) = (server.dir.path().to_path_buf(), server.database_url.clone());
+        move || {
+            std::process::Command::new(env!("CARGO_BIN_EXE_browserpool"))
+                .args(["serve", "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0"])
+                .arg("--data-dir")
+                .arg(dir)
+                .arg("--database-url")
+                .arg(url)
+                .output()
+                .unwrap()
+        }
+    })
+    .await
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert!(!second.status.success());
+    assert!(stderr.contains("another browserpool") && stderr.contains(&server.pid().to_string()), "{stderr}");
+    // The first server's browser was not reaped by the refused one.
+    ok(&act(&client, &id, action("evaluate", "", "1 + 1")).await);
+    client.release(&id).await.unwrap();
+}
