@@ -740,17 +740,27 @@ impl Sessions {
         Ok(reports)
     }
 
-    /// Runs `f` with the session's lease held (actions of the session wait meanwhile).
+    /// Runs `f` with the session's lease held (actions of the session wait meanwhile), within
+    /// [`DEFAULT_ACTION_TIMEOUT`] and unless the session ends first.
     async fn with_lease<T>(
         &self,
         id: &str,
+        what: &str,
         f: impl for<'a> FnOnce(&'a Lease) -> futures::future::BoxFuture<'a, std::result::Result<T, ActionFailure>>,
     ) -> Result<T> {
         let live = self.live(id)?;
         let guard = live.lease.lock().await;
         let lease = guard.as_ref().ok_or_else(|| ServiceError::NotReady { id: id.into(), state: "CLOSED" })?;
         let _acting = Acting::new(&self.inner);
-        let out = live.unless_ended(id, f(lease)).await.map_err(ServiceError::Action)?;
+        let bounded = async {
+            tokio::time::timeout(DEFAULT_ACTION_TIMEOUT, f(lease)).await.unwrap_or_else(|_| {
+                Err(ActionFailure::new(
+                    FailureCode::Timeout,
+                    format!("{what} did not finish within {} ms", DEFAULT_ACTION_TIMEOUT.as_millis()),
+                ))
+            })
+        };
+        let out = live.unless_ended(id, bounded).await.map_err(ServiceError::Action)?;
         drop(guard);
         self.touch(&live).await;
         Ok(out)
@@ -760,7 +770,7 @@ impl Sessions {
     pub async fn export_context(&self, claims: &Claims, id: &str, opts: CaptureOptions) -> Result<ContextState> {
         require(claims, Scope::ContextExport)?;
         self.attach(claims, id).await?;
-        self.with_lease(id, |lease| Box::pin(async move { lease.driver().export_context(&opts).await })).await
+        self.with_lease(id, "export", |lease| Box::pin(async move { lease.driver().export_context(&opts).await })).await
     }
 
     /// Applies a verified state to the caller's session (strict replace for its origin).
@@ -773,13 +783,8 @@ impl Sessions {
     ) -> Result<(u32, u32)> {
         require(claims, Scope::ContextImport)?;
         self.attach(claims, id).await?;
-        let until = tokio::time::Instant::now() + DEFAULT_ACTION_TIMEOUT;
-        self.with_lease(id, |lease| {
-            Box::pin(async move {
-                tokio::time::timeout_at(until, lease.driver().import_context(&state, strict_origin))
-                    .await
-                    .unwrap_or_else(|_| Err(ActionFailure::new(FailureCode::Timeout, "import did not finish in time")))
-            })
+        self.with_lease(id, "import", |lease| {
+            Box::pin(async move { lease.driver().import_context(&state, strict_origin).await })
         })
         .await
     }
