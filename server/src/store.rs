@@ -149,6 +149,45 @@ fn owner_only(db: &std::path::Path) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// The connection settings of every SQLite connection: WAL, foreign keys, and a busy timeout
+/// so a writer waits for another one (of this or another process) instead of failing at once.
+fn sqlite_options(options: SqliteConnectOptions) -> SqliteConnectOptions {
+    options
+        .create_if_missing(true)
+        .journal_mode(SqliteJournalMode::Wal)
+        .synchronous(SqliteSynchronous::Normal)
+        .foreign_keys(true)
+        .busy_timeout(Duration::from_secs(5))
+}
+
+/// The SQLite pool. A connection that comes back still inside a transaction is closed, never
+/// reused: when a write fails with SQLITE_FULL or SQLITE_IOERR, SQLite rolls the transaction
+/// back by itself, sqlx's own `ROLLBACK` then fails ("no transaction is active") and sqlx goes
+/// on counting the connection as inside one. Reused, its next `begin` would issue
+/// `SAVEPOINT` instead of `BEGIN` and a failed write would be undone with `ROLLBACK TO`, which
+/// leaves the transaction open: the connection keeps the database's write lock for good
+/// ("database is locked" for everyone else) and its later "commits" only release a savepoint,
+/// so writes that answered ok are never durable. Closing the connection ends whatever SQLite
+/// still holds for it.
+fn sqlite_pool(max_connections: u32) -> SqlitePoolOptions {
+    SqlitePoolOptions::new()
+        .max_connections(max_connections)
+        // Bounded like PostgreSQL's: a caller waits at most this long for a connection.
+        .acquire_timeout(Duration::from_secs(5))
+        .after_release(|conn, _| {
+            Box::pin(async move {
+                use sqlx::Connection;
+                // Runs the rollback a dropped transaction queued before looking.
+                conn.ping().await?;
+                if conn.is_in_transaction() {
+                    tracing::warn!("sqlite connection left inside a transaction by a failed write; closing it");
+                    return Ok(false);
+                }
+                Ok(true)
+            })
+        })
+}
+
 /// Takes the named lock (the row's write lock) until the transaction ends. Both backends block
 /// a second writer of the same row until the first commits.
 const LOCK: &str = "INSERT INTO locks (name, n) VALUES ($1, 1) ON CONFLICT (name) DO UPDATE SET n = locks.n + 1";
@@ -172,13 +211,7 @@ impl Store {
             if !(url.contains(":memory:") || url.contains("mode=memory")) {
                 owner_only(options.get_filename())?;
             }
-            let options = options
-                .create_if_missing(true)
-                .journal_mode(SqliteJournalMode::Wal)
-                .synchronous(SqliteSynchronous::Normal)
-                .foreign_keys(true)
-                .busy_timeout(Duration::from_secs(5));
-            let pool = SqlitePoolOptions::new().max_connections(4).connect_with(options).await?;
+            let pool = sqlite_pool(4).connect_with(sqlite_options(options)).await?;
             return Ok(Store { backend: Backend::Sqlite(pool) });
         }
         if url.starts_with("postgres:") || url.starts_with("postgresql:") {
@@ -912,6 +945,55 @@ mod tests {
         }
         // SAFETY: as above.
         unsafe { libc::umask(before) };
+    }
+
+    /// A write that fails because the disk is full must leave no transaction open on any
+    /// connection: SQLite rolls the transaction back by itself on SQLITE_FULL, and a connection
+    /// the pool still believes inside one would turn the next BEGIN into a SAVEPOINT whose
+    /// rollback keeps the write lock. `max_page_count` makes the file "full" without a small
+    /// disk; one connection makes the pool hand the failed one out again.
+    #[tokio::test]
+    async fn a_full_database_leaves_no_lock_held_and_loses_no_acknowledged_write() {
+        use sqlx::Connection;
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("t.db").display());
+        let setup = Store::open(&url).await.unwrap();
+        setup.insert_session(&record("s-1", "a", 10), "r-1", "acquired").await.unwrap();
+        let pages: i64 = match &setup.backend {
+            Backend::Sqlite(pool) => sqlx::query_scalar("PRAGMA page_count").fetch_one(pool).await.unwrap(),
+            Backend::Postgres(_) => unreachable!(),
+        };
+        setup.close().await;
+        let options = sqlite_options(SqliteConnectOptions::from_str(&url).unwrap())
+            .pragma("max_page_count", (pages + 4).to_string());
+        let store = Store { backend: Backend::Sqlite(sqlite_pool(1).connect_with(options).await.unwrap()) };
+        let entry = |n: usize| Entry {
+            tenant: "t".into(),
+            target: "x".repeat(900),
+            rpc: format!("/r{n}"),
+            ..Default::default()
+        };
+        let mut written = 0;
+        let full = loop {
+            match store.append_audit(&(0..8).map(entry).collect::<Vec<_>>(), 1).await {
+                Ok(()) => written += 8,
+                Err(e) => break e,
+            }
+            assert!(written < 10_000, "the file never filled up");
+        };
+        assert!(full.to_string().contains("full"), "{full}");
+        // A transaction on the same connection that writes, then fails (a duplicate id).
+        assert!(store.insert_session(&record("s-1", "a", 20), "r-1", "acquired").await.is_err());
+        // Another connection can take the write lock at once: nobody holds it.
+        let mut other = sqlx::SqliteConnection::connect(&url).await.unwrap();
+        sqlx::query("PRAGMA busy_timeout = 0").execute(&mut other).await.unwrap();
+        sqlx::query("BEGIN IMMEDIATE").execute(&mut other).await.expect("the write lock is free");
+        sqlx::query("ROLLBACK").execute(&mut other).await.unwrap();
+        // Every append that answered ok is on disk, as another connection sees it.
+        let on_disk: i64 = sqlx::query_scalar("SELECT count(*) FROM audit").fetch_one(&mut other).await.unwrap();
+        assert_eq!(on_disk, written as i64);
+        other.close().await.unwrap();
+        store.close().await;
     }
 
     #[tokio::test]
