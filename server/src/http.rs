@@ -1,5 +1,5 @@
-//! The HTTP side listener: `/healthz` (process up), `/readyz` (fit to take sessions) and
-//! `/metrics` (Prometheus text).
+//! The HTTP side listener: `/healthz` (process up), `/readyz` (fit to take sessions: not
+//! draining, the database takes writes, workers boot) and `/metrics` (Prometheus text).
 
 use std::fmt::Write;
 
@@ -10,11 +10,13 @@ use axum::routing::get;
 use axum::Router;
 
 use crate::sessions::Sessions;
+use crate::store::Store;
 
 /// What the handlers read.
 #[derive(Clone)]
 pub struct HttpState {
     pub sessions: Sessions,
+    pub store: Store,
 }
 
 /// The router of the side listener.
@@ -29,6 +31,11 @@ pub fn router(state: HttpState) -> Router {
 async fn readyz(State(state): State<HttpState>) -> impl IntoResponse {
     if state.sessions.draining() {
         return (StatusCode::SERVICE_UNAVAILABLE, "draining\n".to_string());
+    }
+    // Not ready while sessions could not be recorded: this recovers by itself once the
+    // database takes writes again (the heartbeat writes every second).
+    if let Some(fault) = state.store.write_fault() {
+        return (StatusCode::SERVICE_UNAVAILABLE, format!("database refuses writes: {fault}\n"));
     }
     // Not ready while workers fail to boot: new sessions could not be served.
     match state.sessions.pool().last_boot_error() {

@@ -10,6 +10,7 @@
 
 use std::collections::BTreeMap;
 use std::str::FromStr;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use sqlx::postgres::{PgPool, PgPoolOptions};
@@ -32,6 +33,28 @@ pub enum StoreError {
     Corrupt(String),
     #[error("database file {path}: {source}")]
     File { path: String, source: std::io::Error },
+}
+
+impl StoreError {
+    /// Whether the database refused the write as a whole (full disk, lock held elsewhere, I/O
+    /// error, lost connection, no connection in time), rather than this one request (a
+    /// duplicate id, a check): only the first kind makes the store unfit to serve.
+    pub fn refuses_writes(&self) -> bool {
+        match self {
+            StoreError::Db(sqlx::Error::Database(e)) => matches!(e.kind(), sqlx::error::ErrorKind::Other),
+            StoreError::Db(e) => matches!(
+                e,
+                sqlx::Error::Io(_)
+                    | sqlx::Error::Tls(_)
+                    | sqlx::Error::Protocol(_)
+                    | sqlx::Error::PoolTimedOut
+                    | sqlx::Error::PoolClosed
+                    | sqlx::Error::WorkerCrashed
+            ),
+            StoreError::File { .. } => true,
+            _ => false,
+        }
+    }
 }
 
 /// A session row.
@@ -104,6 +127,8 @@ enum Backend {
 #[derive(Clone)]
 pub struct Store {
     backend: Backend,
+    /// Why the last write failed, while the database refuses writes; shared by the clones.
+    write_fault: Arc<Mutex<Option<String>>>,
 }
 
 static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
@@ -212,14 +237,35 @@ impl Store {
                 owner_only(options.get_filename())?;
             }
             let pool = sqlite_pool(4).connect_with(sqlite_options(options)).await?;
-            return Ok(Store { backend: Backend::Sqlite(pool) });
+            return Ok(Store::with(Backend::Sqlite(pool)));
         }
         if url.starts_with("postgres:") || url.starts_with("postgresql:") {
             let pool =
                 PgPoolOptions::new().max_connections(8).acquire_timeout(Duration::from_secs(5)).connect(url).await?;
-            return Ok(Store { backend: Backend::Postgres(pool) });
+            return Ok(Store::with(Backend::Postgres(pool)));
         }
         Err(StoreError::UnsupportedUrl(url.split("://").next().unwrap_or(url).to_string()))
+    }
+
+    fn with(backend: Backend) -> Store {
+        Store { backend, write_fault: Arc::default() }
+    }
+
+    /// Why the database refuses writes, as the last write found it (the replica heartbeat
+    /// writes every second, so this is never older than that); `None` while writes succeed.
+    pub fn write_fault(&self) -> Option<String> {
+        self.write_fault.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Notes the outcome of a write for [`Store::write_fault`] and passes it on.
+    fn noted<T>(&self, result: Result<T, StoreError>) -> Result<T, StoreError> {
+        let mut fault = self.write_fault.lock().unwrap_or_else(|e| e.into_inner());
+        match &result {
+            Ok(_) => *fault = None,
+            Err(e) if e.refuses_writes() => *fault = Some(e.to_string().replace('\n', " ")),
+            Err(_) => {}
+        }
+        result
     }
 
     /// `sqlite` or `postgres`.
@@ -288,27 +334,32 @@ impl Store {
         now_ms: i64,
         on_conflict: &str,
     ) -> Result<Option<String>, StoreError> {
-        let sql = format!(
-            "INSERT INTO tenants (id, max_slots, max_queue, max_session_ttl_ms, idle_timeout_ms, allow_hosts, \
-             allow_private_networks, created_at_ms, epoch) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
-             ON CONFLICT (id) {on_conflict} RETURNING epoch"
-        );
-        let hosts = serde_json::to_string(&t.allow_hosts).unwrap_or_else(|_| "[]".into());
-        with_pool!(self, pool => sqlx::query(&sql)
-            .bind(&t.id)
-            .bind(t.max_slots as i64)
-            .bind(t.max_queue as i64)
-            .bind(t.max_session_ttl_ms as i64)
-            .bind(t.idle_timeout_ms as i64)
-            .bind(&hosts)
-            .bind(t.allow_private_networks)
-            .bind(now_ms)
-            .bind(epoch)
-            .fetch_optional(pool)
-            .await?
-            .map(|r| r.try_get::<String, _>("epoch"))
-            .transpose()
-            .map_err(StoreError::from))
+        self.noted(
+            async {
+                let sql = format!(
+                    "INSERT INTO tenants (id, max_slots, max_queue, max_session_ttl_ms, idle_timeout_ms, allow_hosts, \
+                 allow_private_networks, created_at_ms, epoch) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
+                 ON CONFLICT (id) {on_conflict} RETURNING epoch"
+                );
+                let hosts = serde_json::to_string(&t.allow_hosts).unwrap_or_else(|_| "[]".into());
+                with_pool!(self, pool => sqlx::query(&sql)
+                .bind(&t.id)
+                .bind(t.max_slots as i64)
+                .bind(t.max_queue as i64)
+                .bind(t.max_session_ttl_ms as i64)
+                .bind(t.idle_timeout_ms as i64)
+                .bind(&hosts)
+                .bind(t.allow_private_networks)
+                .bind(now_ms)
+                .bind(epoch)
+                .fetch_optional(pool)
+                .await?
+                .map(|r| r.try_get::<String, _>("epoch"))
+                .transpose()
+                .map_err(StoreError::from))
+            }
+            .await,
+        )
     }
 
     /// The tenant's epoch, if the tenant exists.
@@ -344,8 +395,11 @@ impl Store {
 
     /// Deletes a tenant; returns whether it existed.
     pub async fn delete_tenant(&self, id: &str) -> Result<bool, StoreError> {
-        let done = with_pool!(self, pool => sqlx::query("DELETE FROM tenants WHERE id = $1").bind(id).execute(pool).await?.rows_affected());
-        Ok(done > 0)
+        self.noted(async {
+            let done = with_pool!(self, pool => sqlx::query("DELETE FROM tenants WHERE id = $1").bind(id).execute(pool).await?.rows_affected());
+            Ok(done > 0)
+        }
+        .await)
     }
 
     /// The tenant, if it exists.
@@ -360,30 +414,33 @@ impl Store {
 
     /// Records a new session run by `replica` and its first transition, atomically.
     pub async fn insert_session(&self, s: &SessionRecord, replica: &str, reason: &str) -> Result<(), StoreError> {
-        let labels = serde_json::to_string(&s.labels).unwrap_or_else(|_| "{}".into());
-        with_pool!(self, pool => {
-            let mut tx = pool.begin().await?;
-            sqlx::query(
-                "INSERT INTO sessions (id, tenant, subject, worker_id, state, labels, created_at_ms, expires_at_ms, \
-                 idle_deadline_ms, queue_wait_ms, replica) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
-            )
-            .bind(&s.id)
-            .bind(&s.tenant)
-            .bind(&s.subject)
-            .bind(&s.worker_id)
-            .bind(s.state.as_str())
-            .bind(&labels)
-            .bind(s.created_at_ms)
-            .bind(s.expires_at_ms)
-            .bind(s.idle_deadline_ms)
-            .bind(s.queue_wait_ms as i64)
-            .bind(replica)
-            .execute(&mut *tx)
-            .await?;
-            sqlx::query(TRANSITION).bind(&s.id).bind(s.state.as_str()).bind(s.created_at_ms).bind(reason).execute(&mut *tx).await?;
-            tx.commit().await?;
-        });
-        Ok(())
+        self.noted(async {
+            let labels = serde_json::to_string(&s.labels).unwrap_or_else(|_| "{}".into());
+            with_pool!(self, pool => {
+                let mut tx = pool.begin().await?;
+                sqlx::query(
+                    "INSERT INTO sessions (id, tenant, subject, worker_id, state, labels, created_at_ms, expires_at_ms, \
+                     idle_deadline_ms, queue_wait_ms, replica) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+                )
+                .bind(&s.id)
+                .bind(&s.tenant)
+                .bind(&s.subject)
+                .bind(&s.worker_id)
+                .bind(s.state.as_str())
+                .bind(&labels)
+                .bind(s.created_at_ms)
+                .bind(s.expires_at_ms)
+                .bind(s.idle_deadline_ms)
+                .bind(s.queue_wait_ms as i64)
+                .bind(replica)
+                .execute(&mut *tx)
+                .await?;
+                sqlx::query(TRANSITION).bind(&s.id).bind(s.state.as_str()).bind(s.created_at_ms).bind(reason).execute(&mut *tx).await?;
+                tx.commit().await?;
+            });
+            Ok(())
+        }
+        .await)
     }
 
     /// Moves a session to a terminal state (CLOSED, EXPIRED, CRASHED, KILLED) and records the
@@ -395,35 +452,41 @@ impl Store {
         at_ms: i64,
         reason: &str,
     ) -> Result<bool, StoreError> {
-        with_pool!(self, pool => {
-            let mut tx = pool.begin().await?;
-            let changed = sqlx::query(
-                "UPDATE sessions SET state = $1, ended_at_ms = $2, end_reason = $3 WHERE id = $4 AND ended_at_ms IS NULL",
-            )
-            .bind(state.as_str())
-            .bind(at_ms)
-            .bind(reason)
-            .bind(id)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
-            if changed == 0 {
-                return Ok(false);
-            }
-            sqlx::query(TRANSITION).bind(id).bind(state.as_str()).bind(at_ms).bind(reason).execute(&mut *tx).await?;
-            tx.commit().await?;
-        });
-        Ok(true)
+        self.noted(async {
+            with_pool!(self, pool => {
+                let mut tx = pool.begin().await?;
+                let changed = sqlx::query(
+                    "UPDATE sessions SET state = $1, ended_at_ms = $2, end_reason = $3 WHERE id = $4 AND ended_at_ms IS NULL",
+                )
+                .bind(state.as_str())
+                .bind(at_ms)
+                .bind(reason)
+                .bind(id)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+                if changed == 0 {
+                    return Ok(false);
+                }
+                sqlx::query(TRANSITION).bind(id).bind(state.as_str()).bind(at_ms).bind(reason).execute(&mut *tx).await?;
+                tx.commit().await?;
+            });
+            Ok(true)
+        }
+        .await)
     }
 
     /// Pushes the idle deadline of a live session.
     pub async fn touch(&self, id: &str, idle_deadline_ms: i64) -> Result<(), StoreError> {
-        with_pool!(self, pool => { sqlx::query("UPDATE sessions SET idle_deadline_ms = $1 WHERE id = $2 AND ended_at_ms IS NULL")
-            .bind(idle_deadline_ms)
-            .bind(id)
-            .execute(pool)
-            .await?; });
-        Ok(())
+        self.noted(async {
+            with_pool!(self, pool => { sqlx::query("UPDATE sessions SET idle_deadline_ms = $1 WHERE id = $2 AND ended_at_ms IS NULL")
+                .bind(idle_deadline_ms)
+                .bind(id)
+                .execute(pool)
+                .await?; });
+            Ok(())
+        }
+        .await)
     }
 
     /// One session by id.
@@ -469,13 +532,16 @@ impl Store {
 
     /// Puts a token id on the deny-list; returns false when it already was.
     pub async fn revoke(&self, jti: &str, at_ms: i64) -> Result<bool, StoreError> {
-        let done = with_pool!(self, pool => sqlx::query("INSERT INTO revoked_tokens (jti, revoked_at_ms) VALUES ($1, $2) ON CONFLICT (jti) DO NOTHING")
-            .bind(jti)
-            .bind(at_ms)
-            .execute(pool)
-            .await?
-            .rows_affected());
-        Ok(done > 0)
+        self.noted(async {
+            let done = with_pool!(self, pool => sqlx::query("INSERT INTO revoked_tokens (jti, revoked_at_ms) VALUES ($1, $2) ON CONFLICT (jti) DO NOTHING")
+                .bind(jti)
+                .bind(at_ms)
+                .execute(pool)
+                .await?
+                .rows_affected());
+            Ok(done > 0)
+        }
+        .await)
     }
 
     /// Every revoked token id.
@@ -491,44 +557,47 @@ impl Store {
     /// Appends `entries` to the chain, in order, in one transaction: under the `audit` lock it
     /// reads the tail, so writers of several replicas extend one chain and never fork it.
     pub async fn append_audit(&self, entries: &[Entry], at_ms: i64) -> Result<(), StoreError> {
-        with_pool!(self, pool => {
-            let mut tx = pool.begin().await?;
-            sqlx::query(LOCK).bind("audit").execute(&mut *tx).await?;
-            let (seq, prev) = match sqlx::query("SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1")
-                .fetch_optional(&mut *tx)
-                .await?
-            {
-                Some(r) => (Cols(&r).get::<i64>("seq")? as u64, Cols(&r).get::<String>("hash")?),
-                None => (0, String::new()),
-            };
-            for r in crate::audit::chain(seq, prev, entries, at_ms) {
-                let e = &r.entry;
-                sqlx::query(
-                    "INSERT INTO audit (seq, at_ms, tenant, subject, jti_hash, session_id, rpc, action, alias_of, \
-                     target, outcome, code, duration_ms, prev_hash, hash) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
-                )
-                .bind(r.seq as i64)
-                .bind(r.at_ms)
-                .bind(&e.tenant)
-                .bind(&e.subject)
-                .bind(&e.jti_hash)
-                .bind(&e.session_id)
-                .bind(&e.rpc)
-                .bind(&e.action)
-                .bind(&e.alias_of)
-                .bind(&e.target)
-                .bind(&e.outcome)
-                .bind(&e.code)
-                .bind(e.duration_ms as i64)
-                .bind(&r.prev_hash)
-                .bind(&r.hash)
-                .execute(&mut *tx)
-                .await?;
-            }
-            tx.commit().await?;
-        });
-        Ok(())
+        self.noted(async {
+            with_pool!(self, pool => {
+                let mut tx = pool.begin().await?;
+                sqlx::query(LOCK).bind("audit").execute(&mut *tx).await?;
+                let (seq, prev) = match sqlx::query("SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1")
+                    .fetch_optional(&mut *tx)
+                    .await?
+                {
+                    Some(r) => (Cols(&r).get::<i64>("seq")? as u64, Cols(&r).get::<String>("hash")?),
+                    None => (0, String::new()),
+                };
+                for r in crate::audit::chain(seq, prev, entries, at_ms) {
+                    let e = &r.entry;
+                    sqlx::query(
+                        "INSERT INTO audit (seq, at_ms, tenant, subject, jti_hash, session_id, rpc, action, alias_of, \
+                         target, outcome, code, duration_ms, prev_hash, hash) \
+                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
+                    )
+                    .bind(r.seq as i64)
+                    .bind(r.at_ms)
+                    .bind(&e.tenant)
+                    .bind(&e.subject)
+                    .bind(&e.jti_hash)
+                    .bind(&e.session_id)
+                    .bind(&e.rpc)
+                    .bind(&e.action)
+                    .bind(&e.alias_of)
+                    .bind(&e.target)
+                    .bind(&e.outcome)
+                    .bind(&e.code)
+                    .bind(e.duration_ms as i64)
+                    .bind(&r.prev_hash)
+                    .bind(&r.hash)
+                    .execute(&mut *tx)
+                    .await?;
+                }
+                tx.commit().await?;
+            });
+            Ok(())
+        }
+        .await)
     }
 
     /// Audit records matching the filter, newest first, at most `limit`.
@@ -562,65 +631,85 @@ impl Store {
     /// Beats a registered replica's heartbeat; false when it is not registered (any more:
     /// another replica found it silent for too long and swept it).
     pub async fn beat(&self, replica: &str, now_ms: i64) -> Result<bool, StoreError> {
-        let n = with_pool!(self, pool => sqlx::query("UPDATE replicas SET heartbeat_ms = $1 WHERE id = $2")
-            .bind(now_ms)
-            .bind(replica)
-            .execute(pool)
-            .await?
-            .rows_affected());
-        Ok(n > 0)
+        self.noted(
+            async {
+                let n = with_pool!(self, pool => sqlx::query("UPDATE replicas SET heartbeat_ms = $1 WHERE id = $2")
+                .bind(now_ms)
+                .bind(replica)
+                .execute(pool)
+                .await?
+                .rows_affected());
+                Ok(n > 0)
+            }
+            .await,
+        )
     }
 
     /// Registers a replica (or beats its heartbeat when it is registered).
     pub async fn heartbeat(&self, replica: &str, now_ms: i64) -> Result<(), StoreError> {
-        with_pool!(self, pool => { sqlx::query(
-            "INSERT INTO replicas (id, started_at_ms, heartbeat_ms) VALUES ($1, $2, $2) \
-             ON CONFLICT (id) DO UPDATE SET heartbeat_ms = excluded.heartbeat_ms",
+        self.noted(
+            async {
+                with_pool!(self, pool => { sqlx::query(
+                "INSERT INTO replicas (id, started_at_ms, heartbeat_ms) VALUES ($1, $2, $2) \
+                 ON CONFLICT (id) DO UPDATE SET heartbeat_ms = excluded.heartbeat_ms",
+            )
+            .bind(replica)
+            .bind(now_ms)
+            .execute(pool)
+            .await?; });
+                Ok(())
+            }
+            .await,
         )
-        .bind(replica)
-        .bind(now_ms)
-        .execute(pool)
-        .await?; });
-        Ok(())
     }
 
     /// A replica leaves: its row and its slot claims go.
     pub async fn deregister(&self, replica: &str) -> Result<(), StoreError> {
-        with_pool!(self, pool => {
-            let mut tx = pool.begin().await?;
-            sqlx::query("DELETE FROM slot_claims WHERE replica = $1").bind(replica).execute(&mut *tx).await?;
-            sqlx::query("DELETE FROM replicas WHERE id = $1").bind(replica).execute(&mut *tx).await?;
-            tx.commit().await?;
-        });
-        Ok(())
+        self.noted(
+            async {
+                with_pool!(self, pool => {
+                    let mut tx = pool.begin().await?;
+                    sqlx::query("DELETE FROM slot_claims WHERE replica = $1").bind(replica).execute(&mut *tx).await?;
+                    sqlx::query("DELETE FROM replicas WHERE id = $1").bind(replica).execute(&mut *tx).await?;
+                    tx.commit().await?;
+                });
+                Ok(())
+            }
+            .await,
+        )
     }
 
     /// Forgets replicas whose heartbeat is older than `stale_before` and their slot claims;
     /// returns the live sessions they (or runs before replicas were recorded) left behind, for
     /// the caller to mark crashed. Never returns sessions of `me`.
     pub async fn sweep_replicas(&self, me: &str, stale_before: i64) -> Result<Vec<String>, StoreError> {
-        with_pool!(self, pool => {
-            let mut tx = pool.begin().await?;
-            // Replicas first: a row beaten meanwhile is re-checked and kept (PostgreSQL), and
-            // only the claims of replicas actually removed go with them.
-            sqlx::query("DELETE FROM replicas WHERE heartbeat_ms < $1 AND id <> $2")
-                .bind(stale_before)
-                .bind(me)
-                .execute(&mut *tx)
-                .await?;
-            sqlx::query("DELETE FROM slot_claims WHERE replica NOT IN (SELECT id FROM replicas)")
-                .execute(&mut *tx)
-                .await?;
-            let rows = sqlx::query(
-                "SELECT id FROM sessions WHERE ended_at_ms IS NULL AND replica <> $1 \
-                 AND replica NOT IN (SELECT id FROM replicas)",
-            )
-            .bind(me)
-            .fetch_all(&mut *tx)
-            .await?;
-            tx.commit().await?;
-            rows.iter().map(|r| Cols(r).get("id")).collect()
-        })
+        self.noted(
+            async {
+                with_pool!(self, pool => {
+                    let mut tx = pool.begin().await?;
+                    // Replicas first: a row beaten meanwhile is re-checked and kept (PostgreSQL), and
+                    // only the claims of replicas actually removed go with them.
+                    sqlx::query("DELETE FROM replicas WHERE heartbeat_ms < $1 AND id <> $2")
+                        .bind(stale_before)
+                        .bind(me)
+                        .execute(&mut *tx)
+                        .await?;
+                    sqlx::query("DELETE FROM slot_claims WHERE replica NOT IN (SELECT id FROM replicas)")
+                        .execute(&mut *tx)
+                        .await?;
+                    let rows = sqlx::query(
+                        "SELECT id FROM sessions WHERE ended_at_ms IS NULL AND replica <> $1 \
+                         AND replica NOT IN (SELECT id FROM replicas)",
+                    )
+                    .bind(me)
+                    .fetch_all(&mut *tx)
+                    .await?;
+                    tx.commit().await?;
+                    rows.iter().map(|r| Cols(r).get("id")).collect()
+                })
+            }
+            .await,
+        )
     }
 
     /// Takes one of `tenant`'s `max_slots`, counted over every replica whose heartbeat is not
@@ -634,38 +723,46 @@ impl Store {
         now_ms: i64,
         stale_before: i64,
     ) -> Result<bool, StoreError> {
-        with_pool!(self, pool => {
-            let mut tx = pool.begin().await?;
-            sqlx::query(LOCK).bind(format!("tenant:{tenant}")).execute(&mut *tx).await?;
-            let row = sqlx::query(
-                "SELECT count(*) AS n FROM slot_claims c JOIN replicas r ON r.id = c.replica \
-                 WHERE c.tenant = $1 AND r.heartbeat_ms >= $2",
-            )
-            .bind(tenant)
-            .bind(stale_before)
-            .fetch_one(&mut *tx)
-            .await?;
-            let held: i64 = Cols(&row).get("n")?;
-            if held >= max_slots as i64 {
-                tx.rollback().await?;
-                return Ok(false);
+        self.noted(
+            async {
+                with_pool!(self, pool => {
+                    let mut tx = pool.begin().await?;
+                    sqlx::query(LOCK).bind(format!("tenant:{tenant}")).execute(&mut *tx).await?;
+                    let row = sqlx::query(
+                        "SELECT count(*) AS n FROM slot_claims c JOIN replicas r ON r.id = c.replica \
+                         WHERE c.tenant = $1 AND r.heartbeat_ms >= $2",
+                    )
+                    .bind(tenant)
+                    .bind(stale_before)
+                    .fetch_one(&mut *tx)
+                    .await?;
+                    let held: i64 = Cols(&row).get("n")?;
+                    if held >= max_slots as i64 {
+                        tx.rollback().await?;
+                        return Ok(false);
+                    }
+                    sqlx::query("INSERT INTO slot_claims (id, tenant, replica, created_at_ms) VALUES ($1, $2, $3, $4)")
+                        .bind(claim)
+                        .bind(tenant)
+                        .bind(replica)
+                        .bind(now_ms)
+                        .execute(&mut *tx)
+                        .await?;
+                    tx.commit().await?;
+                });
+                Ok(true)
             }
-            sqlx::query("INSERT INTO slot_claims (id, tenant, replica, created_at_ms) VALUES ($1, $2, $3, $4)")
-                .bind(claim)
-                .bind(tenant)
-                .bind(replica)
-                .bind(now_ms)
-                .execute(&mut *tx)
-                .await?;
-            tx.commit().await?;
-        });
-        Ok(true)
+            .await,
+        )
     }
 
     /// Gives a claimed slot back.
     pub async fn release_slot(&self, claim: &str) -> Result<(), StoreError> {
-        with_pool!(self, pool => { sqlx::query("DELETE FROM slot_claims WHERE id = $1").bind(claim).execute(pool).await?; });
-        Ok(())
+        self.noted(async {
+            with_pool!(self, pool => { sqlx::query("DELETE FROM slot_claims WHERE id = $1").bind(claim).execute(pool).await?; });
+            Ok(())
+        }
+        .await)
     }
 }
 
@@ -966,7 +1063,7 @@ mod tests {
         setup.close().await;
         let options = sqlite_options(SqliteConnectOptions::from_str(&url).unwrap())
             .pragma("max_page_count", (pages + 4).to_string());
-        let store = Store { backend: Backend::Sqlite(sqlite_pool(1).connect_with(options).await.unwrap()) };
+        let store = Store::with(Backend::Sqlite(sqlite_pool(1).connect_with(options).await.unwrap()));
         let entry = |n: usize| Entry {
             tenant: "t".into(),
             target: "x".repeat(900),
@@ -982,8 +1079,14 @@ mod tests {
             assert!(written < 10_000, "the file never filled up");
         };
         assert!(full.to_string().contains("full"), "{full}");
-        // A transaction on the same connection that writes, then fails (a duplicate id).
-        assert!(store.insert_session(&record("s-1", "a", 20), "r-1", "acquired").await.is_err());
+        assert!(store.write_fault().is_some_and(|f| f.contains("full")), "{:?}", store.write_fault());
+        // A transaction on the same connection that writes, then fails (a duplicate id): a
+        // refusal of this one request, not of writes.
+        let duplicate = store.insert_session(&record("s-1", "a", 20), "r-1", "acquired").await.unwrap_err();
+        assert!(!duplicate.refuses_writes(), "{duplicate}");
+        // A write that needs no new page goes through, and the store says so.
+        store.touch("s-1", 99).await.unwrap();
+        assert_eq!(store.write_fault(), None);
         // Another connection can take the write lock at once: nobody holds it.
         let mut other = sqlx::SqliteConnection::connect(&url).await.unwrap();
         sqlx::query("PRAGMA busy_timeout = 0").execute(&mut other).await.unwrap();
