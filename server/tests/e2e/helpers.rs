@@ -177,7 +177,8 @@ impl BinaryServer {
         BinaryServer::spawn_in(dir, first.database_url.clone())
     }
 
-    fn spawn_in(dir: tempfile::TempDir, database_url: String) -> BinaryServer {
+    /// A server in `dir` on the database at `database_url`.
+    pub fn spawn_in(dir: tempfile::TempDir, database_url: String) -> BinaryServer {
         use std::io::{BufRead, BufReader};
         let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_browserpool"))
             .args([

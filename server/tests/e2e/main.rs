@@ -6,6 +6,7 @@ mod auth;
 mod context;
 mod dialogs;
 mod egress;
+mod faults;
 mod helpers;
 mod lifecycle;
 mod ops;
