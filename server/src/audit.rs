@@ -1,24 +1,52 @@
 //! The audit trail: one record per RPC and per action, hash-chained, written off the hot path.
 //!
-//! One writer task per server takes entries from a channel in order, batches what is waiting,
-//! and appends the batch in one transaction that holds the database's audit lock, reads the
-//! tail and assigns `seq` and `hash = SHA-256(prev_hash || canonical record)`: replicas sharing
-//! one database extend one chain, which cannot fork. Results do not wait for their record to
-//! be durable (see ARCHITECTURE.md); instead, when a write fails the log turns unhealthy and
-//! new actions are refused with UNAVAILABLE until a retry succeeds, so nothing runs
-//! unrecorded for longer than one batch.
+//! One writer task per server takes entries from a bounded channel in order, batches what is
+//! waiting, and appends the batch in one transaction that holds the database's audit lock,
+//! reads the tail and assigns `seq` and `hash = SHA-256(prev_hash || canonical record)`:
+//! replicas sharing one database extend one chain, which cannot fork. Results do not wait for
+//! their record to be durable (see ARCHITECTURE.md), but no record is ever dropped:
+//!
+//! - work takes its place in the queue ([`Place`]) before it starts, so its record always has
+//!   room; a full queue refuses the work (UNAVAILABLE) instead;
+//! - a batch the database refuses is kept, in order, and retried with backoff until it is
+//!   written; meanwhile the log is unhealthy and new actions are refused, and it turns healthy
+//!   again only once nothing written before the fault is still waiting.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::time::Duration;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
 
 use serde_json::json;
 use sha2::{Digest, Sha256};
+use tokio::sync::mpsc::error::TrySendError;
 use tokio::sync::{mpsc, watch};
 
 use crate::context::jcs;
 use crate::sessions::now_ms;
-use crate::store::Store;
+use crate::store::{Store, StoreError};
+
+/// How many records may wait in the queue for the writer (besides the batch it is writing).
+/// A place is taken when work starts: every call in flight holds one for its RPC-level
+/// record, every running action one for its action record. Entries are a few hundred bytes,
+/// so a full queue is about a megabyte; at the writer's pace (a batch of [`BATCH`] per
+/// transaction) it fills only while the database is slow or refuses writes, and then new calls
+/// are refused rather than recorded late or not at all.
+pub const QUEUE_CAPACITY: usize = 4096;
+
+/// Why the trail refuses new work; every variant is UNAVAILABLE on the wire.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum AuditError {
+    /// A write failed and records are still waiting: an action now would run unrecorded.
+    #[error("the audit trail cannot be written; actions are refused until it recovers")]
+    Unwritable,
+    #[error("the audit queue is full ({0} records waiting for the database); calls are refused until it drains")]
+    QueueFull(usize),
+    #[error("the audit trail is closed: the server is shutting down")]
+    Closed,
+}
 
 /// What happened, before it has a place in the chain.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -74,26 +102,112 @@ impl Record {
 /// The sending side of the trail. Cheap to clone.
 #[derive(Clone)]
 pub struct AuditLog {
-    tx: mpsc::UnboundedSender<Entry>,
-    healthy: Arc<AtomicBool>,
+    tx: mpsc::Sender<Entry>,
+    state: Arc<State>,
+}
+
+/// What the log and its writer share.
+#[derive(Default)]
+struct State {
+    /// Why the trail is behind, from a failed write until nothing from before it waits.
+    fault: Mutex<Option<String>>,
+    /// Records of refused calls that found the queue full (they are logged instead).
+    lost_refusals: AtomicU64,
+}
+
+impl State {
+    fn set_fault(&self, fault: Option<String>) {
+        *self.fault.lock().unwrap_or_else(|e| e.into_inner()) = fault;
+    }
+}
+
+/// A place in the audit queue, taken before the work it records starts: recording into it
+/// cannot fail or wait. Dropped unused, the place is given back.
+#[derive(Debug)]
+pub struct Place(mpsc::OwnedPermit<Entry>);
+
+impl Place {
+    pub fn record(self, entry: Entry) {
+        self.0.send(entry);
+    }
 }
 
 impl AuditLog {
     /// The log and its writer; run the writer with [`Writer::run`].
-    pub fn new(store: Store) -> (AuditLog, Writer) {
-        let (tx, rx) = mpsc::unbounded_channel();
-        let healthy = Arc::new(AtomicBool::new(true));
-        (AuditLog { tx, healthy: healthy.clone() }, Writer { store, rx, healthy })
+    pub fn new(store: Store) -> (AuditLog, Writer<Store>) {
+        AuditLog::with_sink(store, QUEUE_CAPACITY)
     }
 
-    /// Queues a record; never waits.
-    pub fn record(&self, entry: Entry) {
-        let _ = self.tx.send(entry);
+    /// The log and a writer appending to `sink` through a queue of `capacity`.
+    pub fn with_sink<S: Sink>(sink: S, capacity: usize) -> (AuditLog, Writer<S>) {
+        let (tx, rx) = mpsc::channel(capacity);
+        let state = Arc::new(State::default());
+        (AuditLog { tx, state: state.clone() }, Writer { sink, rx, state })
     }
 
-    /// False while the store refuses writes: new actions must not run.
+    /// A place for the record of an action about to run. Refused while the trail cannot be
+    /// written (the action would run unrecorded) and while the queue is full.
+    pub fn reserve(&self) -> Result<Place, AuditError> {
+        if !self.healthy() {
+            return Err(AuditError::Unwritable);
+        }
+        self.reserve_call()
+    }
+
+    /// `n` places at once (a batch of actions), or none.
+    pub fn reserve_many(&self, n: usize) -> Result<Vec<Place>, AuditError> {
+        (0..n).map(|_| self.reserve()).collect()
+    }
+
+    /// A place for the RPC-level record of a call. Refused only when the queue is full: a
+    /// call that runs no action (release, get) goes on while the trail catches up.
+    pub fn reserve_call(&self) -> Result<Place, AuditError> {
+        match self.tx.clone().try_reserve_owned() {
+            Ok(permit) => Ok(Place(permit)),
+            Err(TrySendError::Full(_)) => {
+                tracing::warn!(capacity = self.tx.max_capacity(), "audit queue full; refusing the call");
+                Err(AuditError::QueueFull(self.tx.max_capacity()))
+            }
+            Err(TrySendError::Closed(_)) => Err(AuditError::Closed),
+        }
+    }
+
+    /// Queues the record of a call refused before it ran (bad token, missing scope). The
+    /// call is refused either way; when the queue is full its record cannot wait and is
+    /// logged instead, and counted.
+    pub fn record_refusal(&self, entry: Entry) {
+        if let Err(e) = self.tx.try_send(entry) {
+            let (why, entry) = match e {
+                TrySendError::Full(entry) => ("audit queue full", entry),
+                TrySendError::Closed(entry) => ("audit trail closed", entry),
+            };
+            self.state.lost_refusals.fetch_add(1, Ordering::Relaxed);
+            tracing::error!(
+                tenant = %entry.tenant, subject = %entry.subject, rpc = %entry.rpc, code = %entry.code,
+                "{why}: the record of this refused call is only in this log"
+            );
+        }
+    }
+
+    /// False from a failed write until every record queued before it is written: new
+    /// actions must not run.
     pub fn healthy(&self) -> bool {
-        self.healthy.load(Ordering::SeqCst)
+        self.fault().is_none()
+    }
+
+    /// Why the trail is unhealthy (one line), if it is.
+    pub fn fault(&self) -> Option<String> {
+        self.state.fault.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Records waiting in the queue, places taken for work still running included.
+    pub fn queued(&self) -> usize {
+        self.tx.max_capacity() - self.tx.capacity()
+    }
+
+    /// Records of refused calls that found the queue full.
+    pub fn lost_refusals(&self) -> u64 {
+        self.state.lost_refusals.load(Ordering::Relaxed)
     }
 }
 
@@ -110,6 +224,114 @@ impl RpcTarget {
 
     pub fn take(&self) -> String {
         std::mem::take(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
+/// The RPC-level record of one call, written when its response ends: a stream is recorded
+/// with the status it ended with, not the one it started with. Holds the call's place in the
+/// queue from the start.
+pub struct CallRecord {
+    place: Place,
+    entry: Entry,
+    target: RpcTarget,
+    started: Instant,
+}
+
+impl CallRecord {
+    /// `entry` names the caller and the rpc; outcome, code, session and duration are filled
+    /// in at the end.
+    pub fn new(place: Place, entry: Entry, target: RpcTarget, started: Instant) -> CallRecord {
+        CallRecord { place, entry, target, started }
+    }
+
+    /// Records the call as ended with gRPC status `code` (0 is OK), or as failed with `code`
+    /// `Unknown` when none is known.
+    fn finish(self, code: Option<i32>) {
+        let code = code.unwrap_or(tonic::Code::Unknown as i32);
+        let (outcome, code) =
+            if code == 0 { ("ok", String::new()) } else { ("error", format!("{:?}", tonic::Code::from_i32(code))) };
+        self.place.record(Entry {
+            outcome: outcome.into(),
+            code,
+            duration_ms: self.started.elapsed().as_millis().min(u32::MAX as u128) as u32,
+            session_id: self.target.take(),
+            ..self.entry
+        });
+    }
+}
+
+/// The `grpc-status` of a header or trailer map.
+fn grpc_status(headers: &http::HeaderMap) -> Option<i32> {
+    headers.get("grpc-status").and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok())
+}
+
+/// A response body that writes its call's [`CallRecord`] when it ends: at the trailers
+/// (where gRPC puts the final status), at the end of a body without them (a trailers-only
+/// response: the status was in the headers), or when it is dropped before its end (the client
+/// went away: `Cancelled`).
+pub struct AuditedBody<B> {
+    inner: Pin<Box<B>>,
+    call: Option<CallRecord>,
+    /// The status of a trailers-only response, from its headers.
+    header_status: Option<i32>,
+}
+
+impl<B> AuditedBody<B> {
+    /// A body whose call is recorded when it ends; `headers` are the response's.
+    pub fn new(inner: B, call: CallRecord, headers: &http::HeaderMap) -> AuditedBody<B> {
+        AuditedBody { inner: Box::pin(inner), call: Some(call), header_status: grpc_status(headers) }
+    }
+
+    /// A body with no record to write (public rpcs, calls refused and recorded up front).
+    pub fn unaudited(inner: B) -> AuditedBody<B> {
+        AuditedBody { inner: Box::pin(inner), call: None, header_status: None }
+    }
+
+    fn end(&mut self, code: Option<i32>) {
+        if let Some(call) = self.call.take() {
+            call.finish(code.or(self.header_status));
+        }
+    }
+}
+
+impl<B: http_body::Body> http_body::Body for AuditedBody<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        let polled = self.inner.as_mut().poll_frame(cx);
+        match &polled {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Some(trailers) = frame.trailers_ref() {
+                    let code = grpc_status(trailers);
+                    self.end(code);
+                }
+            }
+            Poll::Ready(Some(Err(_))) => self.end(Some(tonic::Code::Internal as i32)),
+            Poll::Ready(None) => self.end(None),
+            Poll::Pending => {}
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl<B> Drop for AuditedBody<B> {
+    fn drop(&mut self) {
+        if let Some(call) = self.call.take() {
+            // A trailers-only response is complete in its headers; anything else ended early.
+            call.finish(Some(self.header_status.unwrap_or(tonic::Code::Cancelled as i32)));
+        }
     }
 }
 
@@ -148,19 +370,65 @@ fn without_userinfo(text: &str) -> String {
     }
 }
 
-/// Owns the chain; the only code that appends to the audit table.
-pub struct Writer {
-    store: Store,
-    rx: mpsc::UnboundedReceiver<Entry>,
-    healthy: Arc<AtomicBool>,
+/// Where the writer appends batches: the store, or a fake in unit tests.
+pub trait Sink: Send + Sync + 'static {
+    /// Appends `entries` to the chain in one transaction: all of them or none.
+    fn append(&self, entries: &[Entry], at_ms: i64) -> impl Future<Output = Result<(), StoreError>> + Send;
 }
 
+impl Sink for Store {
+    fn append(&self, entries: &[Entry], at_ms: i64) -> impl Future<Output = Result<(), StoreError>> + Send {
+        self.append_audit(entries, at_ms)
+    }
+}
+
+/// Owns the chain; the only code that appends to the audit table.
+pub struct Writer<S = Store> {
+    sink: S,
+    rx: mpsc::Receiver<Entry>,
+    state: Arc<State>,
+}
+
+/// Records per transaction.
 const BATCH: usize = 256;
 
-impl Writer {
-    /// Appends entries until shutdown, then drains what is queued and returns.
+/// How long shutdown waits for the last records (and their retries) before giving up.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// Delays between attempts at a batch the database refused: doubling from 100 ms, at most
+/// 2 s, so the trail is written again within about 2 s of the database taking writes.
+#[derive(Debug)]
+struct Backoff {
+    next: Duration,
+}
+
+impl Backoff {
+    const FIRST: Duration = Duration::from_millis(100);
+    const MAX: Duration = Duration::from_secs(2);
+
+    fn new() -> Backoff {
+        Backoff { next: Backoff::FIRST }
+    }
+
+    fn next_delay(&mut self) -> Duration {
+        let delay = self.next;
+        self.next = (delay * 2).min(Backoff::MAX);
+        delay
+    }
+}
+
+/// Resolves once shutdown is signalled (or its sender is gone).
+async fn stopped(shutdown: &mut watch::Receiver<bool>) {
+    let _ = shutdown.wait_for(|v| *v).await;
+}
+
+impl<S: Sink> Writer<S> {
+    /// Appends entries until shutdown, then drains what is queued (for at most a few seconds)
+    /// and returns. A batch the database refuses is kept and retried, in order, with backoff.
     pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) {
         let mut pending: Vec<Entry> = Vec::new();
+        let mut backoff = Backoff::new();
+        let mut failures = 0u32;
         loop {
             if pending.is_empty() {
                 tokio::select! {
@@ -168,7 +436,7 @@ impl Writer {
                         Some(e) => pending.push(e),
                         None => break,
                     },
-                    changed = shutdown.changed() => if changed.is_err() || *shutdown.borrow() { break },
+                    _ = stopped(&mut shutdown) => break,
                 }
             }
             while pending.len() < BATCH {
@@ -177,32 +445,72 @@ impl Writer {
                     Err(_) => break,
                 }
             }
-            match self.store.append_audit(&pending, now_ms()).await {
+            match self.sink.append(&pending, now_ms()).await {
                 Ok(()) => {
                     pending.clear();
-                    self.healthy.store(true, Ordering::SeqCst);
+                    backoff = Backoff::new();
+                    if failures > 0 {
+                        // Healthy again only once nothing queued during the fault is left.
+                        if self.rx.is_empty() {
+                            tracing::info!(attempts = failures, "audit trail written again; actions accepted");
+                            failures = 0;
+                            self.state.set_fault(None);
+                        } else {
+                            self.state.set_fault(Some(format!(
+                                "catching up: {} records queued during a write failure",
+                                self.rx.len()
+                            )));
+                        }
+                    }
                 }
                 Err(e) => {
-                    tracing::error!(error = %e, queued = pending.len(), "audit write failed; refusing new actions until it succeeds");
-                    self.healthy.store(false, Ordering::SeqCst);
+                    failures += 1;
+                    let delay = backoff.next_delay();
+                    let unwritten = pending.len() + self.rx.len();
+                    if failures == 1 {
+                        tracing::error!(error = %e, unwritten, "audit write failed; refusing new actions and retrying until it succeeds");
+                    } else {
+                        tracing::warn!(error = %e, attempt = failures, unwritten, retry_in_ms = delay.as_millis() as u64, "audit write failed again");
+                    }
+                    self.state.set_fault(Some(e.to_string().replace('\n', " ")));
                     tokio::select! {
-                        _ = tokio::time::sleep(Duration::from_millis(200)) => {}
-                        changed = shutdown.changed() => if changed.is_err() || *shutdown.borrow() { break },
+                        _ = tokio::time::sleep(delay) => {}
+                        _ = stopped(&mut shutdown) => break,
                     }
                 }
             }
         }
-        // Shutdown: what was queued still goes in, in order.
+        self.finish(pending).await;
+        tracing::debug!("audit writer ended");
+    }
+
+    /// Shutdown: what was queued still goes in, in order, retried until [`SHUTDOWN_GRACE`]
+    /// is up; what the database still refuses then is logged as lost.
+    async fn finish(&mut self, mut pending: Vec<Entry>) {
+        let deadline = tokio::time::Instant::now() + SHUTDOWN_GRACE;
+        // Places still taken (a call ending) are waited for: their records come last.
         self.rx.close();
-        while let Some(e) = self.rx.recv().await {
+        while let Ok(Some(e)) = tokio::time::timeout_at(deadline, self.rx.recv()).await {
             pending.push(e);
         }
-        if !pending.is_empty() {
-            if let Err(e) = self.store.append_audit(&pending, now_ms()).await {
-                tracing::error!(error = %e, lost = pending.len(), "audit records lost at shutdown");
+        let mut backoff = Backoff::new();
+        while !pending.is_empty() {
+            let n = pending.len().min(BATCH);
+            match self.sink.append(&pending[..n], now_ms()).await {
+                Ok(()) => {
+                    pending.drain(..n);
+                }
+                Err(e) => {
+                    let delay = backoff.next_delay();
+                    if tokio::time::Instant::now() + delay > deadline {
+                        tracing::error!(error = %e, lost = pending.len(), "audit records lost at shutdown: the database refused them to the end");
+                        return;
+                    }
+                    tracing::warn!(error = %e, unwritten = pending.len(), "audit write failed at shutdown; retrying");
+                    tokio::time::sleep(delay).await;
+                }
             }
         }
-        tracing::debug!("audit writer ended");
     }
 }
 
@@ -269,6 +577,233 @@ mod tests {
         let mut dropped = records.clone();
         dropped.remove(1);
         assert_eq!(verify_chain(&dropped).1.map(|(seq, _)| seq), Some(3));
+    }
+
+    /// A sink that refuses the first `fail` appends, then keeps what it is given. With a
+    /// gate, each append first waits for one of its permits.
+    #[derive(Clone, Default)]
+    struct FakeSink {
+        fail: Arc<std::sync::atomic::AtomicUsize>,
+        attempts: Arc<std::sync::atomic::AtomicUsize>,
+        written: Arc<Mutex<Vec<Entry>>>,
+        gate: Option<Arc<tokio::sync::Semaphore>>,
+    }
+
+    impl FakeSink {
+        fn failing(n: usize) -> FakeSink {
+            let sink = FakeSink::default();
+            sink.fail.store(n, Ordering::SeqCst);
+            sink
+        }
+
+        fn written(&self) -> Vec<String> {
+            self.written.lock().unwrap().iter().map(|e| e.rpc.clone()).collect()
+        }
+    }
+
+    impl Sink for FakeSink {
+        async fn append(&self, entries: &[Entry], _at_ms: i64) -> Result<(), StoreError> {
+            if let Some(gate) = &self.gate {
+                gate.acquire().await.unwrap().forget();
+            }
+            self.attempts.fetch_add(1, Ordering::SeqCst);
+            let refused = self.fail.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok();
+            if refused {
+                return Err(StoreError::Corrupt("database or disk is full".into()));
+            }
+            self.written.lock().unwrap().extend_from_slice(entries);
+            Ok(())
+        }
+    }
+
+    fn entry(rpc: &str) -> Entry {
+        Entry { tenant: "t".into(), rpc: rpc.into(), outcome: "ok".into(), ..Default::default() }
+    }
+
+    /// Polls `cond` on paused time, at most `within` of it.
+    async fn until(within: Duration, cond: impl Fn() -> bool) {
+        let deadline = tokio::time::Instant::now() + within;
+        while !cond() {
+            assert!(tokio::time::Instant::now() < deadline, "not within {within:?}");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    #[test]
+    fn retries_back_off_doubling_up_to_two_seconds() {
+        let mut b = Backoff::new();
+        let delays: Vec<u64> = (0..7).map(|_| b.next_delay().as_millis() as u64).collect();
+        assert_eq!(delays, [100, 200, 400, 800, 1600, 2000, 2000]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_refused_batch_is_kept_and_retried_in_order_until_written() {
+        let sink = FakeSink::failing(3);
+        let (log, writer) = AuditLog::with_sink(sink.clone(), 16);
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let task = tokio::spawn(writer.run(stop_rx));
+        let started = tokio::time::Instant::now();
+        for rpc in ["/a", "/b", "/c"] {
+            log.reserve().unwrap().record(entry(rpc));
+        }
+        until(Duration::from_secs(1), || !log.healthy()).await;
+        // Unwritten records: no action may start, while other calls still get their place.
+        assert_eq!(log.reserve().unwrap_err(), AuditError::Unwritable);
+        assert!(log.fault().unwrap().contains("full"), "{:?}", log.fault());
+        drop(log.reserve_call().expect("calls that run no action go on"));
+        until(Duration::from_secs(5), || log.healthy()).await;
+        // Three refusals (100 + 200 + 400 ms of backoff), then one write with all of them.
+        assert_eq!(sink.written(), ["/a", "/b", "/c"]);
+        assert_eq!(sink.attempts.load(Ordering::SeqCst), 4);
+        let waited = started.elapsed();
+        assert!(waited >= Duration::from_millis(700) && waited < Duration::from_millis(800), "{waited:?}");
+        log.reserve().expect("healthy again").record(entry("/d"));
+        until(Duration::from_secs(1), || sink.written().len() == 4).await;
+        stop_tx.send(true).unwrap();
+        task.await.unwrap();
+        assert_eq!(sink.written(), ["/a", "/b", "/c", "/d"], "each record once, in order");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_log_stays_unhealthy_until_the_backlog_of_the_fault_is_written() {
+        let gate = Arc::new(tokio::sync::Semaphore::new(0));
+        let sink = FakeSink { gate: Some(gate.clone()), ..FakeSink::failing(1) };
+        let (log, writer) = AuditLog::with_sink(sink.clone(), 2 * BATCH);
+        // More than one batch waits before the writer starts: the first write fails, the
+        // next one writes a full batch and leaves the rest still queued.
+        for i in 0..BATCH + 10 {
+            log.reserve_call().unwrap().record(entry(&format!("/{i}")));
+        }
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let task = tokio::spawn(writer.run(stop_rx));
+        gate.add_permits(1);
+        until(Duration::from_secs(1), || !log.healthy()).await;
+        gate.add_permits(1);
+        until(Duration::from_secs(1), || sink.written().len() == BATCH).await;
+        until(Duration::from_secs(1), || log.fault().is_some_and(|f| f.contains("catching up"))).await;
+        assert!(log.reserve().is_err(), "still refusing actions: 10 records from the fault wait");
+        gate.add_permits(1);
+        until(Duration::from_secs(1), || log.healthy()).await;
+        assert_eq!(sink.written().len(), BATCH + 10);
+        gate.add_permits(usize::MAX >> 4);
+        stop_tx.send(true).unwrap();
+        task.await.unwrap();
+        let expected: Vec<String> = (0..BATCH + 10).map(|i| format!("/{i}")).collect();
+        assert_eq!(sink.written(), expected);
+    }
+
+    #[tokio::test]
+    async fn a_full_queue_refuses_work_and_gives_places_back() {
+        let (log, mut writer) = AuditLog::with_sink(FakeSink::default(), 2);
+        let first = log.reserve().unwrap();
+        let second = log.reserve_call().unwrap();
+        assert_eq!(log.queued(), 2);
+        assert_eq!(log.reserve().unwrap_err(), AuditError::QueueFull(2));
+        assert_eq!(log.reserve_call().unwrap_err(), AuditError::QueueFull(2));
+        assert!(log.reserve_many(1).is_err());
+        // A refused call's record cannot wait for room: it is counted (and logged).
+        log.record_refusal(entry("/refused"));
+        assert_eq!(log.lost_refusals(), 1);
+        // An unused place is given back.
+        drop(second);
+        first.record(entry("/kept"));
+        assert_eq!(log.reserve_many(2).unwrap_err(), AuditError::QueueFull(2), "none or all");
+        let third = log.reserve().unwrap();
+        assert_eq!(writer.rx.try_recv().unwrap().rpc, "/kept");
+        drop(third);
+        assert_eq!(log.queued(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn shutdown_waits_for_places_taken_and_gives_up_on_a_dead_database() {
+        let sink = FakeSink::default();
+        let (log, writer) = AuditLog::with_sink(sink.clone(), 8);
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let task = tokio::spawn(writer.run(stop_rx));
+        // A call still running at shutdown: its record comes in after the signal.
+        let place = log.reserve_call().unwrap();
+        stop_tx.send(true).unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        place.record(entry("/late"));
+        task.await.unwrap();
+        assert_eq!(sink.written(), ["/late"]);
+
+        // A database that never takes the last records: the writer still ends, in bounded time.
+        let sink = FakeSink::failing(usize::MAX);
+        let (log, writer) = AuditLog::with_sink(sink.clone(), 8);
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let task = tokio::spawn(writer.run(stop_rx));
+        log.reserve().unwrap().record(entry("/lost"));
+        until(Duration::from_secs(1), || !log.healthy()).await;
+        let stopping = tokio::time::Instant::now();
+        stop_tx.send(true).unwrap();
+        task.await.unwrap();
+        assert!(stopping.elapsed() <= SHUTDOWN_GRACE, "{:?}", stopping.elapsed());
+        assert!(sink.written().is_empty());
+    }
+
+    /// A body of the given frames, then its end.
+    struct Frames(std::collections::VecDeque<http_body::Frame<&'static [u8]>>);
+
+    impl http_body::Body for Frames {
+        type Data = &'static [u8];
+        type Error = std::convert::Infallible;
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+        ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+            Poll::Ready(self.0.pop_front().map(Ok))
+        }
+    }
+
+    fn trailers(code: tonic::Code) -> http_body::Frame<&'static [u8]> {
+        let mut t = http::HeaderMap::new();
+        t.insert("grpc-status", (code as i32).to_string().parse().unwrap());
+        http_body::Frame::trailers(t)
+    }
+
+    #[tokio::test]
+    async fn a_call_is_recorded_with_the_status_its_response_ends_with() {
+        use http_body::Body;
+        let (log, mut writer) = AuditLog::with_sink(FakeSink::default(), 8);
+        let call = |rpc: &str| {
+            let target = RpcTarget::default();
+            target.set("s-1");
+            CallRecord::new(log.reserve_call().unwrap(), entry(rpc), target, Instant::now())
+        };
+        let drain = |mut body: AuditedBody<Frames>| async move {
+            while std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await.is_some() {}
+        };
+        let none = http::HeaderMap::new();
+        // A stream that started well (data first) and ended with an error in its trailers.
+        let frames = [http_body::Frame::data(&b"event"[..]), trailers(tonic::Code::Unavailable)];
+        drain(AuditedBody::new(Frames(frames.into()), call("/stream"), &none)).await;
+        // A stream that ended well.
+        let frames = [http_body::Frame::data(&b"event"[..]), trailers(tonic::Code::Ok)];
+        drain(AuditedBody::new(Frames(frames.into()), call("/fine"), &none)).await;
+        // A trailers-only refusal: the status is in the headers, the body is empty.
+        let mut headers = http::HeaderMap::new();
+        headers.insert("grpc-status", (tonic::Code::NotFound as i32).to_string().parse().unwrap());
+        drop(AuditedBody::new(Frames(Default::default()), call("/refused"), &headers));
+        // The client went away mid-stream.
+        let mut gone = AuditedBody::new(Frames([http_body::Frame::data(&b"event"[..])].into()), call("/gone"), &none);
+        assert!(std::future::poll_fn(|cx| Pin::new(&mut gone).poll_frame(cx)).await.is_some());
+        drop(gone);
+        let got: Vec<(String, String, String, String)> = std::iter::from_fn(|| writer.rx.try_recv().ok())
+            .map(|e| (e.rpc, e.outcome, e.code, e.session_id))
+            .collect();
+        let want = [
+            ("/stream", "error", "Unavailable"),
+            ("/fine", "ok", ""),
+            ("/refused", "error", "NotFound"),
+            ("/gone", "error", "Cancelled"),
+        ];
+        assert_eq!(
+            got,
+            want.map(|(r, o, c)| (r.to_string(), o.to_string(), c.to_string(), "s-1".to_string())),
+            "one record per call, at its end"
+        );
+        assert_eq!(log.queued(), 0, "every place was used");
     }
 
     #[test]

@@ -14,6 +14,7 @@ use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::audit::{AuditedBody, CallRecord};
 use crate::config::JwtAlg;
 
 /// Issuer and audience of every token this server mints and accepts.
@@ -532,7 +533,10 @@ impl Epochs {
 /// or re-created since) never reaches a handler, nor does a token without scope `admin` reach
 /// an `Admin` handler.
 ///
-/// It also appends the RPC-level audit record of every call it sees (refusals included).
+/// It also appends the RPC-level audit record of every call it sees: refusals at once, other
+/// calls when their response ends (streams included), with the final status. A call takes
+/// its place in the audit queue before it runs; when the queue is full it is refused
+/// (UNAVAILABLE).
 #[derive(Clone)]
 pub struct AuthLayer {
     keys: Arc<Keys>,
@@ -591,9 +595,9 @@ where
     ReqBody: Send + 'static,
     ResBody: Default + Send + 'static,
 {
-    type Response = http::Response<ResBody>;
+    type Response = http::Response<AuditedBody<ResBody>>;
     type Error = S::Error;
-    type Future = futures::future::BoxFuture<'static, Result<http::Response<ResBody>, S::Error>>;
+    type Future = futures::future::BoxFuture<'static, Result<Self::Response, S::Error>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
@@ -602,7 +606,8 @@ where
     fn call(&mut self, mut req: http::Request<ReqBody>) -> Self::Future {
         let path = req.uri().path().to_string();
         if is_public(&path) {
-            return Box::pin(self.inner.call(req));
+            let fut = self.inner.call(req);
+            return Box::pin(async move { Ok(fut.await?.map(AuditedBody::unaudited)) });
         }
         let header = req.headers().get(http::header::AUTHORIZATION).and_then(|v| v.to_str().ok());
         let verified = self.keys.verify_header(header).and_then(|claims| {
@@ -617,7 +622,7 @@ where
         match verified {
             Ok(claims) if is_admin_rpc(&path) && !claims.is_admin() => {
                 tracing::info!(path = %path, tenant = %claims.tenant, subject = %claims.sub, "request refused: needs scope admin");
-                self.audit.record(crate::audit::Entry {
+                self.audit.record_refusal(crate::audit::Entry {
                     tenant: claims.tenant.clone(),
                     subject: claims.sub.clone(),
                     jti_hash: claims.jti_hash(),
@@ -626,13 +631,19 @@ where
                     code: "PermissionDenied".into(),
                     ..Default::default()
                 });
-                let status = tonic::Status::from(crate::error::ServiceError::PermissionDenied(format!(
+                refuse(crate::error::ServiceError::PermissionDenied(format!(
                     "this call needs scope {}",
                     Scope::Admin.as_str()
-                )));
-                Box::pin(futures::future::ready(Ok(status.into_http())))
+                )))
             }
             Ok(claims) => {
+                let place = match self.audit.reserve_call() {
+                    Ok(place) => place,
+                    Err(e) => {
+                        tracing::warn!(path = %path, tenant = %claims.tenant, subject = %claims.sub, reason = %e, "request refused: no room to audit it");
+                        return refuse(e.into());
+                    }
+                };
                 let started = std::time::Instant::now();
                 let entry = crate::audit::Entry {
                     tenant: claims.tenant.clone(),
@@ -644,41 +655,39 @@ where
                 req.extensions_mut().insert(claims);
                 let target = crate::audit::RpcTarget::default();
                 req.extensions_mut().insert(target.clone());
+                let call = CallRecord::new(place, entry, target, started);
                 let fut = self.inner.call(req);
-                let audit = self.audit.clone();
                 Box::pin(async move {
-                    let resp = fut.await?;
-                    // Errors are "trailers-only" responses: their status is in the headers.
-                    let code = resp
-                        .headers()
-                        .get("grpc-status")
-                        .and_then(|v| v.to_str().ok())
-                        .and_then(|v| v.parse::<i32>().ok())
-                        .filter(|c| *c != 0)
-                        .map(|c| format!("{:?}", tonic::Code::from_i32(c)));
-                    audit.record(crate::audit::Entry {
-                        outcome: if code.is_some() { "error".into() } else { "ok".into() },
-                        code: code.unwrap_or_default(),
-                        duration_ms: started.elapsed().as_millis().min(u32::MAX as u128) as u32,
-                        session_id: target.take(),
-                        ..entry
-                    });
-                    Ok(resp)
+                    // The record is written when the response body ends (see AuditedBody).
+                    let (parts, body) = fut.await?.into_parts();
+                    let body = AuditedBody::new(body, call, &parts.headers);
+                    Ok(http::Response::from_parts(parts, body))
                 })
             }
             Err(e) => {
                 tracing::info!(path = %path, reason = %e, "request refused: unauthenticated");
-                self.audit.record(crate::audit::Entry {
+                self.audit.record_refusal(crate::audit::Entry {
                     rpc: path,
                     outcome: "denied".into(),
                     code: "Unauthenticated".into(),
                     ..Default::default()
                 });
-                let status = tonic::Status::unauthenticated(e.to_string());
-                Box::pin(futures::future::ready(Ok(status.into_http())))
+                refuse(crate::error::ServiceError::Unauthenticated(e.to_string()))
             }
         }
     }
+}
+
+/// The answer to a call refused in the layer, before any handler.
+fn refuse<B, E>(
+    e: crate::error::ServiceError,
+) -> futures::future::BoxFuture<'static, Result<http::Response<AuditedBody<B>>, E>>
+where
+    B: Default + Send + 'static,
+    E: Send + 'static,
+{
+    let response = tonic::Status::from(e).into_http::<B>().map(AuditedBody::unaudited);
+    Box::pin(futures::future::ready(Ok(response)))
 }
 
 #[cfg(test)]

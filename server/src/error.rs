@@ -5,6 +5,7 @@
 use browserpool_pool::PoolError;
 use tonic::{Code, Status};
 
+use crate::audit::AuditError;
 use crate::auth::AuthError;
 use crate::store::StoreError;
 
@@ -45,6 +46,10 @@ pub enum ServiceError {
     Pool(#[from] PoolError),
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The audit trail cannot take the call's records: it is refused rather than run
+    /// unrecorded.
+    #[error(transparent)]
+    Audit(#[from] AuditError),
     #[error("{0}")]
     Internal(String),
     /// A browser-side failure of a whole RPC (context import/export).
@@ -76,7 +81,9 @@ impl From<ServiceError> for Status {
             ServiceError::WaitElapsed(_) => (Code::DeadlineExceeded, e.to_string()),
             ServiceError::QueueFull(_) => (Code::ResourceExhausted, e.to_string()),
             ServiceError::FailedPrecondition(_) => (Code::FailedPrecondition, e.to_string()),
-            ServiceError::ShuttingDown | ServiceError::Draining => (Code::Unavailable, e.to_string()),
+            ServiceError::ShuttingDown | ServiceError::Draining | ServiceError::Audit(_) => {
+                (Code::Unavailable, e.to_string())
+            }
             ServiceError::Pool(PoolError::Exhausted(wait)) => {
                 (Code::DeadlineExceeded, format!("no browser became free within {} ms", wait.as_millis()))
             }

@@ -1,4 +1,5 @@
-//! The HTTP side listener: `/healthz` (process up), `/readyz` (fit to take sessions) and
+//! The HTTP side listener: `/healthz` (process up), `/readyz` (fit to take sessions: not
+//! draining, the database takes writes, the audit trail is written, workers boot) and
 //! `/metrics` (Prometheus text).
 
 use std::fmt::Write;
@@ -10,11 +11,13 @@ use axum::routing::get;
 use axum::Router;
 
 use crate::sessions::Sessions;
+use crate::store::Store;
 
 /// What the handlers read.
 #[derive(Clone)]
 pub struct HttpState {
     pub sessions: Sessions,
+    pub store: Store,
 }
 
 /// The router of the side listener.
@@ -29,6 +32,14 @@ pub fn router(state: HttpState) -> Router {
 async fn readyz(State(state): State<HttpState>) -> impl IntoResponse {
     if state.sessions.draining() {
         return (StatusCode::SERVICE_UNAVAILABLE, "draining\n".to_string());
+    }
+    // Not ready while sessions could not be recorded, nor actions audited: both recover by
+    // themselves once the database takes writes again (the heartbeat writes every second).
+    if let Some(fault) = state.store.write_fault() {
+        return (StatusCode::SERVICE_UNAVAILABLE, format!("database refuses writes: {fault}\n"));
+    }
+    if let Some(fault) = state.sessions.audit().fault() {
+        return (StatusCode::SERVICE_UNAVAILABLE, format!("audit trail not written: {fault}\n"));
     }
     // Not ready while workers fail to boot: new sessions could not be served.
     match state.sessions.pool().last_boot_error() {
@@ -50,5 +61,28 @@ async fn metrics(State(state): State<HttpState>) -> impl IntoResponse {
     for (name, help, value) in gauges {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}");
     }
+    let audit = state.sessions.audit();
+    let store_gauges = [
+        ("browserpool_audit_queued", "Audit records waiting to be written (places taken included).", audit.queued()),
+        (
+            "browserpool_audit_writable",
+            "1 while the audit trail is written, 0 after a failed write.",
+            audit.healthy() as usize,
+        ),
+        (
+            "browserpool_store_writable",
+            "1 while the database takes writes.",
+            state.store.write_fault().is_none() as usize,
+        ),
+    ];
+    for (name, help, value) in store_gauges {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}");
+    }
+    let name = "browserpool_audit_refusals_lost_total";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Records of refused calls that found the audit queue full (logged instead).\n# TYPE {name} counter\n{name} {}",
+        audit.lost_refusals()
+    );
     ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], out)
 }

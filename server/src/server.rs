@@ -247,7 +247,7 @@ impl Bound {
             sessions.clone().heartbeat_loop(heartbeat_stop_rx).instrument(tracing::info_span!("replica_heartbeat")),
         );
         let mut http_shutdown = shutdown_rx.clone();
-        let http_state = crate::http::HttpState { sessions: sessions.clone() };
+        let http_state = crate::http::HttpState { sessions: sessions.clone(), store: store.clone() };
         let http_task = tokio::spawn(
             async move {
                 axum::serve(http, crate::http::router(http_state))

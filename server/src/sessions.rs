@@ -18,7 +18,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::admission::{Admission, AdmissionError, Quota, Slot};
-use crate::audit::AuditLog;
+use crate::audit::{AuditLog, Place};
 use crate::auth::{Claims, Scope};
 use crate::error::{Result, ServiceError};
 use crate::reaper::{self, Clock, Deadlines};
@@ -584,8 +584,9 @@ impl Sessions {
     }
 
     /// Runs one action on the caller's session. Never fails as a whole: every problem is in
-    /// the report, so a stream survives a bad action.
-    pub async fn act(&self, claims: &Claims, id: &str, input: ActionInput, rpc: &str) -> ActionReport {
+    /// the report, so a stream survives a bad action. Its record goes into `place`, taken
+    /// before (see [`AuditLog::reserve`]).
+    pub async fn act(&self, claims: &Claims, id: &str, input: ActionInput, rpc: &str, place: Place) -> ActionReport {
         let started = Instant::now();
         // Only what identifies the target: a URL without its query, a selector, never text.
         // Taken before the input moves into the action (a payload may be megabytes of HTML).
@@ -608,7 +609,7 @@ impl Sessions {
         if let Err(f) = &report.outcome {
             tracing::debug!(session = %id, action = %report.action, code = ?f.code, "action failed");
         }
-        self.inner.audit.record(crate::audit::Entry {
+        place.record(crate::audit::Entry {
             tenant: claims.tenant.clone(),
             subject: claims.sub.clone(),
             jti_hash: claims.jti_hash(),
@@ -728,9 +729,10 @@ impl Sessions {
             return Err(ServiceError::InvalidArgument(format!("actions[{i}]: a batch cannot contain a batch")));
         }
         self.attach(claims, id).await?;
+        let places = self.inner.audit.reserve_many(actions.len())?;
         let mut reports = Vec::with_capacity(actions.len());
-        for input in actions {
-            let report = self.act(claims, id, input, "/browserpool.v1.Sessions/Batch").await;
+        for (input, place) in actions.into_iter().zip(places) {
+            let report = self.act(claims, id, input, "/browserpool.v1.Sessions/Batch", place).await;
             let failed = report.outcome.is_err();
             reports.push(report);
             if failed && stop_on_error {

@@ -10,6 +10,7 @@
 
 use std::collections::BTreeMap;
 use std::str::FromStr;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use sqlx::postgres::{PgPool, PgPoolOptions};
@@ -32,6 +33,28 @@ pub enum StoreError {
     Corrupt(String),
     #[error("database file {path}: {source}")]
     File { path: String, source: std::io::Error },
+}
+
+impl StoreError {
+    /// Whether the database refused the write as a whole (full disk, lock held elsewhere, I/O
+    /// error, lost connection, no connection in time), rather than this one request (a
+    /// duplicate id, a check): only the first kind makes the store unfit to serve.
+    pub fn refuses_writes(&self) -> bool {
+        match self {
+            StoreError::Db(sqlx::Error::Database(e)) => matches!(e.kind(), sqlx::error::ErrorKind::Other),
+            StoreError::Db(e) => matches!(
+                e,
+                sqlx::Error::Io(_)
+                    | sqlx::Error::Tls(_)
+                    | sqlx::Error::Protocol(_)
+                    | sqlx::Error::PoolTimedOut
+                    | sqlx::Error::PoolClosed
+                    | sqlx::Error::WorkerCrashed
+            ),
+            StoreError::File { .. } => true,
+            _ => false,
+        }
+    }
 }
 
 /// A session row.
@@ -104,6 +127,8 @@ enum Backend {
 #[derive(Clone)]
 pub struct Store {
     backend: Backend,
+    /// Why the last write failed, while the database refuses writes; shared by the clones.
+    write_fault: Arc<Mutex<Option<String>>>,
 }
 
 static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
@@ -149,6 +174,45 @@ fn owner_only(db: &std::path::Path) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// The connection settings of every SQLite connection: WAL, foreign keys, and a busy timeout
+/// so a writer waits for another one (of this or another process) instead of failing at once.
+fn sqlite_options(options: SqliteConnectOptions) -> SqliteConnectOptions {
+    options
+        .create_if_missing(true)
+        .journal_mode(SqliteJournalMode::Wal)
+        .synchronous(SqliteSynchronous::Normal)
+        .foreign_keys(true)
+        .busy_timeout(Duration::from_secs(5))
+}
+
+/// The SQLite pool. A connection that comes back still inside a transaction is closed, never
+/// reused: when a write fails with SQLITE_FULL or SQLITE_IOERR, SQLite rolls the transaction
+/// back by itself, sqlx's own `ROLLBACK` then fails ("no transaction is active") and sqlx goes
+/// on counting the connection as inside one. Reused, its next `begin` would issue
+/// `SAVEPOINT` instead of `BEGIN` and a failed write would be undone with `ROLLBACK TO`, which
+/// leaves the transaction open: the connection keeps the database's write lock for good
+/// ("database is locked" for everyone else) and its later "commits" only release a savepoint,
+/// so writes that answered ok are never durable. Closing the connection ends whatever SQLite
+/// still holds for it.
+fn sqlite_pool(max_connections: u32) -> SqlitePoolOptions {
+    SqlitePoolOptions::new()
+        .max_connections(max_connections)
+        // Bounded like PostgreSQL's: a caller waits at most this long for a connection.
+        .acquire_timeout(Duration::from_secs(5))
+        .after_release(|conn, _| {
+            Box::pin(async move {
+                use sqlx::Connection;
+                // Runs the rollback a dropped transaction queued before looking.
+                conn.ping().await?;
+                if conn.is_in_transaction() {
+                    tracing::warn!("sqlite connection left inside a transaction by a failed write; closing it");
+                    return Ok(false);
+                }
+                Ok(true)
+            })
+        })
+}
+
 /// Takes the named lock (the row's write lock) until the transaction ends. Both backends block
 /// a second writer of the same row until the first commits.
 const LOCK: &str = "INSERT INTO locks (name, n) VALUES ($1, 1) ON CONFLICT (name) DO UPDATE SET n = locks.n + 1";
@@ -172,21 +236,36 @@ impl Store {
             if !(url.contains(":memory:") || url.contains("mode=memory")) {
                 owner_only(options.get_filename())?;
             }
-            let options = options
-                .create_if_missing(true)
-                .journal_mode(SqliteJournalMode::Wal)
-                .synchronous(SqliteSynchronous::Normal)
-                .foreign_keys(true)
-                .busy_timeout(Duration::from_secs(5));
-            let pool = SqlitePoolOptions::new().max_connections(4).connect_with(options).await?;
-            return Ok(Store { backend: Backend::Sqlite(pool) });
+            let pool = sqlite_pool(4).connect_with(sqlite_options(options)).await?;
+            return Ok(Store::with(Backend::Sqlite(pool)));
         }
         if url.starts_with("postgres:") || url.starts_with("postgresql:") {
             let pool =
                 PgPoolOptions::new().max_connections(8).acquire_timeout(Duration::from_secs(5)).connect(url).await?;
-            return Ok(Store { backend: Backend::Postgres(pool) });
+            return Ok(Store::with(Backend::Postgres(pool)));
         }
         Err(StoreError::UnsupportedUrl(url.split("://").next().unwrap_or(url).to_string()))
+    }
+
+    fn with(backend: Backend) -> Store {
+        Store { backend, write_fault: Arc::default() }
+    }
+
+    /// Why the database refuses writes, as the last write found it (the replica heartbeat
+    /// writes every second, so this is never older than that); `None` while writes succeed.
+    pub fn write_fault(&self) -> Option<String> {
+        self.write_fault.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Notes the outcome of a write for [`Store::write_fault`] and passes it on.
+    fn noted<T>(&self, result: Result<T, StoreError>) -> Result<T, StoreError> {
+        let mut fault = self.write_fault.lock().unwrap_or_else(|e| e.into_inner());
+        match &result {
+            Ok(_) => *fault = None,
+            Err(e) if e.refuses_writes() => *fault = Some(e.to_string().replace('\n', " ")),
+            Err(_) => {}
+        }
+        result
     }
 
     /// `sqlite` or `postgres`.
@@ -255,27 +334,32 @@ impl Store {
         now_ms: i64,
         on_conflict: &str,
     ) -> Result<Option<String>, StoreError> {
-        let sql = format!(
-            "INSERT INTO tenants (id, max_slots, max_queue, max_session_ttl_ms, idle_timeout_ms, allow_hosts, \
-             allow_private_networks, created_at_ms, epoch) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
-             ON CONFLICT (id) {on_conflict} RETURNING epoch"
-        );
-        let hosts = serde_json::to_string(&t.allow_hosts).unwrap_or_else(|_| "[]".into());
-        with_pool!(self, pool => sqlx::query(&sql)
-            .bind(&t.id)
-            .bind(t.max_slots as i64)
-            .bind(t.max_queue as i64)
-            .bind(t.max_session_ttl_ms as i64)
-            .bind(t.idle_timeout_ms as i64)
-            .bind(&hosts)
-            .bind(t.allow_private_networks)
-            .bind(now_ms)
-            .bind(epoch)
-            .fetch_optional(pool)
-            .await?
-            .map(|r| r.try_get::<String, _>("epoch"))
-            .transpose()
-            .map_err(StoreError::from))
+        self.noted(
+            async {
+                let sql = format!(
+                    "INSERT INTO tenants (id, max_slots, max_queue, max_session_ttl_ms, idle_timeout_ms, allow_hosts, \
+                 allow_private_networks, created_at_ms, epoch) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
+                 ON CONFLICT (id) {on_conflict} RETURNING epoch"
+                );
+                let hosts = serde_json::to_string(&t.allow_hosts).unwrap_or_else(|_| "[]".into());
+                with_pool!(self, pool => sqlx::query(&sql)
+                .bind(&t.id)
+                .bind(t.max_slots as i64)
+                .bind(t.max_queue as i64)
+                .bind(t.max_session_ttl_ms as i64)
+                .bind(t.idle_timeout_ms as i64)
+                .bind(&hosts)
+                .bind(t.allow_private_networks)
+                .bind(now_ms)
+                .bind(epoch)
+                .fetch_optional(pool)
+                .await?
+                .map(|r| r.try_get::<String, _>("epoch"))
+                .transpose()
+                .map_err(StoreError::from))
+            }
+            .await,
+        )
     }
 
     /// The tenant's epoch, if the tenant exists.
@@ -311,8 +395,11 @@ impl Store {
 
     /// Deletes a tenant; returns whether it existed.
     pub async fn delete_tenant(&self, id: &str) -> Result<bool, StoreError> {
-        let done = with_pool!(self, pool => sqlx::query("DELETE FROM tenants WHERE id = $1").bind(id).execute(pool).await?.rows_affected());
-        Ok(done > 0)
+        self.noted(async {
+            let done = with_pool!(self, pool => sqlx::query("DELETE FROM tenants WHERE id = $1").bind(id).execute(pool).await?.rows_affected());
+            Ok(done > 0)
+        }
+        .await)
     }
 
     /// The tenant, if it exists.
@@ -327,30 +414,33 @@ impl Store {
 
     /// Records a new session run by `replica` and its first transition, atomically.
     pub async fn insert_session(&self, s: &SessionRecord, replica: &str, reason: &str) -> Result<(), StoreError> {
-        let labels = serde_json::to_string(&s.labels).unwrap_or_else(|_| "{}".into());
-        with_pool!(self, pool => {
-            let mut tx = pool.begin().await?;
-            sqlx::query(
-                "INSERT INTO sessions (id, tenant, subject, worker_id, state, labels, created_at_ms, expires_at_ms, \
-                 idle_deadline_ms, queue_wait_ms, replica) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
-            )
-            .bind(&s.id)
-            .bind(&s.tenant)
-            .bind(&s.subject)
-            .bind(&s.worker_id)
-            .bind(s.state.as_str())
-            .bind(&labels)
-            .bind(s.created_at_ms)
-            .bind(s.expires_at_ms)
-            .bind(s.idle_deadline_ms)
-            .bind(s.queue_wait_ms as i64)
-            .bind(replica)
-            .execute(&mut *tx)
-            .await?;
-            sqlx::query(TRANSITION).bind(&s.id).bind(s.state.as_str()).bind(s.created_at_ms).bind(reason).execute(&mut *tx).await?;
-            tx.commit().await?;
-        });
-        Ok(())
+        self.noted(async {
+            let labels = serde_json::to_string(&s.labels).unwrap_or_else(|_| "{}".into());
+            with_pool!(self, pool => {
+                let mut tx = pool.begin().await?;
+                sqlx::query(
+                    "INSERT INTO sessions (id, tenant, subject, worker_id, state, labels, created_at_ms, expires_at_ms, \
+                     idle_deadline_ms, queue_wait_ms, replica) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+                )
+                .bind(&s.id)
+                .bind(&s.tenant)
+                .bind(&s.subject)
+                .bind(&s.worker_id)
+                .bind(s.state.as_str())
+                .bind(&labels)
+                .bind(s.created_at_ms)
+                .bind(s.expires_at_ms)
+                .bind(s.idle_deadline_ms)
+                .bind(s.queue_wait_ms as i64)
+                .bind(replica)
+                .execute(&mut *tx)
+                .await?;
+                sqlx::query(TRANSITION).bind(&s.id).bind(s.state.as_str()).bind(s.created_at_ms).bind(reason).execute(&mut *tx).await?;
+                tx.commit().await?;
+            });
+            Ok(())
+        }
+        .await)
     }
 
     /// Moves a session to a terminal state (CLOSED, EXPIRED, CRASHED, KILLED) and records the
@@ -362,35 +452,41 @@ impl Store {
         at_ms: i64,
         reason: &str,
     ) -> Result<bool, StoreError> {
-        with_pool!(self, pool => {
-            let mut tx = pool.begin().await?;
-            let changed = sqlx::query(
-                "UPDATE sessions SET state = $1, ended_at_ms = $2, end_reason = $3 WHERE id = $4 AND ended_at_ms IS NULL",
-            )
-            .bind(state.as_str())
-            .bind(at_ms)
-            .bind(reason)
-            .bind(id)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
-            if changed == 0 {
-                return Ok(false);
-            }
-            sqlx::query(TRANSITION).bind(id).bind(state.as_str()).bind(at_ms).bind(reason).execute(&mut *tx).await?;
-            tx.commit().await?;
-        });
-        Ok(true)
+        self.noted(async {
+            with_pool!(self, pool => {
+                let mut tx = pool.begin().await?;
+                let changed = sqlx::query(
+                    "UPDATE sessions SET state = $1, ended_at_ms = $2, end_reason = $3 WHERE id = $4 AND ended_at_ms IS NULL",
+                )
+                .bind(state.as_str())
+                .bind(at_ms)
+                .bind(reason)
+                .bind(id)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+                if changed == 0 {
+                    return Ok(false);
+                }
+                sqlx::query(TRANSITION).bind(id).bind(state.as_str()).bind(at_ms).bind(reason).execute(&mut *tx).await?;
+                tx.commit().await?;
+            });
+            Ok(true)
+        }
+        .await)
     }
 
     /// Pushes the idle deadline of a live session.
     pub async fn touch(&self, id: &str, idle_deadline_ms: i64) -> Result<(), StoreError> {
-        with_pool!(self, pool => { sqlx::query("UPDATE sessions SET idle_deadline_ms = $1 WHERE id = $2 AND ended_at_ms IS NULL")
-            .bind(idle_deadline_ms)
-            .bind(id)
-            .execute(pool)
-            .await?; });
-        Ok(())
+        self.noted(async {
+            with_pool!(self, pool => { sqlx::query("UPDATE sessions SET idle_deadline_ms = $1 WHERE id = $2 AND ended_at_ms IS NULL")
+                .bind(idle_deadline_ms)
+                .bind(id)
+                .execute(pool)
+                .await?; });
+            Ok(())
+        }
+        .await)
     }
 
     /// One session by id.
@@ -436,13 +532,16 @@ impl Store {
 
     /// Puts a token id on the deny-list; returns false when it already was.
     pub async fn revoke(&self, jti: &str, at_ms: i64) -> Result<bool, StoreError> {
-        let done = with_pool!(self, pool => sqlx::query("INSERT INTO revoked_tokens (jti, revoked_at_ms) VALUES ($1, $2) ON CONFLICT (jti) DO NOTHING")
-            .bind(jti)
-            .bind(at_ms)
-            .execute(pool)
-            .await?
-            .rows_affected());
-        Ok(done > 0)
+        self.noted(async {
+            let done = with_pool!(self, pool => sqlx::query("INSERT INTO revoked_tokens (jti, revoked_at_ms) VALUES ($1, $2) ON CONFLICT (jti) DO NOTHING")
+                .bind(jti)
+                .bind(at_ms)
+                .execute(pool)
+                .await?
+                .rows_affected());
+            Ok(done > 0)
+        }
+        .await)
     }
 
     /// Every revoked token id.
@@ -458,44 +557,47 @@ impl Store {
     /// Appends `entries` to the chain, in order, in one transaction: under the `audit` lock it
     /// reads the tail, so writers of several replicas extend one chain and never fork it.
     pub async fn append_audit(&self, entries: &[Entry], at_ms: i64) -> Result<(), StoreError> {
-        with_pool!(self, pool => {
-            let mut tx = pool.begin().await?;
-            sqlx::query(LOCK).bind("audit").execute(&mut *tx).await?;
-            let (seq, prev) = match sqlx::query("SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1")
-                .fetch_optional(&mut *tx)
-                .await?
-            {
-                Some(r) => (Cols(&r).get::<i64>("seq")? as u64, Cols(&r).get::<String>("hash")?),
-                None => (0, String::new()),
-            };
-            for r in crate::audit::chain(seq, prev, entries, at_ms) {
-                let e = &r.entry;
-                sqlx::query(
-                    "INSERT INTO audit (seq, at_ms, tenant, subject, jti_hash, session_id, rpc, action, alias_of, \
-                     target, outcome, code, duration_ms, prev_hash, hash) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
-                )
-                .bind(r.seq as i64)
-                .bind(r.at_ms)
-                .bind(&e.tenant)
-                .bind(&e.subject)
-                .bind(&e.jti_hash)
-                .bind(&e.session_id)
-                .bind(&e.rpc)
-                .bind(&e.action)
-                .bind(&e.alias_of)
-                .bind(&e.target)
-                .bind(&e.outcome)
-                .bind(&e.code)
-                .bind(e.duration_ms as i64)
-                .bind(&r.prev_hash)
-                .bind(&r.hash)
-                .execute(&mut *tx)
-                .await?;
-            }
-            tx.commit().await?;
-        });
-        Ok(())
+        self.noted(async {
+            with_pool!(self, pool => {
+                let mut tx = pool.begin().await?;
+                sqlx::query(LOCK).bind("audit").execute(&mut *tx).await?;
+                let (seq, prev) = match sqlx::query("SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1")
+                    .fetch_optional(&mut *tx)
+                    .await?
+                {
+                    Some(r) => (Cols(&r).get::<i64>("seq")? as u64, Cols(&r).get::<String>("hash")?),
+                    None => (0, String::new()),
+                };
+                for r in crate::audit::chain(seq, prev, entries, at_ms) {
+                    let e = &r.entry;
+                    sqlx::query(
+                        "INSERT INTO audit (seq, at_ms, tenant, subject, jti_hash, session_id, rpc, action, alias_of, \
+                         target, outcome, code, duration_ms, prev_hash, hash) \
+                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
+                    )
+                    .bind(r.seq as i64)
+                    .bind(r.at_ms)
+                    .bind(&e.tenant)
+                    .bind(&e.subject)
+                    .bind(&e.jti_hash)
+                    .bind(&e.session_id)
+                    .bind(&e.rpc)
+                    .bind(&e.action)
+                    .bind(&e.alias_of)
+                    .bind(&e.target)
+                    .bind(&e.outcome)
+                    .bind(&e.code)
+                    .bind(e.duration_ms as i64)
+                    .bind(&r.prev_hash)
+                    .bind(&r.hash)
+                    .execute(&mut *tx)
+                    .await?;
+                }
+                tx.commit().await?;
+            });
+            Ok(())
+        }
+        .await)
     }
 
     /// Audit records matching the filter, newest first, at most `limit`.
@@ -529,65 +631,85 @@ impl Store {
     /// Beats a registered replica's heartbeat; false when it is not registered (any more:
     /// another replica found it silent for too long and swept it).
     pub async fn beat(&self, replica: &str, now_ms: i64) -> Result<bool, StoreError> {
-        let n = with_pool!(self, pool => sqlx::query("UPDATE replicas SET heartbeat_ms = $1 WHERE id = $2")
-            .bind(now_ms)
-            .bind(replica)
-            .execute(pool)
-            .await?
-            .rows_affected());
-        Ok(n > 0)
+        self.noted(
+            async {
+                let n = with_pool!(self, pool => sqlx::query("UPDATE replicas SET heartbeat_ms = $1 WHERE id = $2")
+                .bind(now_ms)
+                .bind(replica)
+                .execute(pool)
+                .await?
+                .rows_affected());
+                Ok(n > 0)
+            }
+            .await,
+        )
     }
 
     /// Registers a replica (or beats its heartbeat when it is registered).
     pub async fn heartbeat(&self, replica: &str, now_ms: i64) -> Result<(), StoreError> {
-        with_pool!(self, pool => { sqlx::query(
-            "INSERT INTO replicas (id, started_at_ms, heartbeat_ms) VALUES ($1, $2, $2) \
-             ON CONFLICT (id) DO UPDATE SET heartbeat_ms = excluded.heartbeat_ms",
+        self.noted(
+            async {
+                with_pool!(self, pool => { sqlx::query(
+                "INSERT INTO replicas (id, started_at_ms, heartbeat_ms) VALUES ($1, $2, $2) \
+                 ON CONFLICT (id) DO UPDATE SET heartbeat_ms = excluded.heartbeat_ms",
+            )
+            .bind(replica)
+            .bind(now_ms)
+            .execute(pool)
+            .await?; });
+                Ok(())
+            }
+            .await,
         )
-        .bind(replica)
-        .bind(now_ms)
-        .execute(pool)
-        .await?; });
-        Ok(())
     }
 
     /// A replica leaves: its row and its slot claims go.
     pub async fn deregister(&self, replica: &str) -> Result<(), StoreError> {
-        with_pool!(self, pool => {
-            let mut tx = pool.begin().await?;
-            sqlx::query("DELETE FROM slot_claims WHERE replica = $1").bind(replica).execute(&mut *tx).await?;
-            sqlx::query("DELETE FROM replicas WHERE id = $1").bind(replica).execute(&mut *tx).await?;
-            tx.commit().await?;
-        });
-        Ok(())
+        self.noted(
+            async {
+                with_pool!(self, pool => {
+                    let mut tx = pool.begin().await?;
+                    sqlx::query("DELETE FROM slot_claims WHERE replica = $1").bind(replica).execute(&mut *tx).await?;
+                    sqlx::query("DELETE FROM replicas WHERE id = $1").bind(replica).execute(&mut *tx).await?;
+                    tx.commit().await?;
+                });
+                Ok(())
+            }
+            .await,
+        )
     }
 
     /// Forgets replicas whose heartbeat is older than `stale_before` and their slot claims;
     /// returns the live sessions they (or runs before replicas were recorded) left behind, for
     /// the caller to mark crashed. Never returns sessions of `me`.
     pub async fn sweep_replicas(&self, me: &str, stale_before: i64) -> Result<Vec<String>, StoreError> {
-        with_pool!(self, pool => {
-            let mut tx = pool.begin().await?;
-            // Replicas first: a row beaten meanwhile is re-checked and kept (PostgreSQL), and
-            // only the claims of replicas actually removed go with them.
-            sqlx::query("DELETE FROM replicas WHERE heartbeat_ms < $1 AND id <> $2")
-                .bind(stale_before)
-                .bind(me)
-                .execute(&mut *tx)
-                .await?;
-            sqlx::query("DELETE FROM slot_claims WHERE replica NOT IN (SELECT id FROM replicas)")
-                .execute(&mut *tx)
-                .await?;
-            let rows = sqlx::query(
-                "SELECT id FROM sessions WHERE ended_at_ms IS NULL AND replica <> $1 \
-                 AND replica NOT IN (SELECT id FROM replicas)",
-            )
-            .bind(me)
-            .fetch_all(&mut *tx)
-            .await?;
-            tx.commit().await?;
-            rows.iter().map(|r| Cols(r).get("id")).collect()
-        })
+        self.noted(
+            async {
+                with_pool!(self, pool => {
+                    let mut tx = pool.begin().await?;
+                    // Replicas first: a row beaten meanwhile is re-checked and kept (PostgreSQL), and
+                    // only the claims of replicas actually removed go with them.
+                    sqlx::query("DELETE FROM replicas WHERE heartbeat_ms < $1 AND id <> $2")
+                        .bind(stale_before)
+                        .bind(me)
+                        .execute(&mut *tx)
+                        .await?;
+                    sqlx::query("DELETE FROM slot_claims WHERE replica NOT IN (SELECT id FROM replicas)")
+                        .execute(&mut *tx)
+                        .await?;
+                    let rows = sqlx::query(
+                        "SELECT id FROM sessions WHERE ended_at_ms IS NULL AND replica <> $1 \
+                         AND replica NOT IN (SELECT id FROM replicas)",
+                    )
+                    .bind(me)
+                    .fetch_all(&mut *tx)
+                    .await?;
+                    tx.commit().await?;
+                    rows.iter().map(|r| Cols(r).get("id")).collect()
+                })
+            }
+            .await,
+        )
     }
 
     /// Takes one of `tenant`'s `max_slots`, counted over every replica whose heartbeat is not
@@ -601,38 +723,46 @@ impl Store {
         now_ms: i64,
         stale_before: i64,
     ) -> Result<bool, StoreError> {
-        with_pool!(self, pool => {
-            let mut tx = pool.begin().await?;
-            sqlx::query(LOCK).bind(format!("tenant:{tenant}")).execute(&mut *tx).await?;
-            let row = sqlx::query(
-                "SELECT count(*) AS n FROM slot_claims c JOIN replicas r ON r.id = c.replica \
-                 WHERE c.tenant = $1 AND r.heartbeat_ms >= $2",
-            )
-            .bind(tenant)
-            .bind(stale_before)
-            .fetch_one(&mut *tx)
-            .await?;
-            let held: i64 = Cols(&row).get("n")?;
-            if held >= max_slots as i64 {
-                tx.rollback().await?;
-                return Ok(false);
+        self.noted(
+            async {
+                with_pool!(self, pool => {
+                    let mut tx = pool.begin().await?;
+                    sqlx::query(LOCK).bind(format!("tenant:{tenant}")).execute(&mut *tx).await?;
+                    let row = sqlx::query(
+                        "SELECT count(*) AS n FROM slot_claims c JOIN replicas r ON r.id = c.replica \
+                         WHERE c.tenant = $1 AND r.heartbeat_ms >= $2",
+                    )
+                    .bind(tenant)
+                    .bind(stale_before)
+                    .fetch_one(&mut *tx)
+                    .await?;
+                    let held: i64 = Cols(&row).get("n")?;
+                    if held >= max_slots as i64 {
+                        tx.rollback().await?;
+                        return Ok(false);
+                    }
+                    sqlx::query("INSERT INTO slot_claims (id, tenant, replica, created_at_ms) VALUES ($1, $2, $3, $4)")
+                        .bind(claim)
+                        .bind(tenant)
+                        .bind(replica)
+                        .bind(now_ms)
+                        .execute(&mut *tx)
+                        .await?;
+                    tx.commit().await?;
+                });
+                Ok(true)
             }
-            sqlx::query("INSERT INTO slot_claims (id, tenant, replica, created_at_ms) VALUES ($1, $2, $3, $4)")
-                .bind(claim)
-                .bind(tenant)
-                .bind(replica)
-                .bind(now_ms)
-                .execute(&mut *tx)
-                .await?;
-            tx.commit().await?;
-        });
-        Ok(true)
+            .await,
+        )
     }
 
     /// Gives a claimed slot back.
     pub async fn release_slot(&self, claim: &str) -> Result<(), StoreError> {
-        with_pool!(self, pool => { sqlx::query("DELETE FROM slot_claims WHERE id = $1").bind(claim).execute(pool).await?; });
-        Ok(())
+        self.noted(async {
+            with_pool!(self, pool => { sqlx::query("DELETE FROM slot_claims WHERE id = $1").bind(claim).execute(pool).await?; });
+            Ok(())
+        }
+        .await)
     }
 }
 
@@ -912,6 +1042,61 @@ mod tests {
         }
         // SAFETY: as above.
         unsafe { libc::umask(before) };
+    }
+
+    /// A write that fails because the disk is full must leave no transaction open on any
+    /// connection: SQLite rolls the transaction back by itself on SQLITE_FULL, and a connection
+    /// the pool still believes inside one would turn the next BEGIN into a SAVEPOINT whose
+    /// rollback keeps the write lock. `max_page_count` makes the file "full" without a small
+    /// disk; one connection makes the pool hand the failed one out again.
+    #[tokio::test]
+    async fn a_full_database_leaves_no_lock_held_and_loses_no_acknowledged_write() {
+        use sqlx::Connection;
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("t.db").display());
+        let setup = Store::open(&url).await.unwrap();
+        setup.insert_session(&record("s-1", "a", 10), "r-1", "acquired").await.unwrap();
+        let pages: i64 = match &setup.backend {
+            Backend::Sqlite(pool) => sqlx::query_scalar("PRAGMA page_count").fetch_one(pool).await.unwrap(),
+            Backend::Postgres(_) => unreachable!(),
+        };
+        setup.close().await;
+        let options = sqlite_options(SqliteConnectOptions::from_str(&url).unwrap())
+            .pragma("max_page_count", (pages + 4).to_string());
+        let store = Store::with(Backend::Sqlite(sqlite_pool(1).connect_with(options).await.unwrap()));
+        let entry = |n: usize| Entry {
+            tenant: "t".into(),
+            target: "x".repeat(900),
+            rpc: format!("/r{n}"),
+            ..Default::default()
+        };
+        let mut written = 0;
+        let full = loop {
+            match store.append_audit(&(0..8).map(entry).collect::<Vec<_>>(), 1).await {
+                Ok(()) => written += 8,
+                Err(e) => break e,
+            }
+            assert!(written < 10_000, "the file never filled up");
+        };
+        assert!(full.to_string().contains("full"), "{full}");
+        assert!(store.write_fault().is_some_and(|f| f.contains("full")), "{:?}", store.write_fault());
+        // A transaction on the same connection that writes, then fails (a duplicate id): a
+        // refusal of this one request, not of writes.
+        let duplicate = store.insert_session(&record("s-1", "a", 20), "r-1", "acquired").await.unwrap_err();
+        assert!(!duplicate.refuses_writes(), "{duplicate}");
+        // A write that needs no new page goes through, and the store says so.
+        store.touch("s-1", 99).await.unwrap();
+        assert_eq!(store.write_fault(), None);
+        // Another connection can take the write lock at once: nobody holds it.
+        let mut other = sqlx::SqliteConnection::connect(&url).await.unwrap();
+        sqlx::query("PRAGMA busy_timeout = 0").execute(&mut other).await.unwrap();
+        sqlx::query("BEGIN IMMEDIATE").execute(&mut other).await.expect("the write lock is free");
+        sqlx::query("ROLLBACK").execute(&mut other).await.unwrap();
+        // Every append that answered ok is on disk, as another connection sees it.
+        let on_disk: i64 = sqlx::query_scalar("SELECT count(*) FROM audit").fetch_one(&mut other).await.unwrap();
+        assert_eq!(on_disk, written as i64);
+        other.close().await.unwrap();
+        store.close().await;
     }
 
     #[tokio::test]

@@ -11,6 +11,7 @@ use tonic::{Request, Response, Status, Streaming};
 use tracing::Instrument;
 
 use super::{claims, claims_about, rpc_target};
+use crate::audit::Place;
 use crate::auth::Scope;
 use crate::context;
 use crate::convert::{
@@ -50,22 +51,23 @@ async fn stopped(shutdown: &mut watch::Receiver<bool>) {
     let _ = shutdown.wait_for(|v| *v).await;
 }
 
-/// New actions fail closed while the audit trail cannot be written.
-fn audit_down() -> Status {
-    Status::unavailable("the audit trail cannot be written; actions are refused until it recovers")
+/// A place for an action's record; refused (UNAVAILABLE) while the audit trail cannot be
+/// written or its queue is full, so no action runs unrecorded.
+fn audit_place(sessions: &Sessions) -> Result<Place, Status> {
+    Ok(sessions.audit().reserve().map_err(ServiceError::from)?)
 }
 
 /// Records a context transfer: origin, counts and the integrity hash, never the envelope.
 /// The origin is the client's text until an import canonicalizes it: its userinfo is dropped.
 fn audit_context(
-    sessions: &Sessions,
+    place: Place,
     claims: &crate::auth::Claims,
     rpc: &str,
     session: &str,
     env: &pb::ContextEnvelope,
     outcome: &str,
 ) {
-    sessions.audit().record(crate::audit::Entry {
+    place.record(crate::audit::Entry {
         tenant: claims.tenant.clone(),
         subject: claims.sub.clone(),
         jti_hash: claims.jti_hash(),
@@ -209,12 +211,15 @@ impl pb::sessions_server::Sessions for SessionsApi {
                 let mut pending = first.action;
                 loop {
                     if let Some(action) = pending.take() {
-                        if !sessions.audit().healthy() {
-                            let _ = tx.send(Err(audit_down())).await;
-                            break;
-                        }
+                        let place = match audit_place(&sessions) {
+                            Ok(place) => place,
+                            Err(status) => {
+                                let _ = tx.send(Err(status)).await;
+                                break;
+                            }
+                        };
                         let report = sessions
-                            .act(&claims, &session_id, action_input(action), "/browserpool.v1.Sessions/Drive")
+                            .act(&claims, &session_id, action_input(action), "/browserpool.v1.Sessions/Drive", place)
                             .await;
                         let event = pb::DriveEvent { kind: Some(pb::drive_event::Kind::Result(report_to_pb(report))) };
                         if tx.send(Ok(event)).await.is_err() {
@@ -261,20 +266,17 @@ impl pb::sessions_server::Sessions for SessionsApi {
         let r = req.into_inner();
         self.sessions.attach(&claims, &r.session_id).await?;
         let action = r.action.ok_or_else(|| Status::from(ServiceError::InvalidArgument("action: required".into())))?;
-        if !self.sessions.audit().healthy() {
-            return Err(audit_down());
-        }
-        let report =
-            self.sessions.act(&claims, &r.session_id, action_input(action), "/browserpool.v1.Sessions/Act").await;
+        let place = audit_place(&self.sessions)?;
+        let report = self
+            .sessions
+            .act(&claims, &r.session_id, action_input(action), "/browserpool.v1.Sessions/Act", place)
+            .await;
         Ok(Response::new(report_to_pb(report)))
     }
 
     async fn batch(&self, req: Request<pb::BatchRequest>) -> Result<Response<pb::BatchResponse>, Status> {
         let claims = claims_about(&req)?;
         let r = req.into_inner();
-        if !self.sessions.audit().healthy() {
-            return Err(audit_down());
-        }
         let started = std::time::Instant::now();
         let inputs = r.actions.into_iter().map(action_input).collect();
         let reports = self.sessions.batch(&claims, &r.session_id, inputs, r.stop_on_error).await?;
@@ -327,9 +329,10 @@ impl pb::sessions_server::Sessions for SessionsApi {
             include_http_auth: r.include_http_auth,
             capture_user_agent: r.capture_user_agent,
         };
+        let place = audit_place(&self.sessions)?;
         let state = self.sessions.export_context(&claims, &r.session_id, opts).await?;
         let env = context::seal(state, now_ms());
-        audit_context(&self.sessions, &claims, "/browserpool.v1.Sessions/ExportContext", &r.session_id, &env, "ok");
+        audit_context(place, &claims, "/browserpool.v1.Sessions/ExportContext", &r.session_id, &env, "ok");
         // Never the envelope itself: only what identifies it.
         tracing::info!(session = %r.session_id, origin = %env.origin, cookies = env.cookies.len(), integrity = %env.integrity, "context exported");
         Ok(Response::new(env))
@@ -344,24 +347,18 @@ impl pb::sessions_server::Sessions for SessionsApi {
         require(&claims, Scope::ContextImport)?;
         let env = r.envelope.ok_or_else(|| Status::from(ServiceError::InvalidArgument("envelope: required".into())))?;
         context::check_bounds(&env)?;
+        let place = audit_place(&self.sessions)?;
         if let Err(integrity_error) = context::verify(&env) {
             // Still an owner check first, so a foreign id stays NOT_FOUND.
             self.sessions.attach(&claims, &r.session_id).await?;
             tracing::info!(session = %r.session_id, origin = %crate::audit::origin_target(&env.origin), "context refused: integrity mismatch");
-            audit_context(
-                &self.sessions,
-                &claims,
-                "/browserpool.v1.Sessions/ImportContext",
-                &r.session_id,
-                &env,
-                "error",
-            );
+            audit_context(place, &claims, "/browserpool.v1.Sessions/ImportContext", &r.session_id, &env, "error");
             return Ok(Response::new(pb::ImportContextResponse { ok: false, integrity_error, ..Default::default() }));
         }
         let (applied_cookies, applied_storage_keys) =
             self.sessions.import_context(&claims, &r.session_id, context::open(&env), r.strict_origin).await?;
         tracing::info!(session = %r.session_id, origin = %env.origin, cookies = applied_cookies, keys = applied_storage_keys, integrity = %env.integrity, "context imported");
-        audit_context(&self.sessions, &claims, "/browserpool.v1.Sessions/ImportContext", &r.session_id, &env, "ok");
+        audit_context(place, &claims, "/browserpool.v1.Sessions/ImportContext", &r.session_id, &env, "ok");
         Ok(Response::new(pb::ImportContextResponse {
             ok: true,
             applied_cookies,

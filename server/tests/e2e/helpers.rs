@@ -202,7 +202,8 @@ impl BinaryServer {
         BinaryServer::spawn_in(dir, first.database_url.clone(), Vec::new())
     }
 
-    fn spawn_in(dir: tempfile::TempDir, database_url: String, extra: Vec<String>) -> BinaryServer {
+    /// A server in `dir` on the database at `database_url`, with `extra` flags.
+    pub fn spawn_in(dir: tempfile::TempDir, database_url: String, extra: Vec<String>) -> BinaryServer {
         use std::io::{BufRead, BufReader};
         let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_browserpool"))
             .args([

@@ -7,6 +7,7 @@ mod chaos;
 mod context;
 mod dialogs;
 mod egress;
+mod faults;
 mod helpers;
 mod lifecycle;
 mod ops;
