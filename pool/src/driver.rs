@@ -676,7 +676,6 @@ impl Driver {
     }
 
     async fn answer(&self, open: OpenDialog, accept: bool, budget: Duration) -> ActResult<ActionOutput> {
-        let t = self.cfg.cdp_timeout;
         match &open.answer {
             Answer::Js => {
                 let tab = lock(&self.shared.tabs).list.iter().find(|tab| tab.target == open.target).cloned();
@@ -688,10 +687,8 @@ impl Driver {
                 if accept && open.info.kind == DialogKind::Prompt {
                     params.prompt_text = Some(open.prompt.clone().unwrap_or_else(|| open.info.default_prompt.clone()));
                 }
-                tokio::time::timeout(t, tab.page.execute(params))
-                    .await
-                    .map_err(|_| ActionFailure::new(FailureCode::Timeout, "browser did not answer in time"))?
-                    .map_err(ActionFailure::cdp)?;
+                // Bounded by the action's own deadline (see `run`).
+                tab.page.execute(params).await.map_err(ActionFailure::cdp)?;
                 // The closed event clears it too; clearing here lets the next action run at once.
                 if self.shared.close_dialog(open.seq).is_some() {
                     self.shared.events.emit(EventKind::DialogClosed {

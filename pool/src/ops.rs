@@ -68,7 +68,7 @@ impl Driver {
             "evaluate" => self.evaluate(&tab, &call.payload).await?,
             "screenshot" => self.screenshot(&tab, call, until).await?,
             "pdf" => self.pdf(&tab, &call.payload).await?,
-            "set_viewport" => self.set_viewport_action(&tab, &call.payload).await?,
+            "set_viewport" => self.set_viewport_action(&tab, &call.payload, until).await?,
             "load_html" => self.load_html(&tab, &call.payload).await?,
             "cookies" => self.cookies(&tab, &call.payload).await?,
             "url" => value(json!(page.url().await.map_err(ActionFailure::cdp)?.unwrap_or_default())),
@@ -379,10 +379,10 @@ impl Driver {
         Ok(ActionOutput { value: Value::Array(out), tab_index: active as i32, ..Default::default() })
     }
 
-    async fn set_viewport_action(&self, tab: &Tab, payload: &Value) -> ActResult<ActionOutput> {
+    async fn set_viewport_action(&self, tab: &Tab, payload: &Value, until: Instant) -> ActResult<ActionOutput> {
         let v = parse_viewport(payload)?;
         // Force a re-apply even if equal: cheap, and the caller asked for it.
-        self.set_viewport(v, self.cfg.cdp_timeout).await?;
+        self.set_viewport(v, until.saturating_duration_since(Instant::now())).await?;
         apply_viewport(&tab.page, v).await?;
         // State recreated by the emulation change must not lose load_html content.
         let kept = lock(&self.shared.loaded_html).get(&tab.target).cloned();

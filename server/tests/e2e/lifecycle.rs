@@ -112,3 +112,19 @@ async fn reflection_lists_services_without_a_token() {
     }
     server.stop().await;
 }
+
+#[test]
+fn a_bad_environment_value_is_an_error_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    // No subcommand: `serve` from the environment alone, as a container entrypoint runs it.
+    let out = Command::new(env!("CARGO_BIN_EXE_browserpool"))
+        .env("BROWSERPOOL_DATA_DIR", dir.path())
+        .env("BROWSERPOOL_SHUTDOWN_GRACE", "soon")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("--shutdown-grace") && stderr.contains("soon"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(!dir.path().join("profiles").exists(), "nothing started");
+}
