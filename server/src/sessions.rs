@@ -133,6 +133,8 @@ struct Live {
     stop: CancellationToken,
     /// How the session ended, for the action it interrupted.
     ended_as: Mutex<Option<SessionState>>,
+    /// Cancelled once its end is complete: recorded, worker killed, slot freed.
+    finished: CancellationToken,
 }
 
 impl Live {
@@ -188,6 +190,9 @@ struct Inner {
     draining: std::sync::atomic::AtomicBool,
     limits: Limits,
     live: Mutex<HashMap<String, Arc<Live>>>,
+    /// Sessions out of `live` whose end is under way, until it is done: `Get` reads their
+    /// terminal state here, and a second `end` waits for the first.
+    ending_now: Mutex<HashMap<String, Arc<Live>>>,
 }
 
 impl Sessions {
@@ -208,6 +213,7 @@ impl Sessions {
                 draining: std::sync::atomic::AtomicBool::new(false),
                 limits,
                 live: Mutex::new(HashMap::new()),
+                ending_now: Mutex::new(HashMap::new()),
             }),
         }
     }
@@ -288,6 +294,10 @@ impl Sessions {
 
     fn live_map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Live>>> {
         self.inner.live.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn ending_map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Live>>> {
+        self.inner.ending_now.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The pool behind the sessions.
@@ -479,6 +489,7 @@ impl Sessions {
                 lease: tokio::sync::Mutex::new(Some(lease)),
                 stop: CancellationToken::new(),
                 ended_as: Mutex::new(None),
+                finished: CancellationToken::new(),
             });
             tokio::spawn(this.clone().watch_browser(record.id.clone(), live.stop.clone(), died));
             this.live_map().insert(record.id.clone(), live);
@@ -520,7 +531,7 @@ impl Sessions {
 
     /// The caller's session, live or ended.
     pub async fn get(&self, claims: &Claims, id: &str) -> Result<SessionRecord> {
-        let live = self.live_map().get(id).cloned();
+        let live = self.live_map().get(id).cloned().or_else(|| self.ending_map().get(id).cloned());
         let record = match live {
             Some(live) => live.record.lock().unwrap_or_else(|e| e.into_inner()).clone(),
             None => self.inner.store.session(id).await?.ok_or_else(|| ServiceError::SessionNotFound(id.into()))?,
@@ -840,13 +851,27 @@ impl Sessions {
 
     /// Ends a live session: out of the map, terminal state recorded, worker killed. Returns
     /// false when it had already ended.
+    /// An end already under way elsewhere is waited for, so a caller that then reports the
+    /// end (an action that found its browser dead, say) never runs ahead of its record.
     pub async fn end(&self, id: &str, state: SessionState, reason: &str) -> Result<bool> {
-        let Some(live) = self.live_map().remove(id) else {
+        let taken = {
+            let mut live = self.live_map();
+            let taken = live.remove(id);
+            if let Some(taken) = &taken {
+                self.ending_map().insert(id.to_string(), taken.clone());
+            }
+            taken
+        };
+        let Some(live) = taken else {
+            let under_way = self.ending_map().get(id).cloned();
+            if let Some(other) = under_way {
+                other.finished.cancelled().await;
+            }
             return Ok(false);
         };
         // Counted until the worker is gone, so shutdown can wait for ends already under way
         // (the reaper's, say) and never return with a worker or profile still alive.
-        let _ending = Ending::new(&self.inner);
+        let _ending = Ending::new(&self.inner, id, &live);
         let at = self.now();
         {
             let mut rec = live.record.lock().unwrap_or_else(|e| e.into_inner());
@@ -1010,20 +1035,27 @@ impl Drop for Acting<'_> {
     }
 }
 
-/// Counts an end under way; dropping it (even by cancellation) un-counts it.
-struct Ending<'a>(&'a Inner);
+/// Counts an end under way; dropping it (even by cancellation) un-counts it, forgets the
+/// session and tells whoever waits for that end.
+struct Ending<'a> {
+    inner: &'a Inner,
+    id: String,
+    live: Arc<Live>,
+}
 
 impl<'a> Ending<'a> {
-    fn new(inner: &'a Inner) -> Self {
+    fn new(inner: &'a Inner, id: &str, live: &Arc<Live>) -> Self {
         inner.ending.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        Ending(inner)
+        Ending { inner, id: id.to_string(), live: live.clone() }
     }
 }
 
 impl Drop for Ending<'_> {
     fn drop(&mut self) {
-        self.0.ending.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
-        self.0.ended.notify_waiters();
+        self.inner.ending_now.lock().unwrap_or_else(|e| e.into_inner()).remove(&self.id);
+        self.live.finished.cancel();
+        self.inner.ending.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        self.inner.ended.notify_waiters();
     }
 }
 
