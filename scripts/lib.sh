@@ -12,6 +12,26 @@ ensure_chromium() {
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq chromium >/dev/null
 }
 
+# Installs Node (Debian's nodejs and npm) when missing, then the CDP clients the tests drive
+# (puppeteer-core and playwright-core, pinned by server/tests/cdp/package-lock.json). Neither
+# downloads a browser: they attach to the pool's.
+ensure_cdp_clients() {
+    if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+        echo "installing node and npm (apt-get)" >&2
+        local sudo=""
+        [ "$(id -u)" -eq 0 ] || sudo="sudo"
+        $sudo apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq nodejs npm >/dev/null
+    fi
+    local dir=server/tests/cdp
+    if [ ! -d "$dir/node_modules/puppeteer-core" ] || [ ! -d "$dir/node_modules/playwright-core" ] \
+        || [ "$dir/package-lock.json" -nt "$dir/node_modules/.package-lock.json" ]; then
+        echo "installing the CDP clients (npm ci in $dir)" >&2
+        (cd "$dir" && PUPPETEER_SKIP_DOWNLOAD=1 PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 \
+            npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+    fi
+}
+
 # Compiled dependencies are reused across clones when this directory survives; an empty one
 # just means a full build.
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/browserpool-target}"

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The whole test suite on a fresh Debian 12 machine with Rust: installs Chromium when missing,
+# The whole test suite on a fresh Debian 12 machine with Rust: installs Chromium, and Node with
+# the CDP clients (puppeteer-core, playwright-core) when missing,
 # runs every test (unit and end-to-end, real Chromium/SQLite/gRPC), then the server's tests
 # again on PostgreSQL (a local cluster is started when stopped; the half is skipped, saying
 # so, when none is installed), then checks that no Chromium process is left running.
@@ -8,6 +9,7 @@ cd "$(dirname "$0")/.."
 
 source scripts/lib.sh
 ensure_chromium
+ensure_cdp_clients
 
 # Every data dir, profile and lock of the suite lives under one directory, so the checks
 # below see only what the suite started (other Chromiums on the host are not ours).

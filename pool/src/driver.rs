@@ -434,6 +434,13 @@ impl Driver {
         *self.shared.net.policy.write().unwrap_or_else(|e| e.into_inner()) = policy;
     }
 
+    /// The session's network policy, shared with its egress proxy: the CDP proxy checks the
+    /// URLs a client names (`Target.createTarget`, `Page.navigate`) against it without taking
+    /// the session's action lock.
+    pub fn net(&self) -> Arc<WorkerNet> {
+        self.shared.net.clone()
+    }
+
     /// Checks a URL a client asked for against the policy, as written.
     pub(crate) fn check_url(&self, url: &str) -> ActResult<()> {
         self.shared.check(url).map_err(|why| ActionFailure::new(FailureCode::BlockedByPolicy, why))

@@ -141,7 +141,7 @@ fn canonical(ip: IpAddr) -> IpAddr {
 /// read per connection) and its own share of lookups and connections, so one tenant's page
 /// cannot starve another's.
 #[derive(Debug)]
-pub(crate) struct WorkerNet {
+pub struct WorkerNet {
     pub(crate) egress: Arc<Egress>,
     pub(crate) policy: RwLock<NavPolicy>,
     lookups: Arc<Semaphore>,
@@ -166,7 +166,7 @@ impl WorkerNet {
 
     /// [`NavPolicy::check`] under the current policy, without copying it (the request hook
     /// calls this for every request).
-    pub(crate) fn check_as_written(&self, url: &str) -> Result<(), String> {
+    pub fn check_as_written(&self, url: &str) -> Result<(), String> {
         self.policy.read().unwrap_or_else(|e| e.into_inner()).check(url)
     }
 

@@ -88,6 +88,8 @@ struct Worker {
     /// Turns `Some(why)` when the browser dies (see [`watch_death`]).
     died: watch::Receiver<Option<String>>,
     death_watch: tokio::task::JoinHandle<()>,
+    /// The browser's DevTools websocket (through its gate when it has a network namespace).
+    devtools_url: String,
     driver: Driver,
     started_at: SystemTime,
 }
@@ -410,6 +412,7 @@ async fn boot_worker(cfg: &PoolConfig, egress: &Arc<Egress>, id: WorkerId) -> Re
         max_html_bytes: cfg.max_html_bytes,
         max_tabs: cfg.max_tabs,
     };
+    let devtools_url = launched.ws_url.clone();
     let driver = match Driver::attach(launched.browser, &launched.ws_url, driver_cfg, net).await {
         Ok(driver) => driver,
         Err(e) => {
@@ -430,6 +433,7 @@ async fn boot_worker(cfg: &PoolConfig, egress: &Arc<Egress>, id: WorkerId) -> Re
         handler_task: launched.handler_task,
         died,
         death_watch,
+        devtools_url,
         driver,
         started_at: SystemTime::now(),
     })
@@ -490,6 +494,18 @@ impl Lease {
     /// Whether Chromium has exited under this lease.
     pub fn crashed(&mut self) -> bool {
         self.worker.as_mut().map(|w| w.process.exited() || w.died.borrow().is_some()).unwrap_or(true)
+    }
+
+    /// The browser's own DevTools websocket, for the server's CDP proxy alone: never hand it
+    /// out (it is reachable only from this host, and only through the worker's gate).
+    pub fn devtools_url(&self) -> &str {
+        &self.worker.as_ref().expect("lease holds its worker until release").devtools_url
+    }
+
+    /// The directory the session's downloads go to (inside the worker's profile, deleted with
+    /// it); not created until asked for.
+    pub fn download_dir(&self) -> std::path::PathBuf {
+        self.worker.as_ref().expect("lease holds its worker until release").process.profile.join("downloads")
     }
 
     /// Turns `Some(why)` as soon as the worker's browser dies (its process exits or its

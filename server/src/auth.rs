@@ -539,28 +539,47 @@ impl Epochs {
 /// (UNAVAILABLE).
 #[derive(Clone)]
 pub struct AuthLayer {
-    keys: Arc<Keys>,
-    revoked: Revocations,
-    epochs: Epochs,
+    tokens: TokenCheck,
     audit: crate::audit::AuditLog,
 }
 
 impl AuthLayer {
     pub fn new(keys: Arc<Keys>, revoked: Revocations, epochs: Epochs, audit: crate::audit::AuditLog) -> Self {
-        AuthLayer { keys, revoked, epochs, audit }
+        AuthLayer { tokens: TokenCheck { keys, revoked, epochs }, audit }
+    }
+}
+
+/// Everything a bearer token is checked against: signature and claims, the revoked-jti
+/// deny-list and its tenant's epoch. The gRPC layer and the CDP proxy share it.
+#[derive(Clone)]
+pub struct TokenCheck {
+    keys: Arc<Keys>,
+    revoked: Revocations,
+    epochs: Epochs,
+}
+
+impl TokenCheck {
+    pub fn new(keys: Arc<Keys>, revoked: Revocations, epochs: Epochs) -> Self {
+        TokenCheck { keys, revoked, epochs }
+    }
+
+    /// The claims of an `Authorization: Bearer <jwt>` header value.
+    pub fn verify_header(&self, header: Option<&str>) -> Result<Claims, AuthError> {
+        let claims = self.keys.verify_header(header)?;
+        if self.revoked.contains(&claims.jti) {
+            Err(AuthError::Invalid("token revoked".into()))
+        } else if !self.epochs.is_current(&claims.tenant, &claims.tenant_epoch) {
+            Err(AuthError::TenantGone)
+        } else {
+            Ok(claims)
+        }
     }
 }
 
 impl<S> tower::Layer<S> for AuthLayer {
     type Service = AuthService<S>;
     fn layer(&self, inner: S) -> Self::Service {
-        AuthService {
-            inner,
-            keys: self.keys.clone(),
-            revoked: self.revoked.clone(),
-            epochs: self.epochs.clone(),
-            audit: self.audit.clone(),
-        }
+        AuthService { inner, tokens: self.tokens.clone(), audit: self.audit.clone() }
     }
 }
 
@@ -568,9 +587,7 @@ impl<S> tower::Layer<S> for AuthLayer {
 #[derive(Clone)]
 pub struct AuthService<S> {
     inner: S,
-    keys: Arc<Keys>,
-    revoked: Revocations,
-    epochs: Epochs,
+    tokens: TokenCheck,
     audit: crate::audit::AuditLog,
 }
 
@@ -610,15 +627,7 @@ where
             return Box::pin(async move { Ok(fut.await?.map(AuditedBody::unaudited)) });
         }
         let header = req.headers().get(http::header::AUTHORIZATION).and_then(|v| v.to_str().ok());
-        let verified = self.keys.verify_header(header).and_then(|claims| {
-            if self.revoked.contains(&claims.jti) {
-                Err(AuthError::Invalid("token revoked".into()))
-            } else if !self.epochs.is_current(&claims.tenant, &claims.tenant_epoch) {
-                Err(AuthError::TenantGone)
-            } else {
-                Ok(claims)
-            }
-        });
+        let verified = self.tokens.verify_header(header);
         match verified {
             Ok(claims) if is_admin_rpc(&path) && !claims.is_admin() => {
                 tracing::info!(path = %path, tenant = %claims.tenant, subject = %claims.sub, "request refused: needs scope admin");

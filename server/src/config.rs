@@ -120,6 +120,20 @@ pub struct ServeArgs {
     /// Idle timeout of a session that does not ask for one.
     #[arg(long, env = "BROWSERPOOL_IDLE_TIMEOUT", default_value = "5m", value_parser = humantime::parse_duration)]
     pub idle_timeout: Duration,
+    /// Base URL clients reach the HTTP listener at, when it is not the listener's own address
+    /// (behind an ingress or a load balancer): `cdp_url`s are built on it. http(s):// is
+    /// turned into ws(s)://. Default: ws://<the HTTP listener's address>.
+    #[arg(long, env = "BROWSERPOOL_PUBLIC_URL", value_parser = parse_public_url)]
+    pub public_url: Option<String>,
+    /// Most CDP connections one session may have open at once.
+    #[arg(long, env = "BROWSERPOOL_CDP_MAX_CLIENTS", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
+    pub cdp_max_clients: u32,
+    /// Most CDP connections this server relays at once.
+    #[arg(long, env = "BROWSERPOOL_CDP_MAX_CONNECTIONS", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
+    pub cdp_max_connections: u32,
+    /// Largest CDP message either way, in bytes (a full-page screenshot is one message).
+    #[arg(long, env = "BROWSERPOOL_CDP_MAX_MESSAGE", default_value_t = 64 << 20)]
+    pub cdp_max_message: usize,
     /// On SIGTERM (or Ctrl-C): new sessions are refused at once, and actions already running
     /// get this long to finish; then every session still open is ended (KILLED when an action
     /// was cut short), and the server exits 0. Keep it under the orchestrator's kill grace.
@@ -151,6 +165,20 @@ pub struct ServeArgs {
     /// the environment); they win over DNS, and the navigation policy judges the IP given.
     #[arg(long = "resolve", env = "BROWSERPOOL_RESOLVE", value_delimiter = ',', value_parser = parse_resolve)]
     pub resolve: Vec<(String, std::net::IpAddr)>,
+}
+
+fn parse_public_url(s: &str) -> Result<String, String> {
+    let url = url::Url::parse(s).map_err(|e| format!("{s:?} is not a URL: {e}"))?;
+    let scheme = match url.scheme() {
+        "ws" | "http" => "ws",
+        "wss" | "https" => "wss",
+        other => return Err(format!("{s:?}: scheme {other} is not http, https, ws or wss")),
+    };
+    if url.query().is_some() || url.fragment().is_some() || url.host_str().is_none() {
+        return Err(format!("{s:?}: a base URL has a host and no query or fragment"));
+    }
+    let rest = &url.as_str()[url.scheme().len()..];
+    Ok(format!("{scheme}{}", rest.trim_end_matches('/')))
 }
 
 fn parse_resolve(s: &str) -> Result<(String, std::net::IpAddr), String> {
@@ -207,4 +235,19 @@ pub struct TokenIssueArgs {
     /// JWT algorithm if the signing key does not exist yet.
     #[arg(long, env = "BROWSERPOOL_JWT_ALG", value_enum, default_value = "hs256")]
     pub jwt_alg: JwtAlg,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn public_urls_become_websocket_bases() {
+        assert_eq!(parse_public_url("https://pool.example.com/").unwrap(), "wss://pool.example.com");
+        assert_eq!(parse_public_url("http://10.0.0.5:8080/bp").unwrap(), "ws://10.0.0.5:8080/bp");
+        assert_eq!(parse_public_url("wss://pool.example.com").unwrap(), "wss://pool.example.com");
+        assert!(parse_public_url("ftp://x").is_err());
+        assert!(parse_public_url("https://x/?a=1").is_err());
+        assert!(parse_public_url("pool.example.com").is_err());
+    }
 }

@@ -49,7 +49,7 @@ pub fn session_to_pb(r: &SessionRecord) -> pb::Session {
         idle_deadline: Some(timestamp(r.idle_deadline_ms)),
         worker_id: r.worker_id.clone(),
         queue_wait_ms: r.queue_wait_ms,
-        // The authenticated CDP proxy is not built yet, so no URL is handed out.
+        // Filled in by the Sessions adapter for the session's owners (it carries a ticket).
         cdp_url: String::new(),
         labels: r.labels.clone().into_iter().collect(),
     }

@@ -1,15 +1,22 @@
 //! The HTTP side listener: `/healthz` (process up), `/readyz` (fit to take sessions: not
-//! draining, the database takes writes, the audit trail is written, workers boot) and
-//! `/metrics` (Prometheus text).
+//! draining, the database takes writes, the audit trail is written, workers boot),
+//! `/metrics` (Prometheus text) and `/cdp/<session>`, the CDP proxy's WebSocket (see
+//! [`crate::cdp`]). Request paths are never logged: a `cdp_url` carries its ticket.
 
 use std::fmt::Write;
 
-use axum::extract::State;
-use axum::http::StatusCode;
-use axum::response::IntoResponse;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use axum::extract::ws::rejection::WebSocketUpgradeRejection;
+use axum::extract::{Path, Query, State, WebSocketUpgrade};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 
+use crate::auth::TokenCheck;
+use crate::cdp::{relay, CdpError, CdpLimits, CdpStats, Conn};
 use crate::sessions::Sessions;
 use crate::store::Store;
 
@@ -18,6 +25,9 @@ use crate::store::Store;
 pub struct HttpState {
     pub sessions: Sessions,
     pub store: Store,
+    pub tokens: TokenCheck,
+    pub cdp_limits: CdpLimits,
+    pub cdp_stats: Arc<CdpStats>,
 }
 
 /// The router of the side listener.
@@ -26,7 +36,136 @@ pub fn router(state: HttpState) -> Router {
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
+        .route("/cdp/{session}", get(cdp))
         .with_state(state)
+}
+
+#[derive(serde::Deserialize)]
+struct CdpQuery {
+    ticket: Option<String>,
+}
+
+/// Authenticates, then upgrades to the CDP relay. Every attempt is audited; refusals before
+/// the upgrade answer plain HTTP (401 without credentials, 404 for a session that is not the
+/// caller's or not live, 429 at the session's cap, 503 at the server's).
+async fn cdp(
+    State(state): State<HttpState>,
+    Path(session): Path<String>,
+    Query(query): Query<CdpQuery>,
+    headers: HeaderMap,
+    upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+) -> Response {
+    let started = std::time::Instant::now();
+    let header = headers.get(axum::http::header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+    let claims = match header.map(|h| state.tokens.verify_header(Some(h))) {
+        Some(Ok(claims)) => Some(claims),
+        Some(Err(e)) => return refuse_cdp(&state, None, &session, CdpError::BadToken(e.to_string())),
+        None => None,
+    };
+    let opened = (|| {
+        let upgrade = upgrade.map_err(|_| CdpError::NotUpgrade)?;
+        let place = state.sessions.audit().reserve_call().map_err(|e| CdpError::Audit(e.to_string()))?;
+        let access = state.sessions.cdp_open(
+            claims.as_ref(),
+            query.ticket.as_deref(),
+            &session,
+            state.cdp_limits.per_session,
+        )?;
+        let open = &state.cdp_stats.open;
+        let cap = state.cdp_limits.per_server;
+        let server_slot = open.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| (n < cap).then_some(n + 1));
+        if server_slot.is_err() {
+            return Err(CdpError::ServerFull(cap));
+        }
+        Ok((upgrade, place, access))
+    })();
+    let (upgrade, place, access) = match opened {
+        Ok(opened) => opened,
+        Err(e) => return refuse_cdp(&state, claims.as_ref(), &session, e),
+    };
+    let download_dir = match access.download_dir() {
+        Ok(dir) => dir,
+        Err(e) => {
+            tracing::error!(error = %e, "cdp proxy: cannot create the session's download directory");
+            state.cdp_stats.open.fetch_sub(1, Ordering::SeqCst);
+            return (StatusCode::INTERNAL_SERVER_ERROR, "internal error; see server log\n").into_response();
+        }
+    };
+    let record = access.record().clone();
+    let (tenant, subject, jti_hash) = match &claims {
+        Some(c) => (c.tenant.clone(), c.sub.clone(), c.jti_hash()),
+        None => (record.tenant.clone(), format!("{} (ticket)", record.subject), String::new()),
+    };
+    tracing::info!(session = %record.id, tenant = %tenant, "cdp client attached");
+    let limits = state.cdp_limits.clone();
+    let stats = state.cdp_stats.clone();
+    upgrade
+        .max_message_size(limits.max_message)
+        .max_frame_size(limits.max_message)
+        .on_upgrade(move |socket| async move {
+            // Held (with the session's CDP place) until the relay ends.
+            let access = Arc::new(access);
+            let conn = Conn {
+                devtools_url: access.devtools_url().to_string(),
+                download_dir,
+                net: access.net(),
+                stop: access.stop(),
+                stop_reason: Box::new({
+                    let access = access.clone();
+                    move || access.end_reason()
+                }),
+                on_activity: Box::new({
+                    let access = access.clone();
+                    move || access.touch()
+                }),
+                limits,
+                stats: stats.clone(),
+            };
+            let summary = relay(socket, conn).await;
+            stats.open.fetch_sub(1, Ordering::SeqCst);
+            tracing::info!(session = %record.id, close = %summary.close, frames_in = summary.frames_in, frames_out = summary.frames_out, "cdp client detached");
+            let refused: Vec<&str> = summary.refused.iter().map(String::as_str).collect();
+            place.record(crate::audit::Entry {
+                tenant,
+                subject,
+                jti_hash,
+                session_id: record.id.clone(),
+                rpc: CDP_RPC.into(),
+                target: format!(
+                    "frames in {} out {}; refused: {}",
+                    summary.frames_in,
+                    summary.frames_out,
+                    if refused.is_empty() { "none".to_string() } else { refused.join(" ") }
+                ),
+                outcome: if summary.failed { "error".into() } else { "ok".into() },
+                code: summary.close,
+                duration_ms: started.elapsed().as_millis().min(u32::MAX as u128) as u32,
+                ..Default::default()
+            });
+        })
+}
+
+/// The `rpc` of a CDP connection's audit record.
+pub const CDP_RPC: &str = "CDP /cdp/{session}";
+
+fn refuse_cdp(state: &HttpState, claims: Option<&crate::auth::Claims>, session: &str, e: CdpError) -> Response {
+    tracing::info!(session = %session, reason = %e, "cdp connection refused");
+    let status = e.status();
+    state.sessions.audit().record_refusal(crate::audit::Entry {
+        tenant: claims.map(|c| c.tenant.clone()).unwrap_or_default(),
+        subject: claims.map(|c| c.sub.clone()).unwrap_or_default(),
+        jti_hash: claims.map(|c| c.jti_hash()).unwrap_or_default(),
+        session_id: session.to_string(),
+        rpc: CDP_RPC.into(),
+        outcome: "denied".into(),
+        code: status.as_u16().to_string(),
+        ..Default::default()
+    });
+    let mut response = (status, format!("{e}\n")).into_response();
+    if status == StatusCode::UNAUTHORIZED {
+        response.headers_mut().insert(axum::http::header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    }
+    response
 }
 
 async fn readyz(State(state): State<HttpState>) -> impl IntoResponse {
@@ -78,6 +217,28 @@ async fn metrics(State(state): State<HttpState>) -> impl IntoResponse {
     for (name, help, value) in store_gauges {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}");
     }
+    let cdp = &state.cdp_stats;
+    let _ = writeln!(
+        out,
+        "# HELP browserpool_cdp_connections CDP proxy connections open.\n# TYPE browserpool_cdp_connections gauge\nbrowserpool_cdp_connections {}",
+        cdp.open.load(Ordering::Relaxed)
+    );
+    let _ = writeln!(out, "# HELP browserpool_cdp_frames_total CDP messages relayed, by direction.\n# TYPE browserpool_cdp_frames_total counter");
+    let _ = writeln!(
+        out,
+        "browserpool_cdp_frames_total{{direction=\"to_browser\"}} {}",
+        cdp.frames_in.load(Ordering::Relaxed)
+    );
+    let _ = writeln!(
+        out,
+        "browserpool_cdp_frames_total{{direction=\"to_client\"}} {}",
+        cdp.frames_out.load(Ordering::Relaxed)
+    );
+    let _ = writeln!(
+        out,
+        "# HELP browserpool_cdp_refused_total CDP messages refused by the proxy.\n# TYPE browserpool_cdp_refused_total counter\nbrowserpool_cdp_refused_total {}",
+        cdp.refused.load(Ordering::Relaxed)
+    );
     let name = "browserpool_audit_refusals_lost_total";
     let _ = writeln!(
         out,

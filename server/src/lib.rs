@@ -4,6 +4,7 @@
 pub mod admission;
 pub mod audit;
 pub mod auth;
+pub mod cdp;
 pub mod cli;
 pub mod config;
 pub mod context;

@@ -16,7 +16,8 @@ use tokio_stream::wrappers::TcpListenerStream;
 use tracing::Instrument;
 
 use crate::audit::{AuditLog, Writer};
-use crate::auth::{write_admin_token, AuthLayer, Epochs, Keys, Revocations};
+use crate::auth::{write_admin_token, AuthLayer, Epochs, Keys, Revocations, TokenCheck};
+use crate::cdp::CdpLimits;
 use crate::config::ServeArgs;
 use crate::grpc::{admin_api::AdminApi, sessions_api::SessionsApi};
 use crate::sessions::{now_ms, Limits, SessionState, Sessions};
@@ -45,6 +46,7 @@ pub struct Bound {
     max_html_bytes: usize,
     max_token_ttl: std::time::Duration,
     shutdown_grace: std::time::Duration,
+    cdp_limits: CdpLimits,
     /// Held while serving: no second server on this data dir.
     _dir_lock: DirLock,
 }
@@ -121,6 +123,7 @@ pub async fn bind(args: ServeArgs) -> anyhow::Result<Bound> {
     let replica_file = data_dir.join(REPLICA_FILE);
     let previous = std::fs::read_to_string(&replica_file).ok().map(|s| s.trim().to_string()).filter(|s| !s.is_empty());
     sessions.recover(previous.as_deref()).await?;
+    sessions.set_cdp_base(args.public_url.clone().unwrap_or_else(|| format!("ws://{http_addr}")));
     std::fs::write(&replica_file, sessions.replica_id())
         .with_context(|| format!("write {}", replica_file.display()))?;
     Ok(Bound {
@@ -139,6 +142,11 @@ pub async fn bind(args: ServeArgs) -> anyhow::Result<Bound> {
         max_html_bytes: args.max_html_bytes,
         max_token_ttl: args.max_token_ttl,
         shutdown_grace: args.shutdown_grace,
+        cdp_limits: CdpLimits {
+            max_message: args.cdp_max_message,
+            per_session: args.cdp_max_clients as usize,
+            per_server: args.cdp_max_connections as usize,
+        },
         _dir_lock: dir_lock,
     })
 }
@@ -211,6 +219,7 @@ impl Bound {
             audit,
             audit_writer,
             shutdown_grace,
+            cdp_limits,
             _dir_lock,
             ..
         } = self;
@@ -247,7 +256,13 @@ impl Bound {
             sessions.clone().heartbeat_loop(heartbeat_stop_rx).instrument(tracing::info_span!("replica_heartbeat")),
         );
         let mut http_shutdown = shutdown_rx.clone();
-        let http_state = crate::http::HttpState { sessions: sessions.clone(), store: store.clone() };
+        let http_state = crate::http::HttpState {
+            sessions: sessions.clone(),
+            store: store.clone(),
+            tokens: TokenCheck::new(keys.clone(), revoked.clone(), epochs.clone()),
+            cdp_limits,
+            cdp_stats: Default::default(),
+        };
         let http_task = tokio::spawn(
             async move {
                 axum::serve(http, crate::http::router(http_state))

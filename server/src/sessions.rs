@@ -135,6 +135,20 @@ struct Live {
     ended_as: Mutex<Option<SessionState>>,
     /// Cancelled once its end is complete: recorded, worker killed, slot freed.
     finished: CancellationToken,
+    /// What the CDP proxy needs, readable without the action lock (an action may hold it for
+    /// minutes while a CDP client attaches).
+    cdp: CdpTarget,
+}
+
+/// A session's browser as the CDP proxy reaches it.
+struct CdpTarget {
+    devtools_url: String,
+    download_dir: std::path::PathBuf,
+    net: Arc<browserpool_pool::egress::WorkerNet>,
+    /// The capability in `cdp_url`: 256 random bits, bound to this session, gone with it.
+    ticket: String,
+    /// CDP connections open now.
+    clients: std::sync::atomic::AtomicUsize,
 }
 
 impl Live {
@@ -193,6 +207,8 @@ struct Inner {
     /// Sessions out of `live` whose end is under way, until it is done: `Get` reads their
     /// terminal state here, and a second `end` waits for the first.
     ending_now: Mutex<HashMap<String, Arc<Live>>>,
+    /// Where `cdp_url`s point (set once at start).
+    cdp_base: std::sync::OnceLock<String>,
 }
 
 impl Sessions {
@@ -214,6 +230,7 @@ impl Sessions {
                 limits,
                 live: Mutex::new(HashMap::new()),
                 ending_now: Mutex::new(HashMap::new()),
+                cdp_base: std::sync::OnceLock::new(),
             }),
         }
     }
@@ -482,6 +499,13 @@ impl Sessions {
         tokio::spawn(async move {
             this.inner.store.insert_session(&record, &this.inner.replica, "acquired").await?;
             let died = lease.died();
+            let cdp = CdpTarget {
+                devtools_url: lease.devtools_url().to_string(),
+                download_dir: lease.download_dir(),
+                net: lease.driver().net(),
+                ticket: new_ticket()?,
+                clients: std::sync::atomic::AtomicUsize::new(0),
+            };
             let live = Arc::new(Live {
                 record: Mutex::new(record.clone()),
                 slot: Mutex::new(Some((slot, claim))),
@@ -490,6 +514,7 @@ impl Sessions {
                 stop: CancellationToken::new(),
                 ended_as: Mutex::new(None),
                 finished: CancellationToken::new(),
+                cdp,
             });
             tokio::spawn(this.clone().watch_browser(record.id.clone(), live.stop.clone(), died));
             this.live_map().insert(record.id.clone(), live);
@@ -499,6 +524,58 @@ impl Sessions {
         })
         .await
         .map_err(|e| ServiceError::Internal(format!("acquire task: {e}")))?
+    }
+
+    /// The session's `cdp_url` (with its ticket) while it is live here; empty otherwise.
+    pub fn cdp_url(&self, record: &SessionRecord) -> String {
+        let Some(live) = self.live_map().get(&record.id).cloned() else { return String::new() };
+        let base = self.inner.cdp_base.get().map(String::as_str).unwrap_or_default();
+        format!("{base}/cdp/{}?ticket={}", record.id, live.cdp.ticket)
+    }
+
+    /// Sets the base `cdp_url`s are built on (`ws://host:port` or `--public-url`).
+    pub fn set_cdp_base(&self, base: String) {
+        let _ = self.inner.cdp_base.set(base.trim_end_matches('/').to_string());
+    }
+
+    /// Opens a CDP connection to session `id` for the holder of `claims` (a bearer token) or
+    /// of `ticket`, within the per-session cap; the slot is held until the returned
+    /// [`CdpAccess`] drops.
+    pub fn cdp_open(
+        &self,
+        claims: Option<&Claims>,
+        ticket: Option<&str>,
+        id: &str,
+        per_session: usize,
+    ) -> std::result::Result<CdpAccess, crate::cdp::CdpError> {
+        use crate::cdp::CdpError;
+        let live = self.live_map().get(id).cloned();
+        let Some(live) = live else {
+            return Err(CdpError::NotFound(id.into()));
+        };
+        let record = live.record.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        match (claims, ticket) {
+            (Some(claims), _) => {
+                if !may_use(claims, &record) {
+                    return Err(CdpError::NotFound(id.into()));
+                }
+                if !claims.has(Scope::SessionsWrite) {
+                    return Err(CdpError::Scope);
+                }
+            }
+            (None, Some(ticket)) if same_secret(ticket, &live.cdp.ticket) => {}
+            (None, Some(_)) => return Err(CdpError::NotFound(id.into())),
+            (None, None) => return Err(CdpError::NoCredentials),
+        }
+        let clients = &live.cdp.clients;
+        let taken =
+            clients.fetch_update(std::sync::atomic::Ordering::SeqCst, std::sync::atomic::Ordering::SeqCst, |n| {
+                (n < per_session).then_some(n + 1)
+            });
+        if taken.is_err() {
+            return Err(CdpError::SessionFull { id: id.into(), cap: per_session });
+        }
+        Ok(CdpAccess { sessions: self.clone(), live, record })
     }
 
     /// Ends the session as CRASHED as soon as its browser dies, with nobody calling: its slot
@@ -985,6 +1062,61 @@ impl Sessions {
     }
 }
 
+/// One CDP connection's hold on its session: what the relay needs, and a place among the
+/// session's connections until dropped.
+pub struct CdpAccess {
+    sessions: Sessions,
+    live: Arc<Live>,
+    record: SessionRecord,
+}
+
+impl CdpAccess {
+    /// The session as it was when the connection opened.
+    pub fn record(&self) -> &SessionRecord {
+        &self.record
+    }
+
+    /// The browser's own DevTools websocket.
+    pub fn devtools_url(&self) -> &str {
+        &self.live.cdp.devtools_url
+    }
+
+    /// The session's download directory (created, owner only).
+    pub fn download_dir(&self) -> std::io::Result<String> {
+        let dir = &self.live.cdp.download_dir;
+        crate::auth::create_private_dir(dir)?;
+        Ok(dir.display().to_string())
+    }
+
+    pub fn net(&self) -> Arc<browserpool_pool::egress::WorkerNet> {
+        self.live.cdp.net.clone()
+    }
+
+    /// Cancelled when the session ends.
+    pub fn stop(&self) -> CancellationToken {
+        self.live.stop.clone()
+    }
+
+    /// Why the session ended, once it has.
+    pub fn end_reason(&self) -> String {
+        let state = self.live.ended_as.lock().unwrap_or_else(|e| e.into_inner()).unwrap_or(SessionState::Closed);
+        let rec = self.live.record.lock().unwrap_or_else(|e| e.into_inner());
+        format!("session ended ({}): {}", state.as_str(), rec.end_reason.clone().unwrap_or_default())
+    }
+
+    /// Pushes the session's idle deadline (CDP traffic is activity); in the background.
+    pub fn touch(&self) {
+        let (sessions, live) = (self.sessions.clone(), self.live.clone());
+        tokio::spawn(async move { sessions.touch(&live).await });
+    }
+}
+
+impl Drop for CdpAccess {
+    fn drop(&mut self) {
+        self.live.cdp.clients.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
 /// A tenant slot held in the database. Released explicitly when its session ends; dropped
 /// unreleased (a failed acquire), it is released in the background.
 struct Claim {
@@ -1100,6 +1232,18 @@ fn validate_viewport(v: Option<Viewport>) -> Result<Viewport> {
         )));
     }
     Ok(v)
+}
+
+/// A CDP ticket: 32 random bytes, hex.
+fn new_ticket() -> Result<String> {
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes).map_err(|e| ServiceError::Internal(format!("random: {e}")))?;
+    Ok(hex::encode(bytes))
+}
+
+/// Compares two secrets in time that does not depend on where they differ.
+fn same_secret(a: &str, b: &str) -> bool {
+    a.len() == b.len() && a.bytes().zip(b.bytes()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// Milliseconds since the epoch.

@@ -32,6 +32,12 @@ impl SessionsApi {
     pub fn new(sessions: Sessions, shutdown: watch::Receiver<bool>) -> Self {
         SessionsApi { sessions, shutdown }
     }
+
+    /// A session on the wire, with its `cdp_url` while it is live here (only its owners ever
+    /// read one: every caller of these rpcs passed the ownership check).
+    fn session(&self, record: &crate::store::SessionRecord) -> pb::Session {
+        pb::Session { cdp_url: self.sessions.cdp_url(record), ..session_to_pb(record) }
+    }
 }
 
 fn action_input(a: pb::Action) -> ActionInput {
@@ -118,7 +124,7 @@ impl pb::sessions_server::Sessions for SessionsApi {
             }
             tracing::info!(session = %record.id, origin = %env.origin, cookies = env.cookies.len(), integrity = %env.integrity, "context imported at acquire");
         }
-        Ok(Response::new(session_to_pb(&record)))
+        Ok(Response::new(self.session(&record)))
     }
 
     async fn release(&self, req: Request<pb::ReleaseRequest>) -> Result<Response<pb::ReleaseResponse>, Status> {
@@ -131,14 +137,14 @@ impl pb::sessions_server::Sessions for SessionsApi {
         let claims = claims_about(&req)?;
         let r = req.into_inner();
         let record = self.sessions.renew(&claims, &r.session_id, r.idle_timeout_ms).await?;
-        Ok(Response::new(session_to_pb(&record)))
+        Ok(Response::new(self.session(&record)))
     }
 
     async fn get(&self, req: Request<pb::GetSessionRequest>) -> Result<Response<pb::Session>, Status> {
         let claims = claims_about(&req)?;
         require(&claims, Scope::SessionsRead)?;
         let record = self.sessions.get(&claims, &req.get_ref().session_id).await?;
-        Ok(Response::new(session_to_pb(&record)))
+        Ok(Response::new(self.session(&record)))
     }
 
     async fn list(&self, req: Request<pb::ListSessionsRequest>) -> Result<Response<pb::ListSessionsResponse>, Status> {
@@ -147,7 +153,7 @@ impl pb::sessions_server::Sessions for SessionsApi {
         let state = state_from_pb(pb::SessionState::try_from(r.state).unwrap_or(pb::SessionState::Unspecified));
         let (rows, next_page_token) = self.sessions.list(&claims, state, r.page_size, &r.page_token).await?;
         Ok(Response::new(pb::ListSessionsResponse {
-            sessions: rows.iter().map(session_to_pb).collect(),
+            sessions: rows.iter().map(|r| self.session(r)).collect(),
             next_page_token,
         }))
     }
@@ -183,7 +189,7 @@ impl pb::sessions_server::Sessions for SessionsApi {
         let record = self.sessions.attach(&claims, &session_id).await?;
         let mut events = self.sessions.events(&claims, &session_id).await?;
         let (tx, rx) = mpsc::channel::<Result<pb::DriveEvent, Status>>(64);
-        let attached = pb::DriveEvent { kind: Some(pb::drive_event::Kind::Attached(session_to_pb(&record))) };
+        let attached = pb::DriveEvent { kind: Some(pb::drive_event::Kind::Attached(self.session(&record))) };
         tx.send(Ok(attached)).await.map_err(|_| Status::cancelled("client went away"))?;
         let sessions = self.sessions.clone();
         let span = tracing::info_span!("drive", session = %session_id);

@@ -3,6 +3,7 @@
 
 mod actions;
 mod auth;
+mod cdp;
 mod chaos;
 mod context;
 mod dialogs;

@@ -1,0 +1,444 @@
+//! The CDP proxy: a client's WebSocket (Puppeteer, Playwright, any raw CDP client) relayed to
+//! its session's browser.
+//!
+//! Every message the client sends is judged first ([`judge`]): methods that would reach
+//! outside the session are refused with a CDP error, download paths are rewritten into the
+//! session's own directory, and the URLs a client names are checked against the tenant's
+//! policy (the worker's egress proxy still judges every connection the browser opens, so a
+//! request the client sets up any other way is refused there). Messages from the browser are
+//! relayed as they are. Both directions apply backpressure: nothing is buffered beyond a few
+//! messages and the socket buffers, each bounded.
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_tungstenite::tungstenite::{self, protocol::WebSocketConfig};
+use axum::extract::ws::{CloseFrame, Message, WebSocket};
+use browserpool_pool::egress::WorkerNet;
+use futures::{SinkExt, StreamExt};
+use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
+
+/// Limits of the proxy (flags `--cdp-*`).
+#[derive(Debug, Clone)]
+pub struct CdpLimits {
+    /// Largest message either way, in bytes.
+    pub max_message: usize,
+    /// Most CDP connections to one session at once.
+    pub per_session: usize,
+    /// Most CDP connections to this server at once.
+    pub per_server: usize,
+}
+
+/// Why a CDP connection is refused before the upgrade; [`CdpError::status`] is the one
+/// mapping to HTTP.
+#[derive(Debug, thiserror::Error)]
+pub enum CdpError {
+    #[error("credentials required: an Authorization: Bearer token with sessions:write, or the ticket of the session's cdp_url")]
+    NoCredentials,
+    #[error("invalid token: {0}")]
+    BadToken(String),
+    #[error("this token lacks scope sessions:write")]
+    Scope,
+    #[error("no live session {0} here")]
+    NotFound(String),
+    #[error("session {0} is served by another replica")]
+    OtherReplica(String),
+    #[error("session {id} already has {cap} CDP connections (--cdp-max-clients)")]
+    SessionFull { id: String, cap: usize },
+    #[error("this server already relays {0} CDP connections (--cdp-max-connections)")]
+    ServerFull(usize),
+    #[error("a WebSocket upgrade is required")]
+    NotUpgrade,
+    #[error("the audit trail cannot take a record: {0}")]
+    Audit(String),
+}
+
+impl CdpError {
+    pub fn status(&self) -> axum::http::StatusCode {
+        use axum::http::StatusCode as S;
+        match self {
+            CdpError::NoCredentials | CdpError::BadToken(_) => S::UNAUTHORIZED,
+            CdpError::Scope => S::FORBIDDEN,
+            // Another tenant's session is answered like an unknown one.
+            CdpError::NotFound(_) => S::NOT_FOUND,
+            CdpError::OtherReplica(_) => S::CONFLICT,
+            CdpError::SessionFull { .. } => S::TOO_MANY_REQUESTS,
+            CdpError::ServerFull(_) | CdpError::Audit(_) => S::SERVICE_UNAVAILABLE,
+            CdpError::NotUpgrade => S::BAD_REQUEST,
+        }
+    }
+}
+
+/// Methods refused whatever their parameters, and why.
+pub const REFUSED: &[(&str, &str)] = &[
+    ("Browser.close", "the browser belongs to the pool: release the session instead"),
+    ("Browser.crash", "the browser belongs to the pool"),
+    ("Browser.crashGpuProcess", "the browser belongs to the pool"),
+    ("Browser.executeBrowserCommand", "browser commands act on the host's browser window"),
+    ("DOM.setFileInputFiles", "it reads files from the server's file system"),
+    ("Target.exposeDevToolsProtocol", "it hands the protocol to the page's own scripts, past this proxy"),
+    ("Target.sendMessageToTarget", "messages wrapped in it would pass unchecked: attach with flatten: true"),
+    ("Target.setRemoteLocations", "it makes the browser connect to other hosts"),
+];
+
+/// Domains refused whole, and why.
+pub const REFUSED_DOMAINS: &[(&str, &str)] = &[
+    ("Extensions.", "extensions load from the server's file system"),
+    ("PWA.", "installing web apps touches the host"),
+    ("Cast.", "cast discovery reaches the local network"),
+];
+
+/// What happens to one message a client sends.
+#[derive(Debug, PartialEq)]
+pub enum Verdict {
+    Forward,
+    /// Forward with these parameters instead.
+    Rewrite(Value),
+    /// Answer the client with a CDP error saying why; the browser never sees it.
+    Refuse(String),
+}
+
+/// Judges one client message by its method and parameters. `check_url` says why the
+/// session's policy refuses a URL, if it does; `download_dir` is the session's own.
+pub fn judge(
+    method: &str,
+    params: Option<&Value>,
+    download_dir: &str,
+    check_url: &dyn Fn(&str) -> Result<(), String>,
+) -> Verdict {
+    if let Some((_, why)) = REFUSED.iter().find(|(m, _)| *m == method) {
+        return Verdict::Refuse(why.to_string());
+    }
+    if let Some((_, why)) = REFUSED_DOMAINS.iter().find(|(d, _)| method.starts_with(d)) {
+        return Verdict::Refuse(why.to_string());
+    }
+    let param = |name: &str| params.and_then(|p| p.get(name));
+    match method {
+        // A context with its own proxy would bypass the worker's egress proxy, and with it the
+        // navigation policy; one without inherits it.
+        "Target.createBrowserContext"
+            if ["proxyServer", "proxyBypassList"].iter().any(|k| param(k).is_some_and(|v| !v.is_null())) =>
+        {
+            Verdict::Refuse("a browser context with its own proxy would bypass the session's network policy".into())
+        }
+        "Target.createTarget" | "Page.navigate" => match param("url").and_then(Value::as_str) {
+            Some(url) => match check_url(url) {
+                Ok(()) => Verdict::Forward,
+                Err(why) => Verdict::Refuse(format!("blocked by policy: {why}")),
+            },
+            None => Verdict::Forward,
+        },
+        // Kept (Playwright sends its own machine's artifacts dir on every connect), but the
+        // files land in the session's directory, never at a path of the server's choosing.
+        "Browser.setDownloadBehavior" | "Page.setDownloadBehavior" => {
+            let mut rewritten = params.cloned().unwrap_or_else(|| json!({}));
+            let allows = matches!(rewritten.get("behavior").and_then(Value::as_str), Some("allow" | "allowAndName"));
+            if allows || rewritten.get("downloadPath").is_some() {
+                rewritten["downloadPath"] = json!(download_dir);
+                Verdict::Rewrite(rewritten)
+            } else {
+                Verdict::Forward
+            }
+        }
+        _ => Verdict::Forward,
+    }
+}
+
+/// Everything a relay needs about its session.
+pub struct Conn {
+    /// The browser's own DevTools websocket.
+    pub devtools_url: String,
+    pub download_dir: String,
+    pub net: Arc<WorkerNet>,
+    /// Cancelled when the session ends (release, expiry, kill, crash) or the server stops.
+    pub stop: CancellationToken,
+    /// Why `stop` fired, for the close frame.
+    pub stop_reason: Box<dyn Fn() -> String + Send + Sync>,
+    /// Called at most once a second while frames flow: CDP traffic is activity.
+    pub on_activity: Box<dyn Fn() + Send + Sync>,
+    pub limits: CdpLimits,
+    pub stats: Arc<CdpStats>,
+}
+
+/// Counters for `/metrics`.
+#[derive(Debug, Default)]
+pub struct CdpStats {
+    pub open: AtomicUsize,
+    pub frames_in: AtomicU64,
+    pub frames_out: AtomicU64,
+    pub refused: AtomicU64,
+}
+
+/// How one connection went, for its audit record (never payloads).
+#[derive(Debug, Default)]
+pub struct Summary {
+    pub frames_in: u64,
+    pub frames_out: u64,
+    pub refused: BTreeSet<String>,
+    /// The close code and reason the client was sent (or saw).
+    pub close: String,
+    /// Whether the connection ended for a reason other than a close by either peer or the
+    /// session's end.
+    pub failed: bool,
+}
+
+/// Close codes (RFC 6455).
+const GOING_AWAY: u16 = 1001;
+const UNSUPPORTED: u16 = 1003;
+const TOO_BIG: u16 = 1009;
+const INTERNAL: u16 = 1011;
+
+enum End {
+    ClientClosed,
+    BrowserClosed,
+    Stopped,
+    /// Close the client with this code and reason.
+    Fail(u16, String),
+}
+
+/// Relays `client` to the session's browser until either side closes or the session ends.
+pub async fn relay(client: WebSocket, conn: Conn) -> Summary {
+    let mut summary = Summary::default();
+    let (mut client_tx, mut client_rx) = client.split();
+    let config = WebSocketConfig::default()
+        .max_message_size(Some(conn.limits.max_message))
+        .max_frame_size(Some(conn.limits.max_message));
+    let browser = async_tungstenite::tokio::connect_async_with_config(conn.devtools_url.as_str(), Some(config)).await;
+    let (mut browser_tx, mut browser_rx) = match browser {
+        Ok((ws, _)) => ws.split(),
+        Err(e) => {
+            tracing::warn!(error = %e, "cdp proxy: the session's browser cannot be reached");
+            let reason = "the session's browser cannot be reached";
+            let _ = client_tx.send(close(INTERNAL, reason)).await;
+            summary.close = format!("{INTERNAL} {reason}");
+            summary.failed = true;
+            return summary;
+        }
+    };
+    // One writer to the client: the browser's messages and our refusals share it. The
+    // channel is small, so a client that does not read slows the browser side down.
+    let (to_client, mut outbox) = tokio::sync::mpsc::channel::<Message>(16);
+    let writer = async move {
+        while let Some(msg) = outbox.recv().await {
+            let closing = matches!(msg, Message::Close(_));
+            if client_tx.send(msg).await.is_err() || closing {
+                break;
+            }
+        }
+        let _ = client_tx.close().await;
+    };
+    let last_activity = std::sync::Mutex::new(Instant::now() - Duration::from_secs(1));
+    let activity = || {
+        let mut last = last_activity.lock().unwrap_or_else(|e| e.into_inner());
+        if last.elapsed() >= Duration::from_secs(1) {
+            *last = Instant::now();
+            (conn.on_activity)();
+        }
+    };
+    let (mut frames_in, mut frames_out) = (0u64, 0u64);
+    let mut refused = BTreeSet::new();
+    let main = async {
+        let up = async {
+            let replies = to_client.clone();
+            loop {
+                let text = match client_rx.next().await {
+                    Some(Ok(Message::Text(text))) => text,
+                    Some(Ok(Message::Close(_))) | None => return End::ClientClosed,
+                    Some(Ok(Message::Binary(_))) => {
+                        return End::Fail(UNSUPPORTED, "CDP messages are JSON text frames".into())
+                    }
+                    Some(Ok(_)) => continue,
+                    Some(Err(e)) => return client_error(e),
+                };
+                frames_in += 1;
+                conn.stats.frames_in.fetch_add(1, Ordering::Relaxed);
+                activity();
+                let Ok(mut msg) = serde_json::from_str::<Value>(text.as_str()) else {
+                    return End::Fail(UNSUPPORTED, "a message is not JSON".into());
+                };
+                let method = msg.get("method").and_then(Value::as_str).unwrap_or_default().to_string();
+                let check = |url: &str| conn.net.check_as_written(url);
+                let out = match judge(&method, msg.get("params"), &conn.download_dir, &check) {
+                    Verdict::Forward => text.to_string(),
+                    Verdict::Rewrite(params) => {
+                        msg["params"] = params;
+                        msg.to_string()
+                    }
+                    Verdict::Refuse(why) => {
+                        tracing::info!(method = %method, reason = %why, "cdp proxy: method refused");
+                        conn.stats.refused.fetch_add(1, Ordering::Relaxed);
+                        let mut reply = json!({
+                            "id": msg.get("id").cloned().unwrap_or(Value::Null),
+                            "error": { "code": -32000, "message": format!("browserpool refuses {method}: {why}") },
+                        });
+                        if let Some(session) = msg.get("sessionId") {
+                            reply["sessionId"] = session.clone();
+                        }
+                        refused.insert(method);
+                        if replies.send(Message::Text(reply.to_string().into())).await.is_err() {
+                            return End::ClientClosed;
+                        }
+                        continue;
+                    }
+                };
+                if browser_tx.send(tungstenite::Message::text(out)).await.is_err() {
+                    return End::BrowserClosed;
+                }
+            }
+        };
+        let down = async {
+            loop {
+                let msg = match browser_rx.next().await {
+                    Some(Ok(tungstenite::Message::Text(text))) => Message::Text(text.as_str().into()),
+                    Some(Ok(tungstenite::Message::Binary(data))) => Message::Binary(data),
+                    Some(Ok(tungstenite::Message::Close(_))) | None => return End::BrowserClosed,
+                    Some(Ok(_)) => continue,
+                    Some(Err(tungstenite::Error::Capacity(_))) => {
+                        return End::Fail(TOO_BIG, "a message from the browser exceeds --cdp-max-message".into())
+                    }
+                    Some(Err(_)) => return End::BrowserClosed,
+                };
+                frames_out += 1;
+                conn.stats.frames_out.fetch_add(1, Ordering::Relaxed);
+                activity();
+                if to_client.send(msg).await.is_err() {
+                    return End::ClientClosed;
+                }
+            }
+        };
+        let end = tokio::select! {
+            end = up => end,
+            end = down => end,
+            _ = conn.stop.cancelled() => End::Stopped,
+        };
+        let (code, reason) = match end {
+            End::ClientClosed => (1000, "closed by the client".to_string()),
+            // The browser going away is most often its death, which ends the session within
+            // moments: say that, when it comes.
+            End::BrowserClosed => match tokio::time::timeout(Duration::from_secs(1), conn.stop.cancelled()).await {
+                Ok(()) => (GOING_AWAY, (conn.stop_reason)()),
+                Err(_) => (GOING_AWAY, "the session's browser closed the connection".to_string()),
+            },
+            End::Stopped => (GOING_AWAY, (conn.stop_reason)()),
+            End::Fail(code, reason) => (code, reason),
+        };
+        let _ = to_client.send(close(code, &reason)).await;
+        drop(to_client);
+        let _ = SinkExt::close(&mut browser_tx).await;
+        (code, reason)
+    };
+    let ((code, reason), ()) = tokio::join!(main, writer);
+    // The closing handshake: the client's own close (or anything else it still sends) is
+    // read for a moment, so the socket is not torn down under data in flight, which would
+    // reset it before the client reads our close frame.
+    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+        while let Some(Ok(msg)) = client_rx.next().await {
+            if matches!(msg, Message::Close(_)) {
+                break;
+            }
+        }
+    })
+    .await;
+    summary.frames_in = frames_in;
+    summary.frames_out = frames_out;
+    summary.refused = refused;
+    summary.failed = !matches!(code, 1000 | GOING_AWAY);
+    summary.close = format!("{code} {reason}");
+    summary
+}
+
+fn client_error(e: axum::Error) -> End {
+    let text = e.to_string();
+    if text.contains("too long") || text.contains("Space limit") || text.contains("capacity") {
+        End::Fail(TOO_BIG, "a message exceeds --cdp-max-message".into())
+    } else {
+        End::ClientClosed
+    }
+}
+
+fn close(code: u16, reason: &str) -> Message {
+    // A close reason is at most 123 bytes.
+    let mut reason = reason.to_string();
+    while reason.len() > 123 {
+        reason.pop();
+    }
+    Message::Close(Some(CloseFrame { code, reason: reason.into() }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn allow_all(_: &str) -> Result<(), String> {
+        Ok(())
+    }
+
+    fn no_loopback(url: &str) -> Result<(), String> {
+        if url.contains("127.0.0.1") || url.starts_with("file:") {
+            Err(format!("{url} is private"))
+        } else {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn methods_reaching_outside_the_session_are_refused() {
+        for method in
+            ["Browser.close", "DOM.setFileInputFiles", "Target.sendMessageToTarget", "Extensions.loadUnpacked"]
+        {
+            assert!(matches!(judge(method, None, "/d", &allow_all), Verdict::Refuse(_)), "{method}");
+        }
+        assert_eq!(judge("Runtime.evaluate", Some(&json!({"expression": "1"})), "/d", &allow_all), Verdict::Forward);
+        assert_eq!(judge("Browser.getVersion", None, "/d", &allow_all), Verdict::Forward);
+    }
+
+    #[test]
+    fn a_context_with_its_own_proxy_is_refused_one_without_is_not() {
+        let with = json!({"proxyServer": "http://10.0.0.1:3128"});
+        assert!(matches!(judge("Target.createBrowserContext", Some(&with), "/d", &allow_all), Verdict::Refuse(_)));
+        let bypass = json!({"proxyBypassList": "<-loopback>"});
+        assert!(matches!(judge("Target.createBrowserContext", Some(&bypass), "/d", &allow_all), Verdict::Refuse(_)));
+        let plain = json!({"disposeOnDetach": true});
+        assert_eq!(judge("Target.createBrowserContext", Some(&plain), "/d", &allow_all), Verdict::Forward);
+    }
+
+    #[test]
+    fn urls_a_client_names_meet_the_policy() {
+        let blocked = json!({"url": "http://127.0.0.1:8080/"});
+        for method in ["Target.createTarget", "Page.navigate"] {
+            match judge(method, Some(&blocked), "/d", &no_loopback) {
+                Verdict::Refuse(why) => assert!(why.contains("blocked by policy"), "{why}"),
+                other => panic!("{method}: {other:?}"),
+            }
+        }
+        let file = json!({"url": "file:///etc/passwd"});
+        assert!(matches!(judge("Page.navigate", Some(&file), "/d", &no_loopback), Verdict::Refuse(_)));
+        let fine = json!({"url": "https://example.com/"});
+        assert_eq!(judge("Page.navigate", Some(&fine), "/d", &no_loopback), Verdict::Forward);
+    }
+
+    #[test]
+    fn download_paths_land_in_the_session_dir() {
+        let asked = json!({"behavior": "allow", "downloadPath": "/home/ci/artifacts", "eventsEnabled": true});
+        match judge("Browser.setDownloadBehavior", Some(&asked), "/srv/s1/downloads", &allow_all) {
+            Verdict::Rewrite(p) => {
+                assert_eq!(p["downloadPath"], "/srv/s1/downloads");
+                assert_eq!(p["eventsEnabled"], true, "other parameters kept");
+            }
+            other => panic!("{other:?}"),
+        }
+        let no_path = json!({"behavior": "allowAndName"});
+        assert!(matches!(judge("Page.setDownloadBehavior", Some(&no_path), "/d", &allow_all), Verdict::Rewrite(_)));
+        let deny = json!({"behavior": "deny"});
+        assert_eq!(judge("Browser.setDownloadBehavior", Some(&deny), "/d", &allow_all), Verdict::Forward);
+    }
+
+    #[test]
+    fn close_reasons_fit_a_frame() {
+        let Message::Close(Some(frame)) = close(1001, &"x".repeat(300)) else { panic!("a close frame") };
+        assert_eq!(frame.reason.len(), 123);
+    }
+}
