@@ -533,6 +533,12 @@ impl Sessions {
         format!("{base}/cdp/{}?ticket={}", record.id, live.cdp.ticket)
     }
 
+    /// The browser's own DevTools websocket of a session live here. Never put on the wire:
+    /// only in-process callers (the CDP benchmark, measuring what the proxy adds) read it.
+    pub fn devtools_url(&self, id: &str) -> Option<String> {
+        self.live_map().get(id).map(|live| live.cdp.devtools_url.clone())
+    }
+
     /// Sets the base `cdp_url`s are built on (`ws://host:port` or `--public-url`).
     pub fn set_cdp_base(&self, base: String) {
         let _ = self.inner.cdp_base.set(base.trim_end_matches('/').to_string());
