@@ -12,21 +12,30 @@ use axum::Router;
 
 use crate::sessions::Sessions;
 use crate::store::Store;
+use crate::tls::{client_cert_gate, ClientCertGate, TlsMode};
+
+/// Paths under it need a verified client certificate while mutual TLS is on (probes and
+/// metrics stay open to kubelet and Prometheus).
+pub const CDP_PREFIX: &str = "/cdp/";
 
 /// What the handlers read.
 #[derive(Clone)]
 pub struct HttpState {
     pub sessions: Sessions,
     pub store: Store,
+    /// TLS on this listener: the scheme of URLs pointing at it, whether mTLS is on.
+    pub tls: TlsMode,
 }
 
 /// The router of the side listener.
 pub fn router(state: HttpState) -> Router {
+    let gate = ClientCertGate { prefix: CDP_PREFIX, mode: state.tls };
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .with_state(state)
+        .layer(axum::middleware::from_fn_with_state(gate, client_cert_gate))
 }
 
 async fn readyz(State(state): State<HttpState>) -> impl IntoResponse {
