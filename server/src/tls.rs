@@ -386,13 +386,15 @@ pub struct ClientCertGate {
 }
 
 impl ClientCertGate {
-    /// `Ok` when the request may go on; the 403 to send otherwise.
-    pub fn check(&self, path: &str, extensions: &axum::http::Extensions) -> Result<(), Response> {
-        if !self.mode.client_cert_required() || !path.starts_with(self.prefix) || ClientCert::of(extensions).verified {
-            return Ok(());
-        }
-        Err((StatusCode::FORBIDDEN, format!("{} needs a verified client certificate (mutual TLS)\n", self.prefix))
-            .into_response())
+    /// Whether a request for `path` with these extensions may go on.
+    pub fn allows(&self, path: &str, extensions: &axum::http::Extensions) -> bool {
+        !self.mode.client_cert_required() || !path.starts_with(self.prefix) || ClientCert::of(extensions).verified
+    }
+
+    /// The answer to a request the gate does not allow: 403, naming what is missing.
+    pub fn refusal(&self) -> Response {
+        (StatusCode::FORBIDDEN, format!("{} needs a verified client certificate (mutual TLS)\n", self.prefix))
+            .into_response()
     }
 }
 
@@ -400,9 +402,10 @@ impl ClientCertGate {
 /// certificate while mutual TLS is on. Use with
 /// `router.layer(axum::middleware::from_fn_with_state(gate, client_cert_gate))`.
 pub async fn client_cert_gate(State(gate): State<ClientCertGate>, req: Request, next: Next) -> Response {
-    match gate.check(req.uri().path(), req.extensions()) {
-        Ok(()) => next.run(req).await,
-        Err(refusal) => refusal,
+    if gate.allows(req.uri().path(), req.extensions()) {
+        next.run(req).await
+    } else {
+        gate.refusal()
     }
 }
 
@@ -862,12 +865,12 @@ mod tests {
         };
         let none = axum::http::Extensions::new();
         let gate = ClientCertGate { prefix: "/cdp/", mode: TlsMode::Mutual };
-        let refusal = gate.check("/cdp/abc", &none).unwrap_err();
-        assert_eq!(refusal.status(), StatusCode::FORBIDDEN);
-        assert!(gate.check("/cdp/abc", &verified).is_ok());
-        assert!(gate.check("/healthz", &none).is_ok());
+        assert!(!gate.allows("/cdp/abc", &none));
+        assert_eq!(gate.refusal().status(), StatusCode::FORBIDDEN);
+        assert!(gate.allows("/cdp/abc", &verified));
+        assert!(gate.allows("/healthz", &none));
         for mode in [TlsMode::Off, TlsMode::Tls] {
-            assert!(ClientCertGate { prefix: "/cdp/", mode }.check("/cdp/abc", &none).is_ok());
+            assert!(ClientCertGate { prefix: "/cdp/", mode }.allows("/cdp/abc", &none));
         }
     }
 
