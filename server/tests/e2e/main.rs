@@ -14,3 +14,4 @@ mod ops;
 mod replicas;
 mod sessions;
 mod tenants;
+mod tls;
