@@ -10,11 +10,26 @@
 //! client.release(&session.session_id).await?;
 //! # Ok(()) }
 //! ```
+//!
+//! Over TLS, with the CA that signed the server's certificate and, for a server with mutual
+//! TLS, a client certificate:
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), browserpool_client::Error> {
+//! use browserpool_client::{Client, TlsOptions};
+//! let tls = TlsOptions {
+//!     ca_pem: std::fs::read("ca.pem")?,
+//!     identity: Some((std::fs::read("client.pem")?, std::fs::read("client-key.pem")?)),
+//!     ..Default::default()
+//! };
+//! let client = Client::connect_tls("https://browserpool.example:50051", "<jwt>", tls).await?;
+//! # Ok(()) }
+//! ```
 
 pub use browserpool_proto::json::{from_json, to_json};
 use browserpool_proto::tonic::metadata::{Ascii, MetadataValue};
 use browserpool_proto::tonic::service::interceptor::InterceptedService;
-use browserpool_proto::tonic::transport::{Channel, Endpoint};
+use browserpool_proto::tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 use browserpool_proto::tonic::{self, Request, Status};
 pub use browserpool_proto::v1 as pb;
 
@@ -25,6 +40,9 @@ pub enum Error {
     Connect(#[from] tonic::transport::Error),
     #[error("token is not valid metadata")]
     BadToken,
+    /// Reading a CA or client certificate file (the SDK reads none itself; callers' `?`).
+    #[error("read tls file: {0}")]
+    TlsFile(#[from] std::io::Error),
     #[error("{}: {}", .0.code(), .0.message())]
     Status(#[from] Status),
 }
@@ -51,6 +69,19 @@ impl tonic::service::Interceptor for Bearer {
 pub type SessionsClient = pb::sessions_client::SessionsClient<InterceptedService<Channel, Bearer>>;
 pub type AdminClient = pb::admin_client::AdminClient<InterceptedService<Channel, Bearer>>;
 
+/// Trust and identity for an `https://` endpoint.
+#[derive(Clone, Debug, Default)]
+pub struct TlsOptions {
+    /// PEM CA certificate(s) the server's certificate must chain to.
+    pub ca_pem: Vec<u8>,
+    /// Client certificate chain and private key (both PEM), for a server with mutual TLS
+    /// (`--tls-client-ca`).
+    pub identity: Option<(Vec<u8>, Vec<u8>)>,
+    /// Name the server's certificate must carry; default: the endpoint's host (a name or an
+    /// IP address).
+    pub domain: Option<String>,
+}
+
 /// A connected client. Cheap to clone.
 #[derive(Clone)]
 pub struct Client {
@@ -59,9 +90,24 @@ pub struct Client {
 }
 
 impl Client {
-    /// Connects to `endpoint` (e.g. `http://127.0.0.1:50051`) with a JWT.
+    /// Connects to a plaintext `endpoint` (e.g. `http://127.0.0.1:50051`) with a JWT; see
+    /// [`Client::connect_tls`] for `https://`.
     pub async fn connect(endpoint: impl Into<String>, token: &str) -> Result<Client, Error> {
         let channel = Endpoint::from_shared(endpoint.into())?.connect().await?;
+        Client::with_channel(channel, token)
+    }
+
+    /// Connects to an `https://` endpoint with a JWT, trusting `tls.ca_pem` and presenting
+    /// `tls.identity` when given. The channel speaks HTTP/2 negotiated by ALPN.
+    pub async fn connect_tls(endpoint: impl Into<String>, token: &str, tls: TlsOptions) -> Result<Client, Error> {
+        let mut config = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(tls.ca_pem));
+        if let Some((cert, key)) = tls.identity {
+            config = config.identity(Identity::from_pem(cert, key));
+        }
+        if let Some(domain) = tls.domain {
+            config = config.domain_name(domain);
+        }
+        let channel = Endpoint::from_shared(endpoint.into())?.tls_config(config)?.connect().await?;
         Client::with_channel(channel, token)
     }
 

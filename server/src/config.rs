@@ -122,7 +122,7 @@ pub struct ServeArgs {
     pub idle_timeout: Duration,
     /// Base URL clients reach the HTTP listener at, when it is not the listener's own address
     /// (behind an ingress or a load balancer): `cdp_url`s are built on it. http(s):// is
-    /// turned into ws(s)://. Default: ws://<the HTTP listener's address>.
+    /// turned into ws(s)://. Default: ws://<the HTTP listener's address> (wss:// with TLS).
     #[arg(long, env = "BROWSERPOOL_PUBLIC_URL", value_parser = parse_public_url)]
     pub public_url: Option<String>,
     /// Most CDP connections one session may have open at once.
@@ -139,13 +139,19 @@ pub struct ServeArgs {
     /// was cut short), and the server exits 0. Keep it under the orchestrator's kill grace.
     #[arg(long, env = "BROWSERPOOL_SHUTDOWN_GRACE", default_value = "20s", value_parser = humantime::parse_duration)]
     pub shutdown_grace: Duration,
-    /// TLS certificate chain (PEM). TLS is not built yet: giving it is refused at start.
+    /// TLS certificate chain (PEM), leaf first. With --tls-key, both listeners serve TLS (gRPC
+    /// over h2, the HTTP listener https/wss). The files are re-read when they change on disk
+    /// (new connections get the new pair; a bad new pair is logged and the old one kept).
+    /// Missing, non-PEM, expired or mismatched files stop the server at start.
     #[arg(long, env = "BROWSERPOOL_TLS_CERT")]
     pub tls_cert: Option<PathBuf>,
-    /// TLS private key (PEM). Not built yet.
+    /// TLS private key (PEM: PKCS#8, PKCS#1 or SEC1) of --tls-cert; a key readable by group or
+    /// others is warned about.
     #[arg(long, env = "BROWSERPOOL_TLS_KEY")]
     pub tls_key: Option<PathBuf>,
-    /// CA bundle for client certificates (mTLS). Not built yet.
+    /// CA bundle (PEM) for client certificates: turns on mutual TLS. gRPC then refuses, at the
+    /// handshake, clients without a certificate chaining to it; on the HTTP listener only
+    /// /cdp/ needs one (/healthz, /readyz and /metrics stay open to probes). Read once at start.
     #[arg(long, env = "BROWSERPOOL_TLS_CLIENT_CA")]
     pub tls_client_ca: Option<PathBuf>,
     /// Longest lifetime `Admin/IssueToken` grants.

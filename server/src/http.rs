@@ -19,6 +19,11 @@ use crate::auth::TokenCheck;
 use crate::cdp::{relay, CdpError, CdpLimits, CdpStats, Conn};
 use crate::sessions::Sessions;
 use crate::store::Store;
+use crate::tls::{client_cert_gate, ClientCertGate, TlsMode};
+
+/// Paths under it need a verified client certificate while mutual TLS is on (probes and
+/// metrics stay open to kubelet and Prometheus).
+pub const CDP_PREFIX: &str = "/cdp/";
 
 /// What the handlers read.
 #[derive(Clone)]
@@ -28,16 +33,20 @@ pub struct HttpState {
     pub tokens: TokenCheck,
     pub cdp_limits: CdpLimits,
     pub cdp_stats: Arc<CdpStats>,
+    /// TLS on this listener: the scheme of URLs pointing at it, whether mTLS is on.
+    pub tls: TlsMode,
 }
 
 /// The router of the side listener.
 pub fn router(state: HttpState) -> Router {
+    let gate = ClientCertGate { prefix: CDP_PREFIX, mode: state.tls };
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .route("/cdp/{session}", get(cdp))
         .with_state(state)
+        .layer(axum::middleware::from_fn_with_state(gate, client_cert_gate))
 }
 
 #[derive(serde::Deserialize)]

@@ -17,6 +17,7 @@ pub mod server;
 pub mod sessions;
 pub mod store;
 pub mod telemetry;
+pub mod tls;
 
 pub use server::{bind, run, Bound};
 

@@ -22,6 +22,7 @@ use crate::config::ServeArgs;
 use crate::grpc::{admin_api::AdminApi, sessions_api::SessionsApi};
 use crate::sessions::{now_ms, Limits, SessionState, Sessions};
 use crate::store::{Store, TenantRecord};
+use crate::tls::{Tls, TlsListener, TlsMode};
 
 /// The tenant every fresh install has.
 pub const DEFAULT_TENANT: &str = "default";
@@ -47,6 +48,8 @@ pub struct Bound {
     max_token_ttl: std::time::Duration,
     shutdown_grace: std::time::Duration,
     cdp_limits: CdpLimits,
+    /// Both listeners' TLS, when `--tls-cert` is given.
+    tls: Option<Tls>,
     /// Held while serving: no second server on this data dir.
     _dir_lock: DirLock,
 }
@@ -57,9 +60,8 @@ const REPLICA_FILE: &str = "replica.id";
 
 /// Opens the store, loads keys, writes the admin token, starts the pool and binds sockets.
 pub async fn bind(args: ServeArgs) -> anyhow::Result<Bound> {
-    if args.tls_cert.is_some() || args.tls_key.is_some() || args.tls_client_ca.is_some() {
-        anyhow::bail!("--tls-cert/--tls-key/--tls-client-ca: TLS is not built in this version yet; serve plaintext on loopback or behind a TLS proxy");
-    }
+    // Bad TLS files stop the server before it takes the data dir or starts a browser.
+    let tls = Tls::from_files(args.tls_cert.as_deref(), args.tls_key.as_deref(), args.tls_client_ca.as_deref())?;
     let data_dir = args.store.data_dir.clone();
     create_data_dir(&data_dir)?;
     let dir_lock = DirLock::acquire(&data_dir).context("lock the data dir")?;
@@ -123,7 +125,8 @@ pub async fn bind(args: ServeArgs) -> anyhow::Result<Bound> {
     let replica_file = data_dir.join(REPLICA_FILE);
     let previous = std::fs::read_to_string(&replica_file).ok().map(|s| s.trim().to_string()).filter(|s| !s.is_empty());
     sessions.recover(previous.as_deref()).await?;
-    sessions.set_cdp_base(args.public_url.clone().unwrap_or_else(|| format!("ws://{http_addr}")));
+    let scheme = tls.as_ref().map_or(TlsMode::Off, Tls::mode).ws_scheme();
+    sessions.set_cdp_base(args.public_url.clone().unwrap_or_else(|| format!("{scheme}://{http_addr}")));
     std::fs::write(&replica_file, sessions.replica_id())
         .with_context(|| format!("write {}", replica_file.display()))?;
     Ok(Bound {
@@ -147,6 +150,7 @@ pub async fn bind(args: ServeArgs) -> anyhow::Result<Bound> {
             per_session: args.cdp_max_clients as usize,
             per_server: args.cdp_max_connections as usize,
         },
+        tls,
         _dir_lock: dir_lock,
     })
 }
@@ -201,6 +205,12 @@ impl Bound {
         &self.sessions
     }
 
+    /// Whether both listeners speak TLS, and mutual TLS; `tls_mode().ws_scheme()` is the
+    /// scheme of websocket URLs on the HTTP listener.
+    pub fn tls_mode(&self) -> TlsMode {
+        self.tls.as_ref().map_or(TlsMode::Off, Tls::mode)
+    }
+
     /// Serves gRPC and HTTP until `shutdown` resolves, then closes every session, kills every
     /// worker and waits for every background task.
     pub async fn serve(self, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
@@ -220,10 +230,12 @@ impl Bound {
             audit_writer,
             shutdown_grace,
             cdp_limits,
+            tls,
             _dir_lock,
             ..
         } = self;
-        tracing::info!(%grpc_addr, %http_addr, "serving");
+        let tls_mode = tls.as_ref().map_or(TlsMode::Off, Tls::mode);
+        tracing::info!(%grpc_addr, %http_addr, tls = ?tls_mode, "serving");
 
         // The audit writer stops after the sessions are closed (their records go in first).
         let (audit_stop_tx, audit_stop_rx) = watch::channel(false);
@@ -262,15 +274,17 @@ impl Bound {
             tokens: TokenCheck::new(keys.clone(), revoked.clone(), epochs.clone()),
             cdp_limits,
             cdp_stats: Default::default(),
+            tls: tls_mode,
         };
         let http_task = tokio::spawn(
-            async move {
-                axum::serve(http, crate::http::router(http_state))
-                    .with_graceful_shutdown(async move {
-                        let _ = http_shutdown.wait_for(|v| *v).await;
-                    })
-                    .await
-            }
+            crate::tls::serve_http(
+                http,
+                crate::http::router(http_state),
+                tls.as_ref().map(Tls::http_acceptor),
+                async move {
+                    let _ = http_shutdown.wait_for(|v| *v).await;
+                },
+            )
             .instrument(tracing::info_span!("http_listener")),
         );
 
@@ -318,7 +332,7 @@ impl Bound {
                 }
             })
         };
-        let served = tonic::transport::Server::builder()
+        let grpc_router = tonic::transport::Server::builder()
             .layer(AuthLayer::new(keys, revoked.clone(), epochs, audit.clone()))
             .add_service(health_service)
             .add_service(reflection_v1)
@@ -328,11 +342,17 @@ impl Bound {
                     .max_decoding_message_size(max_message)
                     .max_encoding_message_size(64 << 20),
             )
-            .add_service(AdminServer::new(admin_api))
-            .serve_with_incoming_shutdown(TcpListenerStream::new(grpc), async move {
-                let _ = stopping_rx.await;
-            })
-            .await;
+            .add_service(AdminServer::new(admin_api));
+        let stopping = async move {
+            let _ = stopping_rx.await;
+        };
+        let served = match &tls {
+            None => grpc_router.serve_with_incoming_shutdown(TcpListenerStream::new(grpc), stopping).await,
+            Some(tls) => {
+                let incoming = crate::tls::incoming(TlsListener::new(grpc, tls.grpc_acceptor()));
+                grpc_router.serve_with_incoming_shutdown(incoming, stopping).await
+            }
+        };
         let _ = shutdown_tx.send(true);
         // Every call has returned, so no action runs and the grace wait is over at once; a
         // serve that failed before any signal leaves nothing to wait for.

@@ -15,3 +15,4 @@ mod ops;
 mod replicas;
 mod sessions;
 mod tenants;
+mod tls;
