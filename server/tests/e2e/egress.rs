@@ -198,8 +198,16 @@ async fn no_page_reaches_a_private_address_or_a_devtools_port() {
     // `open` is an ordinary loopback service; `devtools` sits inside the workers' CDP port
     // range (workers skip a port already bound), standing in for another worker's DevTools.
     let open = Trap::start().await;
-    let devtools = Trap::start().await;
     let (redirect, redirects) = redirector().await;
+    // The CDP range starts at `devtools` and spans 40 ports: the other fixtures' ephemeral
+    // ports must not fall inside it (they would be refused as DevTools ports).
+    let devtools = loop {
+        let trap = Trap::start().await;
+        let range = trap.port..=trap.port.saturating_add(40);
+        if !range.contains(&open.port) && !range.contains(&redirect.port()) {
+            break trap;
+        }
+    };
     let server = TestServer::start_with(|a| {
         a.port_range = browserpool_pool::PortRange { start: devtools.port, end: devtools.port.saturating_add(40) };
         a.resolve = vec![
