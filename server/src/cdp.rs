@@ -206,15 +206,28 @@ pub async fn relay(client: WebSocket, conn: Conn) -> Summary {
     let config = WebSocketConfig::default()
         .max_message_size(Some(conn.limits.max_message))
         .max_frame_size(Some(conn.limits.max_message));
-    let browser = async_tungstenite::tokio::connect_async_with_config(conn.devtools_url.as_str(), Some(config)).await;
+    let browser = tokio::select! {
+        biased;
+        _ = conn.stop.cancelled() => None,
+        browser = async_tungstenite::tokio::connect_async_with_config(conn.devtools_url.as_str(), Some(config)) => Some(browser),
+    };
     let (mut browser_tx, mut browser_rx) = match browser {
-        Ok((ws, _)) => ws.split(),
-        Err(e) => {
-            tracing::warn!(error = %e, "cdp proxy: the session's browser cannot be reached");
-            let reason = "the session's browser cannot be reached";
-            let _ = client_tx.send(close(INTERNAL, reason)).await;
-            summary.close = format!("{INTERNAL} {reason}");
-            summary.failed = true;
+        Some(Ok((ws, _))) => ws.split(),
+        failed => {
+            // The session ending (its browser killed) is the usual reason; say so when it is.
+            let ended = match failed {
+                None => true,
+                Some(_) => tokio::time::timeout(Duration::from_secs(1), conn.stop.cancelled()).await.is_ok(),
+            };
+            let (code, reason) = if ended {
+                (GOING_AWAY, (conn.stop_reason)())
+            } else {
+                tracing::warn!("cdp proxy: the session's browser cannot be reached");
+                summary.failed = true;
+                (INTERNAL, "the session's browser cannot be reached".to_string())
+            };
+            let _ = client_tx.send(close(code, &reason)).await;
+            summary.close = format!("{code} {reason}");
             return summary;
         }
     };

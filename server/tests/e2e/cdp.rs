@@ -74,6 +74,21 @@ async fn connect(url: &str) -> Ws {
     async_tungstenite::tokio::connect_async(url).await.expect("cdp connection").0
 }
 
+/// Sends a command and returns its answer (events in between are skipped); it must not be
+/// an error.
+async fn answer_to(ws: &mut Ws, msg: Value) -> Value {
+    let id = msg["id"].clone();
+    ws.send(Message::text(msg.to_string())).await.unwrap();
+    loop {
+        let frame = tokio::time::timeout(Duration::from_secs(10), ws.next()).await.unwrap().unwrap().unwrap();
+        let v: Value = serde_json::from_str(frame.to_text().unwrap()).unwrap();
+        if v["id"] == id {
+            assert!(v.get("error").is_none(), "{v}");
+            return v;
+        }
+    }
+}
+
 /// Waits for the close frame; returns its code and reason.
 async fn close_of(ws: &mut Ws, within: Duration) -> (u16, String) {
     let deadline = tokio::time::Instant::now() + within;
@@ -85,6 +100,24 @@ async fn close_of(ws: &mut Ws, within: Duration) -> (u16, String) {
             Some(Ok(_)) => continue,
             Some(Err(e)) => panic!("no close frame: {e}"),
         }
+    }
+}
+
+/// The CDP records of a session once `done` holds for them (records are written off the hot
+/// path, so a query right after the fact may miss the last ones); panics after 10 s.
+async fn cdp_records_when(
+    server: &TestServer,
+    session: &str,
+    done: impl Fn(&[pb::AuditRecord]) -> bool,
+) -> Vec<pb::AuditRecord> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let records = cdp_records(server, session).await;
+        if done(&records) {
+            return records;
+        }
+        assert!(Instant::now() < deadline, "the expected CDP records never came: {records:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
@@ -132,7 +165,7 @@ async fn puppeteer_and_playwright_drive_a_session_through_cdp_url() {
     assert_eq!(heading, json!("Hello, puppeteer"));
 
     // One record per connection: who, frames, nothing refused; never the ticket or token.
-    let records = cdp_records(&server, &session.session_id).await;
+    let records = cdp_records_when(&server, &session.session_id, |r| r.len() >= 2).await;
     assert_eq!(records.len(), 2, "{records:?}");
     for r in &records {
         assert_eq!((r.tenant.as_str(), r.outcome.as_str()), ("default", "ok"), "{r:?}");
@@ -176,9 +209,15 @@ async fn cdp_credentials_are_checked_before_the_upgrade() {
     assert_eq!(upgrade_status(http, &bare, Some(&token), true).await, 101, "the owner's token");
 
     // Refusals are audited as denied, naming the session, never the ticket.
-    let records = cdp_records(&server, &session.session_id).await;
-    let denied: Vec<&str> = records.iter().filter(|r| r.outcome == "denied").map(|r| r.code.as_str()).collect();
-    assert!(denied.contains(&"401") && denied.contains(&"404") && denied.contains(&"403"), "{denied:?}");
+    let denied_codes = |records: &[pb::AuditRecord]| -> Vec<String> {
+        records.iter().filter(|r| r.outcome == "denied").map(|r| r.code.clone()).collect()
+    };
+    // 2 x 401, 3 x 404 (one names no live session, so it is not among this session's), 1 x 403.
+    let records = cdp_records_when(&server, &session.session_id, |r| denied_codes(r).len() >= 5).await;
+    let denied = denied_codes(&records);
+    for code in ["401", "404", "403"] {
+        assert!(denied.iter().any(|d| d == code), "{code} not in {denied:?}");
+    }
     server.stop().await;
 }
 
@@ -233,7 +272,7 @@ async fn a_hostile_cdp_client_is_contained_and_recorded() {
     let state = pb::SessionState::try_from(client.get(&session.session_id).await.unwrap().state).unwrap();
     assert_eq!(state, pb::SessionState::Ready);
 
-    let records = cdp_records(&server, &session.session_id).await;
+    let records = cdp_records_when(&server, &session.session_id, |r| r.iter().any(|r| r.outcome == "ok")).await;
     let record = records.iter().find(|r| r.outcome == "ok").expect("the connection's record");
     for method in ["Browser.close", "DOM.setFileInputFiles", "Page.navigate", "Target.createBrowserContext"] {
         assert!(record.target.contains(method), "{method} not in {record:?}");
@@ -287,10 +326,7 @@ async fn cdp_traffic_is_activity_and_a_client_may_come_back() {
     let mut ws = connect(&session.cdp_url).await;
     // 3 s of traffic, twice the idle timeout.
     for id in 0..10 {
-        ws.send(Message::text(json!({"id": id, "method": "Browser.getVersion"}).to_string())).await.unwrap();
-        let answer = tokio::time::timeout(Duration::from_secs(5), ws.next()).await.unwrap().unwrap().unwrap();
-        let answer: Value = serde_json::from_str(answer.to_text().unwrap()).unwrap();
-        assert_eq!(answer["id"], id);
+        let answer = answer_to(&mut ws, json!({"id": id, "method": "Browser.getVersion"})).await;
         assert!(answer["result"]["product"].as_str().unwrap().contains("Chrome"), "{answer}");
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
@@ -299,9 +335,8 @@ async fn cdp_traffic_is_activity_and_a_client_may_come_back() {
     // Gone and back: the session lives on, and the same URL attaches again.
     ws.close(None).await.unwrap();
     let mut again = connect(&session.cdp_url).await;
-    again.send(Message::text(json!({"id": 1, "method": "Target.getTargets"}).to_string())).await.unwrap();
-    let answer = tokio::time::timeout(Duration::from_secs(5), again.next()).await.unwrap().unwrap().unwrap();
-    assert!(answer.to_text().unwrap().contains("targetInfos"), "{answer}");
+    let answer = answer_to(&mut again, json!({"id": 1, "method": "Target.getTargets"})).await;
+    assert!(answer["result"]["targetInfos"].is_array(), "{answer}");
     drop(again);
     client.release(&session.session_id).await.unwrap();
     server.stop().await;
@@ -320,26 +355,15 @@ async fn messages_over_the_size_cap_close_the_connection_with_a_reason() {
     let (code, reason) = close_of(&mut ws, Duration::from_secs(5)).await;
     assert_eq!(code, 1009, "{reason}");
 
-    // From the browser: an answer over the cap.
+    // From the browser: an answer over the cap, on a page of the client's own.
     let mut ws = connect(&session.cdp_url).await;
-    let target = json!({"id": 1, "method": "Target.getTargets"}).to_string();
-    ws.send(Message::text(target)).await.unwrap();
-    let targets: Value = serde_json::from_str(
-        tokio::time::timeout(Duration::from_secs(5), ws.next()).await.unwrap().unwrap().unwrap().to_text().unwrap(),
-    )
-    .unwrap();
-    let page = targets["result"]["targetInfos"].as_array().unwrap().iter().find(|t| t["type"] == "page").unwrap()
-        ["targetId"]
-        .clone();
+    let created =
+        answer_to(&mut ws, json!({"id": 1, "method": "Target.createTarget", "params": {"url": "about:blank"}})).await;
+    let page = created["result"]["targetId"].clone();
     let attach = json!({"id": 2, "method": "Target.attachToTarget", "params": {"targetId": page, "flatten": true}});
-    ws.send(Message::text(attach.to_string())).await.unwrap();
-    let session_id = loop {
-        let msg = tokio::time::timeout(Duration::from_secs(5), ws.next()).await.unwrap().unwrap().unwrap();
-        let v: Value = serde_json::from_str(msg.to_text().unwrap()).unwrap();
-        if v["id"] == 2 {
-            break v["result"]["sessionId"].clone();
-        }
-    };
+    let attached = answer_to(&mut ws, attach).await;
+    let session_id = attached["result"]["sessionId"].clone();
+    assert!(session_id.is_string(), "{attached}");
     let big = json!({"id": 3, "sessionId": session_id, "method": "Runtime.evaluate", "params": {"expression": "'y'.repeat(200000)", "returnByValue": true}});
     ws.send(Message::text(big.to_string())).await.unwrap();
     let (code, reason) = close_of(&mut ws, Duration::from_secs(10)).await;
@@ -348,5 +372,59 @@ async fn messages_over_the_size_cap_close_the_connection_with_a_reason() {
     // The session is unharmed.
     ok(&act(&client, &session.session_id, action("evaluate", "", "1 + 1")).await);
     client.release(&session.session_id).await.unwrap();
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limits_metrics_public_url_downloads_and_actions_beside_a_client() {
+    let server = TestServer::start_with(|a| {
+        a.cdp_max_connections = 1;
+        a.public_url = Some("wss://pool.example.test/bp".into());
+    })
+    .await;
+    let client = server.admin().await;
+    let session = client.acquire(30_000).await.unwrap();
+    let id = session.session_id.clone();
+    let prefix = format!("wss://pool.example.test/bp/cdp/{id}?ticket=");
+    assert!(session.cdp_url.starts_with(&prefix), "{}", session.cdp_url);
+    let local = format!("ws://{}/cdp/{id}?ticket={}", server.http, &session.cdp_url[prefix.len()..]);
+
+    // One connection fills the server's cap; the next is refused with 503.
+    let mut ws = connect(&local).await;
+    match async_tungstenite::tokio::connect_async(local.as_str()).await {
+        Err(tungstenite::Error::Http(response)) => assert_eq!(response.status(), 503),
+        other => panic!("a second connection over the server's cap of 1: {:?}", other.map(|_| ())),
+    }
+    let metrics = crate::lifecycle::http_get(&format!("http://{}/metrics", server.http)).await;
+    assert!(metrics.contains("browserpool_cdp_connections 1"), "{metrics}");
+
+    // A download the client points at a path of its choosing lands in the session's own dir.
+    let elsewhere = tempfile::tempdir().unwrap();
+    let set = json!({"id": 1, "method": "Browser.setDownloadBehavior",
+        "params": {"behavior": "allow", "downloadPath": elsewhere.path(), "eventsEnabled": true}});
+    answer_to(&mut ws, set).await;
+    // gRPC actions run while the client is attached.
+    let page = r#"<a id="d" href="data:text/plain,hello" download="report.txt">get</a>"#;
+    ok(&act(&client, &id, action("load_html", "", page)).await);
+    ok(&act(&client, &id, action("click", "#d", json!(null))).await);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let landed = loop {
+        let found = std::fs::read_dir(server.profiles_dir())
+            .unwrap()
+            .flatten()
+            .map(|profile| profile.path().join("downloads/report.txt"))
+            .find(|p| p.exists());
+        if let Some(found) = found {
+            break found;
+        }
+        assert!(Instant::now() < deadline, "no download in the session's dir");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(std::fs::read_to_string(landed).unwrap(), "hello");
+    assert_eq!(std::fs::read_dir(elsewhere.path()).unwrap().count(), 0, "the client's path stayed empty");
+    drop(ws);
+    client.release(&id).await.unwrap();
+    let metrics = crate::lifecycle::http_get(&format!("http://{}/metrics", server.http)).await;
+    assert!(metrics.contains("browserpool_cdp_frames_total{direction=\"to_browser\"}"), "{metrics}");
     server.stop().await;
 }
