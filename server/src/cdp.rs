@@ -19,6 +19,7 @@ use axum::extract::ws::{CloseFrame, Message, WebSocket};
 use browserpool_pool::egress::WorkerNet;
 use futures::{SinkExt, StreamExt};
 use serde_json::{json, Value};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 /// Limits of the proxy (flags `--cdp-*`).
@@ -231,11 +232,13 @@ pub async fn relay(client: WebSocket, conn: Conn) -> Summary {
             return summary;
         }
     };
-    // One writer to the client: the browser's messages and our refusals share it. The
-    // channel is small, so a client that does not read slows the browser side down.
-    let (to_client, mut outbox) = tokio::sync::mpsc::channel::<Message>(16);
+    // One writer to the client: the browser's messages and our refusals share it. What waits
+    // for it is bounded in bytes (one largest message), so a client that does not read stops
+    // the proxy reading from the browser, whose own sends then wait: nothing piles up here.
+    let (to_client, mut outbox) = tokio::sync::mpsc::channel::<(Message, Option<OwnedSemaphorePermit>)>(16);
+    let budget = Arc::new(Semaphore::new(conn.limits.max_message));
     let writer = async move {
-        while let Some(msg) = outbox.recv().await {
+        while let Some((msg, _held_until_written)) = outbox.recv().await {
             let closing = matches!(msg, Message::Close(_));
             if client_tx.send(msg).await.is_err() || closing {
                 break;
@@ -291,7 +294,7 @@ pub async fn relay(client: WebSocket, conn: Conn) -> Summary {
                             reply["sessionId"] = session.clone();
                         }
                         refused.insert(method);
-                        if replies.send(Message::Text(reply.to_string().into())).await.is_err() {
+                        if replies.send((Message::Text(reply.to_string().into()), None)).await.is_err() {
                             return End::ClientClosed;
                         }
                         continue;
@@ -317,7 +320,16 @@ pub async fn relay(client: WebSocket, conn: Conn) -> Summary {
                 frames_out += 1;
                 conn.stats.frames_out.fetch_add(1, Ordering::Relaxed);
                 activity();
-                if to_client.send(msg).await.is_err() {
+                let size = match &msg {
+                    Message::Text(text) => text.len(),
+                    Message::Binary(data) => data.len(),
+                    _ => 0,
+                };
+                let bytes = size.clamp(1, conn.limits.max_message).min(u32::MAX as usize) as u32;
+                let Ok(permit) = budget.clone().acquire_many_owned(bytes).await else {
+                    return End::ClientClosed;
+                };
+                if to_client.send((msg, Some(permit))).await.is_err() {
                     return End::ClientClosed;
                 }
             }
@@ -338,7 +350,7 @@ pub async fn relay(client: WebSocket, conn: Conn) -> Summary {
             End::Stopped => (GOING_AWAY, (conn.stop_reason)()),
             End::Fail(code, reason) => (code, reason),
         };
-        let _ = to_client.send(close(code, &reason)).await;
+        let _ = to_client.send((close(code, &reason), None)).await;
         drop(to_client);
         let _ = SinkExt::close(&mut browser_tx).await;
         (code, reason)

@@ -428,3 +428,48 @@ async fn limits_metrics_public_url_downloads_and_actions_beside_a_client() {
     assert!(metrics.contains("browserpool_cdp_frames_total{direction=\"to_browser\"}"), "{metrics}");
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_does_not_read_holds_the_browser_back_and_loses_nothing() {
+    let server = TestServer::start_with(|a| a.cdp_max_message = 1 << 20).await;
+    let client = server.admin().await;
+    let session = client.acquire(30_000).await.unwrap();
+    let mut ws = connect(&session.cdp_url).await;
+    let created =
+        answer_to(&mut ws, json!({"id": 1, "method": "Target.createTarget", "params": {"url": "about:blank"}})).await;
+    let attach = json!({"id": 2, "method": "Target.attachToTarget",
+        "params": {"targetId": created["result"]["targetId"], "flatten": true}});
+    let session_id = answer_to(&mut ws, attach).await["result"]["sessionId"].clone();
+    let relayed = || async {
+        let metrics = crate::lifecycle::http_get(&format!("http://{}/metrics", server.http)).await;
+        let line =
+            metrics.lines().find(|l| l.starts_with("browserpool_cdp_frames_total{direction=\"to_client\"}")).unwrap();
+        line.rsplit(' ').next().unwrap().parse::<u64>().unwrap()
+    };
+    let before = relayed().await;
+
+    // 40 answers of 0.9 MB each (36 MB) asked for, none read for 3 s.
+    const ASKED: u64 = 40;
+    for id in 0..ASKED {
+        let msg = json!({"id": 100 + id, "sessionId": session_id, "method": "Runtime.evaluate",
+            "params": {"expression": "'z'.repeat(900000)", "returnByValue": true}});
+        ws.send(Message::text(msg.to_string())).await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let while_stalled = relayed().await - before;
+    println!("a client not reading: {while_stalled} of {ASKED} answers of 0.9 MB left the browser");
+    assert!(while_stalled < ASKED * 3 / 4, "the proxy kept reading for a client that does not: {while_stalled}");
+
+    // Reading again, every answer arrives, whole.
+    let mut answered = 0;
+    while answered < ASKED {
+        let frame = tokio::time::timeout(Duration::from_secs(20), ws.next()).await.unwrap().unwrap().unwrap();
+        let v: Value = serde_json::from_str(frame.to_text().unwrap()).unwrap();
+        if v["id"].as_u64().is_some_and(|id| id >= 100) {
+            assert_eq!(v["result"]["result"]["value"].as_str().map(str::len), Some(900_000), "id {}", v["id"]);
+            answered += 1;
+        }
+    }
+    client.release(&session.session_id).await.unwrap();
+    server.stop().await;
+}
