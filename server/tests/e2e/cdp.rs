@@ -473,3 +473,27 @@ async fn a_client_that_does_not_read_holds_the_browser_back_and_loses_nothing() 
     client.release(&session.session_id).await.unwrap();
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tickets_and_tokens_never_reach_the_log() {
+    let mut server = crate::helpers::BinaryServer::spawn().await;
+    let client = server.client().await;
+    let session = client.acquire(30_000).await.unwrap();
+    let ticket = session.cdp_url.rsplit("ticket=").next().unwrap().to_string();
+    assert_eq!(ticket.len(), 64);
+    // Attached by ticket and by token, refused once with a wrong ticket.
+    let mut ws = connect(&session.cdp_url).await;
+    answer_to(&mut ws, json!({"id": 1, "method": "Browser.getVersion"})).await;
+    drop(ws);
+    let wrong = format!("{}?ticket={}", without_ticket(&session.cdp_url), "f".repeat(64));
+    assert!(async_tungstenite::tokio::connect_async(wrong.as_str()).await.is_err());
+    client.release(&session.session_id).await.unwrap();
+    let token = server.token.clone();
+    let (status, log) = tokio::task::spawn_blocking(move || server.terminate()).await.unwrap();
+    assert_eq!(status.code(), Some(0));
+    assert!(log.iter().any(|l| l.contains("cdp client attached")), "the attach is logged");
+    for line in &log {
+        assert!(!line.contains(&ticket) && !line.contains(&"f".repeat(64)), "a ticket in the log: {line}");
+        assert!(!line.contains(&token) && !line.contains("eyJ"), "a token in the log: {line}");
+    }
+}
