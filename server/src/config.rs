@@ -9,7 +9,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 /// A pool of warm headless Chromium workers leased over gRPC.
 #[derive(Debug, Parser)]
-#[command(name = "browserpool", version, about = "A pool of warm headless Chromium workers, leased over gRPC")]
+#[command(name = "browserpool", version = crate::LONG_VERSION, about = "A pool of warm headless Chromium workers, leased over gRPC")]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Option<Command>,

@@ -226,6 +226,12 @@ async fn metrics(State(state): State<HttpState>) -> impl IntoResponse {
     for (name, help, value) in store_gauges {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}");
     }
+    let _ = writeln!(
+        out,
+        "# HELP browserpool_build_info This build's version and git revision.\n# TYPE browserpool_build_info gauge\nbrowserpool_build_info{{version=\"{}\",revision=\"{}\"}} 1",
+        crate::VERSION,
+        crate::REVISION
+    );
     let cdp = &state.cdp_stats;
     let _ = writeln!(
         out,

@@ -21,6 +21,12 @@ pub mod tls;
 
 pub use server::{bind, run, Bound};
 
+/// This build's version and the git revision it was built from (see `build.rs`).
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+pub const REVISION: &str = env!("BROWSERPOOL_GIT_REV");
+/// `--version`: `0.1.0 (rev 1a2b3c4d5e6f)`.
+pub const LONG_VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (rev ", env!("BROWSERPOOL_GIT_REV"), ")");
+
 /// Resolves on SIGTERM or SIGINT: the shutdown future `main` passes to [`run`].
 pub async fn shutdown_signal() {
     use tokio::signal::unix::{signal, SignalKind};

@@ -5,7 +5,14 @@ use clap::Parser;
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let cli = browserpool_server::config::Cli::parse();
-    browserpool_server::telemetry::init();
+    let format = match browserpool_server::telemetry::LogFormat::from_env() {
+        Ok(format) => format,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    browserpool_server::telemetry::init(format);
     match browserpool_server::cli::run(cli, browserpool_server::shutdown_signal()).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {

@@ -235,7 +235,7 @@ impl Bound {
             ..
         } = self;
         let tls_mode = tls.as_ref().map_or(TlsMode::Off, Tls::mode);
-        tracing::info!(%grpc_addr, %http_addr, tls = ?tls_mode, "serving");
+        tracing::info!(%grpc_addr, %http_addr, tls = ?tls_mode, version = crate::VERSION, revision = crate::REVISION, "serving");
 
         // The audit writer stops after the sessions are closed (their records go in first).
         let (audit_stop_tx, audit_stop_rx) = watch::channel(false);

@@ -128,3 +128,45 @@ fn a_bad_environment_value_is_an_error_naming_it() {
     assert!(!stderr.contains("panicked"), "{stderr}");
     assert!(!dir.path().join("profiles").exists(), "nothing started");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn version_revision_and_json_logs() {
+    let version = Command::new(env!("CARGO_BIN_EXE_browserpool")).arg("--version").output().unwrap();
+    let version = String::from_utf8_lossy(&version.stdout).trim().to_string();
+    let revision = browserpool_server::REVISION;
+    assert_eq!(version, format!("browserpool {} (rev {revision})", env!("CARGO_PKG_VERSION")));
+    assert!(revision == "unknown" || revision.bytes().all(|b| b.is_ascii_hexdigit()), "{revision}");
+
+    let bad = Command::new(env!("CARGO_BIN_EXE_browserpool")).env("BROWSERPOOL_LOG_FORMAT", "xml").output().unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("BROWSERPOOL_LOG_FORMAT: `xml` is not text or json"));
+
+    // JSON lines, the serving line naming the build; /metrics says the same.
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_browserpool"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--warm", "0"])
+        .arg("--data-dir")
+        .arg(dir.path())
+        .env("BROWSERPOOL_LOG_FORMAT", "json")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let serving = loop {
+        let line = lines.next().expect("the server logs `serving`").unwrap();
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+        assert!(v["level"].is_string() && v["timestamp"].is_string(), "{line}");
+        if v["fields"]["message"] == "serving" {
+            break v;
+        }
+    };
+    assert_eq!(serving["fields"]["revision"], revision);
+    let http = serving["fields"]["http_addr"].as_str().unwrap().to_string();
+    let metrics = http_get(&format!("http://{http}/metrics")).await;
+    let info = format!("browserpool_build_info{{version=\"{}\",revision=\"{revision}\"}} 1", env!("CARGO_PKG_VERSION"));
+    assert!(metrics.contains(&info), "{metrics}");
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    assert!(child.wait().unwrap().success());
+}
