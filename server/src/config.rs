@@ -134,9 +134,15 @@ pub struct ServeArgs {
     /// Largest CDP message either way, in bytes (a full-page screenshot is one message).
     #[arg(long, env = "BROWSERPOOL_CDP_MAX_MESSAGE", default_value_t = 64 << 20)]
     pub cdp_max_message: usize,
-    /// On SIGTERM (or Ctrl-C): new sessions are refused at once, and actions already running
-    /// get this long to finish; then every session still open is ended (KILLED when an action
-    /// was cut short), and the server exits 0. Keep it under the orchestrator's kill grace.
+    /// On SIGTERM (or Ctrl-C), first drain for up to this long: /readyz answers 503 and
+    /// Acquire UNAVAILABLE (clients go to other replicas) while live sessions keep working
+    /// until they end; those still live after it are ended as KILLED. 0 skips the drain.
+    #[arg(long, env = "BROWSERPOOL_DRAIN_TIMEOUT", default_value = "0s", value_parser = humantime::parse_duration)]
+    pub drain_timeout: Duration,
+    /// On SIGTERM (or Ctrl-C), after the drain: actions already running get this long to
+    /// finish; then every session still open is ended (KILLED when an action was cut short),
+    /// and the server exits 0. Keep drain and grace together under the orchestrator's kill
+    /// grace period.
     #[arg(long, env = "BROWSERPOOL_SHUTDOWN_GRACE", default_value = "20s", value_parser = humantime::parse_duration)]
     pub shutdown_grace: Duration,
     /// TLS certificate chain (PEM), leaf first. With --tls-key, both listeners serve TLS (gRPC

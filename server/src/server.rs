@@ -47,6 +47,7 @@ pub struct Bound {
     max_html_bytes: usize,
     max_token_ttl: std::time::Duration,
     shutdown_grace: std::time::Duration,
+    drain_timeout: std::time::Duration,
     cdp_limits: CdpLimits,
     /// Both listeners' TLS, when `--tls-cert` is given.
     tls: Option<Tls>,
@@ -145,6 +146,7 @@ pub async fn bind(args: ServeArgs) -> anyhow::Result<Bound> {
         max_html_bytes: args.max_html_bytes,
         max_token_ttl: args.max_token_ttl,
         shutdown_grace: args.shutdown_grace,
+        drain_timeout: args.drain_timeout,
         cdp_limits: CdpLimits {
             max_message: args.cdp_max_message,
             per_session: args.cdp_max_clients as usize,
@@ -229,6 +231,7 @@ impl Bound {
             audit,
             audit_writer,
             shutdown_grace,
+            drain_timeout,
             cdp_limits,
             tls,
             _dir_lock,
@@ -320,8 +323,17 @@ impl Bound {
             let sessions = sessions.clone();
             tokio::spawn(async move {
                 shutdown.await;
-                tracing::info!(grace = ?shutdown_grace, "shutting down: new sessions refused, running actions get the grace period");
                 sessions.set_draining(true);
+                // Draining: /readyz answers 503 and Acquire UNAVAILABLE, while live sessions go
+                // on as usual until they end or the drain timeout runs out.
+                if !drain_timeout.is_zero() && sessions.live_count() > 0 {
+                    tracing::info!(timeout = ?drain_timeout, sessions = sessions.live_count(), "draining: live sessions go on until they end");
+                    let left = sessions.wait_sessions(drain_timeout).await;
+                    if left > 0 {
+                        tracing::warn!(sessions = left, "the drain timeout ran out with sessions live");
+                    }
+                }
+                tracing::info!(grace = ?shutdown_grace, "shutting down: running actions get the grace period");
                 // Streams and loops watch this; they end so the graceful stop can finish.
                 let _ = tx.send(true);
                 let _ = stopping_tx.send(());
@@ -329,6 +341,8 @@ impl Bound {
                 if running > 0 {
                     tracing::warn!(running, "actions still running after the grace period: their sessions are killed");
                     sessions.end_all(SessionState::Killed, "server shutdown: the grace period ran out").await;
+                } else if !drain_timeout.is_zero() && sessions.live_count() > 0 {
+                    sessions.end_all(SessionState::Killed, "server shutdown: the drain timeout ran out").await;
                 }
             })
         };

@@ -1023,6 +1023,20 @@ impl Sessions {
         self.inner.deadlines.schedule(id, at_ms);
     }
 
+    /// Waits until no session is live here, at most `timeout`; returns how many still are.
+    pub async fn wait_sessions(&self, timeout: Duration) -> usize {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let notified = self.inner.ended.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let live = self.live_count();
+            if live == 0 || tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return self.live_count();
+            }
+        }
+    }
+
     /// Waits until no action runs, at most `grace`; returns how many still run then.
     pub async fn wait_actions(&self, grace: Duration) -> usize {
         let deadline = tokio::time::Instant::now() + grace;

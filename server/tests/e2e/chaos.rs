@@ -411,3 +411,55 @@ async fn a_second_server_on_a_data_dir_is_refused_and_leaves_the_first_alone() {
     ok(&act(&client, &id, action("evaluate", "", "1 + 1")).await);
     client.release(&id).await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_drains_live_sessions_keep_working_until_released() {
+    let mut server = BinaryServer::spawn_with(&["--drain-timeout", "60s", "--shutdown-grace", "2s"]).await;
+    let client = server.client().await;
+    let id = client.acquire(30_000).await.unwrap().session_id;
+    let (pid, http) = (server.pid(), server.http.clone());
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    let readyz = format!("http://{http}/readyz");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !crate::lifecycle::http_get(&readyz).await.starts_with("HTTP/1.1 503") {
+        assert!(Instant::now() < deadline, "/readyz never turned 503");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Draining: no new session, the live one works as before.
+    let refused = client.acquire(1_000).await.unwrap_err();
+    assert_eq!(crate::helpers::status_code(refused), tonic::Code::Unavailable);
+    assert_eq!(ok(&act(&client, &id, action("evaluate", "", "6 * 7")).await), json!(42));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(ok(&act(&client, &id, action("evaluate", "", "1 + 1")).await), json!(2));
+    // Released, the server finishes its stop at once and exits 0.
+    client.release(&id).await.unwrap();
+    let released = Instant::now();
+    let (status, log) = tokio::task::spawn_blocking(move || server.terminate_wait()).await.unwrap();
+    println!("drain: exit {:?} {:?} after the last session was released", status.code(), released.elapsed());
+    assert_eq!(status.code(), Some(0));
+    assert!(released.elapsed() < Duration::from_secs(10), "{:?}", released.elapsed());
+    assert!(log.iter().any(|l| l.contains("draining: live sessions go on")), "{log:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_that_runs_out_kills_what_is_left_and_exits_zero() {
+    let mut server = BinaryServer::spawn_with(&["--drain-timeout", "1s"]).await;
+    let client = server.client().await;
+    let id = client.acquire(30_000).await.unwrap().session_id;
+    let started = Instant::now();
+    let (status, server) = tokio::task::spawn_blocking(move || {
+        let (status, _) = server.terminate();
+        (status, server)
+    })
+    .await
+    .unwrap();
+    println!("drain timeout 1s with a session left -> exit {:?} after {:?}", status.code(), started.elapsed());
+    assert_eq!(status.code(), Some(0));
+    assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
+    let store = browserpool_server::store::Store::open(&server.database_url).await.unwrap();
+    let record = store.session(&id).await.unwrap().unwrap();
+    assert_eq!(record.state.as_str(), "KILLED");
+    assert!(record.end_reason.as_deref().unwrap_or_default().contains("drain timeout"), "{:?}", record.end_reason);
+    store.close().await;
+}

@@ -272,6 +272,12 @@ impl BinaryServer {
     pub fn terminate(&mut self) -> (std::process::ExitStatus, Vec<String>) {
         // SAFETY: signalling our own child.
         unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        self.terminate_wait()
+    }
+
+    /// Waits (at most a minute) for the exit of a server already sent SIGTERM; returns it
+    /// with the log lines.
+    pub fn terminate_wait(&mut self) -> (std::process::ExitStatus, Vec<String>) {
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
         let status = loop {
             if let Some(status) = self.child.try_wait().unwrap() {
