@@ -206,6 +206,15 @@ impl Admission {
     }
 
     /// (active, queued) of a tenant.
+    /// Callers waiting in each tenant's queue, by tenant; empty queues left out.
+    pub fn queue_depths(&self) -> Vec<(String, u32)> {
+        let state = self.inner.lock();
+        let mut depths: Vec<(String, u32)> =
+            state.queues.iter().filter(|(_, q)| !q.is_empty()).map(|(t, q)| (t.clone(), q.len() as u32)).collect();
+        depths.sort();
+        depths
+    }
+
     pub fn usage(&self, tenant: &str) -> (u32, u32) {
         let state = self.inner.lock();
         (state.active.get(tenant).copied().unwrap_or(0), state.queues.get(tenant).map(|q| q.len() as u32).unwrap_or(0))

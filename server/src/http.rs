@@ -232,6 +232,20 @@ async fn metrics(State(state): State<HttpState>) -> impl IntoResponse {
         crate::VERSION,
         crate::REVISION
     );
+    let name = "browserpool_workers";
+    let _ = writeln!(out, "# HELP {name} Chromium workers by state.\n# TYPE {name} gauge");
+    for (worker_state, n) in [("warm", status.warm), ("booting", status.booting), ("leased", status.leased)] {
+        let _ = writeln!(out, "{name}{{state=\"{worker_state}\"}} {n}");
+    }
+    let name = "browserpool_queue_depth";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Acquire calls waiting in each tenant's queue on this server.\n# TYPE {name} gauge"
+    );
+    for (tenant, depth) in state.sessions.queue_depths() {
+        let _ = writeln!(out, "{name}{{tenant=\"{tenant}\"}} {depth}");
+    }
+    state.sessions.metrics().write(&mut out);
     let cdp = &state.cdp_stats;
     let _ = writeln!(
         out,

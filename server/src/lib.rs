@@ -12,6 +12,7 @@ pub mod convert;
 pub mod error;
 pub mod grpc;
 pub mod http;
+pub mod metrics;
 pub mod reaper;
 pub mod server;
 pub mod sessions;

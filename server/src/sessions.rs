@@ -207,6 +207,7 @@ struct Inner {
     /// Sessions out of `live` whose end is under way, until it is done: `Get` reads their
     /// terminal state here, and a second `end` waits for the first.
     ending_now: Mutex<HashMap<String, Arc<Live>>>,
+    metrics: crate::metrics::Metrics,
     /// Where `cdp_url`s point (set once at start).
     cdp_base: std::sync::OnceLock<String>,
 }
@@ -231,6 +232,7 @@ impl Sessions {
                 live: Mutex::new(HashMap::new()),
                 ending_now: Mutex::new(HashMap::new()),
                 cdp_base: std::sync::OnceLock::new(),
+                metrics: Default::default(),
             }),
         }
     }
@@ -275,6 +277,16 @@ impl Sessions {
         }
         let next = if more { (offset + limit as u64).to_string() } else { String::new() };
         Ok((rows, next))
+    }
+
+    /// The service's counters and histograms.
+    pub fn metrics(&self) -> &crate::metrics::Metrics {
+        &self.inner.metrics
+    }
+
+    /// Callers waiting in each tenant's queue here (tenants with none left out).
+    pub fn queue_depths(&self) -> Vec<(String, u32)> {
+        self.inner.admission.queue_depths()
     }
 
     /// (active, queued) sessions of a tenant on this server.
@@ -419,6 +431,21 @@ impl Sessions {
 
     /// Leases a warm worker for `claims`' tenant and subject and records the session.
     pub async fn acquire(&self, claims: &Claims, spec: AcquireSpec) -> Result<SessionRecord> {
+        let started = Instant::now();
+        let result = self.acquire_inner(claims, spec).await;
+        let outcome = match &result {
+            Ok(_) => "ok",
+            Err(ServiceError::QueueFull(_)) => "queue_full",
+            Err(ServiceError::WaitElapsed(_)) => "timeout",
+            Err(ServiceError::Draining | ServiceError::Pool(_)) => "unavailable",
+            Err(ServiceError::PermissionDenied(_) | ServiceError::InvalidArgument(_)) => "refused",
+            Err(_) => "error",
+        };
+        self.inner.metrics.acquired(outcome, started.elapsed());
+        result
+    }
+
+    async fn acquire_inner(&self, claims: &Claims, spec: AcquireSpec) -> Result<SessionRecord> {
         require(claims, Scope::SessionsWrite)?;
         if self.draining() {
             return Err(ServiceError::Draining);
@@ -698,8 +725,12 @@ impl Sessions {
             outcome: Ok(ActionOutput::default()),
             duration_ms: 0,
         };
+        let known = canonicalize(&input.action).is_ok();
         report.outcome = self.act_inner(claims, id, input, &mut report).await;
         report.duration_ms = started.elapsed().as_millis().min(u32::MAX as u128) as u32;
+        // Unknown names are the client's strings: counted together, never as labels.
+        let label = if known { report.action.as_str() } else { "unknown" };
+        self.inner.metrics.acted(label, report.outcome.is_ok(), started.elapsed());
         if let Err(f) = &report.outcome {
             tracing::debug!(session = %id, action = %report.action, code = ?f.code, "action failed");
         }

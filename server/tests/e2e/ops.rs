@@ -278,3 +278,51 @@ async fn actions_fail_closed_while_the_audit_cannot_be_written() {
     admin.release(&id).await.unwrap();
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_an_autoscaler_can_use() {
+    let server = TestServer::start().await;
+    let admin = server.admin().await;
+    let tenant = pb::Tenant { id: "scaled".into(), max_slots: 1, max_queue: 5, ..Default::default() };
+    admin.admin().put_tenant(pb::PutTenantRequest { tenant: Some(tenant) }).await.unwrap();
+    let token = server.token("scaled", "ci", &["sessions:read", "sessions:write"]).await;
+    let client = server.client(&token).await;
+    let id = client.acquire(30_000).await.unwrap().session_id;
+    ok(&act(&client, &id, action("evaluate", "", "1 + 1")).await);
+    let failed = act(&client, &id, action("evaluate", "", "throw new Error('no')")).await;
+    assert!(!failed.ok);
+    let _ = act(&client, &id, action("no_such_action", "", json!(null))).await;
+    // A second caller of the tenant waits in its queue.
+    let waiting = {
+        let client = client.clone();
+        tokio::spawn(async move { client.acquire(30_000).await })
+    };
+    let metrics_url = format!("http://{}/metrics", server.http);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let metrics = loop {
+        let metrics = http_get(&metrics_url).await;
+        if metrics.contains("browserpool_queue_depth{tenant=\"scaled\"} 1") {
+            break metrics;
+        }
+        assert!(std::time::Instant::now() < deadline, "no queue depth: {metrics}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    for line in [
+        "browserpool_workers{state=\"leased\"} 1",
+        "browserpool_workers_capacity 2",
+        "browserpool_acquires_total{outcome=\"ok\"} 1",
+        "browserpool_acquire_wait_seconds_count 1",
+        "browserpool_actions_total{action=\"evaluate\",outcome=\"ok\"} 1",
+        "browserpool_actions_total{action=\"evaluate\",outcome=\"error\"} 1",
+        "browserpool_actions_total{action=\"unknown\",outcome=\"error\"} 1",
+        "browserpool_action_duration_seconds_count{action=\"evaluate\"} 2",
+        "# TYPE browserpool_action_duration_seconds histogram",
+    ] {
+        assert!(metrics.contains(line), "{line} missing from:\n{metrics}");
+    }
+    assert!(!metrics.contains("no_such_action"), "a client's string became a label");
+    client.release(&id).await.unwrap();
+    let next = waiting.await.unwrap().unwrap();
+    client.release(&next.session_id).await.unwrap();
+    server.stop().await;
+}
