@@ -3,7 +3,8 @@
 # the CDP clients (puppeteer-core, playwright-core) when missing,
 # runs every test (unit and end-to-end, real Chromium/SQLite/gRPC), then the server's tests
 # again on PostgreSQL (a local cluster is started when stopped; the half is skipped, saying
-# so, when none is installed), then checks that no Chromium process is left running.
+# so, when none is installed), checks that no Chromium process is left running, then lints and
+# validates the Helm chart and the manifests (scripts/check-deploy.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -41,6 +42,10 @@ if [ "$profiles" -ne 0 ]; then
     exit 1
 fi
 echo "no chromium process and no profile directory left behind"
+
+# The Helm chart and the kustomize manifests, rendered and validated without a cluster.
+echo "== the chart and the manifests (scripts/check-deploy.sh)"
+bash scripts/check-deploy.sh
 
 # One closing line for the whole run (cargo prints one `test result` per test binary).
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed;?$/) p += $i; if ($(i+1) ~ /^failed;?$/) f += $i } }
