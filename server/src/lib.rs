@@ -28,19 +28,25 @@ pub const REVISION: &str = env!("BROWSERPOOL_GIT_REV");
 /// `--version`: `0.1.0 (rev 1a2b3c4d5e6f)`.
 pub const LONG_VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (rev ", env!("BROWSERPOOL_GIT_REV"), ")");
 
-/// Resolves on SIGTERM or SIGINT: the shutdown future `main` passes to [`run`].
-pub async fn shutdown_signal() {
+/// Resolves on SIGTERM or SIGINT: the shutdown future `main` passes to [`run`]. The handlers
+/// are installed when this is called, not when the future is first polled, so a signal that
+/// arrives while the server starts (right after it logs `serving`, say) still shuts it down
+/// cleanly instead of killing it.
+pub fn shutdown_signal() -> impl std::future::Future<Output = ()> + Send + 'static {
     use tokio::signal::unix::{signal, SignalKind};
-    let mut term = match signal(SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::error!(error = %e, "cannot listen for sigterm; waiting for ctrl-c only");
-            let _ = tokio::signal::ctrl_c().await;
-            return;
+    let term = signal(SignalKind::terminate());
+    let int = signal(SignalKind::interrupt());
+    async move {
+        match (term, int) {
+            (Ok(mut term), Ok(mut int)) => tokio::select! {
+                _ = term.recv() => tracing::info!("sigterm received, shutting down"),
+                _ = int.recv() => tracing::info!("sigint received, shutting down"),
+            },
+            (term, int) => {
+                let e = term.err().or(int.err()).map(|e| e.to_string()).unwrap_or_default();
+                tracing::error!(error = %e, "cannot listen for signals; waiting for ctrl-c only");
+                let _ = tokio::signal::ctrl_c().await;
+            }
         }
-    };
-    tokio::select! {
-        _ = term.recv() => tracing::info!("sigterm received, shutting down"),
-        _ = tokio::signal::ctrl_c() => tracing::info!("sigint received, shutting down"),
     }
 }

@@ -168,5 +168,7 @@ async fn version_revision_and_json_logs() {
     assert!(metrics.contains(&info), "{metrics}");
     // SAFETY: signalling our own child.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    assert!(child.wait().unwrap().success());
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status:?}: {rest:#?}");
 }
