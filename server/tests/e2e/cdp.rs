@@ -305,6 +305,19 @@ async fn ending_a_session_closes_its_cdp_connections_with_a_reason() {
     println!("release -> both CDP connections closed in {:?}", released.elapsed());
     assert!(released.elapsed() < Duration::from_secs(1), "{:?}", released.elapsed());
 
+    // KillSession and the TTL close them too, each saying so.
+    let session = client.acquire(30_000).await.unwrap();
+    let mut ws = connect(&session.cdp_url).await;
+    let kill = pb::KillSessionRequest { session_id: session.session_id.clone(), reason: "runaway".into() };
+    client.admin().kill_session(kill).await.unwrap();
+    let (code, reason) = close_of(&mut ws, Duration::from_secs(3)).await;
+    assert!(code == 1001 && reason.contains("KILLED"), "{code} {reason}");
+    let req = pb::AcquireRequest { wait_ms: 30_000, ttl_ms: 1_500, ..Default::default() };
+    let session = client.acquire_with(req).await.unwrap();
+    let mut ws = connect(&session.cdp_url).await;
+    let (code, reason) = close_of(&mut ws, Duration::from_secs(5)).await;
+    assert!(code == 1001 && reason.contains("EXPIRED"), "{code} {reason}");
+
     // A crash closes them too, saying so.
     let session = client.acquire(30_000).await.unwrap();
     let mut ws = connect(&session.cdp_url).await;
