@@ -163,16 +163,8 @@ impl OwnChromium {
         use tokio::io::AsyncBufReadExt;
         let profile = tempfile::tempdir()?;
         let mut child = tokio::process::Command::new(browserpool_pool::find_chrome(None)?)
-            .args([
-                "--headless",
-                "--disable-gpu",
-                "--disable-quic",
-                "--no-first-run",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                "--remote-debugging-port=0",
-            ])
+            .args(browserpool_pool::launcher::CHROME_FLAGS)
+            .arg("--remote-debugging-port=0")
             .args(if unsafe { libc::geteuid() } == 0 { vec!["--no-sandbox"] } else { vec![] })
             .arg(format!("--user-data-dir={}", profile.path().display()))
             .stderr(std::process::Stdio::piped())

@@ -314,6 +314,17 @@ async fn ending_a_session_interrupts_its_action_at_once() {
     server.stop().await;
 }
 
+/// SIGTERM, and the wait for the exit, off the async threads; the server comes back for its
+/// database URL.
+async fn terminate(mut server: BinaryServer) -> (std::process::ExitStatus, BinaryServer) {
+    tokio::task::spawn_blocking(move || {
+        let (status, _) = server.terminate();
+        (status, server)
+    })
+    .await
+    .unwrap()
+}
+
 /// Pids of processes whose command line contains `needle`.
 fn pids_naming(needle: &str) -> Vec<i32> {
     std::fs::read_dir("/proc")
@@ -359,18 +370,13 @@ async fn a_restart_after_a_server_crash_reaps_its_browsers_and_sessions_at_once(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_gives_running_actions_the_grace_period_then_kills_and_exits_zero() {
-    let mut server = BinaryServer::spawn_with(&["--shutdown-grace", "2s"]).await;
+    let server = BinaryServer::spawn_with(&["--shutdown-grace", "2s"]).await;
     let client = server.client().await;
     let id = client.acquire(30_000).await.unwrap().session_id;
     let running = long_action(&client, &id);
     tokio::time::sleep(Duration::from_millis(300)).await;
     let started = Instant::now();
-    let (status, server) = tokio::task::spawn_blocking(move || {
-        let (status, _) = server.terminate();
-        (status, server)
-    })
-    .await
-    .unwrap();
+    let (status, server) = terminate(server).await;
     let took = started.elapsed();
     println!("SIGTERM with a minute-long action running -> exit {:?} after {took:?}", status.code());
     assert_eq!(status.code(), Some(0));
@@ -444,16 +450,11 @@ async fn sigterm_drains_live_sessions_keep_working_until_released() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_drain_that_runs_out_kills_what_is_left_and_exits_zero() {
-    let mut server = BinaryServer::spawn_with(&["--drain-timeout", "1s"]).await;
+    let server = BinaryServer::spawn_with(&["--drain-timeout", "1s"]).await;
     let client = server.client().await;
     let id = client.acquire(30_000).await.unwrap().session_id;
     let started = Instant::now();
-    let (status, server) = tokio::task::spawn_blocking(move || {
-        let (status, _) = server.terminate();
-        (status, server)
-    })
-    .await
-    .unwrap();
+    let (status, server) = terminate(server).await;
     println!("drain timeout 1s with a session left -> exit {:?} after {:?}", status.code(), started.elapsed());
     assert_eq!(status.code(), Some(0));
     assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
