@@ -11,7 +11,9 @@
 use std::time::{Duration, Instant};
 
 use browserpool_client::{action, pb, Client};
-use browserpool_server::config::ServeArgs;
+
+mod common;
+use common::{serve_page, InProcess};
 
 const WARM: usize = 2;
 const SETTLE: Duration = Duration::from_millis(500);
@@ -19,24 +21,10 @@ const SETTLE: Duration = Duration::from_millis(500);
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let rounds: usize = std::env::args().nth(1).map(|s| s.parse()).transpose()?.unwrap_or(30);
-    let dir = tempfile::tempdir()?;
-    let mut args = ServeArgs::for_tests(dir.path());
-    args.warm = WARM;
-    args.max_workers = WARM + 1;
-    let bound = browserpool_server::bind(args).await?;
-    let endpoint = format!("http://{}", bound.grpc_addr);
-    let token = std::fs::read_to_string(&bound.admin_token_path)?;
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(bound.serve(async move {
-        let _ = stopped.await;
-    }));
+    let server = InProcess::start(WARM, WARM + 1).await?;
+    let page = format!("{}/", serve_page("<title>x</title>").await?);
 
-    let site = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let page = format!("http://{}/", site.local_addr()?);
-    let app = axum::Router::new().route("/", axum::routing::get(|| async { axum::response::Html("<title>x</title>") }));
-    tokio::spawn(async move { axum::serve(site, app).await });
-
-    let client = Client::connect(endpoint, &token).await?;
+    let client = Client::connect(server.endpoint.clone(), &server.token).await?;
     let mut acquire = Vec::with_capacity(rounds);
     let mut first_action = Vec::with_capacity(rounds);
     let mut navigate = Vec::with_capacity(rounds);
@@ -73,8 +61,7 @@ async fn main() -> anyhow::Result<()> {
     report("navigate to a loopback page (via the egress proxy)", &mut navigate);
     report("confirm() surfaced as DIALOG_OPEN (click)", &mut dialog);
 
-    let _ = stop.send(());
-    server.await??;
+    server.stop().await?;
     Ok(())
 }
 

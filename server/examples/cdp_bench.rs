@@ -17,7 +17,9 @@ use std::time::{Duration, Instant};
 
 use async_tungstenite::tungstenite::Message;
 use browserpool_client::Client;
-use browserpool_server::config::ServeArgs;
+
+mod common;
+use common::{serve_page, InProcess};
 use futures::StreamExt;
 use serde_json::{json, Value};
 
@@ -31,26 +33,12 @@ async fn main() -> anyhow::Result<()> {
     let mut argv = std::env::args().skip(1);
     let calls: usize = argv.next().map(|s| s.parse()).transpose()?.unwrap_or(1000);
     let flows: usize = argv.next().map(|s| s.parse()).transpose()?.unwrap_or(5);
-    let dir = tempfile::tempdir()?;
-    let mut args = ServeArgs::for_tests(dir.path());
-    args.warm = 1;
-    args.max_workers = 2;
-    let bound = browserpool_server::bind(args).await?;
-    let sessions = bound.sessions().clone();
-    let endpoint = format!("http://{}", bound.grpc_addr);
-    let token = std::fs::read_to_string(&bound.admin_token_path)?;
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(bound.serve(async move {
-        let _ = stopped.await;
-    }));
-    let site = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let site_url = format!("http://{}", site.local_addr()?);
-    let app = axum::Router::new().route("/", axum::routing::get(|| async { axum::response::Html(FORM) }));
-    tokio::spawn(async move { axum::serve(site, app).await });
+    let server = InProcess::start(1, 2).await?;
+    let site_url = serve_page(FORM).await?;
 
-    let client = Client::connect(endpoint, &token).await?;
+    let client = Client::connect(server.endpoint.clone(), &server.token).await?;
     let session = client.acquire(30_000).await?;
-    let direct = sessions.devtools_url(&session.session_id).expect("the session is live here");
+    let direct = server.sessions.devtools_url(&session.session_id).expect("the session is live here");
 
     println!("Runtime.evaluate(\"1+1\") round trips, {calls} calls after 100 to warm up");
     let proxied = evaluate_rtts(&session.cdp_url, calls).await?;
@@ -83,8 +71,7 @@ async fn main() -> anyhow::Result<()> {
         println!("  a Chromium launched by the bench: median {:>7.1} ms", ms(percentile(&own, 50.0)));
     }
     client.release(&session.session_id).await?;
-    let _ = stop.send(());
-    server.await??;
+    server.stop().await?;
     Ok(())
 }
 

@@ -16,7 +16,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use browserpool_client::{action, Client};
-use browserpool_server::config::ServeArgs;
+
+mod common;
+use common::{serve_page, InProcess};
 
 const FORM: &str = r#"<!doctype html><title>Soak</title><h1 id="h">Hello</h1>
 <input id="name"><button id="go" onclick="document.getElementById('h').textContent = 'Hello, ' + document.getElementById('name').value">Go</button>"#;
@@ -26,24 +28,10 @@ async fn main() -> anyhow::Result<()> {
     let mut argv = std::env::args().skip(1);
     let sessions: usize = argv.next().map(|s| s.parse()).transpose()?.unwrap_or(200);
     let clients: usize = argv.next().map(|s| s.parse()).transpose()?.unwrap_or(2).max(1);
-    let dir = tempfile::tempdir()?;
-    let mut args = ServeArgs::for_tests(dir.path());
-    args.warm = clients;
-    args.max_workers = clients + 1;
-    let bound = browserpool_server::bind(args).await?;
-    let endpoint = format!("http://{}", bound.grpc_addr);
-    let token = std::fs::read_to_string(&bound.admin_token_path)?;
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(bound.serve(async move {
-        let _ = stopped.await;
-    }));
+    let server = InProcess::start(clients, clients + 1).await?;
+    let page = format!("{}/", serve_page(FORM).await?);
 
-    let site = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let page = format!("http://{}/", site.local_addr()?);
-    let app = axum::Router::new().route("/", axum::routing::get(|| async { axum::response::Html(FORM) }));
-    tokio::spawn(async move { axum::serve(site, app).await });
-
-    let client = Client::connect(endpoint, &token).await?;
+    let client = Client::connect(server.endpoint.clone(), &server.token).await?;
     println!("soak: {sessions} sessions, {clients} clients at once");
     println!("{:>6} {:>9} {:>5} {:>7} {:>9}", "done", "rss_mib", "fds", "errors", "elapsed_s");
     let started = Instant::now();
@@ -83,14 +71,15 @@ async fn main() -> anyhow::Result<()> {
     }
     let elapsed = started.elapsed();
 
-    let _ = stop.send(());
-    server.await??;
-    let profiles = dir.path().join("profiles");
+    // The data dir outlives the server, for the leftover checks below.
+    let dir = server.stop_keeping_dir().await?;
+    let dir = dir.path();
+    let profiles = dir.join("profiles");
     let chromiums = chromium_processes_naming(&profiles.display().to_string());
     let dirs_left = std::fs::read_dir(&profiles).map(|d| d.count()).unwrap_or(0);
     let db_bytes: u64 = ["browserpool.db", "browserpool.db-wal", "browserpool.db-shm"]
         .iter()
-        .filter_map(|f| std::fs::metadata(dir.path().join(f)).ok())
+        .filter_map(|f| std::fs::metadata(dir.join(f)).ok())
         .map(|m| m.len())
         .sum();
     println!(

@@ -1,0 +1,58 @@
+//! What the example programs share: a server in-process on 127.0.0.1:0 with a fresh data dir,
+//! and a page served on loopback. Each example compiles this module on its own and uses part
+//! of it.
+#![allow(dead_code)]
+
+use browserpool_server::config::ServeArgs;
+use browserpool_server::sessions::Sessions;
+
+/// A server running in this process until [`InProcess::stop`].
+pub struct InProcess {
+    pub endpoint: String,
+    pub token: String,
+    pub sessions: Sessions,
+    /// Its data dir (deleted on drop).
+    pub dir: tempfile::TempDir,
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+impl InProcess {
+    /// Binds and serves with `warm` workers kept warm and at most `max_workers`.
+    pub async fn start(warm: usize, max_workers: usize) -> anyhow::Result<InProcess> {
+        let dir = tempfile::tempdir()?;
+        let mut args = ServeArgs::for_tests(dir.path());
+        args.warm = warm;
+        args.max_workers = max_workers;
+        let bound = browserpool_server::bind(args).await?;
+        let endpoint = format!("http://{}", bound.grpc_addr);
+        let token = std::fs::read_to_string(&bound.admin_token_path)?;
+        let sessions = bound.sessions().clone();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(bound.serve(async move {
+            let _ = stopped.await;
+        }));
+        Ok(InProcess { endpoint, token, sessions, dir, stop, task })
+    }
+
+    /// Stops the server and waits until it has (workers killed, profiles removed).
+    pub async fn stop(self) -> anyhow::Result<()> {
+        self.stop_keeping_dir().await.map(drop)
+    }
+
+    /// [`InProcess::stop`], handing back the data dir for a look at what is left in it.
+    pub async fn stop_keeping_dir(self) -> anyhow::Result<tempfile::TempDir> {
+        let _ = self.stop.send(());
+        self.task.await??;
+        Ok(self.dir)
+    }
+}
+
+/// Serves `html` at `/` on 127.0.0.1:0 until the program ends; returns `http://host:port`.
+pub async fn serve_page(html: &'static str) -> anyhow::Result<String> {
+    let site = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let base = format!("http://{}", site.local_addr()?);
+    let app = axum::Router::new().route("/", axum::routing::get(move || async move { axum::response::Html(html) }));
+    tokio::spawn(async move { axum::serve(site, app).await });
+    Ok(base)
+}
