@@ -598,7 +598,7 @@ fn is_public(path: &str) -> bool {
 
 /// Whether `path` is an rpc of the `Admin` service. Every one needs scope `admin`, checked
 /// here once for the whole service, so an rpc added later cannot forget it.
-fn is_admin_rpc(path: &str) -> bool {
+pub(crate) fn is_admin_rpc(path: &str) -> bool {
     path.strip_prefix('/')
         .and_then(|p| p.strip_prefix(browserpool_proto::v1::admin_server::SERVICE_NAME))
         .is_some_and(|method| method.starts_with('/'))

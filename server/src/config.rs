@@ -125,6 +125,16 @@ pub struct ServeArgs {
     /// turned into ws(s)://. Default: ws://<the HTTP listener's address> (wss:// with TLS).
     #[arg(long, env = "BROWSERPOOL_PUBLIC_URL", value_parser = parse_public_url)]
     pub public_url: Option<String>,
+    /// Host (name or IP) the other replicas sharing the database reach this one at; calls
+    /// naming a session this replica holds are forwarded here. Default: the listen address's
+    /// host when it is a concrete address, else this machine's host name. The Helm chart sets
+    /// the pod IP.
+    #[arg(long, env = "BROWSERPOOL_ADVERTISE_HOST", value_parser = parse_advertise_host)]
+    pub advertise_host: Option<String>,
+    /// How long a replica forwarding a call waits to connect to the replica holding the
+    /// session before answering UNAVAILABLE.
+    #[arg(long, env = "BROWSERPOOL_FORWARD_CONNECT_TIMEOUT", default_value = "2s", value_parser = humantime::parse_duration)]
+    pub forward_connect_timeout: Duration,
     /// Most CDP connections one session may have open at once.
     #[arg(long, env = "BROWSERPOOL_CDP_MAX_CLIENTS", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
     pub cdp_max_clients: u32,
@@ -177,6 +187,25 @@ pub struct ServeArgs {
     /// the environment); they win over DNS, and the navigation policy judges the IP given.
     #[arg(long = "resolve", env = "BROWSERPOOL_RESOLVE", value_delimiter = ',', value_parser = parse_resolve)]
     pub resolve: Vec<(String, std::net::IpAddr)>,
+}
+
+/// A host name or an IP address, nothing else (no port, scheme or path).
+fn parse_advertise_host(s: &str) -> Result<String, String> {
+    let host = s.trim();
+    let bare = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
+    if bare.parse::<std::net::IpAddr>().is_ok() {
+        return Ok(bare.to_string());
+    }
+    let valid = !host.is_empty()
+        && host.len() <= 253
+        && host.split('.').all(|l| {
+            !l.is_empty() && l.len() <= 63 && !l.starts_with('-') && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+        });
+    if valid {
+        Ok(host.to_ascii_lowercase())
+    } else {
+        Err(format!("{s:?} is not a host name or an IP address (give no port or scheme)"))
+    }
 }
 
 fn parse_public_url(s: &str) -> Result<String, String> {
@@ -252,6 +281,16 @@ pub struct TokenIssueArgs {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn advertise_hosts_are_bare_names_or_addresses() {
+        assert_eq!(parse_advertise_host("10.1.2.3").unwrap(), "10.1.2.3");
+        assert_eq!(parse_advertise_host("[fd00::7]").unwrap(), "fd00::7");
+        assert_eq!(parse_advertise_host("Pool-0.browserpool.svc").unwrap(), "pool-0.browserpool.svc");
+        for bad in ["", "10.1.2.3:50051", "http://x", "a..b", "-x", "x/y"] {
+            assert!(parse_advertise_host(bad).is_err(), "{bad:?}");
+        }
+    }
 
     #[test]
     fn public_urls_become_websocket_bases() {

@@ -52,6 +52,7 @@ pub fn session_to_pb(r: &SessionRecord) -> pb::Session {
         // Filled in by the Sessions adapter for the session's owners (it carries a ticket).
         cdp_url: String::new(),
         labels: r.labels.clone().into_iter().collect(),
+        replica: r.replica.clone(),
     }
 }
 

@@ -26,11 +26,14 @@ pub enum ServiceError {
     /// The session exists but is not READY.
     #[error("session {id} is {state}")]
     NotReady { id: String, state: &'static str },
-    /// The session is live on another replica sharing the database.
-    #[error(
-        "session {0} is served by another replica sharing this database: send its calls to the server that acquired it"
-    )]
+    /// The session is live on another replica sharing the database, and the call reached
+    /// this one without being forwarded there (it was itself forwarded, or that replica
+    /// advertises no address).
+    #[error("session {0} is held by another replica sharing this database, which this call could not be forwarded to")]
     OnAnotherReplica(String),
+    /// Another replica the call needs did not answer (the message names it and why).
+    #[error("{0}")]
+    Unreachable(String),
     #[error("no browser became free within {0} ms")]
     WaitElapsed(u64),
     /// The tenant's queue is full; the message says how long it is.
@@ -81,7 +84,7 @@ impl From<ServiceError> for Status {
             ServiceError::WaitElapsed(_) => (Code::DeadlineExceeded, e.to_string()),
             ServiceError::QueueFull(_) => (Code::ResourceExhausted, e.to_string()),
             ServiceError::FailedPrecondition(_) => (Code::FailedPrecondition, e.to_string()),
-            ServiceError::ShuttingDown | ServiceError::Draining | ServiceError::Audit(_) => {
+            ServiceError::ShuttingDown | ServiceError::Draining | ServiceError::Audit(_) | ServiceError::Unreachable(_) => {
                 (Code::Unavailable, e.to_string())
             }
             ServiceError::Pool(PoolError::Exhausted(wait)) => {

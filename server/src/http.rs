@@ -31,6 +31,8 @@ pub struct HttpState {
     pub sessions: Sessions,
     pub store: Store,
     pub tokens: TokenCheck,
+    /// `/cdp/{session}` of a session another replica holds is relayed there.
+    pub peers: crate::forward::Peers,
     pub cdp_limits: CdpLimits,
     pub cdp_stats: Arc<CdpStats>,
     /// TLS on this listener: the scheme of URLs pointing at it, whether mTLS is on.
@@ -44,7 +46,10 @@ pub fn router(state: HttpState) -> Router {
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
-        .route("/cdp/{session}", get(cdp))
+        .route(
+            "/cdp/{session}",
+            get(cdp).layer(axum::middleware::from_fn_with_state(state.peers.clone(), crate::forward::cdp_forward)),
+        )
         .with_state(state)
         .layer(axum::middleware::from_fn_with_state(gate, client_cert_gate))
 }

@@ -10,6 +10,7 @@ pub mod config;
 pub mod context;
 pub mod convert;
 pub mod error;
+pub mod forward;
 pub mod grpc;
 pub mod http;
 pub mod metrics;

@@ -19,9 +19,10 @@ use crate::audit::{AuditLog, Writer};
 use crate::auth::{write_admin_token, AuthLayer, Epochs, Keys, Revocations, TokenCheck};
 use crate::cdp::CdpLimits;
 use crate::config::ServeArgs;
+use crate::forward::{ForwardLayer, Peers};
 use crate::grpc::{admin_api::AdminApi, sessions_api::SessionsApi};
 use crate::sessions::{now_ms, Limits, SessionState, Sessions};
-use crate::store::{Store, TenantRecord};
+use crate::store::{ReplicaAddrs, Store, TenantRecord};
 use crate::tls::{Tls, TlsListener, TlsMode};
 
 /// The tenant every fresh install has.
@@ -48,6 +49,7 @@ pub struct Bound {
     max_token_ttl: std::time::Duration,
     shutdown_grace: std::time::Duration,
     drain_timeout: std::time::Duration,
+    forward_connect_timeout: std::time::Duration,
     cdp_limits: CdpLimits,
     /// Both listeners' TLS, when `--tls-cert` is given.
     tls: Option<Tls>,
@@ -125,7 +127,10 @@ pub async fn bind(args: ServeArgs) -> anyhow::Result<Bound> {
     // CRASHED, rather than when its heartbeat goes stale.
     let replica_file = data_dir.join(REPLICA_FILE);
     let previous = std::fs::read_to_string(&replica_file).ok().map(|s| s.trim().to_string()).filter(|s| !s.is_empty());
-    sessions.recover(previous.as_deref()).await?;
+    let host = advertise_host(args.advertise_host.as_deref(), grpc_addr);
+    let addrs = ReplicaAddrs { grpc: join_host_port(&host, grpc_addr.port()), http: join_host_port(&host, http_addr.port()) };
+    tracing::info!(grpc = %addrs.grpc, http = %addrs.http, "other replicas reach this one here");
+    sessions.recover(previous.as_deref(), addrs).await?;
     let scheme = tls.as_ref().map_or(TlsMode::Off, Tls::mode).ws_scheme();
     sessions.set_cdp_base(args.public_url.clone().unwrap_or_else(|| format!("{scheme}://{http_addr}")));
     std::fs::write(&replica_file, sessions.replica_id())
@@ -147,6 +152,7 @@ pub async fn bind(args: ServeArgs) -> anyhow::Result<Bound> {
         max_token_ttl: args.max_token_ttl,
         shutdown_grace: args.shutdown_grace,
         drain_timeout: args.drain_timeout,
+        forward_connect_timeout: args.forward_connect_timeout,
         cdp_limits: CdpLimits {
             max_message: args.cdp_max_message,
             per_session: args.cdp_max_clients as usize,
@@ -155,6 +161,37 @@ pub async fn bind(args: ServeArgs) -> anyhow::Result<Bound> {
         tls,
         _dir_lock: dir_lock,
     })
+}
+
+/// The host other replicas reach this one at: `--advertise-host`, else the listen address's
+/// host when it is a concrete address, else this machine's host name.
+fn advertise_host(flag: Option<&str>, listen: SocketAddr) -> String {
+    if let Some(host) = flag {
+        return host.to_string();
+    }
+    if !listen.ip().is_unspecified() {
+        return listen.ip().to_string();
+    }
+    let mut buf = [0u8; 256];
+    // SAFETY: gethostname writes at most `buf.len()` bytes into the buffer we own.
+    let n = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    let name = if n == 0 { buf.iter().position(|&b| b == 0).map(|end| &buf[..end]) } else { None };
+    match name.and_then(|n| std::str::from_utf8(n).ok()).filter(|n| !n.is_empty()) {
+        Some(name) => name.to_string(),
+        None => {
+            tracing::warn!("no host name to advertise to other replicas; set --advertise-host");
+            "localhost".into()
+        }
+    }
+}
+
+/// `host:port`, with an IPv6 address in brackets.
+fn join_host_port(host: &str, port: u16) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
 }
 
 /// Raises the soft limit on open descriptors to the hard one: every connection a page opens
@@ -232,6 +269,7 @@ impl Bound {
             audit_writer,
             shutdown_grace,
             drain_timeout,
+            forward_connect_timeout,
             cdp_limits,
             tls,
             _dir_lock,
@@ -271,10 +309,13 @@ impl Bound {
             sessions.clone().heartbeat_loop(heartbeat_stop_rx).instrument(tracing::info_span!("replica_heartbeat")),
         );
         let mut http_shutdown = shutdown_rx.clone();
+        let tokens = TokenCheck::new(keys.clone(), revoked.clone(), epochs.clone());
+        let peers = Peers::new(sessions.clone(), tokens.clone(), tls.as_ref(), forward_connect_timeout, shutdown_rx.clone());
         let http_state = crate::http::HttpState {
             sessions: sessions.clone(),
             store: store.clone(),
-            tokens: TokenCheck::new(keys.clone(), revoked.clone(), epochs.clone()),
+            tokens,
+            peers: peers.clone(),
             cdp_limits,
             cdp_stats: Default::default(),
             tls: tls_mode,
@@ -313,6 +354,7 @@ impl Bound {
             revoked.clone(),
             epochs.clone(),
             max_token_ttl,
+            peers.clone(),
         );
         // On the signal: refuse new sessions, end streams, give running actions the grace
         // period, then end every session (interrupting what still runs) so the graceful stop
@@ -347,6 +389,7 @@ impl Bound {
             })
         };
         let grpc_router = tonic::transport::Server::builder()
+            .layer(ForwardLayer::new(peers))
             .layer(AuthLayer::new(keys, revoked.clone(), epochs, audit.clone()))
             .add_service(health_service)
             .add_service(reflection_v1)

@@ -22,7 +22,7 @@ use crate::audit::{AuditLog, Place};
 use crate::auth::{Claims, Scope};
 use crate::error::{Result, ServiceError};
 use crate::reaper::{self, Clock, Deadlines};
-use crate::store::{SessionFilter, SessionRecord, Store, TenantRecord};
+use crate::store::{ReplicaAddrs, SessionFilter, SessionRecord, Store, TenantRecord};
 
 /// Default and maximum per-action deadline.
 pub const DEFAULT_ACTION_TIMEOUT: Duration = Duration::from_secs(30);
@@ -210,6 +210,8 @@ struct Inner {
     metrics: crate::metrics::Metrics,
     /// Where `cdp_url`s point (set once at start).
     cdp_base: std::sync::OnceLock<String>,
+    /// Where the other replicas reach this one (set once at start, by [`Sessions::recover`]).
+    addrs: std::sync::OnceLock<ReplicaAddrs>,
 }
 
 impl Sessions {
@@ -232,6 +234,7 @@ impl Sessions {
                 live: Mutex::new(HashMap::new()),
                 ending_now: Mutex::new(HashMap::new()),
                 cdp_base: std::sync::OnceLock::new(),
+                addrs: std::sync::OnceLock::new(),
                 metrics: Default::default(),
             }),
         }
@@ -343,13 +346,30 @@ impl Sessions {
     /// previous run of this server, or another replica that stopped beating): their workers
     /// died with them. Their tenant slots are freed too.
     /// `previous` is the replica id of the last server on this data dir, known dead: it
-    /// leaves the replica set at once, so its sessions are swept now.
-    pub async fn recover(&self, previous: Option<&str>) -> Result<usize> {
+    /// leaves the replica set at once, so its sessions are swept now. `addrs` is where the
+    /// other replicas reach this one.
+    pub async fn recover(&self, previous: Option<&str>, addrs: ReplicaAddrs) -> Result<usize> {
         if let Some(previous) = previous.filter(|p| *p != self.inner.replica) {
             self.inner.store.deregister(previous).await?;
         }
-        self.inner.store.heartbeat(&self.inner.replica, now_ms()).await?;
+        let addrs = self.inner.addrs.get_or_init(|| addrs);
+        self.inner.store.heartbeat(&self.inner.replica, addrs, now_ms()).await?;
         self.sweep().await
+    }
+
+    /// Where the other replicas reach this one.
+    pub fn addrs(&self) -> ReplicaAddrs {
+        self.inner.addrs.get().cloned().unwrap_or_default()
+    }
+
+    /// Whether this replica holds session `id` (live, or its end under way).
+    pub fn holds(&self, id: &str) -> bool {
+        self.live_map().contains_key(id) || self.ending_map().contains_key(id)
+    }
+
+    /// The store every replica shares.
+    pub fn store(&self) -> &Store {
+        &self.inner.store
     }
 
     /// This server's id among the replicas.
@@ -358,7 +378,7 @@ impl Sessions {
     }
 
     /// Forgets replicas that are gone and marks their live sessions CRASHED.
-    async fn sweep(&self) -> Result<usize> {
+    pub async fn sweep(&self) -> Result<usize> {
         let stale_before = now_ms() - REPLICA_STALE.as_millis() as i64;
         let ids = self.inner.store.sweep_replicas(&self.inner.replica, stale_before).await?;
         for id in &ids {
@@ -387,7 +407,7 @@ impl Sessions {
                 Ok(false) => {
                     tracing::error!(replica = %self.inner.replica, "this server was dropped from the replica set; ending its sessions and joining again");
                     self.close_all_as(SessionState::Crashed, "its server lost its place in the replica set").await;
-                    if let Err(e) = self.inner.store.heartbeat(&self.inner.replica, now_ms()).await {
+                    if let Err(e) = self.inner.store.heartbeat(&self.inner.replica, &self.addrs(), now_ms()).await {
                         tracing::warn!(error = %e, "could not join the replica set again");
                     }
                 }
@@ -518,13 +538,14 @@ impl Sessions {
             queue_wait_ms,
             ended_at_ms: None,
             end_reason: None,
+            replica: self.inner.replica.clone(),
         };
         // Recording and registering run in their own task: a caller that goes away now cannot
         // leave a READY row without a live session (an unclaimed session idles out instead).
         // If recording fails the lease drops and kills the worker.
         let this = self.clone();
         tokio::spawn(async move {
-            this.inner.store.insert_session(&record, &this.inner.replica, "acquired").await?;
+            this.inner.store.insert_session(&record, "acquired").await?;
             let died = lease.died();
             let cdp = CdpTarget {
                 devtools_url: lease.devtools_url().to_string(),

@@ -72,6 +72,24 @@ pub struct SessionRecord {
     pub queue_wait_ms: u32,
     pub ended_at_ms: Option<i64>,
     pub end_reason: Option<String>,
+    /// The replica that runs it (holds its browser).
+    pub replica: String,
+}
+
+/// Where a replica's listeners are reached from the other replicas, as `host:port`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReplicaAddrs {
+    pub grpc: String,
+    pub http: String,
+}
+
+/// A live replica as other replicas see it: where its gRPC and HTTP listeners are reached.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplicaRecord {
+    pub id: String,
+    pub grpc_addr: String,
+    pub http_addr: String,
+    pub heartbeat_ms: i64,
 }
 
 /// One state change of a session.
@@ -412,8 +430,8 @@ impl Store {
             .transpose())
     }
 
-    /// Records a new session run by `replica` and its first transition, atomically.
-    pub async fn insert_session(&self, s: &SessionRecord, replica: &str, reason: &str) -> Result<(), StoreError> {
+    /// Records a new session (run by `s.replica`) and its first transition, atomically.
+    pub async fn insert_session(&self, s: &SessionRecord, reason: &str) -> Result<(), StoreError> {
         self.noted(async {
             let labels = serde_json::to_string(&s.labels).unwrap_or_else(|_| "{}".into());
             with_pool!(self, pool => {
@@ -432,7 +450,7 @@ impl Store {
                 .bind(s.expires_at_ms)
                 .bind(s.idle_deadline_ms)
                 .bind(s.queue_wait_ms as i64)
-                .bind(replica)
+                .bind(&s.replica)
                 .execute(&mut *tx)
                 .await?;
                 sqlx::query(TRANSITION).bind(&s.id).bind(s.state.as_str()).bind(s.created_at_ms).bind(reason).execute(&mut *tx).await?;
@@ -645,22 +663,66 @@ impl Store {
         )
     }
 
-    /// Registers a replica (or beats its heartbeat when it is registered).
-    pub async fn heartbeat(&self, replica: &str, now_ms: i64) -> Result<(), StoreError> {
+    /// Registers a replica with the addresses other replicas reach it at (or beats its
+    /// heartbeat when it is registered).
+    pub async fn heartbeat(&self, replica: &str, addrs: &ReplicaAddrs, now_ms: i64) -> Result<(), StoreError> {
         self.noted(
             async {
                 with_pool!(self, pool => { sqlx::query(
-                "INSERT INTO replicas (id, started_at_ms, heartbeat_ms) VALUES ($1, $2, $2) \
-                 ON CONFLICT (id) DO UPDATE SET heartbeat_ms = excluded.heartbeat_ms",
+                "INSERT INTO replicas (id, started_at_ms, heartbeat_ms, grpc_addr, http_addr) VALUES ($1, $2, $2, $3, $4) \
+                 ON CONFLICT (id) DO UPDATE SET heartbeat_ms = excluded.heartbeat_ms, \
+                 grpc_addr = excluded.grpc_addr, http_addr = excluded.http_addr",
             )
             .bind(replica)
             .bind(now_ms)
+            .bind(&addrs.grpc)
+            .bind(&addrs.http)
             .execute(pool)
             .await?; });
                 Ok(())
             }
             .await,
         )
+    }
+
+    /// Replicas whose heartbeat is at or after `fresh_since`, by id.
+    pub async fn replicas(&self, fresh_since: i64) -> Result<Vec<ReplicaRecord>, StoreError> {
+        with_pool!(self, pool => sqlx::query(
+            "SELECT id, grpc_addr, http_addr, heartbeat_ms FROM replicas WHERE heartbeat_ms >= $1 ORDER BY id",
+        )
+        .bind(fresh_since)
+        .fetch_all(pool)
+        .await?
+        .iter()
+        .map(|r| Cols(r).replica())
+        .collect())
+    }
+
+    /// The replica holding live session `id`, when the session is live and that replica is
+    /// registered (whatever its heartbeat's age: the caller decides).
+    pub async fn session_owner(&self, id: &str) -> Result<Option<ReplicaRecord>, StoreError> {
+        with_pool!(self, pool => sqlx::query(
+            "SELECT r.id, r.grpc_addr, r.http_addr, r.heartbeat_ms FROM sessions s JOIN replicas r ON r.id = s.replica \
+             WHERE s.id = $1 AND s.ended_at_ms IS NULL",
+        )
+        .bind(id)
+        .fetch_optional(pool)
+        .await?
+        .map(|r| Cols(&r).replica())
+        .transpose())
+    }
+
+    /// Ids of a tenant's live sessions, on every replica, with the replica holding each.
+    pub async fn live_sessions_of(&self, tenant: &str) -> Result<Vec<(String, String)>, StoreError> {
+        with_pool!(self, pool => sqlx::query(
+            "SELECT id, replica FROM sessions WHERE tenant = $1 AND ended_at_ms IS NULL ORDER BY created_at_ms, id",
+        )
+        .bind(tenant)
+        .fetch_all(pool)
+        .await?
+        .iter()
+        .map(|r| Ok((Cols(r).get("id")?, Cols(r).get("replica")?)))
+        .collect())
     }
 
     /// A replica leaves: its row and its slot claims go.
@@ -820,6 +882,16 @@ where
             queue_wait_ms: self.get::<i64>("queue_wait_ms")? as u32,
             ended_at_ms: self.get("ended_at_ms")?,
             end_reason: self.get("end_reason")?,
+            replica: self.get("replica")?,
+        })
+    }
+
+    fn replica(&self) -> Result<ReplicaRecord, StoreError> {
+        Ok(ReplicaRecord {
+            id: self.get("id")?,
+            grpc_addr: self.get("grpc_addr")?,
+            http_addr: self.get("http_addr")?,
+            heartbeat_ms: self.get("heartbeat_ms")?,
         })
     }
 
@@ -887,6 +959,7 @@ mod tests {
             queue_wait_ms: 3,
             ended_at_ms: None,
             end_reason: None,
+            replica: "r-1".into(),
         }
     }
 
@@ -907,8 +980,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         for url in backends(dir.path()).await {
             let store = Store::open(&url).await.unwrap();
-            store.insert_session(&record("s-1", "a", 10), "r-1", "acquired").await.unwrap();
-            store.insert_session(&record("s-2", "b", 20), "r-1", "acquired").await.unwrap();
+            store.insert_session(&record("s-1", "a", 10), "acquired").await.unwrap();
+            store.insert_session(&record("s-2", "b", 20), "acquired").await.unwrap();
             assert!(store.end_session("s-1", SessionState::Closed, 30, "released").await.unwrap());
             assert!(!store.end_session("s-1", SessionState::Expired, 40, "late").await.unwrap(), "terminal is final");
             let (created, epoch) = store.put_tenant(&tenant("t", 2), 1).await.unwrap();
@@ -966,8 +1039,8 @@ mod tests {
             // Two handles, as two replicas would have.
             let (one, two) = (Store::open(&url).await.unwrap(), Store::connect(&url).await.unwrap());
             let backend = one.backend_name();
-            one.heartbeat("r-1", 1_000).await.unwrap();
-            two.heartbeat("r-2", 1_000).await.unwrap();
+            one.heartbeat("r-1", &ReplicaAddrs::default(), 1_000).await.unwrap();
+            two.heartbeat("r-2", &ReplicaAddrs::default(), 1_000).await.unwrap();
             // Racing for the single slot: exactly one wins.
             let (a, b) = tokio::join!(
                 one.claim_slot("c-1", "t", "r-1", 1, 1_000, 0),
@@ -985,15 +1058,45 @@ mod tests {
             assert!(loser_store.claim_slot("c-5", "t", loser, 1, 1_000, 0).await.unwrap(), "{backend}: freed");
             // A replica whose heartbeat is stale no longer holds its slots.
             let fresh = winner;
-            one.heartbeat(fresh, 20_000).await.unwrap();
+            one.heartbeat(fresh, &ReplicaAddrs::default(), 20_000).await.unwrap();
             assert!(!one.claim_slot("c-6", "t", fresh, 1, 20_000, 1_000).await.unwrap(), "{backend}: fresh enough");
             assert!(one.claim_slot("c-6", "t", fresh, 1, 20_000, 10_000).await.unwrap(), "{backend}: {loser} is stale");
             // Deregistering drops a replica's claims; its next beat learns it is gone.
             assert!(one.beat(fresh, 20_500).await.unwrap(), "{backend}: registered");
             one.deregister(fresh).await.unwrap();
             assert!(!one.beat(fresh, 21_000).await.unwrap(), "{backend}: swept replicas hear of it");
-            one.heartbeat(fresh, 20_000).await.unwrap();
+            one.heartbeat(fresh, &ReplicaAddrs::default(), 20_000).await.unwrap();
             assert!(one.claim_slot("c-7", "t", fresh, 1, 20_000, 10_000).await.unwrap(), "{backend}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_live_session_names_its_replica_and_where_to_reach_it() {
+        let dir = tempfile::tempdir().unwrap();
+        for url in backends(dir.path()).await {
+            let store = Store::open(&url).await.unwrap();
+            let backend = store.backend_name();
+            let addrs = ReplicaAddrs { grpc: "10.0.0.7:50051".into(), http: "10.0.0.7:8080".into() };
+            store.heartbeat("r-1", &addrs, 1_000).await.unwrap();
+            store.heartbeat("r-2", &ReplicaAddrs::default(), 5_000).await.unwrap();
+            store.insert_session(&record("s-1", "a", 10), "acquired").await.unwrap();
+            let owner = store.session_owner("s-1").await.unwrap().expect("live session has an owner");
+            assert_eq!((owner.id.as_str(), owner.grpc_addr.as_str(), owner.http_addr.as_str()), ("r-1", "10.0.0.7:50051", "10.0.0.7:8080"), "{backend}");
+            assert_eq!(store.session("s-1").await.unwrap().unwrap().replica, "r-1", "{backend}");
+            assert_eq!(store.live_sessions_of("a").await.unwrap(), vec![("s-1".to_string(), "r-1".to_string())], "{backend}");
+            // A moved address is seen at once; stale replicas are left out of the live set.
+            let moved = ReplicaAddrs { grpc: "10.0.0.8:50051".into(), http: "10.0.0.8:8080".into() };
+            store.heartbeat("r-1", &moved, 2_000).await.unwrap();
+            assert_eq!(store.session_owner("s-1").await.unwrap().unwrap().grpc_addr, "10.0.0.8:50051", "{backend}");
+            let live: Vec<String> = store.replicas(3_000).await.unwrap().into_iter().map(|r| r.id).collect();
+            assert_eq!(live, vec!["r-2".to_string()], "{backend}");
+            // Ended, or its replica gone: no owner to forward to.
+            store.end_session("s-1", SessionState::Closed, 30, "released").await.unwrap();
+            assert_eq!(store.session_owner("s-1").await.unwrap(), None, "{backend}");
+            assert!(store.live_sessions_of("a").await.unwrap().is_empty(), "{backend}");
+            store.insert_session(&record("s-2", "a", 40), "acquired").await.unwrap();
+            store.deregister("r-1").await.unwrap();
+            assert_eq!(store.session_owner("s-2").await.unwrap(), None, "{backend}");
         }
     }
 
@@ -1055,7 +1158,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let url = format!("sqlite://{}", dir.path().join("t.db").display());
         let setup = Store::open(&url).await.unwrap();
-        setup.insert_session(&record("s-1", "a", 10), "r-1", "acquired").await.unwrap();
+        setup.insert_session(&record("s-1", "a", 10), "acquired").await.unwrap();
         let pages: i64 = match &setup.backend {
             Backend::Sqlite(pool) => sqlx::query_scalar("PRAGMA page_count").fetch_one(pool).await.unwrap(),
             Backend::Postgres(_) => unreachable!(),
@@ -1082,7 +1185,7 @@ mod tests {
         assert!(store.write_fault().is_some_and(|f| f.contains("full")), "{:?}", store.write_fault());
         // A transaction on the same connection that writes, then fails (a duplicate id): a
         // refusal of this one request, not of writes.
-        let duplicate = store.insert_session(&record("s-1", "a", 20), "r-1", "acquired").await.unwrap_err();
+        let duplicate = store.insert_session(&record("s-1", "a", 20), "acquired").await.unwrap_err();
         assert!(!duplicate.refuses_writes(), "{duplicate}");
         // A write that needs no new page goes through, and the store says so.
         store.touch("s-1", 99).await.unwrap();

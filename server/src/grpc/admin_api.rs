@@ -10,7 +10,8 @@ use browserpool_proto::v1 as pb;
 use futures::Stream;
 use tonic::{Request, Response, Status};
 
-use super::claims;
+use super::{claims, fanout};
+use crate::forward::Peers;
 use crate::auth::{Epochs, Keys, Revocations};
 use crate::convert::{session_to_pb, state_from_pb, state_to_pb, timestamp};
 use crate::error::ServiceError;
@@ -31,6 +32,8 @@ pub struct AdminApi {
     revoked: Revocations,
     epochs: Epochs,
     max_token_ttl: Duration,
+    /// The other replicas, for the whole-service calls.
+    peers: Peers,
 }
 
 impl AdminApi {
@@ -41,8 +44,87 @@ impl AdminApi {
         revoked: Revocations,
         epochs: Epochs,
         max_token_ttl: Duration,
+        peers: Peers,
     ) -> Self {
-        AdminApi { sessions, keys, store, revoked, epochs, max_token_ttl }
+        AdminApi { sessions, keys, store, revoked, epochs, max_token_ttl, peers }
+    }
+
+    /// This replica's pool status alone.
+    async fn local_status(&self) -> Result<pb::PoolStatusResponse, Status> {
+        let status = self.sessions.pool().status();
+        let mut tenants = Vec::new();
+        for t in self.store.tenants().await.map_err(ServiceError::from)? {
+            let (active, queued) = self.sessions.usage(&t.id);
+            tenants.push(pb::TenantUsage { tenant: t.id, active, queued, max_slots: t.max_slots });
+        }
+        let owners = self.sessions.worker_owners();
+        let replica = self.sessions.replica_id().to_string();
+        let workers = status
+            .workers
+            .iter()
+            .map(|w| {
+                let memory = browserpool_pool::launcher::group_memory(w.pid);
+                let (tenant, session_id) = owners.get(&w.id.0).cloned().unwrap_or_default();
+                pb::Worker {
+                    worker_id: w.id.to_string(),
+                    state: match w.state {
+                        WorkerState::Warm => pb::WorkerState::Warm,
+                        WorkerState::Leased => pb::WorkerState::Leased,
+                    } as i32,
+                    pid: w.pid,
+                    cdp_port: w.cdp_port as u32,
+                    started_at: w
+                        .started_at
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .ok()
+                        .map(|d| timestamp(d.as_millis() as i64)),
+                    tenant,
+                    session_id,
+                    rss_bytes: memory.rss_bytes,
+                    pss_bytes: memory.pss_bytes,
+                    replica: replica.clone(),
+                }
+            })
+            .collect();
+        let (warm, leased, capacity, draining) =
+            (status.warm as u32, status.leased as u32, status.capacity as u32, self.sessions.draining());
+        Ok(pb::PoolStatusResponse {
+            workers,
+            warm,
+            leased,
+            capacity,
+            draining,
+            tenants,
+            replicas: vec![pb::ReplicaStatus {
+                replica,
+                grpc_addr: self.sessions.addrs().grpc,
+                draining,
+                warm,
+                leased,
+                capacity,
+                error: String::new(),
+            }],
+        })
+    }
+
+    /// Drains (or resumes) this replica alone.
+    fn drain_here(&self, drain: bool) -> pb::DrainResponse {
+        let draining = self.sessions.set_draining(drain);
+        let status = self.sessions.pool().status();
+        let leased = status.leased as u32;
+        pb::DrainResponse {
+            draining,
+            leased,
+            replicas: vec![pb::ReplicaStatus {
+                replica: self.sessions.replica_id().to_string(),
+                grpc_addr: self.sessions.addrs().grpc,
+                draining,
+                warm: status.warm as u32,
+                leased,
+                capacity: status.capacity as u32,
+                error: String::new(),
+            }],
+        }
     }
 }
 
@@ -92,49 +174,19 @@ fn tenant_from_pb(t: pb::Tenant) -> Result<TenantRecord, ServiceError> {
 impl pb::admin_server::Admin for AdminApi {
     async fn pool_status(
         &self,
-        _req: Request<pb::PoolStatusRequest>,
+        req: Request<pb::PoolStatusRequest>,
     ) -> Result<Response<pb::PoolStatusResponse>, Status> {
-        let status = self.sessions.pool().status();
-        let mut tenants = Vec::new();
-        for t in self.store.tenants().await.map_err(ServiceError::from)? {
-            let (active, queued) = self.sessions.usage(&t.id);
-            tenants.push(pb::TenantUsage { tenant: t.id, active, queued, max_slots: t.max_slots });
+        let local = self.local_status().await?;
+        if Peers::forwarded(req.metadata()) {
+            return Ok(Response::new(local));
         }
-        let owners = self.sessions.worker_owners();
-        let workers = status
-            .workers
-            .iter()
-            .map(|w| {
-                let memory = browserpool_pool::launcher::group_memory(w.pid);
-                let (tenant, session_id) = owners.get(&w.id.0).cloned().unwrap_or_default();
-                pb::Worker {
-                    worker_id: w.id.to_string(),
-                    state: match w.state {
-                        WorkerState::Warm => pb::WorkerState::Warm,
-                        WorkerState::Leased => pb::WorkerState::Leased,
-                    } as i32,
-                    pid: w.pid,
-                    cdp_port: w.cdp_port as u32,
-                    started_at: w
-                        .started_at
-                        .duration_since(std::time::UNIX_EPOCH)
-                        .ok()
-                        .map(|d| timestamp(d.as_millis() as i64)),
-                    tenant,
-                    session_id,
-                    rss_bytes: memory.rss_bytes,
-                    pss_bytes: memory.pss_bytes,
-                }
-            })
-            .collect();
-        Ok(Response::new(pb::PoolStatusResponse {
-            workers,
-            warm: status.warm as u32,
-            leased: status.leased as u32,
-            capacity: status.capacity as u32,
-            draining: self.sessions.draining(),
-            tenants,
-        }))
+        let others = self.peers.others().await.map_err(ServiceError::from)?;
+        let answers = fanout::each(&self.peers, &others, |mut client| {
+            let req = self.peers.on_behalf(req.metadata(), pb::PoolStatusRequest {});
+            async move { client.pool_status(req).await }
+        })
+        .await;
+        Ok(Response::new(fanout::merge_status(local, answers)))
     }
 
     async fn list_sessions(
@@ -177,8 +229,39 @@ impl pb::admin_server::Admin for AdminApi {
     }
 
     async fn drain(&self, req: Request<pb::DrainRequest>) -> Result<Response<pb::DrainResponse>, Status> {
-        let draining = self.sessions.set_draining(req.into_inner().drain);
-        Ok(Response::new(pb::DrainResponse { draining, leased: self.sessions.pool().status().leased as u32 }))
+        let r = req.get_ref().clone();
+        let me = self.sessions.replica_id();
+        if r.all_replicas && !r.replica.is_empty() {
+            return Err(ServiceError::InvalidArgument("give replica or all_replicas, not both".into()).into());
+        }
+        if Peers::forwarded(req.metadata()) || (!r.all_replicas && (r.replica.is_empty() || r.replica == me)) {
+            return Ok(Response::new(self.drain_here(r.drain)));
+        }
+        let others = self.peers.others().await.map_err(ServiceError::from)?;
+        let targets: Vec<_> = if r.all_replicas {
+            others
+        } else {
+            let named: Vec<_> = others.into_iter().filter(|o| o.id == r.replica).collect();
+            if named.is_empty() {
+                return Err(ServiceError::NotFound(format!("no live replica has id {:?}", r.replica)).into());
+            }
+            named
+        };
+        let message = pb::DrainRequest { drain: r.drain, all_replicas: false, replica: String::new() };
+        let answers = fanout::each(&self.peers, &targets, |mut client| {
+            let req = self.peers.on_behalf(req.metadata(), message.clone());
+            async move { client.drain(req).await }
+        })
+        .await;
+        let mine = r.all_replicas.then(|| self.drain_here(r.drain));
+        let merged = fanout::merge_drain(mine, answers);
+        if !r.all_replicas {
+            // One named replica: its failure is the call's.
+            if let Some(e) = merged.replicas.first().map(|s| &s.error).filter(|e| !e.is_empty()) {
+                return Err(ServiceError::Unreachable(e.clone()).into());
+            }
+        }
+        Ok(Response::new(merged))
     }
 
     async fn list_tenants(
@@ -206,11 +289,12 @@ impl pb::admin_server::Admin for AdminApi {
         &self,
         req: Request<pb::DeleteTenantRequest>,
     ) -> Result<Response<pb::DeleteTenantResponse>, Status> {
-        let r = req.into_inner();
+        let r = req.get_ref().clone();
         if r.id == crate::server::DEFAULT_TENANT {
             return Err(ServiceError::FailedPrecondition("the embedded default tenant cannot be deleted".into()).into());
         }
-        let live = self.sessions.live_ids_of(&r.id);
+        // Live on any replica: the database knows them all.
+        let live = self.store.live_sessions_of(&r.id).await.map_err(ServiceError::from)?;
         if !live.is_empty() && !r.force {
             return Err(ServiceError::FailedPrecondition(format!(
                 "tenant {:?} has {} live session(s); set force to kill them",
@@ -219,8 +303,16 @@ impl pb::admin_server::Admin for AdminApi {
             ))
             .into());
         }
-        for id in live {
-            self.sessions.end_detached(&id, SessionState::Killed, "tenant deleted").await;
+        let mut elsewhere = Vec::new();
+        for (id, replica) in live {
+            if self.sessions.holds(&id) || replica == self.sessions.replica_id() {
+                self.sessions.end_detached(&id, SessionState::Killed, "tenant deleted").await;
+            } else {
+                elsewhere.push((id, replica));
+            }
+        }
+        if !elsewhere.is_empty() && !Peers::forwarded(req.metadata()) {
+            fanout::kill_elsewhere(&self.peers, req.metadata(), elsewhere, "tenant deleted").await?;
         }
         let deleted = self.store.delete_tenant(&r.id).await.map_err(ServiceError::from)?;
         // Its tokens stop here at once; on other replicas within a second (their refresh).

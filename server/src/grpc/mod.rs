@@ -2,6 +2,7 @@
 //! from the request extensions, put there by [`crate::auth::AuthLayer`].
 
 pub mod admin_api;
+pub mod fanout;
 pub mod sessions_api;
 
 use tonic::{Request, Status};

@@ -68,15 +68,15 @@ fn without_ticket(cdp_url: &str) -> String {
     cdp_url.split('?').next().unwrap().to_string()
 }
 
-type Ws = async_tungstenite::WebSocketStream<async_tungstenite::tokio::ConnectStream>;
+pub(crate) type Ws = async_tungstenite::WebSocketStream<async_tungstenite::tokio::ConnectStream>;
 
-async fn connect(url: &str) -> Ws {
+pub(crate) async fn connect(url: &str) -> Ws {
     async_tungstenite::tokio::connect_async(url).await.expect("cdp connection").0
 }
 
 /// Sends a command and returns its answer (events in between are skipped); it must not be
 /// an error.
-async fn answer_to(ws: &mut Ws, msg: Value) -> Value {
+pub(crate) async fn answer_to(ws: &mut Ws, msg: Value) -> Value {
     let id = msg["id"].clone();
     ws.send(Message::text(msg.to_string())).await.unwrap();
     loop {

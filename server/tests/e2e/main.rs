@@ -9,6 +9,7 @@ mod context;
 mod dialogs;
 mod egress;
 mod faults;
+mod forwarding;
 mod helpers;
 mod lifecycle;
 mod ops;

@@ -90,7 +90,7 @@ async fn list_kill_and_drain() {
     assert!(!again.killed, "killing twice changes nothing");
 
     // Drain: readiness fails, Acquire is UNAVAILABLE, live sessions go on; undrain resumes.
-    let drained = console.drain(pb::DrainRequest { drain: true }).await.unwrap().into_inner();
+    let drained = console.drain(pb::DrainRequest { drain: true, ..Default::default() }).await.unwrap().into_inner();
     assert!(drained.draining);
     assert!(http_get(&format!("http://{}/readyz", server.http)).await.starts_with("HTTP/1.1 503"));
     let status = match admin.acquire(1000).await.unwrap_err() {
@@ -106,7 +106,7 @@ async fn list_kill_and_drain() {
         "each Chromium group uses memory: {:?}",
         status.workers
     );
-    console.drain(pb::DrainRequest { drain: false }).await.unwrap();
+    console.drain(pb::DrainRequest { drain: false, ..Default::default() }).await.unwrap();
     assert!(http_get(&format!("http://{}/readyz", server.http)).await.starts_with("HTTP/1.1 200"));
     let after = admin.acquire(30_000).await.unwrap();
     ok(&act(&admin, &after.session_id, action("title", "", json!(null))).await);

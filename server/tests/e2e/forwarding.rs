@@ -1,0 +1,268 @@
+//! Three real server processes on one database behind a TCP round-robin proxy, as behind a
+//! Kubernetes Service: every new connection goes to the next replica, and every call works
+//! whichever replica holds the session it names.
+
+use std::time::{Duration, Instant};
+
+use browserpool_client::{action, pb, Client};
+use futures::StreamExt;
+use serde_json::json;
+
+use crate::helpers::{fixture_site, ok, status_code, BinaryServer, Db};
+
+/// A TCP proxy on 127.0.0.1:0 sending each new connection to the next of `targets`.
+async fn round_robin(targets: Vec<String>) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    tokio::spawn(async move {
+        for next in 0.. {
+            let Ok((mut inbound, _)) = listener.accept().await else { return };
+            let target = targets[next % targets.len()].clone();
+            tokio::spawn(async move {
+                if let Ok(mut outbound) = tokio::net::TcpStream::connect(target).await {
+                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// A client of tenant `team` on a new connection to `addr`.
+async fn client(addr: &str, token: &str) -> Client {
+    Client::connect(format!("http://{addr}"), token).await.unwrap()
+}
+
+async fn state_of(admin: &Client, id: &str) -> i32 {
+    admin.get(id).await.unwrap().state
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_replicas_behind_a_round_robin_proxy_serve_any_session() {
+    let site = fixture_site().await;
+    let mut a = BinaryServer::spawn().await;
+    let mut b = BinaryServer::replica_of(&a);
+    let mut c = BinaryServer::replica_of(&a);
+    let grpc_lb = round_robin(vec![a.grpc.clone(), b.grpc.clone(), c.grpc.clone()]).await;
+    let http_lb = round_robin(vec![a.http.clone(), b.http.clone(), c.http.clone()]).await;
+    let (admin_a, admin_b, admin_c) = (a.client().await, b.client().await, c.client().await);
+    let team = pb::Tenant { id: "team".into(), max_slots: 6, max_queue: 4, allow_private_networks: true, ..Default::default() };
+    admin_a.admin().put_tenant(pb::PutTenantRequest { tenant: Some(team) }).await.unwrap();
+    let scopes = ["sessions:read", "sessions:write", "context:export", "context:import"];
+    let issue = pb::IssueTokenRequest {
+        tenant: "team".into(),
+        subject: "ci".into(),
+        scopes: scopes.iter().map(|s| s.to_string()).collect(),
+        ttl_s: 600,
+    };
+    let token = admin_a.admin().issue_token(issue).await.unwrap().into_inner().token;
+    // Every replica takes the new tenant's token once it refreshed its tenant epochs.
+    let direct = [client(&a.grpc, &token).await, client(&b.grpc, &token).await, client(&c.grpc, &token).await];
+    let deadline = Instant::now() + Duration::from_secs(3);
+    for replica in &direct {
+        while let Err(status) = replica.sessions().list(pb::ListSessionsRequest::default()).await {
+            assert!(Instant::now() < deadline, "a replica never took the new tenant's token: {status}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    // One session held by each replica.
+    let mut held = Vec::new();
+    for replica in &direct {
+        held.push(replica.acquire(30_000).await.unwrap());
+    }
+    let owners: std::collections::BTreeSet<_> = held.iter().map(|s| s.replica.clone()).collect();
+    assert_eq!(owners.len(), 3, "each replica holds one: {owners:?}");
+
+    // Three connections through the proxy land on A, B and C in turn: each session is called
+    // through its owner once and through each of the two others once.
+    for round in 0..3 {
+        let lb = client(&grpc_lb, &token).await;
+        for (i, s) in held.iter().enumerate() {
+            let id = &s.session_id;
+            let got = lb.get(id).await.unwrap();
+            assert_eq!((got.state, got.replica.as_str()), (pb::SessionState::Ready as i32, s.replica.as_str()));
+            assert!(got.cdp_url.contains("?ticket="), "Get through any replica gives the cdp_url: {got:?}");
+            let renewed = lb.sessions().renew(pb::RenewRequest { session_id: id.clone(), idle_timeout_ms: 120_000 }).await;
+            assert_eq!(renewed.unwrap().into_inner().session_id, *id);
+            let page = format!("{site}/about?round={round}&session={i}");
+            ok(&lb.act(id, action("navigate", "", page.as_str())).await.unwrap());
+            assert_eq!(ok(&lb.act(id, action("title", "", json!(null))).await.unwrap()), json!("About"));
+            let batch = pb::BatchRequest {
+                session_id: id.clone(),
+                actions: vec![action("evaluate", "", "6 * 7"), action("extract", "p", json!(null))],
+                ..Default::default()
+            };
+            let results = lb.sessions().batch(batch).await.unwrap().into_inner().results;
+            assert_eq!(results.iter().map(ok).collect::<Vec<_>>(), vec![json!(42), json!("about page")]);
+            let origin = site.clone();
+            let export = pb::ExportContextRequest { session_id: id.clone(), origin, ..Default::default() };
+            let envelope = lb.sessions().export_context(export).await.unwrap().into_inner();
+            let import = pb::ImportContextRequest { session_id: id.clone(), envelope: Some(envelope), strict_origin: false };
+            assert!(lb.sessions().import_context(import).await.unwrap().into_inner().ok, "round {round} session {i}");
+        }
+        // List is answered from the database, every replica's sessions in it.
+        let listed = lb.sessions().list(pb::ListSessionsRequest::default()).await.unwrap().into_inner().sessions;
+        let live: Vec<_> = listed.iter().filter(|s| s.state == pb::SessionState::Ready as i32).collect();
+        assert_eq!(live.len(), 3, "{listed:?}");
+    }
+
+    // Streams: Events and Drive through each replica, for a session held by another.
+    for (i, s) in held.iter().enumerate() {
+        let through = &direct[(i + 1) % 3];
+        let mut events =
+            through.sessions().events(pb::EventsRequest { session_id: s.session_id.clone() }).await.unwrap().into_inner();
+        let page = format!("{site}/second");
+        ok(&direct[i].act(&s.session_id, action("navigate", "", page.as_str())).await.unwrap());
+        let navigated = tokio::time::timeout(Duration::from_secs(10), async {
+            while let Some(event) = events.next().await {
+                if let Some(pb::event::Kind::Navigated(n)) = event.unwrap().kind {
+                    if n.url.ends_with("/second") {
+                        return true;
+                    }
+                }
+            }
+            false
+        });
+        assert!(navigated.await.unwrap(), "Events through a non-owner saw the navigation");
+
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        tx.send(pb::DriveRequest { session_id: s.session_id.clone(), action: Some(action("evaluate", "", "6 * 7")) })
+            .await
+            .unwrap();
+        let mut drive = through.sessions().drive(tokio_stream::wrappers::ReceiverStream::new(rx)).await.unwrap().into_inner();
+        let first = drive.next().await.unwrap().unwrap();
+        assert!(matches!(first.kind, Some(pb::drive_event::Kind::Attached(ref a)) if a.session_id == s.session_id), "{first:?}");
+        let result = loop {
+            match drive.next().await.unwrap().unwrap().kind {
+                Some(pb::drive_event::Kind::Result(r)) => break r,
+                _ => continue,
+            }
+        };
+        assert_eq!(ok(&result), json!(42));
+        drop(tx);
+    }
+
+    // CDP: the websocket through the proxy reaches the session's browser from any replica.
+    for s in &held {
+        let path = s.cdp_url.split_once("/cdp/").map(|(_, rest)| rest.to_string()).unwrap();
+        for _ in 0..3 {
+            let mut ws = crate::cdp::connect(&format!("ws://{http_lb}/cdp/{path}")).await;
+            let version = crate::cdp::answer_to(&mut ws, json!({"id": 1, "method": "Browser.getVersion"})).await;
+            assert!(version["result"]["product"].as_str().unwrap().contains("Chrom"), "{version}");
+            let title = crate::cdp::answer_to(&mut ws, json!({"id": 2, "method": "Target.getTargets"})).await;
+            assert!(title.to_string().contains("/second"), "the session's own page: {title}");
+        }
+    }
+    // A wrong ticket is refused by the owner, through any replica, as it is directly.
+    let foreign = format!("ws://{http_lb}/cdp/{}?ticket=nope", held[1].session_id);
+    for _ in 0..3 {
+        let refused = async_tungstenite::tokio::connect_async(foreign.as_str()).await.unwrap_err();
+        assert!(refused.to_string().contains("404") || refused.to_string().contains("401"), "{refused}");
+    }
+
+    // The whole service from any replica: PoolStatus asks every replica; ListSessions names them.
+    let lb_admin = Client::connect(format!("http://{grpc_lb}"), &a.token).await.unwrap();
+    let status = lb_admin.admin().pool_status(pb::PoolStatusRequest {}).await.unwrap().into_inner();
+    let answered: std::collections::BTreeSet<_> =
+        status.replicas.iter().filter(|r| r.error.is_empty()).map(|r| r.replica.clone()).collect();
+    assert_eq!(answered, owners, "{status:?}");
+    assert!(status.leased >= 3 && status.capacity == 6, "{status:?}");
+    for s in &held {
+        let worker = status.workers.iter().find(|w| w.session_id == s.session_id).expect("its worker is listed");
+        assert_eq!(worker.replica, s.replica);
+    }
+    let team_usage = status.tenants.iter().find(|t| t.tenant == "team").unwrap();
+    assert_eq!(team_usage.active, 3, "{team_usage:?}");
+    let listed = admin_b
+        .admin()
+        .list_sessions(pb::AdminListSessionsRequest { tenant: "team".into(), ..Default::default() })
+        .await
+        .unwrap()
+        .into_inner()
+        .sessions;
+    for s in &held {
+        assert!(listed.iter().any(|l| l.session_id == s.session_id && l.replica == s.replica), "{listed:?}");
+    }
+
+    // Drain every replica from one: Acquire is refused everywhere; then resume.
+    let drained = admin_c
+        .admin()
+        .drain(pb::DrainRequest { drain: true, all_replicas: true, replica: String::new() })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(drained.draining && drained.replicas.len() == 3, "{drained:?}");
+    for replica in &direct {
+        assert_eq!(status_code(replica.acquire(1_000).await.unwrap_err()), tonic::Code::Unavailable);
+    }
+    let named = held[0].replica.clone();
+    let resumed = admin_c
+        .admin()
+        .drain(pb::DrainRequest { drain: false, all_replicas: false, replica: named.clone() })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!((resumed.draining, resumed.replicas[0].replica.as_str()), (false, named.as_str()));
+    let extra = direct[0].acquire(10_000).await.expect("the resumed replica takes sessions again");
+    assert_eq!(status_code(direct[1].acquire(1_000).await.unwrap_err()), tonic::Code::Unavailable);
+    admin_a.admin().drain(pb::DrainRequest { drain: false, all_replicas: true, replica: String::new() }).await.unwrap();
+    let unknown = pb::DrainRequest { drain: true, all_replicas: false, replica: "r-nope".into() };
+    assert_eq!(admin_a.admin().drain(unknown).await.unwrap_err().code(), tonic::Code::NotFound);
+
+    // KillSession and Release through a replica that does not hold the session.
+    let killed = admin_b
+        .admin()
+        .kill_session(pb::KillSessionRequest { session_id: held[0].session_id.clone(), reason: "test".into() })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(killed.killed);
+    assert_eq!(state_of(&admin_c, &held[0].session_id).await, pb::SessionState::Killed as i32);
+    let released = direct[2].release(&held[1].session_id).await.unwrap();
+    assert!(released.released);
+    assert_eq!(state_of(&admin_a, &held[1].session_id).await, pb::SessionState::Closed as i32);
+
+    // The owner is registered but cannot be reached: UNAVAILABLE naming it, at once.
+    let db = Db::connect(&a.database_url).await;
+    let owner_of_extra = extra.replica.clone();
+    let moved = format!("UPDATE replicas SET grpc_addr = '127.0.0.1:1' WHERE id = '{owner_of_extra}'");
+    db.exec(&moved, &moved).await.unwrap();
+    let started = Instant::now();
+    let refused = direct[1].act(&extra.session_id, action("title", "", json!(null))).await.unwrap_err().to_string();
+    assert!(refused.contains("Unavailable") || refused.contains("unavailable"), "{refused}");
+    assert!(refused.contains(&owner_of_extra) && refused.contains("cannot be reached"), "{refused}");
+    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    let back = format!("UPDATE replicas SET grpc_addr = '{}' WHERE id = '{owner_of_extra}'", a.grpc);
+    db.exec(&back, &back).await.unwrap();
+    db.close().await;
+    ok(&direct[1].act(&extra.session_id, action("title", "", json!(null))).await.unwrap());
+
+    // Deleting the tenant with force on B ends its sessions on every replica.
+    let deleted = admin_b.admin().delete_tenant(pb::DeleteTenantRequest { id: "team".into(), force: true }).await;
+    assert!(deleted.unwrap().into_inner().deleted);
+    for id in [&held[2].session_id, &extra.session_id] {
+        assert_eq!(state_of(&admin_b, id).await, pb::SessionState::Killed as i32, "{id}");
+    }
+
+    // C dies without a word: its sessions are CRASHED within the staleness window, the others
+    // go on.
+    let on_c = admin_c.acquire(30_000).await.unwrap();
+    let on_a = admin_a.acquire(30_000).await.unwrap();
+    c.kill_hard();
+    let started = Instant::now();
+    loop {
+        if state_of(&admin_a, &on_c.session_id).await == pb::SessionState::Crashed as i32 {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(20), "C's session is still live after {:?}", started.elapsed());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    println!("forwarding: a SIGKILLed replica's session CRASHED after {:?}", started.elapsed());
+    // Through B, A's session still works.
+    ok(&admin_b.act(&on_a.session_id, action("evaluate", "", "1 + 1")).await.unwrap());
+    admin_b.release(&on_a.session_id).await.unwrap();
+    let (sa, _) = a.terminate();
+    let (sb, _) = b.terminate();
+    assert_eq!((sa.code(), sb.code()), (Some(0), Some(0)));
+}
