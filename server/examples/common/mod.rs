@@ -24,6 +24,25 @@ impl InProcess {
         let mut args = ServeArgs::for_tests(dir.path());
         args.warm = warm;
         args.max_workers = max_workers;
+        InProcess::serve(dir, args).await
+    }
+
+    /// Another replica of `first`: its database and signing key, a data dir of its own.
+    pub async fn replica_of(first: &InProcess, warm: usize, max_workers: usize) -> anyhow::Result<InProcess> {
+        let dir = tempfile::tempdir()?;
+        for key in std::fs::read_dir(first.dir.path())?.flatten() {
+            if key.file_name().to_string_lossy().starts_with("jwt-") {
+                std::fs::copy(key.path(), dir.path().join(key.file_name()))?;
+            }
+        }
+        let mut args = ServeArgs::for_tests(dir.path());
+        args.warm = warm;
+        args.max_workers = max_workers;
+        args.store.database_url = Some(format!("sqlite://{}", first.dir.path().join("browserpool.db").display()));
+        InProcess::serve(dir, args).await
+    }
+
+    async fn serve(dir: tempfile::TempDir, args: ServeArgs) -> anyhow::Result<InProcess> {
         let bound = browserpool_server::bind(args).await?;
         let endpoint = format!("http://{}", bound.grpc_addr);
         let token = std::fs::read_to_string(&bound.admin_token_path)?;
