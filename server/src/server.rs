@@ -346,7 +346,9 @@ impl Bound {
                 }
             })
         };
+        // The trace layer outermost, so calls the auth layer refuses are traced too.
         let grpc_router = tonic::transport::Server::builder()
+            .layer(crate::telemetry::TraceLayer::new(sessions.replica_id()))
             .layer(AuthLayer::new(keys, revoked.clone(), epochs, audit.clone()))
             .add_service(health_service)
             .add_service(reflection_v1)
