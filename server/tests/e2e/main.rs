@@ -16,3 +16,4 @@ mod replicas;
 mod sessions;
 mod tenants;
 mod tls;
+mod traces;
