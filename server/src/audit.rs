@@ -219,6 +219,8 @@ pub struct RpcTarget(Arc<std::sync::Mutex<String>>);
 
 impl RpcTarget {
     pub fn set(&self, session_id: &str) {
+        // Handlers name it while their RPC's span is current: the span names it too.
+        crate::telemetry::record_session(session_id);
         *self.0.lock().unwrap_or_else(|e| e.into_inner()) = session_id.to_string();
     }
 

@@ -630,6 +630,7 @@ where
         let verified = self.tokens.verify_header(header);
         match verified {
             Ok(claims) if is_admin_rpc(&path) && !claims.is_admin() => {
+                crate::telemetry::record_tenant(&claims.tenant);
                 tracing::info!(path = %path, tenant = %claims.tenant, subject = %claims.sub, "request refused: needs scope admin");
                 self.audit.record_refusal(crate::audit::Entry {
                     tenant: claims.tenant.clone(),
@@ -646,6 +647,7 @@ where
                 )))
             }
             Ok(claims) => {
+                crate::telemetry::record_tenant(&claims.tenant);
                 let place = match self.audit.reserve_call() {
                     Ok(place) => place,
                     Err(e) => {

@@ -173,6 +173,12 @@ pub struct ServeArgs {
     /// Longest lifetime `Admin/IssueToken` grants.
     #[arg(long, env = "BROWSERPOOL_MAX_TOKEN_TTL", default_value = "30d", value_parser = humantime::parse_duration)]
     pub max_token_ttl: Duration,
+    /// OTLP/gRPC endpoint to send traces to, e.g. http://otel-collector:4317: a span per RPC
+    /// and per action, continuing the caller's W3C traceparent. Unset, the standard
+    /// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT is used; with none of
+    /// them, traces are off. Plain http:// only (a collector beside the server).
+    #[arg(long, env = "BROWSERPOOL_OTLP_ENDPOINT", value_parser = parse_otlp_endpoint)]
+    pub otlp_endpoint: Option<String>,
     /// Largest document `load_html` accepts, in bytes (gRPC messages may be this plus 1 MiB).
     #[arg(long, env = "BROWSERPOOL_MAX_HTML_BYTES", default_value_t = 10 << 20)]
     pub max_html_bytes: usize,
@@ -222,6 +228,30 @@ fn parse_public_url(s: &str) -> Result<String, String> {
     Ok(format!("{scheme}{}", rest.trim_end_matches('/')))
 }
 
+fn parse_otlp_endpoint(s: &str) -> Result<String, String> {
+    let url = url::Url::parse(s).map_err(|e| format!("{s:?} is not a URL: {e}"))?;
+    match url.scheme() {
+        "http" if url.host_str().is_some() => Ok(s.to_string()),
+        "http" => Err(format!("{s:?} has no host")),
+        "https" => Err(format!("{s:?}: https is not supported; send to a collector over http://")),
+        other => Err(format!("{s:?}: scheme {other} is not http")),
+    }
+}
+
+/// Where traces go: `flag` (`--otlp-endpoint` or its env), else the standard OpenTelemetry
+/// variables `env` looks up, the traces-only one first. `None`: traces are off.
+pub fn otlp_endpoint(flag: Option<&str>, env: impl Fn(&str) -> Option<String>) -> Result<Option<String>, String> {
+    if let Some(flag) = flag {
+        return Ok(Some(flag.to_string()));
+    }
+    for var in ["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"] {
+        if let Some(value) = env(var).filter(|v| !v.is_empty()) {
+            return parse_otlp_endpoint(&value).map(Some).map_err(|e| format!("{var}: {e}"));
+        }
+    }
+    Ok(None)
+}
+
 fn parse_resolve(s: &str) -> Result<(String, std::net::IpAddr), String> {
     let (name, ip) = s.split_once('=').ok_or_else(|| format!("{s:?} is not NAME=IP"))?;
     let ip = ip.trim().parse().map_err(|_| format!("{ip:?} is not an IP address"))?;
@@ -230,6 +260,19 @@ fn parse_resolve(s: &str) -> Result<(String, std::net::IpAddr), String> {
         return Err(format!("{name:?} is not a host name"));
     }
     Ok((name.to_string(), ip))
+}
+
+impl Cli {
+    /// Where `serve` sends traces (see [`otlp_endpoint`]); `None` for the other commands. A
+    /// bad `BROWSERPOOL_*` variable is left for `serve` itself to report.
+    pub fn otlp_endpoint(&self) -> Result<Option<String>, String> {
+        let flag = match &self.command {
+            Some(Command::Serve(serve)) => serve.otlp_endpoint.clone(),
+            None => ServeArgs::from_env().ok().and_then(|serve| serve.otlp_endpoint),
+            Some(_) => return Ok(None),
+        };
+        otlp_endpoint(flag.as_deref(), |var| std::env::var(var).ok())
+    }
 }
 
 impl ServeArgs {
@@ -300,5 +343,26 @@ mod tests {
         assert!(parse_public_url("ftp://x").is_err());
         assert!(parse_public_url("https://x/?a=1").is_err());
         assert!(parse_public_url("pool.example.com").is_err());
+    }
+
+    #[test]
+    fn otlp_endpoint_flag_then_standard_variables() {
+        let env = |vars: &'static [(&'static str, &'static str)]| {
+            move |name: &str| vars.iter().find(|(n, _)| *n == name).map(|(_, v)| v.to_string())
+        };
+        assert_eq!(otlp_endpoint(None, env(&[])).unwrap(), None);
+        assert_eq!(otlp_endpoint(None, env(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "")])).unwrap(), None);
+        let both = env(&[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://a:4317"),
+            ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://b:4317"),
+        ]);
+        assert_eq!(otlp_endpoint(Some("http://flag:4317"), both).unwrap().as_deref(), Some("http://flag:4317"));
+        assert_eq!(otlp_endpoint(None, both).unwrap().as_deref(), Some("http://b:4317"));
+        let generic = env(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://a:4317")]);
+        assert_eq!(otlp_endpoint(None, generic).unwrap().as_deref(), Some("http://a:4317"));
+        let bad = otlp_endpoint(None, env(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "collector:4317")])).unwrap_err();
+        assert!(bad.starts_with("OTEL_EXPORTER_OTLP_ENDPOINT: "), "{bad}");
+        assert!(parse_otlp_endpoint("https://collector:4317").is_err());
+        assert!(parse_otlp_endpoint("http://collector:4317").is_ok());
     }
 }

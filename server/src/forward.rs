@@ -280,6 +280,8 @@ impl Peers {
     /// Relays a gRPC call to `owner`; a transport failure becomes UNAVAILABLE naming it.
     async fn forward_grpc(&self, mut req: http::Request<Body>, owner: &ReplicaRecord, id: &str) -> http::Response<Body> {
         req.headers_mut().insert(HOP_HEADER, self.me());
+        // The owner's spans are children of this replica's span for the call.
+        crate::telemetry::inject_traceparent(req.headers_mut());
         let channel = self.channel(&owner.grpc_addr);
         let sent = match channel.ready_oneshot().await {
             Ok(mut channel) => channel.call(req).await,

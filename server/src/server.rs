@@ -388,7 +388,11 @@ impl Bound {
                 }
             })
         };
+        // The trace layer outermost, so calls the auth layer refuses are traced too.
         let grpc_router = tonic::transport::Server::builder()
+            .layer(crate::telemetry::TraceLayer::new(sessions.replica_id()))
+            // Then forwarding: a call for a session another replica holds is checked and
+            // audited there, not here.
             .layer(ForwardLayer::new(peers))
             .layer(AuthLayer::new(keys, revoked.clone(), epochs, audit.clone()))
             .add_service(health_service)

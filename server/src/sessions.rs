@@ -746,8 +746,11 @@ impl Sessions {
             outcome: Ok(ActionOutput::default()),
             duration_ms: 0,
         };
-        let known = canonicalize(&input.action).is_ok();
-        report.outcome = self.act_inner(claims, id, input, &mut report).await;
+        let canonical = canonicalize(&input.action).ok().map(|c| c.name);
+        let known = canonical.is_some();
+        let span = crate::telemetry::action_span(&claims.tenant, id, canonical.unwrap_or("unknown"));
+        report.outcome =
+            tracing::Instrument::instrument(self.act_inner(claims, id, input, &mut report), span.clone()).await;
         report.duration_ms = started.elapsed().as_millis().min(u32::MAX as u128) as u32;
         // Unknown names are the client's strings: counted together, never as labels.
         let label = if known { report.action.as_str() } else { "unknown" };
@@ -755,6 +758,10 @@ impl Sessions {
         if let Err(f) = &report.outcome {
             tracing::debug!(session = %id, action = %report.action, code = ?f.code, "action failed");
         }
+        crate::telemetry::record_outcome(
+            &span,
+            report.outcome.as_ref().err().map(|f| format!("{:?}", f.code)).as_deref(),
+        );
         place.record(crate::audit::Entry {
             tenant: claims.tenant.clone(),
             subject: claims.sub.clone(),

@@ -17,3 +17,4 @@ mod replicas;
 mod sessions;
 mod tenants;
 mod tls;
+mod traces;
