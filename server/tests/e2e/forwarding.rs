@@ -266,3 +266,27 @@ async fn three_replicas_behind_a_round_robin_proxy_serve_any_session() {
     let (sb, _) = b.terminate();
     assert_eq!((sa.code(), sb.code()), (Some(0), Some(0)));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owner_that_froze_gives_unavailable_never_a_hang() {
+    let mut a = BinaryServer::spawn().await;
+    let b = BinaryServer::replica_of(&a);
+    let (on_a, on_b) = (a.client().await, b.client().await);
+    let id = on_a.acquire(30_000).await.unwrap().session_id;
+    ok(&on_b.act(&id, action("evaluate", "", "1 + 1")).await.unwrap());
+    // A stops answering (its sockets stay open): B's call through the open connection fails
+    // once the connection's keepalive goes unanswered.
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(a.pid() as i32, libc::SIGSTOP) };
+    let started = Instant::now();
+    let answer = tokio::time::timeout(Duration::from_secs(30), on_b.act(&id, action("evaluate", "", "2 + 2"))).await;
+    let waited = started.elapsed();
+    // SAFETY: as above.
+    unsafe { libc::kill(a.pid() as i32, libc::SIGCONT) };
+    let refused = answer.expect("no hang").unwrap_err().to_string();
+    println!("forwarding: a frozen owner answered UNAVAILABLE after {waited:?}");
+    assert!(refused.contains("cannot be reached"), "{refused}");
+    assert!(waited < Duration::from_secs(15), "{waited:?}");
+    let (status, _) = a.terminate();
+    assert_eq!(status.code(), Some(0));
+}

@@ -521,3 +521,61 @@ async fn cdp_url_says_wss_and_the_proxy_answers_over_mutual_tls() {
     client.release(&session.session_id).await.unwrap();
     server.stop().await;
 }
+
+/// A TLS replica of `first`: its database and signing key, the certificate in `secret`.
+async fn tls_replica_of(first: &TestServer, secret: &SecretDir) -> TestServer {
+    let (cert, key) = (secret.cert(), secret.key());
+    let (keys_from, database_url) = (first.data_dir.path().to_path_buf(), first.database_url.clone());
+    TestServer::start_with(move |args| {
+        std::fs::create_dir_all(&args.store.data_dir).unwrap();
+        for key in std::fs::read_dir(&keys_from).unwrap().flatten() {
+            if key.file_name().to_string_lossy().starts_with("jwt-") {
+                std::fs::copy(key.path(), args.store.data_dir.join(key.file_name())).unwrap();
+            }
+        }
+        args.warm = 0;
+        args.store.database_url = Some(database_url);
+        args.tls_cert = Some(cert);
+        args.tls_key = Some(key);
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_forward_to_each_other_over_tls_and_only_to_the_same_certificate() {
+    let ca = Ca::new("replicas ca");
+    let shared = SecretDir::new(&ca.server("browserpool"));
+    let a = tls_server(&shared, None, 1).await;
+    let b = tls_replica_of(&a, &shared).await;
+    let on_a = tls_client(&a, &ca, None).await.unwrap();
+    let on_b = tls_client(&b, &ca, None).await.unwrap();
+    let session = on_a.acquire(30_000).await.unwrap();
+
+    // gRPC through B reaches A's browser over TLS.
+    let result = on_b.act(&session.session_id, action("evaluate", "", "6 * 7")).await.unwrap();
+    assert!(result.ok, "{result:?}");
+    // So does the CDP websocket: wss to B, relayed over TLS to A.
+    let path = session.cdp_url.split_once("/cdp/").unwrap().1.to_string();
+    let url = format!("wss://localhost:{}/cdp/{path}", b.http.port());
+    let stream = tls_connect(b.http, &ca, None).await.unwrap();
+    let (mut ws, _) = async_tungstenite::tokio::client_async(url.as_str(), stream).await.expect("wss through B");
+    ws.send(r#"{"id":1,"method":"Browser.getVersion"}"#.into()).await.unwrap();
+    let answer = tokio::time::timeout(Duration::from_secs(10), ws.next()).await.unwrap().unwrap().unwrap();
+    assert!(answer.into_text().unwrap().contains("\"product\""), "a Browser.getVersion answer");
+    ws.close(None).await.unwrap();
+
+    // A replica serving another certificate (same CA, another key) is not trusted by A's
+    // peers, nor does it trust them: its forwards fail UNAVAILABLE, saying why.
+    let other = SecretDir::new(&ca.server("impostor"));
+    let c = tls_replica_of(&a, &other).await;
+    let on_c = tls_client(&c, &ca, None).await.unwrap();
+    let refused = on_c.act(&session.session_id, action("evaluate", "", "1")).await.unwrap_err().to_string();
+    assert!(refused.contains("cannot be reached") && refused.contains("different certificate"), "{refused}");
+    // Get still answers, from the database.
+    assert_eq!(on_c.get(&session.session_id).await.unwrap().state, pb::SessionState::Ready as i32);
+
+    on_b.release(&session.session_id).await.unwrap();
+    c.stop().await;
+    b.stop().await;
+    a.stop().await;
+}
