@@ -290,3 +290,39 @@ async fn an_owner_that_froze_gives_unavailable_never_a_hang() {
     let (status, _) = a.terminate();
     assert_eq!(status.code(), Some(0));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_scaled_down_keeps_serving_its_session_through_the_others_until_released() {
+    let a = BinaryServer::spawn().await;
+    let mut b = BinaryServer::replica_of_with(&a, &["--drain-timeout", "60s", "--shutdown-grace", "2s"]);
+    let (on_a, on_b) = (a.client().await, b.client().await);
+    let id = on_b.acquire(30_000).await.unwrap().session_id;
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(b.pid() as i32, libc::SIGTERM) };
+    // B drains: no new session there; clients retry on A and get one.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match on_b.acquire(1_000).await.map_err(status_code) {
+            Err(tonic::Code::Unavailable) => break,
+            Ok(extra) => on_b.release(&extra.session_id).await.map(drop).unwrap(),
+            Err(code) => panic!("{code:?}"),
+        }
+        assert!(Instant::now() < deadline, "B never started draining");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let elsewhere = on_a.acquire(10_000).await.unwrap();
+    on_a.release(&elsewhere.session_id).await.unwrap();
+    // B's live session keeps working, reached through A.
+    for expr in ["6 * 7", "1 + 1"] {
+        ok(&on_a.act(&id, action("evaluate", "", expr)).await.unwrap());
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert_eq!(state_of(&on_a, &id).await, pb::SessionState::Ready as i32);
+    // Released through A: B finishes its stop and exits 0.
+    on_a.release(&id).await.unwrap();
+    let released = Instant::now();
+    let (status, _) = tokio::task::spawn_blocking(move || b.terminate_wait()).await.unwrap();
+    assert_eq!(status.code(), Some(0));
+    assert!(released.elapsed() < Duration::from_secs(10), "{:?}", released.elapsed());
+    assert_eq!(state_of(&on_a, &id).await, pb::SessionState::Closed as i32);
+}

@@ -193,13 +193,18 @@ impl BinaryServer {
 
     /// A second replica of `first`: the same database and signing key, its own data dir.
     pub fn replica_of(first: &BinaryServer) -> BinaryServer {
+        BinaryServer::replica_of_with(first, &[])
+    }
+
+    /// [`BinaryServer::replica_of`] with more flags.
+    pub fn replica_of_with(first: &BinaryServer, extra: &[&str]) -> BinaryServer {
         let dir = tempfile::tempdir().unwrap();
         for key in std::fs::read_dir(first.dir.path()).unwrap().flatten() {
             if key.file_name().to_string_lossy().starts_with("jwt-") {
                 std::fs::copy(key.path(), dir.path().join(key.file_name())).unwrap();
             }
         }
-        BinaryServer::spawn_in(dir, first.database_url.clone(), Vec::new())
+        BinaryServer::spawn_in(dir, first.database_url.clone(), extra.iter().map(|s| s.to_string()).collect())
     }
 
     /// A server in `dir` on the database at `database_url`, with `extra` flags.
