@@ -4,7 +4,8 @@
 # runs every test (unit and end-to-end, real Chromium/SQLite/gRPC), then the server's tests
 # again on PostgreSQL (a local cluster is started when stopped; the half is skipped, saying
 # so, when none is installed), checks that no Chromium process is left running, then lints and
-# validates the Helm chart and the manifests (scripts/check-deploy.sh).
+# validates the Helm chart and the manifests (scripts/check-deploy.sh), then builds the
+# container image with podman and smoke-tests it (scripts/check-image.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -46,6 +47,11 @@ echo "no chromium process and no profile directory left behind"
 # The Helm chart and the kustomize manifests, rendered and validated without a cluster.
 echo "== the chart and the manifests (scripts/check-deploy.sh)"
 bash scripts/check-deploy.sh
+
+# The image, built from the Dockerfile with podman (base images made locally) and run as the
+# chart runs it: health, a session navigating a loopback page, SIGTERM, nothing left behind.
+echo "== the container image (scripts/check-image.sh)"
+bash scripts/check-image.sh
 
 # One closing line for the whole run (cargo prints one `test result` per test binary).
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed;?$/) p += $i; if ($(i+1) ~ /^failed;?$/) f += $i } }

