@@ -38,7 +38,8 @@ use tower::{Service, ServiceExt};
 
 use crate::auth::TokenCheck;
 use crate::sessions::Sessions;
-use crate::store::ReplicaRecord;
+use crate::auth::Claims;
+use crate::store::{ReplicaRecord, SessionOwner};
 
 /// Set on every forwarded request, to the forwarding replica's id: its receiver never
 /// forwards it again.
@@ -131,7 +132,7 @@ struct PeersInner {
     /// TLS to the other replicas' gRPC (`h2`) and HTTP (`http/1.1`) listeners.
     tls: Option<(tokio_rustls::TlsConnector, tokio_rustls::TlsConnector)>,
     channels: Mutex<HashMap<String, tonic::transport::Channel>>,
-    owners: Mutex<HashMap<String, ReplicaRecord>>,
+    owners: Mutex<HashMap<String, SessionOwner>>,
     /// Spliced CDP connections end when this turns true.
     shutdown: watch::Receiver<bool>,
 }
@@ -157,10 +158,11 @@ impl Peers {
         }
     }
 
-    /// The live replica other than this one that holds session `id`, if any. An owner whose
-    /// heartbeat is stale is gone: the sweep runs now, ending its sessions as CRASHED, and
-    /// this replica answers.
-    async fn route(&self, id: &str) -> Route {
+    /// The live replica other than this one that holds session `id`, if any and if `caller`
+    /// (when known) may use the session: a session of another tenant is answered here, as not
+    /// found, never sent on. An owner whose heartbeat is stale is gone: the sweep runs now,
+    /// ending its sessions as CRASHED, and this replica answers.
+    async fn route(&self, id: &str, caller: Option<&Claims>) -> Route {
         let sessions = &self.inner.sessions;
         if sessions.holds(id) {
             return Route::Here;
@@ -178,15 +180,18 @@ impl Peers {
                 }
             },
         };
-        if owner.id == sessions.replica_id() || owner.grpc_addr.is_empty() {
+        if caller.is_some_and(|c| !crate::sessions::may_use_session(c, &owner.tenant, &owner.subject)) {
+            return Route::Here;
+        }
+        if owner.replica.id == sessions.replica_id() || owner.replica.grpc_addr.is_empty() {
             return Route::Here;
         }
         let stale_before = crate::sessions::now_ms() - crate::sessions::REPLICA_STALE.as_millis() as i64;
-        if owner.heartbeat_ms < stale_before {
+        if owner.replica.heartbeat_ms < stale_before {
             self.forget(id);
             // Re-read: a cached heartbeat may be old while the owner is well.
             match sessions.store().session_owner(id).await {
-                Ok(Some(fresh)) if fresh.heartbeat_ms >= stale_before => return self.remember(id, fresh),
+                Ok(Some(fresh)) if fresh.replica.heartbeat_ms >= stale_before => return self.remember(id, fresh),
                 _ => {}
             }
             if let Err(e) = sessions.sweep().await {
@@ -197,13 +202,14 @@ impl Peers {
         self.remember(id, owner)
     }
 
-    fn remember(&self, id: &str, owner: ReplicaRecord) -> Route {
+    fn remember(&self, id: &str, owner: SessionOwner) -> Route {
         let mut owners = self.inner.owners.lock().unwrap_or_else(PoisonError::into_inner);
         if owners.len() >= OWNER_CACHE {
             owners.clear();
         }
-        owners.insert(id.to_string(), owner.clone());
-        Route::Owner(owner)
+        let replica = owner.replica.clone();
+        owners.insert(id.to_string(), owner);
+        Route::Owner(replica)
     }
 
     fn forget(&self, id: &str) {
@@ -308,10 +314,12 @@ impl Peers {
     /// Relays a `/cdp/{id}` upgrade to `owner`'s HTTP listener; once both sides upgraded,
     /// splices them until either closes or this server stops.
     async fn forward_cdp(&self, mut req: AxumRequest, owner: &ReplicaRecord, id: &str) -> AxumResponse {
+        // Nothing checked the caller yet: the answer names no address; the log does.
         let unreachable = |e: &dyn std::fmt::Display| {
+            tracing::warn!(session = %id, replica = %owner.id, addr = %owner.http_addr, error = %e, "could not relay a cdp connection to the replica holding its session");
             (
                 http::StatusCode::SERVICE_UNAVAILABLE,
-                format!("session {id} is held by replica {} at {}, which cannot be reached: {e}\n", owner.id, owner.http_addr),
+                format!("the replica holding session {id} cannot be reached; retry, or see the server log\n"),
             )
                 .into_response()
         };
@@ -498,10 +506,10 @@ where
             let (parts, body) = req.into_parts();
             let (first, body) = first_message(body).await;
             let id = first.as_deref().and_then(|m| string_field(m, field)).filter(|id| !id.is_empty());
-            let route = match &id {
-                // Only calls this replica would let through go on: a bad token, or a
-                // non-admin KillSession, is refused (and audited) here.
-                Some(id) if peers.may_forward(&parts) => peers.route(id).await,
+            // Only calls this replica would let through go on: a bad token, or a non-admin
+            // KillSession, is refused (and audited) here.
+            let route = match (&id, peers.forwardable(&parts)) {
+                (Some(id), Some(claims)) => peers.route(id, Some(&claims)).await,
                 _ => Route::Here,
             };
             match (route, id) {
@@ -557,13 +565,12 @@ fn unreachable(answer: &http::Response<Body>) -> bool {
 const UNREACHABLE_MARK: &str = "x-browserpool-unreachable";
 
 impl Peers {
-    /// Whether the call's token would pass this replica's own checks.
-    fn may_forward(&self, parts: &http::request::Parts) -> bool {
+    /// The call's claims when its token passes this replica's own checks (and scope `admin`
+    /// for an Admin rpc); `None` for calls this replica refuses itself.
+    fn forwardable(&self, parts: &http::request::Parts) -> Option<Claims> {
         let header = parts.headers.get(http::header::AUTHORIZATION).and_then(|v| v.to_str().ok());
-        match self.inner.tokens.verify_header(header) {
-            Ok(claims) => !crate::auth::is_admin_rpc(parts.uri.path()) || claims.is_admin(),
-            Err(_) => false,
-        }
+        let claims = self.inner.tokens.verify_header(header).ok()?;
+        (!crate::auth::is_admin_rpc(parts.uri.path()) || claims.is_admin()).then_some(claims)
     }
 }
 
@@ -638,7 +645,8 @@ pub async fn cdp_forward(State(peers): State<Peers>, req: AxumRequest, next: Nex
     if id.is_empty() || id.contains('/') || req.headers().contains_key(HOP_HEADER) {
         return next.run(req).await;
     }
-    match peers.route(&id).await {
+    // The ticket or token is checked by the owner alone (a ticket lives in its memory).
+    match peers.route(&id, None).await {
         Route::Owner(owner) => peers.forward_cdp(req, &owner, &id).await,
         Route::Here => next.run(req).await,
     }

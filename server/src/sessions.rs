@@ -1272,12 +1272,17 @@ impl Drop for Ending<'_> {
 
 /// Whether `claims` may see and use this session.
 fn may_use(claims: &Claims, record: &SessionRecord) -> bool {
+    may_use_session(claims, &record.tenant, &record.subject)
+}
+
+/// Whether `claims` may use a session of `tenant` acquired by `subject`.
+pub fn may_use_session(claims: &Claims, tenant: &str, subject: &str) -> bool {
     if claims.is_admin() {
         return true;
     }
     // Another subject of the tenant needs sessions:shared plus sessions:write.
-    record.tenant == claims.tenant
-        && (record.subject == claims.sub || (claims.has(Scope::SessionsShared) && claims.has(Scope::SessionsWrite)))
+    tenant == claims.tenant
+        && (subject == claims.sub || (claims.has(Scope::SessionsShared) && claims.has(Scope::SessionsWrite)))
 }
 
 /// RPC-level scope check.

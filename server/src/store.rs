@@ -83,6 +83,14 @@ pub struct ReplicaAddrs {
     pub http: String,
 }
 
+/// Who may use a live session, and the replica holding it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionOwner {
+    pub replica: ReplicaRecord,
+    pub tenant: String,
+    pub subject: String,
+}
+
 /// A live replica as other replicas see it: where its gRPC and HTTP listeners are reached.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReplicaRecord {
@@ -698,17 +706,21 @@ impl Store {
         .collect())
     }
 
-    /// The replica holding live session `id`, when the session is live and that replica is
-    /// registered (whatever its heartbeat's age: the caller decides).
-    pub async fn session_owner(&self, id: &str) -> Result<Option<ReplicaRecord>, StoreError> {
+    /// The replica holding live session `id`, with the session's tenant and subject, when the
+    /// session is live and that replica is registered (whatever its heartbeat's age: the
+    /// caller decides).
+    pub async fn session_owner(&self, id: &str) -> Result<Option<SessionOwner>, StoreError> {
         with_pool!(self, pool => sqlx::query(
-            "SELECT r.id, r.grpc_addr, r.http_addr, r.heartbeat_ms FROM sessions s JOIN replicas r ON r.id = s.replica \
-             WHERE s.id = $1 AND s.ended_at_ms IS NULL",
+            "SELECT r.id, r.grpc_addr, r.http_addr, r.heartbeat_ms, s.tenant, s.subject \
+             FROM sessions s JOIN replicas r ON r.id = s.replica WHERE s.id = $1 AND s.ended_at_ms IS NULL",
         )
         .bind(id)
         .fetch_optional(pool)
         .await?
-        .map(|r| Cols(&r).replica())
+        .map(|r| {
+            let cols = Cols(&r);
+            Ok(SessionOwner { replica: cols.replica()?, tenant: cols.get("tenant")?, subject: cols.get("subject")? })
+        })
         .transpose())
     }
 
@@ -1081,13 +1093,15 @@ mod tests {
             store.heartbeat("r-2", &ReplicaAddrs::default(), 5_000).await.unwrap();
             store.insert_session(&record("s-1", "a", 10), "acquired").await.unwrap();
             let owner = store.session_owner("s-1").await.unwrap().expect("live session has an owner");
+            assert_eq!((owner.tenant.as_str(), owner.subject.as_str()), ("a", "ci"), "{backend}");
+            let owner = owner.replica;
             assert_eq!((owner.id.as_str(), owner.grpc_addr.as_str(), owner.http_addr.as_str()), ("r-1", "10.0.0.7:50051", "10.0.0.7:8080"), "{backend}");
             assert_eq!(store.session("s-1").await.unwrap().unwrap().replica, "r-1", "{backend}");
             assert_eq!(store.live_sessions_of("a").await.unwrap(), vec![("s-1".to_string(), "r-1".to_string())], "{backend}");
             // A moved address is seen at once; stale replicas are left out of the live set.
             let moved = ReplicaAddrs { grpc: "10.0.0.8:50051".into(), http: "10.0.0.8:8080".into() };
             store.heartbeat("r-1", &moved, 2_000).await.unwrap();
-            assert_eq!(store.session_owner("s-1").await.unwrap().unwrap().grpc_addr, "10.0.0.8:50051", "{backend}");
+            assert_eq!(store.session_owner("s-1").await.unwrap().unwrap().replica.grpc_addr, "10.0.0.8:50051", "{backend}");
             let live: Vec<String> = store.replicas(3_000).await.unwrap().into_iter().map(|r| r.id).collect();
             assert_eq!(live, vec!["r-2".to_string()], "{backend}");
             // Ended, or its replica gone: no owner to forward to.

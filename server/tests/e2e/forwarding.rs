@@ -143,6 +143,31 @@ async fn three_replicas_behind_a_round_robin_proxy_serve_any_session() {
         drop(tx);
     }
 
+    // Another tenant's token naming these sessions gets NOT_FOUND from every replica, as for an
+    // unknown id: nothing is forwarded for it.
+    let rival = pb::Tenant { id: "rival".into(), max_slots: 1, max_queue: 1, ..Default::default() };
+    admin_a.admin().put_tenant(pb::PutTenantRequest { tenant: Some(rival) }).await.unwrap();
+    let issue = pb::IssueTokenRequest {
+        tenant: "rival".into(),
+        subject: "intruder".into(),
+        scopes: scopes.iter().map(|s| s.to_string()).collect(),
+        ttl_s: 600,
+    };
+    let rival_token = admin_a.admin().issue_token(issue).await.unwrap().into_inner().token;
+    for replica in [&a, &b, &c] {
+        let intruder = client(&replica.grpc, &rival_token).await;
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while intruder.sessions().list(pb::ListSessionsRequest::default()).await.is_err() {
+            assert!(Instant::now() < deadline, "a replica never took the rival tenant's token");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        for s in &held {
+            assert_eq!(status_code(intruder.get(&s.session_id).await.unwrap_err()), tonic::Code::NotFound);
+            let act = intruder.act(&s.session_id, action("title", "", json!(null))).await.unwrap_err();
+            assert_eq!(status_code(act), tonic::Code::NotFound);
+        }
+    }
+
     // CDP: the websocket through the proxy reaches the session's browser from any replica.
     for s in &held {
         let path = s.cdp_url.split_once("/cdp/").map(|(_, rest)| rest.to_string()).unwrap();
