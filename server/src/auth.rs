@@ -701,6 +701,18 @@ where
     Box::pin(futures::future::ready(Ok(response)))
 }
 
+/// How a token problem reaches the caller (see [`ServiceError`] for the gRPC codes).
+impl From<AuthError> for crate::error::ServiceError {
+    fn from(e: AuthError) -> Self {
+        match e {
+            AuthError::MissingScope(_) => crate::error::ServiceError::PermissionDenied(e.to_string()),
+            AuthError::UnknownScope(_) | AuthError::BadRequest(_) => crate::error::ServiceError::InvalidArgument(e.to_string()),
+            AuthError::Key(_) => crate::error::ServiceError::Internal(e.to_string()),
+            _ => crate::error::ServiceError::Unauthenticated(e.to_string()),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -22,6 +22,10 @@ use serde_json::{json, Value};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
+/// Paths under it need a verified client certificate while mutual TLS is on (probes and
+/// metrics stay open to kubelet and Prometheus).
+pub const CDP_PREFIX: &str = "/cdp/";
+
 /// Limits of the proxy (flags `--cdp-*`).
 #[derive(Debug, Clone)]
 pub struct CdpLimits {

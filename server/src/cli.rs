@@ -6,7 +6,8 @@ use anyhow::Context;
 
 use crate::auth::Keys;
 use crate::config::{Cli, Command, KeyCommand, ServeArgs, TokenCommand, TokenIssueArgs};
-use crate::server::{create_data_dir, ensure_default_tenant, DEFAULT_TENANT};
+use crate::model::DEFAULT_TENANT;
+use crate::server::{create_data_dir, ensure_default_tenant};
 use crate::store::Store;
 
 /// Runs the command `cli` names; `serve` stops when `shutdown` resolves.

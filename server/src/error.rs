@@ -6,7 +6,6 @@ use browserpool_pool::PoolError;
 use tonic::{Code, Status};
 
 use crate::audit::AuditError;
-use crate::auth::AuthError;
 use crate::store::StoreError;
 
 /// Everything an RPC can fail with.
@@ -58,17 +57,6 @@ pub enum ServiceError {
     /// A browser-side failure of a whole RPC (context import/export).
     #[error("{}", .0.message)]
     Action(browserpool_pool::ActionFailure),
-}
-
-impl From<AuthError> for ServiceError {
-    fn from(e: AuthError) -> Self {
-        match e {
-            AuthError::MissingScope(_) => ServiceError::PermissionDenied(e.to_string()),
-            AuthError::UnknownScope(_) | AuthError::BadRequest(_) => ServiceError::InvalidArgument(e.to_string()),
-            AuthError::Key(_) => ServiceError::Internal(e.to_string()),
-            _ => ServiceError::Unauthenticated(e.to_string()),
-        }
-    }
 }
 
 impl From<ServiceError> for Status {

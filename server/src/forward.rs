@@ -186,7 +186,7 @@ impl Peers {
         if owner.replica.id == sessions.replica_id() || owner.replica.grpc_addr.is_empty() {
             return Route::Here;
         }
-        let stale_before = crate::sessions::now_ms() - crate::sessions::REPLICA_STALE.as_millis() as i64;
+        let stale_before = crate::clock::now_ms() - crate::sessions::REPLICA_STALE.as_millis() as i64;
         if owner.replica.heartbeat_ms < stale_before {
             self.forget(id);
             // Re-read: a cached heartbeat may be old while the owner is well.
@@ -248,7 +248,7 @@ impl Peers {
 
     /// Every other live replica, for calls about the whole service.
     pub async fn others(&self) -> Result<Vec<ReplicaRecord>, crate::store::StoreError> {
-        let stale_before = crate::sessions::now_ms() - crate::sessions::REPLICA_STALE.as_millis() as i64;
+        let stale_before = crate::clock::now_ms() - crate::sessions::REPLICA_STALE.as_millis() as i64;
         let me = self.inner.sessions.replica_id();
         Ok(self
             .inner
@@ -641,7 +641,7 @@ impl HttpBody for Replayed {
 /// Axum middleware on `/cdp/{session}`: relays the upgrade to the replica holding the
 /// session, or lets this replica's handler answer.
 pub async fn cdp_forward(State(peers): State<Peers>, req: AxumRequest, next: Next) -> AxumResponse {
-    let id = req.uri().path().strip_prefix(crate::http::CDP_PREFIX).unwrap_or_default().to_string();
+    let id = req.uri().path().strip_prefix(crate::cdp::CDP_PREFIX).unwrap_or_default().to_string();
     if id.is_empty() || id.contains('/') || req.headers().contains_key(HOP_HEADER) {
         return next.run(req).await;
     }

@@ -21,9 +21,7 @@ use crate::sessions::Sessions;
 use crate::store::Store;
 use crate::tls::{client_cert_gate, ClientCertGate, TlsMode};
 
-/// Paths under it need a verified client certificate while mutual TLS is on (probes and
-/// metrics stay open to kubelet and Prometheus).
-pub const CDP_PREFIX: &str = "/cdp/";
+pub use crate::cdp::CDP_PREFIX;
 
 /// What the handlers read.
 #[derive(Clone)]

@@ -6,15 +6,19 @@ pub mod audit;
 pub mod auth;
 pub mod cdp;
 pub mod cli;
+pub mod clock;
 pub mod config;
-pub mod context;
 pub mod convert;
+pub mod deadlines;
+pub mod envelope;
 pub mod error;
 pub mod forward;
 pub mod grpc;
 pub mod http;
+pub mod jcs;
 pub mod metrics;
-pub mod reaper;
+pub mod model;
+pub mod redact;
 pub mod server;
 pub mod sessions;
 pub mod store;
@@ -49,5 +53,81 @@ pub fn shutdown_signal() -> impl std::future::Future<Output = ()> + Send + 'stat
                 let _ = tokio::signal::ctrl_c().await;
             }
         }
+    }
+}
+
+/// The layers of `server/src`, lowest first. A module may import only from layers below its
+/// own (or from itself): leaves -> store -> audit writer -> errors, auth -> sessions ->
+/// forwarding -> gRPC adapters and HTTP -> server -> command line.
+#[cfg(test)]
+const LAYERS: &[&[&str]] = &[
+    &["admission", "audit::chain", "cdp", "clock", "config", "jcs", "metrics", "model", "redact", "tls"],
+    &["deadlines", "telemetry"],
+    &["store"],
+    &["audit"],
+    &["error"],
+    &["auth", "envelope"],
+    &["sessions"],
+    &["forward"],
+    &["convert", "grpc", "http"],
+    &["server"],
+    &["cli", "run", "bind", "Bound"],
+];
+
+#[cfg(test)]
+mod tests {
+    use super::LAYERS;
+
+    /// The layer of a module path (`audit::chain` is its own, below `audit`).
+    fn layer(module: &str) -> Option<usize> {
+        let mut best = None;
+        for (i, layer) in LAYERS.iter().enumerate() {
+            for name in *layer {
+                let matches = module == *name || module.starts_with(&format!("{name}::"));
+                if matches && best.is_none_or(|(len, _)| name.len() > len) {
+                    best = Some((name.len(), i));
+                }
+            }
+        }
+        best.map(|(_, i)| i)
+    }
+
+    #[test]
+    fn no_module_imports_from_a_layer_above_its_own() {
+        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut files = Vec::new();
+        let mut dirs = vec![src.clone()];
+        while let Some(dir) = dirs.pop() {
+            for entry in std::fs::read_dir(dir).unwrap().flatten() {
+                let path = entry.path();
+                if path.is_dir() {
+                    dirs.push(path);
+                } else if path.extension().is_some_and(|e| e == "rs") {
+                    files.push(path);
+                }
+            }
+        }
+        let mut wrong = Vec::new();
+        for file in files {
+            let rel = file.strip_prefix(&src).unwrap().with_extension("");
+            let module = rel.to_string_lossy().replace('/', "::").trim_end_matches("::mod").to_string();
+            if matches!(module.as_str(), "lib" | "main") {
+                continue;
+            }
+            let own = layer(&module).unwrap_or_else(|| panic!("{module} is in no layer of LAYERS"));
+            let text = std::fs::read_to_string(&file).unwrap();
+            // Only the code above a file's unit tests counts (tests may reach anywhere).
+            let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+            for (at, _) in code.match_indices("crate::") {
+                let path: String =
+                    code[at + 7..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == ':').collect();
+                let target = path.trim_end_matches(':');
+                let Some(theirs) = layer(target) else { continue };
+                if theirs > own {
+                    wrong.push(format!("{module} (layer {own}) imports crate::{target} (layer {theirs})"));
+                }
+            }
+        }
+        assert!(wrong.is_empty(), "imports against the layer order:\n{}", wrong.join("\n"));
     }
 }

@@ -21,12 +21,12 @@ use crate::cdp::CdpLimits;
 use crate::config::ServeArgs;
 use crate::forward::{ForwardLayer, Peers};
 use crate::grpc::{admin_api::AdminApi, sessions_api::SessionsApi};
-use crate::sessions::{now_ms, Limits, SessionState, Sessions};
+use crate::clock::now_ms;
+use crate::sessions::{Limits, SessionState, Sessions};
 use crate::store::{ReplicaAddrs, Store, TenantRecord};
 use crate::tls::{Tls, TlsListener, TlsMode};
 
-/// The tenant every fresh install has.
-pub const DEFAULT_TENANT: &str = "default";
+pub use crate::model::DEFAULT_TENANT;
 
 /// A server with its sockets bound, ready to serve.
 pub struct Bound {

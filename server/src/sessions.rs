@@ -7,7 +7,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use browserpool_pool::{
     canonicalize, Access, ActionCall, ActionFailure, ActionOutput, CaptureOptions, ContextState, EventKind,
@@ -21,8 +21,11 @@ use crate::admission::{Admission, AdmissionError, Quota, Slot};
 use crate::audit::{AuditLog, Place};
 use crate::auth::{Claims, Scope};
 use crate::error::{Result, ServiceError};
-use crate::reaper::{self, Clock, Deadlines};
-use crate::store::{ReplicaAddrs, SessionFilter, SessionRecord, Store, TenantRecord};
+use crate::clock::{now_ms, Clock};
+use crate::deadlines::{self, Deadlines};
+pub use crate::model::SessionState;
+use crate::model::{ReplicaAddrs, SessionRecord, TenantRecord};
+use crate::store::{SessionFilter, Store};
 
 /// Default and maximum per-action deadline.
 pub const DEFAULT_ACTION_TIMEOUT: Duration = Duration::from_secs(30);
@@ -39,47 +42,6 @@ pub const HEARTBEAT: Duration = Duration::from_secs(1);
 pub const REPLICA_STALE: Duration = Duration::from_secs(10);
 /// How often a request admitted here asks again for a tenant slot held by other replicas.
 const CLAIM_RETRY: Duration = Duration::from_millis(100);
-
-/// Where a session is in its life. Terminal states are final.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum SessionState {
-    Queued,
-    Ready,
-    Closed,
-    Crashed,
-    Expired,
-    Killed,
-}
-
-impl SessionState {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SessionState::Queued => "QUEUED",
-            SessionState::Ready => "READY",
-            SessionState::Closed => "CLOSED",
-            SessionState::Crashed => "CRASHED",
-            SessionState::Expired => "EXPIRED",
-            SessionState::Killed => "KILLED",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<SessionState> {
-        [
-            SessionState::Queued,
-            SessionState::Ready,
-            SessionState::Closed,
-            SessionState::Crashed,
-            SessionState::Expired,
-            SessionState::Killed,
-        ]
-        .into_iter()
-        .find(|st| st.as_str() == s)
-    }
-
-    pub fn is_terminal(self) -> bool {
-        !matches!(self, SessionState::Queued | SessionState::Ready)
-    }
-}
 
 /// Server-wide session limits (a tenant's own quotas come with tenancy).
 #[derive(Debug, Clone)]
@@ -733,9 +695,9 @@ impl Sessions {
         // Only what identifies the target: a URL without its query, a selector, never text.
         // Taken before the input moves into the action (a payload may be megabytes of HTML).
         let target = match (canonicalize(&input.action).map(|c| c.name), &input.payload) {
-            (Ok("navigate" | "new_tab"), serde_json::Value::String(url)) => crate::audit::url_target(url),
+            (Ok("navigate" | "new_tab"), serde_json::Value::String(url)) => crate::redact::url_target(url),
             (Ok("navigate"), serde_json::Value::Object(m)) => {
-                m.get("url").and_then(|u| u.as_str()).map(crate::audit::url_target).unwrap_or_default()
+                m.get("url").and_then(|u| u.as_str()).map(crate::redact::url_target).unwrap_or_default()
             }
             _ => input.selector.clone(),
         };
@@ -1056,7 +1018,7 @@ impl Sessions {
                     let rec = live.record.lock().unwrap_or_else(|e| e.into_inner());
                     (rec.expires_at_ms, rec.idle_deadline_ms)
                 };
-                let Some(reason) = reaper::verdict(now, expires, idle) else {
+                let Some(reason) = deadlines::verdict(now, expires, idle) else {
                     self.inner.deadlines.schedule(&id, expires.min(idle));
                     continue;
                 };
@@ -1331,10 +1293,6 @@ fn same_secret(a: &str, b: &str) -> bool {
 }
 
 /// Milliseconds since the epoch.
-pub fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,7 +8,6 @@
 //! that holds the tenant's row in `locks`; the audit chain is extended under the `audit` lock,
 //! so replicas append to one chain that never forks.
 
-use std::collections::BTreeMap;
 use std::str::FromStr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -17,8 +16,10 @@ use sqlx::postgres::{PgPool, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{Decode, Row, Type};
 
-use crate::audit::{Entry, Record};
-use crate::sessions::SessionState;
+use crate::audit::chain::{Entry, Record};
+pub use crate::model::{
+    ReplicaAddrs, ReplicaRecord, SessionOwner, SessionRecord, SessionState, TenantRecord, Transition,
+};
 
 /// Store failures; mapped to gRPC `INTERNAL`/`UNAVAILABLE` by the error module.
 #[derive(Debug, thiserror::Error)]
@@ -55,69 +56,6 @@ impl StoreError {
             _ => false,
         }
     }
-}
-
-/// A session row.
-#[derive(Debug, Clone, PartialEq)]
-pub struct SessionRecord {
-    pub id: String,
-    pub tenant: String,
-    pub subject: String,
-    pub worker_id: String,
-    pub state: SessionState,
-    pub labels: BTreeMap<String, String>,
-    pub created_at_ms: i64,
-    pub expires_at_ms: i64,
-    pub idle_deadline_ms: i64,
-    pub queue_wait_ms: u32,
-    pub ended_at_ms: Option<i64>,
-    pub end_reason: Option<String>,
-    /// The replica that runs it (holds its browser).
-    pub replica: String,
-}
-
-/// Where a replica's listeners are reached from the other replicas, as `host:port`.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ReplicaAddrs {
-    pub grpc: String,
-    pub http: String,
-}
-
-/// Who may use a live session, and the replica holding it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SessionOwner {
-    pub replica: ReplicaRecord,
-    pub tenant: String,
-    pub subject: String,
-}
-
-/// A live replica as other replicas see it: where its gRPC and HTTP listeners are reached.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ReplicaRecord {
-    pub id: String,
-    pub grpc_addr: String,
-    pub http_addr: String,
-    pub heartbeat_ms: i64,
-}
-
-/// One state change of a session.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Transition {
-    pub state: SessionState,
-    pub at_ms: i64,
-    pub reason: String,
-}
-
-/// A tenant's quotas and policy.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TenantRecord {
-    pub id: String,
-    pub max_slots: u32,
-    pub max_queue: u32,
-    pub max_session_ttl_ms: u32,
-    pub idle_timeout_ms: u32,
-    pub allow_hosts: Vec<String>,
-    pub allow_private_networks: bool,
 }
 
 /// Which sessions a listing wants.
@@ -594,7 +532,7 @@ impl Store {
                     Some(r) => (Cols(&r).get::<i64>("seq")? as u64, Cols(&r).get::<String>("hash")?),
                     None => (0, String::new()),
                 };
-                for r in crate::audit::chain(seq, prev, entries, at_ms) {
+                for r in crate::audit::chain::chain(seq, prev, entries, at_ms) {
                     let e = &r.entry;
                     sqlx::query(
                         "INSERT INTO audit (seq, at_ms, tenant, subject, jti_hash, session_id, rpc, action, alias_of, \
@@ -946,6 +884,7 @@ pub async fn scratch_postgres(admin_url: &str) -> Result<String, StoreError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeMap;
 
     /// One store per backend: a SQLite file always, and a scratch PostgreSQL database when
     /// `BROWSERPOOL_TEST_POSTGRES` names a server (the README test command sets it).
@@ -1129,7 +1068,7 @@ mod tests {
                 w.unwrap().unwrap();
             }
             let all = one.audit_all().await.unwrap();
-            assert_eq!(crate::audit::verify_chain(&all), (50, None), "{}", one.backend_name());
+            assert_eq!(crate::audit::chain::verify_chain(&all), (50, None), "{}", one.backend_name());
             let newest = one.audit_query(&AuditFilter { limit: 3, ..Default::default() }).await.unwrap();
             assert_eq!(newest.iter().map(|r| r.seq).collect::<Vec<_>>(), vec![50, 49, 48]);
         }

@@ -75,7 +75,7 @@ pub fn init(format: LogFormat, otlp_endpoint: Option<&str>) -> anyhow::Result<Te
     });
     let installed = tracing_subscriber::registry().with(log).with(otel).try_init().is_ok();
     if let (true, Some(endpoint)) = (installed, otlp_endpoint) {
-        tracing::info!(endpoint = %crate::audit::url_target(endpoint), "traces: exporting spans over OTLP/gRPC");
+        tracing::info!(endpoint = %crate::redact::url_target(endpoint), "traces: exporting spans over OTLP/gRPC");
     }
     Ok(Telemetry { provider: provider.filter(|_| installed) })
 }

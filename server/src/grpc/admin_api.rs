@@ -15,7 +15,8 @@ use crate::forward::Peers;
 use crate::auth::{Epochs, Keys, Revocations};
 use crate::convert::{session_to_pb, state_from_pb, state_to_pb, timestamp};
 use crate::error::ServiceError;
-use crate::sessions::{now_ms, SessionState, Sessions};
+use crate::clock::now_ms;
+use crate::sessions::{SessionState, Sessions};
 use crate::store::{AuditFilter, Store, TenantRecord};
 use sha2::Digest;
 
@@ -290,7 +291,7 @@ impl pb::admin_server::Admin for AdminApi {
         req: Request<pb::DeleteTenantRequest>,
     ) -> Result<Response<pb::DeleteTenantResponse>, Status> {
         let r = req.get_ref().clone();
-        if r.id == crate::server::DEFAULT_TENANT {
+        if r.id == crate::model::DEFAULT_TENANT {
             return Err(ServiceError::FailedPrecondition("the embedded default tenant cannot be deleted".into()).into());
         }
         // Live on any replica: the database knows them all.

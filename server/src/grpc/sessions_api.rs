@@ -13,12 +13,13 @@ use tracing::Instrument;
 use super::{claims, claims_about, rpc_target};
 use crate::audit::Place;
 use crate::auth::Scope;
-use crate::context;
+use crate::envelope;
 use crate::convert::{
     event_to_pb, labels_from_pb, report_to_pb, session_to_pb, state_from_pb, to_json, viewport_from_pb,
 };
 use crate::error::ServiceError;
-use crate::sessions::{now_ms, SessionState};
+use crate::clock::now_ms;
+use crate::sessions::SessionState;
 use crate::sessions::{require, AcquireSpec, ActionInput, Sessions};
 use browserpool_pool::CaptureOptions;
 
@@ -81,7 +82,7 @@ fn audit_context(
         rpc: rpc.to_string(),
         target: format!(
             "origin={} cookies={} storage_keys={} integrity={}",
-            crate::audit::origin_target(&env.origin),
+            crate::redact::origin_target(&env.origin),
             env.cookies.len(),
             env.local_storage.len() + env.session_storage.len(),
             env.integrity
@@ -105,8 +106,8 @@ impl pb::sessions_server::Sessions for SessionsApi {
         // An envelope to import is checked before any browser is leased.
         if let Some(env) = &r.context {
             require(&claims, Scope::ContextImport)?;
-            context::check_bounds(env)?;
-            context::verify(env).map_err(|e| ServiceError::InvalidArgument(format!("context: {e}")))?;
+            envelope::check_bounds(env)?;
+            envelope::verify(env).map_err(|e| ServiceError::InvalidArgument(format!("context: {e}")))?;
         }
         let spec = AcquireSpec {
             wait_ms: r.wait_ms,
@@ -118,7 +119,7 @@ impl pb::sessions_server::Sessions for SessionsApi {
         let record = self.sessions.acquire(&claims, spec).await?;
         target.set(&record.id);
         if let Some(env) = &r.context {
-            if let Err(e) = self.sessions.import_context(&claims, &record.id, context::open(env), false).await {
+            if let Err(e) = self.sessions.import_context(&claims, &record.id, envelope::open(env), false).await {
                 self.sessions.end_detached(&record.id, SessionState::Closed, "context import failed").await;
                 return Err(e.into());
             }
@@ -337,7 +338,7 @@ impl pb::sessions_server::Sessions for SessionsApi {
         };
         let place = audit_place(&self.sessions)?;
         let state = self.sessions.export_context(&claims, &r.session_id, opts).await?;
-        let env = context::seal(state, now_ms());
+        let env = envelope::seal(state, now_ms());
         audit_context(place, &claims, "/browserpool.v1.Sessions/ExportContext", &r.session_id, &env, "ok");
         // Never the envelope itself: only what identifies it.
         tracing::info!(session = %r.session_id, origin = %env.origin, cookies = env.cookies.len(), integrity = %env.integrity, "context exported");
@@ -352,17 +353,17 @@ impl pb::sessions_server::Sessions for SessionsApi {
         let r = req.into_inner();
         require(&claims, Scope::ContextImport)?;
         let env = r.envelope.ok_or_else(|| Status::from(ServiceError::InvalidArgument("envelope: required".into())))?;
-        context::check_bounds(&env)?;
+        envelope::check_bounds(&env)?;
         let place = audit_place(&self.sessions)?;
-        if let Err(integrity_error) = context::verify(&env) {
+        if let Err(integrity_error) = envelope::verify(&env) {
             // Still an owner check first, so a foreign id stays NOT_FOUND.
             self.sessions.attach(&claims, &r.session_id).await?;
-            tracing::info!(session = %r.session_id, origin = %crate::audit::origin_target(&env.origin), "context refused: integrity mismatch");
+            tracing::info!(session = %r.session_id, origin = %crate::redact::origin_target(&env.origin), "context refused: integrity mismatch");
             audit_context(place, &claims, "/browserpool.v1.Sessions/ImportContext", &r.session_id, &env, "error");
             return Ok(Response::new(pb::ImportContextResponse { ok: false, integrity_error, ..Default::default() }));
         }
         let (applied_cookies, applied_storage_keys) =
-            self.sessions.import_context(&claims, &r.session_id, context::open(&env), r.strict_origin).await?;
+            self.sessions.import_context(&claims, &r.session_id, envelope::open(&env), r.strict_origin).await?;
         tracing::info!(session = %r.session_id, origin = %env.origin, cookies = applied_cookies, keys = applied_storage_keys, integrity = %env.integrity, "context imported");
         audit_context(place, &claims, "/browserpool.v1.Sessions/ImportContext", &r.session_id, &env, "ok");
         Ok(Response::new(pb::ImportContextResponse {

@@ -3,7 +3,8 @@
 use std::time::Duration;
 
 use browserpool_client::{action, pb, Client};
-use browserpool_server::context::{canonical_value, integrity, jcs};
+use browserpool_server::envelope::{canonical_value, integrity};
+use browserpool_server::jcs::jcs;
 use serde_json::json;
 
 use crate::helpers::{act, err_code, fixture_site, ok, BinaryServer};

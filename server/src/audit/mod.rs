@@ -19,14 +19,14 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use serde_json::json;
-use sha2::{Digest, Sha256};
 use tokio::sync::mpsc::error::TrySendError;
 use tokio::sync::{mpsc, watch};
 
-use crate::context::jcs;
-use crate::sessions::now_ms;
+use crate::clock::now_ms;
 use crate::store::{Store, StoreError};
+
+pub mod chain;
+pub use chain::{chain, verify_chain, Entry, Record};
 
 /// How many records may wait in the queue for the writer (besides the batch it is writing).
 /// A place is taken when work starts: every call in flight holds one for its RPC-level
@@ -46,57 +46,6 @@ pub enum AuditError {
     QueueFull(usize),
     #[error("the audit trail is closed: the server is shutting down")]
     Closed,
-}
-
-/// What happened, before it has a place in the chain.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Entry {
-    pub tenant: String,
-    pub subject: String,
-    pub jti_hash: String,
-    pub session_id: String,
-    pub rpc: String,
-    pub action: String,
-    pub alias_of: String,
-    /// Session id, URL without its userinfo or query, selector, origin: never typed text or
-    /// secrets.
-    pub target: String,
-    /// `ok`, `error` or `denied`.
-    pub outcome: String,
-    /// gRPC status or action error code on failure.
-    pub code: String,
-    pub duration_ms: u32,
-}
-
-/// A chained record.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Record {
-    pub seq: u64,
-    pub at_ms: i64,
-    pub entry: Entry,
-    pub prev_hash: String,
-    pub hash: String,
-}
-
-impl Record {
-    /// The canonical (RFC 8785) JSON the hash covers.
-    pub fn canonical(&self) -> String {
-        let e = &self.entry;
-        jcs(&json!({
-            "seq": self.seq, "at": self.at_ms, "tenant": e.tenant, "subject": e.subject,
-            "jtiHash": e.jti_hash, "sessionId": e.session_id, "rpc": e.rpc, "action": e.action,
-            "aliasOf": e.alias_of, "target": e.target, "outcome": e.outcome, "code": e.code,
-            "durationMs": e.duration_ms,
-        }))
-    }
-
-    /// `SHA-256(prev_hash || canonical)`, lowercase hex.
-    pub fn compute_hash(&self) -> String {
-        let mut h = Sha256::new();
-        h.update(self.prev_hash.as_bytes());
-        h.update(self.canonical().as_bytes());
-        hex::encode(h.finalize())
-    }
 }
 
 /// The sending side of the trail. Cheap to clone.
@@ -337,41 +286,6 @@ impl<B> Drop for AuditedBody<B> {
     }
 }
 
-/// Removes the userinfo, query and fragment of a URL (each may carry secrets).
-pub fn url_target(url: &str) -> String {
-    match url::Url::parse(url) {
-        Ok(mut u) => {
-            u.set_query(None);
-            u.set_fragment(None);
-            // Fails only for URLs without a host, which have no userinfo either.
-            let _ = u.set_username("");
-            let _ = u.set_password(None);
-            u.to_string()
-        }
-        Err(_) => origin_target(url),
-    }
-}
-
-/// An origin as a client wrote it (it may not be canonical), without userinfo, query or
-/// fragment; unlike [`url_target`] it adds no trailing `/`.
-pub fn origin_target(origin: &str) -> String {
-    without_userinfo(origin.split(['?', '#']).next().unwrap_or_default())
-}
-
-/// Drops everything up to the last `@` of the authority, for text no URL parser accepts: the
-/// authority is what follows `scheme:` and any slashes, up to the next `/`, `\`, `?` or `#`.
-fn without_userinfo(text: &str) -> String {
-    let Some(colon) = text.find(':') else { return text.to_string() };
-    let rest = &text[colon + 1..];
-    let slashes = rest.len() - rest.trim_start_matches(['/', '\\']).len();
-    let authority = &rest[slashes..];
-    let end = authority.find(['/', '\\', '?', '#']).unwrap_or(authority.len());
-    match authority[..end].rfind('@') {
-        Some(at) => format!("{}{}", &text[..colon + 1 + slashes], &authority[at + 1..]),
-        None => text.to_string(),
-    }
-}
-
 /// Where the writer appends batches: the store, or a fake in unit tests.
 pub trait Sink: Send + Sync + 'static {
     /// Appends `entries` to the chain in one transaction: all of them or none.
@@ -516,70 +430,9 @@ impl<S: Sink> Writer<S> {
     }
 }
 
-/// Chains `entries` after the record (`seq`, `prev_hash`): the store calls this under the
-/// audit lock with the tail it just read.
-pub fn chain(mut seq: u64, mut prev: String, entries: &[Entry], at_ms: i64) -> Vec<Record> {
-    entries
-        .iter()
-        .map(|e| {
-            seq += 1;
-            let mut r =
-                Record { seq, at_ms, entry: e.clone(), prev_hash: std::mem::take(&mut prev), hash: String::new() };
-            r.hash = r.compute_hash();
-            prev = r.hash.clone();
-            r
-        })
-        .collect()
-}
-
-/// Walks the chain in order; returns (records checked, first bad seq and why).
-pub fn verify_chain(records: &[Record]) -> (u64, Option<(u64, String)>) {
-    let mut prev = String::new();
-    for (i, r) in records.iter().enumerate() {
-        let expected_seq = i as u64 + 1;
-        if r.seq != expected_seq {
-            return (i as u64, Some((r.seq, format!("seq {} follows {}", r.seq, expected_seq - 1))));
-        }
-        if r.prev_hash != prev {
-            return (i as u64, Some((r.seq, "prev_hash does not match the previous record".into())));
-        }
-        if r.compute_hash() != r.hash {
-            return (i as u64, Some((r.seq, "hash does not match the record".into())));
-        }
-        prev = r.hash.clone();
-    }
-    (records.len() as u64, None)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn chain_of(n: u64) -> Vec<Record> {
-        let mut prev = String::new();
-        (1..=n)
-            .map(|seq| {
-                let entry = Entry { tenant: "t".into(), rpc: "/x".into(), outcome: "ok".into(), ..Default::default() };
-                let mut r =
-                    Record { seq, at_ms: 1000 + seq as i64, entry, prev_hash: prev.clone(), hash: String::new() };
-                r.hash = r.compute_hash();
-                prev = r.hash.clone();
-                r
-            })
-            .collect()
-    }
-
-    #[test]
-    fn intact_chain_verifies_and_any_edit_is_named() {
-        let records = chain_of(5);
-        assert_eq!(verify_chain(&records), (5, None));
-        let mut edited = records.clone();
-        edited[2].entry.target = "changed".into();
-        assert_eq!(verify_chain(&edited).1.map(|(seq, _)| seq), Some(3));
-        let mut dropped = records.clone();
-        dropped.remove(1);
-        assert_eq!(verify_chain(&dropped).1.map(|(seq, _)| seq), Some(3));
-    }
 
     /// A sink that refuses the first `fail` appends, then keeps what it is given. With a
     /// gate, each append first waits for one of its permits.
@@ -806,22 +659,5 @@ mod tests {
             "one record per call, at its end"
         );
         assert_eq!(log.queued(), 0, "every place was used");
-    }
-
-    #[test]
-    fn urls_lose_query_and_fragment() {
-        assert_eq!(url_target("https://a.test/p?token=secret#x"), "https://a.test/p");
-        assert_eq!(url_target("not a url?x=1"), "not a url");
-    }
-
-    #[test]
-    fn urls_and_origins_lose_userinfo() {
-        assert_eq!(url_target("http://user:secret@127.0.0.1:8080/p?q=1"), "http://127.0.0.1:8080/p");
-        assert_eq!(url_target("https://user@a.test/"), "https://a.test/");
-        // Unparseable (a bad port), yet the credentials still go.
-        assert_eq!(url_target("http://user:secret@a.test:99999/x"), "http://a.test:99999/x");
-        assert_eq!(origin_target("http://user:secret@127.0.0.1:8080"), "http://127.0.0.1:8080");
-        assert_eq!(origin_target("http:user:secret@a.test?x"), "http:a.test");
-        assert_eq!(origin_target("https://a.test"), "https://a.test");
     }
 }

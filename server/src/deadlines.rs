@@ -1,8 +1,5 @@
-//! Session deadlines: a clock and a heap that wakes the reaper at the earliest deadline, so it
-//! never scans every session each tick.
-//!
-//! The clock is ours: milliseconds since the epoch read at start, advanced by tokio's monotonic
-//! clock. Deadlines then ignore wall-clock jumps, and tests drive them on paused virtual time.
+//! Session deadlines: a heap on the sessions' [`Clock`] that wakes the reaper at the earliest
+//! deadline, so it never scans every session each tick.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -12,34 +9,7 @@ use std::time::Duration;
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
-/// Milliseconds since the epoch, advanced by tokio's clock (virtual when paused).
-#[derive(Debug, Clone, Copy)]
-pub struct Clock {
-    epoch_ms_at_start: i64,
-    start: Instant,
-}
-
-impl Clock {
-    pub fn new() -> Clock {
-        Clock { epoch_ms_at_start: crate::sessions::now_ms(), start: Instant::now() }
-    }
-
-    pub fn now_ms(&self) -> i64 {
-        self.epoch_ms_at_start + self.start.elapsed().as_millis() as i64
-    }
-
-    /// The instant of `at_ms` on this clock (now, when it is past).
-    fn instant_of(&self, at_ms: i64) -> Instant {
-        let ahead = (at_ms - self.now_ms()).max(0) as u64;
-        Instant::now() + Duration::from_millis(ahead)
-    }
-}
-
-impl Default for Clock {
-    fn default() -> Self {
-        Clock::new()
-    }
-}
+use crate::clock::Clock;
 
 /// Why a session is due, if it is.
 pub fn verdict(now_ms: i64, expires_at_ms: i64, idle_deadline_ms: i64) -> Option<&'static str> {

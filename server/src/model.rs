@@ -1,0 +1,111 @@
+//! The records every layer shares, a leaf with no imports from the rest of the server: what
+//! the store reads and writes, the sessions hold and the adapters put on the wire.
+
+use std::collections::BTreeMap;
+
+/// The tenant every fresh install has.
+pub const DEFAULT_TENANT: &str = "default";
+
+/// Where a session is in its life. Terminal states are final.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SessionState {
+    Queued,
+    Ready,
+    Closed,
+    Crashed,
+    Expired,
+    Killed,
+}
+
+impl SessionState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SessionState::Queued => "QUEUED",
+            SessionState::Ready => "READY",
+            SessionState::Closed => "CLOSED",
+            SessionState::Crashed => "CRASHED",
+            SessionState::Expired => "EXPIRED",
+            SessionState::Killed => "KILLED",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<SessionState> {
+        [
+            SessionState::Queued,
+            SessionState::Ready,
+            SessionState::Closed,
+            SessionState::Crashed,
+            SessionState::Expired,
+            SessionState::Killed,
+        ]
+        .into_iter()
+        .find(|st| st.as_str() == s)
+    }
+
+    pub fn is_terminal(self) -> bool {
+        !matches!(self, SessionState::Queued | SessionState::Ready)
+    }
+}
+
+/// A session row.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionRecord {
+    pub id: String,
+    pub tenant: String,
+    pub subject: String,
+    pub worker_id: String,
+    pub state: SessionState,
+    pub labels: BTreeMap<String, String>,
+    pub created_at_ms: i64,
+    pub expires_at_ms: i64,
+    pub idle_deadline_ms: i64,
+    pub queue_wait_ms: u32,
+    pub ended_at_ms: Option<i64>,
+    pub end_reason: Option<String>,
+    /// The replica that runs it (holds its browser).
+    pub replica: String,
+}
+
+/// Where a replica's listeners are reached from the other replicas, as `host:port`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReplicaAddrs {
+    pub grpc: String,
+    pub http: String,
+}
+
+/// Who may use a live session, and the replica holding it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionOwner {
+    pub replica: ReplicaRecord,
+    pub tenant: String,
+    pub subject: String,
+}
+
+/// A live replica as other replicas see it: where its gRPC and HTTP listeners are reached.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplicaRecord {
+    pub id: String,
+    pub grpc_addr: String,
+    pub http_addr: String,
+    pub heartbeat_ms: i64,
+}
+
+/// One state change of a session.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Transition {
+    pub state: SessionState,
+    pub at_ms: i64,
+    pub reason: String,
+}
+
+/// A tenant's quotas and policy.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TenantRecord {
+    pub id: String,
+    pub max_slots: u32,
+    pub max_queue: u32,
+    pub max_session_ttl_ms: u32,
+    pub idle_timeout_ms: u32,
+    pub allow_hosts: Vec<String>,
+    pub allow_private_networks: bool,
+}
