@@ -1,5 +1,16 @@
 # Shared by scripts/serve.sh and scripts/test.sh.
 
+# rustfmt and clippy come with rustup's default profile; a minimal toolchain gets them added.
+ensure_rust_components() {
+    local missing=()
+    cargo fmt --version >/dev/null 2>&1 || missing+=(rustfmt)
+    cargo clippy --version >/dev/null 2>&1 || missing+=(clippy)
+    if [ "${#missing[@]}" -gt 0 ]; then
+        echo "adding rust components: ${missing[*]}"
+        rustup component add "${missing[@]}"
+    fi
+}
+
 # Installs Debian's chromium when no chromium is on PATH.
 ensure_chromium() {
     if command -v chromium >/dev/null 2>&1; then

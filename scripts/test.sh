@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite on a fresh Debian 12 machine with Rust: installs Chromium, and Node with
-# the CDP clients (puppeteer-core, playwright-core) when missing,
-# runs every test (unit and end-to-end, real Chromium/SQLite/gRPC), then the server's tests
+# the CDP clients (puppeteer-core, playwright-core) when missing, checks formatting and lints
+# (rustfmt, clippy -D warnings), runs every test (unit and end-to-end, real
+# Chromium/SQLite/gRPC), then the server's tests
 # again on PostgreSQL (a local cluster is started when stopped; the half is skipped, saying
 # so, when none is installed), checks that no Chromium process is left running, then lints and
 # validates the Helm chart and the manifests (scripts/check-deploy.sh), then builds the
@@ -18,6 +19,12 @@ ensure_cdp_clients
 suite_tmp="$(mktemp -d /tmp/browserpool-suite.XXXXXX)"
 log="$suite_tmp.log"
 trap 'rm -rf "$suite_tmp" "$log"; drop_scratch_databases' EXIT
+# Style and lints first: they take seconds, and a red one needs no browser to find.
+echo "== cargo fmt --check and cargo clippy -D warnings"
+ensure_rust_components
+cargo fmt --all --check
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
 echo "== the whole suite on SQLite"
 BROWSERPOOL_TEST_POSTGRES= TMPDIR="$suite_tmp" cargo test --workspace --locked -- --test-threads=2 2>&1 | tee "$log"
 if ensure_postgres; then

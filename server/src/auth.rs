@@ -706,7 +706,9 @@ impl From<AuthError> for crate::error::ServiceError {
     fn from(e: AuthError) -> Self {
         match e {
             AuthError::MissingScope(_) => crate::error::ServiceError::PermissionDenied(e.to_string()),
-            AuthError::UnknownScope(_) | AuthError::BadRequest(_) => crate::error::ServiceError::InvalidArgument(e.to_string()),
+            AuthError::UnknownScope(_) | AuthError::BadRequest(_) => {
+                crate::error::ServiceError::InvalidArgument(e.to_string())
+            }
             AuthError::Key(_) => crate::error::ServiceError::Internal(e.to_string()),
             _ => crate::error::ServiceError::Unauthenticated(e.to_string()),
         }

@@ -205,7 +205,10 @@ fn parse_advertise_host(s: &str) -> Result<String, String> {
     let valid = !host.is_empty()
         && host.len() <= 253
         && host.split('.').all(|l| {
-            !l.is_empty() && l.len() <= 63 && !l.starts_with('-') && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+            !l.is_empty()
+                && l.len() <= 63
+                && !l.starts_with('-')
+                && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
         });
     if valid {
         Ok(host.to_ascii_lowercase())

@@ -72,9 +72,10 @@ impl From<ServiceError> for Status {
             ServiceError::WaitElapsed(_) => (Code::DeadlineExceeded, e.to_string()),
             ServiceError::QueueFull(_) => (Code::ResourceExhausted, e.to_string()),
             ServiceError::FailedPrecondition(_) => (Code::FailedPrecondition, e.to_string()),
-            ServiceError::ShuttingDown | ServiceError::Draining | ServiceError::Audit(_) | ServiceError::Unreachable(_) => {
-                (Code::Unavailable, e.to_string())
-            }
+            ServiceError::ShuttingDown
+            | ServiceError::Draining
+            | ServiceError::Audit(_)
+            | ServiceError::Unreachable(_) => (Code::Unavailable, e.to_string()),
             ServiceError::Pool(PoolError::Exhausted(wait)) => {
                 (Code::DeadlineExceeded, format!("no browser became free within {} ms", wait.as_millis()))
             }

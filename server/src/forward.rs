@@ -36,9 +36,9 @@ use tokio::sync::watch;
 use tonic::body::Body;
 use tower::{Service, ServiceExt};
 
+use crate::auth::Claims;
 use crate::auth::TokenCheck;
 use crate::sessions::Sessions;
-use crate::auth::Claims;
 use crate::store::{ReplicaRecord, SessionOwner};
 
 /// Set on every forwarded request, to the forwarding replica's id: its receiver never
@@ -284,7 +284,12 @@ impl Peers {
     }
 
     /// Relays a gRPC call to `owner`; a transport failure becomes UNAVAILABLE naming it.
-    async fn forward_grpc(&self, mut req: http::Request<Body>, owner: &ReplicaRecord, id: &str) -> http::Response<Body> {
+    async fn forward_grpc(
+        &self,
+        mut req: http::Request<Body>,
+        owner: &ReplicaRecord,
+        id: &str,
+    ) -> http::Response<Body> {
         req.headers_mut().insert(HOP_HEADER, self.me());
         // The owner's spans are children of this replica's span for the call.
         crate::telemetry::inject_traceparent(req.headers_mut());
@@ -323,13 +328,16 @@ impl Peers {
             )
                 .into_response()
         };
-        let io = match connect(&owner.http_addr, self.inner.tls.as_ref().map(|(_, http)| http), self.inner.connect_timeout).await {
-            Ok(io) => io,
-            Err(e) => {
-                self.forget(id);
-                return unreachable(&e);
-            }
-        };
+        let io =
+            match connect(&owner.http_addr, self.inner.tls.as_ref().map(|(_, http)| http), self.inner.connect_timeout)
+                .await
+            {
+                Ok(io) => io,
+                Err(e) => {
+                    self.forget(id);
+                    return unreachable(&e);
+                }
+            };
         let (mut sender, conn) = match hyper::client::conn::http1::handshake(TokioIo::new(io)).await {
             Ok(pair) => pair,
             Err(e) => return unreachable(&e),
@@ -422,7 +430,10 @@ async fn connect(
         })
     };
     tokio::time::timeout(timeout, connected).await.map_err(|_| {
-        std::io::Error::new(std::io::ErrorKind::TimedOut, format!("no connection within {}", humantime::format_duration(timeout)))
+        std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("no connection within {}", humantime::format_duration(timeout)),
+        )
     })?
 }
 
@@ -520,7 +531,8 @@ where
                     let answer = peers.forward_grpc(http::Request::from_parts(parts, body), &owner, &id).await;
                     match again {
                         Some((head, Some(message))) if unreachable(&answer) => {
-                            let req = http::Request::from_parts(head, Body::new(http_body_util::Full::new(frame(&message))));
+                            let req =
+                                http::Request::from_parts(head, Body::new(http_body_util::Full::new(frame(&message))));
                             Ok(inner.call(req).await?.map(Body::new))
                         }
                         _ => Ok(answer),

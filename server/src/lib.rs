@@ -119,8 +119,10 @@ mod tests {
             // Only the code above a file's unit tests counts (tests may reach anywhere).
             let code = text.split("#[cfg(test)]").next().unwrap_or_default();
             for (at, _) in code.match_indices("crate::") {
-                let path: String =
-                    code[at + 7..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == ':').collect();
+                let path: String = code[at + 7..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == ':')
+                    .collect();
                 let target = path.trim_end_matches(':');
                 let Some(theirs) = layer(target) else { continue };
                 if theirs > own {

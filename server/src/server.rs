@@ -18,10 +18,10 @@ use tracing::Instrument;
 use crate::audit::{AuditLog, Writer};
 use crate::auth::{write_admin_token, AuthLayer, Epochs, Keys, Revocations, TokenCheck};
 use crate::cdp::CdpLimits;
+use crate::clock::now_ms;
 use crate::config::ServeArgs;
 use crate::forward::{ForwardLayer, Peers};
 use crate::grpc::{admin_api::AdminApi, sessions_api::SessionsApi};
-use crate::clock::now_ms;
 use crate::sessions::{Limits, SessionState, Sessions};
 use crate::store::{ReplicaAddrs, Store, TenantRecord};
 use crate::tls::{Tls, TlsListener, TlsMode};
@@ -128,7 +128,8 @@ pub async fn bind(args: ServeArgs) -> anyhow::Result<Bound> {
     let replica_file = data_dir.join(REPLICA_FILE);
     let previous = std::fs::read_to_string(&replica_file).ok().map(|s| s.trim().to_string()).filter(|s| !s.is_empty());
     let host = advertise_host(args.advertise_host.as_deref(), grpc_addr);
-    let addrs = ReplicaAddrs { grpc: join_host_port(&host, grpc_addr.port()), http: join_host_port(&host, http_addr.port()) };
+    let addrs =
+        ReplicaAddrs { grpc: join_host_port(&host, grpc_addr.port()), http: join_host_port(&host, http_addr.port()) };
     tracing::info!(grpc = %addrs.grpc, http = %addrs.http, "other replicas reach this one here");
     sessions.recover(previous.as_deref(), addrs).await?;
     let scheme = tls.as_ref().map_or(TlsMode::Off, Tls::mode).ws_scheme();
@@ -310,7 +311,8 @@ impl Bound {
         );
         let mut http_shutdown = shutdown_rx.clone();
         let tokens = TokenCheck::new(keys.clone(), revoked.clone(), epochs.clone());
-        let peers = Peers::new(sessions.clone(), tokens.clone(), tls.as_ref(), forward_connect_timeout, shutdown_rx.clone());
+        let peers =
+            Peers::new(sessions.clone(), tokens.clone(), tls.as_ref(), forward_connect_timeout, shutdown_rx.clone());
         let http_state = crate::http::HttpState {
             sessions: sessions.clone(),
             store: store.clone(),

@@ -1034,13 +1034,25 @@ mod tests {
             let owner = store.session_owner("s-1").await.unwrap().expect("live session has an owner");
             assert_eq!((owner.tenant.as_str(), owner.subject.as_str()), ("a", "ci"), "{backend}");
             let owner = owner.replica;
-            assert_eq!((owner.id.as_str(), owner.grpc_addr.as_str(), owner.http_addr.as_str()), ("r-1", "10.0.0.7:50051", "10.0.0.7:8080"), "{backend}");
+            assert_eq!(
+                (owner.id.as_str(), owner.grpc_addr.as_str(), owner.http_addr.as_str()),
+                ("r-1", "10.0.0.7:50051", "10.0.0.7:8080"),
+                "{backend}"
+            );
             assert_eq!(store.session("s-1").await.unwrap().unwrap().replica, "r-1", "{backend}");
-            assert_eq!(store.live_sessions_of("a").await.unwrap(), vec![("s-1".to_string(), "r-1".to_string())], "{backend}");
+            assert_eq!(
+                store.live_sessions_of("a").await.unwrap(),
+                vec![("s-1".to_string(), "r-1".to_string())],
+                "{backend}"
+            );
             // A moved address is seen at once; stale replicas are left out of the live set.
             let moved = ReplicaAddrs { grpc: "10.0.0.8:50051".into(), http: "10.0.0.8:8080".into() };
             store.heartbeat("r-1", &moved, 2_000).await.unwrap();
-            assert_eq!(store.session_owner("s-1").await.unwrap().unwrap().replica.grpc_addr, "10.0.0.8:50051", "{backend}");
+            assert_eq!(
+                store.session_owner("s-1").await.unwrap().unwrap().replica.grpc_addr,
+                "10.0.0.8:50051",
+                "{backend}"
+            );
             let live: Vec<String> = store.replicas(3_000).await.unwrap().into_iter().map(|r| r.id).collect();
             assert_eq!(live, vec!["r-2".to_string()], "{backend}");
             // Ended, or its replica gone: no owner to forward to.

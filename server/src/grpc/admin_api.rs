@@ -11,11 +11,11 @@ use futures::Stream;
 use tonic::{Request, Response, Status};
 
 use super::{claims, fanout};
-use crate::forward::Peers;
 use crate::auth::{Epochs, Keys, Revocations};
+use crate::clock::now_ms;
 use crate::convert::{session_to_pb, state_from_pb, state_to_pb, timestamp};
 use crate::error::ServiceError;
-use crate::clock::now_ms;
+use crate::forward::Peers;
 use crate::sessions::{SessionState, Sessions};
 use crate::store::{AuditFilter, Store, TenantRecord};
 use sha2::Digest;

@@ -40,7 +40,10 @@ fn failure(replica: &ReplicaRecord, status: &Status) -> String {
 
 /// This replica's status plus the others' answers: workers listed, counts summed over the
 /// replicas that answered, tenant usage summed per tenant.
-pub fn merge_status(mut whole: pb::PoolStatusResponse, answers: Vec<Answer<pb::PoolStatusResponse>>) -> pb::PoolStatusResponse {
+pub fn merge_status(
+    mut whole: pb::PoolStatusResponse,
+    answers: Vec<Answer<pb::PoolStatusResponse>>,
+) -> pb::PoolStatusResponse {
     let mut tenants: BTreeMap<String, pb::TenantUsage> =
         whole.tenants.drain(..).map(|t| (t.tenant.clone(), t)).collect();
     for answer in answers {
@@ -52,7 +55,11 @@ pub fn merge_status(mut whole: pb::PoolStatusResponse, answers: Vec<Answer<pb::P
                 whole.capacity += part.capacity;
                 whole.draining &= part.draining;
                 for t in part.tenants {
-                    let usage = tenants.entry(t.tenant.clone()).or_insert_with(|| pb::TenantUsage { active: 0, queued: 0, ..t.clone() });
+                    let usage = tenants.entry(t.tenant.clone()).or_insert_with(|| pb::TenantUsage {
+                        active: 0,
+                        queued: 0,
+                        ..t.clone()
+                    });
                     usage.active += t.active;
                     usage.queued += t.queued;
                 }
@@ -106,7 +113,8 @@ pub async fn kill_elsewhere(
     let live = peers.others().await.map_err(ServiceError::from)?;
     let calls = sessions.into_iter().filter_map(|(id, replica)| {
         let owner = live.iter().find(|r| r.id == replica)?.clone();
-        let req = peers.on_behalf(caller, pb::KillSessionRequest { session_id: id.clone(), reason: reason.to_string() });
+        let req =
+            peers.on_behalf(caller, pb::KillSessionRequest { session_id: id.clone(), reason: reason.to_string() });
         let mut client = AdminClient::new(peers.channel(&owner.grpc_addr));
         Some(async move { client.kill_session(req).await.map_err(|s| format!("{id} ({})", failure(&owner, &s))) })
     });
@@ -114,7 +122,11 @@ pub async fn kill_elsewhere(
     if failed.is_empty() {
         Ok(())
     } else {
-        Err(ServiceError::Unreachable(format!("could not end every live session, nothing deleted: {}", failed.join("; "))).into())
+        Err(ServiceError::Unreachable(format!(
+            "could not end every live session, nothing deleted: {}",
+            failed.join("; ")
+        ))
+        .into())
     }
 }
 
@@ -123,10 +135,21 @@ mod tests {
     use super::*;
 
     fn replica(id: &str) -> ReplicaRecord {
-        ReplicaRecord { id: id.into(), grpc_addr: format!("{id}:50051"), http_addr: format!("{id}:8080"), heartbeat_ms: 0 }
+        ReplicaRecord {
+            id: id.into(),
+            grpc_addr: format!("{id}:50051"),
+            http_addr: format!("{id}:8080"),
+            heartbeat_ms: 0,
+        }
     }
 
-    fn status(id: &str, warm: u32, leased: u32, draining: bool, tenants: &[(&str, u32, u32)]) -> pb::PoolStatusResponse {
+    fn status(
+        id: &str,
+        warm: u32,
+        leased: u32,
+        draining: bool,
+        tenants: &[(&str, u32, u32)],
+    ) -> pb::PoolStatusResponse {
         pb::PoolStatusResponse {
             workers: vec![pb::Worker { worker_id: format!("{id}-w"), replica: id.into(), ..Default::default() }],
             warm,
@@ -135,7 +158,12 @@ mod tests {
             draining,
             tenants: tenants
                 .iter()
-                .map(|(t, active, queued)| pb::TenantUsage { tenant: t.to_string(), active: *active, queued: *queued, max_slots: 4 })
+                .map(|(t, active, queued)| pb::TenantUsage {
+                    tenant: t.to_string(),
+                    active: *active,
+                    queued: *queued,
+                    max_slots: 4,
+                })
                 .collect(),
             replicas: vec![pb::ReplicaStatus { replica: id.into(), draining, warm, leased, ..Default::default() }],
         }
@@ -158,7 +186,9 @@ mod tests {
         assert_eq!(workers, vec!["a", "b"]);
         let replicas: Vec<_> = merged.replicas.iter().map(|r| (r.replica.as_str(), r.error.is_empty())).collect();
         assert_eq!(replicas, vec![("a", true), ("b", true), ("c", false)]);
-        assert!(merged.replicas[2].error.contains("c:50051") && merged.replicas[2].error.contains("connection refused"));
+        assert!(
+            merged.replicas[2].error.contains("c:50051") && merged.replicas[2].error.contains("connection refused")
+        );
     }
 
     #[test]
@@ -168,7 +198,8 @@ mod tests {
             leased,
             replicas: vec![pb::ReplicaStatus { replica: id.into(), draining: true, leased, ..Default::default() }],
         };
-        let all = merge_drain(Some(drained("a", 1)), vec![Answer { replica: replica("b"), result: Ok(drained("b", 2)) }]);
+        let all =
+            merge_drain(Some(drained("a", 1)), vec![Answer { replica: replica("b"), result: Ok(drained("b", 2)) }]);
         assert!(all.draining);
         assert_eq!((all.leased, all.replicas.len()), (3, 2));
         let partial = merge_drain(

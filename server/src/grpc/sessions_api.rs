@@ -13,12 +13,12 @@ use tracing::Instrument;
 use super::{claims, claims_about, rpc_target};
 use crate::audit::Place;
 use crate::auth::Scope;
-use crate::envelope;
+use crate::clock::now_ms;
 use crate::convert::{
     event_to_pb, labels_from_pb, report_to_pb, session_to_pb, state_from_pb, to_json, viewport_from_pb,
 };
+use crate::envelope;
 use crate::error::ServiceError;
-use crate::clock::now_ms;
 use crate::sessions::SessionState;
 use crate::sessions::{require, AcquireSpec, ActionInput, Sessions};
 use browserpool_pool::CaptureOptions;

@@ -46,7 +46,13 @@ async fn three_replicas_behind_a_round_robin_proxy_serve_any_session() {
     let grpc_lb = round_robin(vec![a.grpc.clone(), b.grpc.clone(), c.grpc.clone()]).await;
     let http_lb = round_robin(vec![a.http.clone(), b.http.clone(), c.http.clone()]).await;
     let (admin_a, admin_b, admin_c) = (a.client().await, b.client().await, c.client().await);
-    let team = pb::Tenant { id: "team".into(), max_slots: 6, max_queue: 4, allow_private_networks: true, ..Default::default() };
+    let team = pb::Tenant {
+        id: "team".into(),
+        max_slots: 6,
+        max_queue: 4,
+        allow_private_networks: true,
+        ..Default::default()
+    };
     admin_a.admin().put_tenant(pb::PutTenantRequest { tenant: Some(team) }).await.unwrap();
     let scopes = ["sessions:read", "sessions:write", "context:export", "context:import"];
     let issue = pb::IssueTokenRequest {
@@ -83,7 +89,8 @@ async fn three_replicas_behind_a_round_robin_proxy_serve_any_session() {
             let got = lb.get(id).await.unwrap();
             assert_eq!((got.state, got.replica.as_str()), (pb::SessionState::Ready as i32, s.replica.as_str()));
             assert!(got.cdp_url.contains("?ticket="), "Get through any replica gives the cdp_url: {got:?}");
-            let renewed = lb.sessions().renew(pb::RenewRequest { session_id: id.clone(), idle_timeout_ms: 120_000 }).await;
+            let renewed =
+                lb.sessions().renew(pb::RenewRequest { session_id: id.clone(), idle_timeout_ms: 120_000 }).await;
             assert_eq!(renewed.unwrap().into_inner().session_id, *id);
             let page = format!("{site}/about?round={round}&session={i}");
             ok(&lb.act(id, action("navigate", "", page.as_str())).await.unwrap());
@@ -98,7 +105,8 @@ async fn three_replicas_behind_a_round_robin_proxy_serve_any_session() {
             let origin = site.clone();
             let export = pb::ExportContextRequest { session_id: id.clone(), origin, ..Default::default() };
             let envelope = lb.sessions().export_context(export).await.unwrap().into_inner();
-            let import = pb::ImportContextRequest { session_id: id.clone(), envelope: Some(envelope), strict_origin: false };
+            let import =
+                pb::ImportContextRequest { session_id: id.clone(), envelope: Some(envelope), strict_origin: false };
             assert!(lb.sessions().import_context(import).await.unwrap().into_inner().ok, "round {round} session {i}");
         }
         // List is answered from the database, every replica's sessions in it.
@@ -110,8 +118,12 @@ async fn three_replicas_behind_a_round_robin_proxy_serve_any_session() {
     // Streams: Events and Drive through each replica, for a session held by another.
     for (i, s) in held.iter().enumerate() {
         let through = &direct[(i + 1) % 3];
-        let mut events =
-            through.sessions().events(pb::EventsRequest { session_id: s.session_id.clone() }).await.unwrap().into_inner();
+        let mut events = through
+            .sessions()
+            .events(pb::EventsRequest { session_id: s.session_id.clone() })
+            .await
+            .unwrap()
+            .into_inner();
         let page = format!("{site}/second");
         ok(&direct[i].act(&s.session_id, action("navigate", "", page.as_str())).await.unwrap());
         let navigated = tokio::time::timeout(Duration::from_secs(10), async {
@@ -130,9 +142,13 @@ async fn three_replicas_behind_a_round_robin_proxy_serve_any_session() {
         tx.send(pb::DriveRequest { session_id: s.session_id.clone(), action: Some(action("evaluate", "", "6 * 7")) })
             .await
             .unwrap();
-        let mut drive = through.sessions().drive(tokio_stream::wrappers::ReceiverStream::new(rx)).await.unwrap().into_inner();
+        let mut drive =
+            through.sessions().drive(tokio_stream::wrappers::ReceiverStream::new(rx)).await.unwrap().into_inner();
         let first = drive.next().await.unwrap().unwrap();
-        assert!(matches!(first.kind, Some(pb::drive_event::Kind::Attached(ref a)) if a.session_id == s.session_id), "{first:?}");
+        assert!(
+            matches!(first.kind, Some(pb::drive_event::Kind::Attached(ref a)) if a.session_id == s.session_id),
+            "{first:?}"
+        );
         let result = loop {
             match drive.next().await.unwrap().unwrap().kind {
                 Some(pb::drive_event::Kind::Result(r)) => break r,
