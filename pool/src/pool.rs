@@ -7,6 +7,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use crate::driver::{Driver, DriverConfig, Viewport};
@@ -156,7 +158,9 @@ struct Inner {
     /// Signalled when the refill loop should look again.
     refill: Notify,
     /// Turns true when the server stops; waiting leases give up at once.
-    shutdown: watch::Receiver<bool>,
+    shutdown: CancellationToken,
+    /// The refill loop and every boot: shutdown waits for them.
+    tasks: TaskTracker,
 }
 
 impl Inner {
@@ -173,8 +177,8 @@ pub struct Pool {
 }
 
 impl Pool {
-    /// Creates the pool and starts its refill loop, which ends when `shutdown` turns true.
-    pub fn start(cfg: PoolConfig, shutdown: watch::Receiver<bool>) -> Pool {
+    /// Creates the pool and starts its refill loop, which ends when `shutdown` is cancelled.
+    pub fn start(cfg: PoolConfig, shutdown: CancellationToken) -> Pool {
         let max = cfg.max_workers.max(1);
         let mut egress = cfg.egress.clone();
         egress.reserved_ports.push(cfg.launch.ports.start..=cfg.launch.ports.end);
@@ -187,10 +191,12 @@ impl Pool {
             warm_ready: Notify::new(),
             refill: Notify::new(),
             shutdown: shutdown.clone(),
+            tasks: TaskTracker::new(),
         });
         let pool = Pool { inner };
         let looped = pool.clone();
-        tokio::spawn(looped.refill_loop(shutdown).instrument(tracing::info_span!("pool_refill")));
+        let tasks = looped.inner.tasks.clone();
+        tasks.spawn(looped.refill_loop(shutdown).instrument(tracing::info_span!("pool_refill")));
         pool
     }
 
@@ -199,10 +205,9 @@ impl Pool {
     /// Dropping the returned future while it waits leaks nothing: the slot is returned and the
     /// worker it would have taken stays warm.
     pub async fn lease(&self, wait: Duration, viewport: Viewport) -> Result<Lease, PoolError> {
-        let mut shutdown = self.inner.shutdown.clone();
         tokio::select! {
             result = self.lease_inner(wait, viewport) => result,
-            _ = async { let _ = shutdown.wait_for(|v| *v).await; } => Err(PoolError::ShuttingDown),
+            _ = self.inner.shutdown.cancelled() => Err(PoolError::ShuttingDown),
         }
     }
 
@@ -305,18 +310,23 @@ impl Pool {
             state.warm.drain(..).collect()
         };
         self.inner.warm_ready.notify_waiters();
+        // The refill loop sees `closed` and ends.
+        self.inner.refill.notify_one();
         for worker in warm {
             worker.kill().await;
         }
-        let deadline = Instant::now() + self.inner.cfg.launch.launch_timeout + Duration::from_secs(5);
-        while self.inner.state().booting > 0 && Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(20)).await;
+        // The refill loop ends on `closed`; each boot in flight kills its browser when it sees
+        // it.
+        self.inner.tasks.close();
+        let bound = self.inner.cfg.launch.launch_timeout + Duration::from_secs(5);
+        if tokio::time::timeout(bound, self.inner.tasks.wait()).await.is_err() {
+            tracing::warn!(booting = self.inner.state().booting, "worker boots still running after {bound:?}");
         }
     }
 
-    async fn refill_loop(self, mut shutdown: watch::Receiver<bool>) {
+    async fn refill_loop(self, shutdown: CancellationToken) {
         loop {
-            if *shutdown.borrow() {
+            if shutdown.is_cancelled() {
                 break;
             }
             let notified = self.inner.refill.notified();
@@ -338,11 +348,11 @@ impl Pool {
                 let pool = self.clone();
                 let id = WorkerId::new();
                 let span = tracing::info_span!("worker_boot", worker = %id);
-                tokio::spawn(pool.boot(id).instrument(span));
+                self.inner.tasks.spawn(pool.boot(id).instrument(span));
             }
             tokio::select! {
                 _ = notified => {}
-                changed = shutdown.changed() => if changed.is_err() { break },
+                _ = shutdown.cancelled() => break,
             }
         }
         tracing::debug!("refill loop ended");

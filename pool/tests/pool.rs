@@ -35,8 +35,8 @@ fn call(action: &str, selector: &str, payload: serde_json::Value) -> ActionCall 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lease_act_release_leaves_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let (tx, rx) = tokio::sync::watch::channel(false);
-    let pool = Pool::start(config(dir.path(), 1, 2), rx);
+    let stop = tokio_util::sync::CancellationToken::new();
+    let pool = Pool::start(config(dir.path(), 1, 2), stop.clone());
     assert!(pool.wait_warm(1, Duration::from_secs(30)).await, "a worker must turn warm");
 
     let lease = pool.lease(Duration::from_secs(30), Viewport::default()).await.unwrap();
@@ -60,7 +60,7 @@ async fn lease_act_release_leaves_nothing() {
     assert!(!browserpool_pool::lock::pid_alive(pid), "released worker's process must be gone");
 
     pool.shutdown().await;
-    let _ = tx.send(true);
+    stop.cancel();
     let profiles: Vec<_> = std::fs::read_dir(dir.path().join("profiles")).unwrap().collect();
     assert!(profiles.is_empty(), "profiles left: {profiles:?}");
     let locks: Vec<_> = std::fs::read_dir(dir.path().join("locks"))
@@ -74,8 +74,7 @@ async fn lease_act_release_leaves_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropped_lease_kills_its_worker() {
     let dir = tempfile::tempdir().unwrap();
-    let (_tx, rx) = tokio::sync::watch::channel(false);
-    let pool = Pool::start(config(dir.path(), 1, 1), rx);
+    let pool = Pool::start(config(dir.path(), 1, 1), tokio_util::sync::CancellationToken::new());
     let lease = pool
         .lease(Duration::from_secs(30), Viewport::default())
         .await

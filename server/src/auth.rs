@@ -419,7 +419,7 @@ impl<T> Reloaded<T> {
         self,
         what: &'static str,
         every: Duration,
-        mut shutdown: tokio::sync::watch::Receiver<bool>,
+        shutdown: tokio_util::sync::CancellationToken,
         mut load: impl FnMut() -> Fut,
     ) where
         Fut: std::future::Future<Output = Result<T, crate::store::StoreError>>,
@@ -429,7 +429,7 @@ impl<T> Reloaded<T> {
         loop {
             tokio::select! {
                 _ = tick.tick() => {}
-                changed = shutdown.changed() => if changed.is_err() || *shutdown.borrow() { break },
+                _ = shutdown.cancelled() => break,
             }
             let seen = self.local_changes();
             match load().await {
@@ -469,7 +469,7 @@ impl Revocations {
         self,
         store: crate::store::Store,
         every: Duration,
-        shutdown: tokio::sync::watch::Receiver<bool>,
+        shutdown: tokio_util::sync::CancellationToken,
     ) {
         self.set
             .refresh_loop("revoked tokens", every, shutdown, || async {
@@ -518,7 +518,7 @@ impl Epochs {
         self,
         store: crate::store::Store,
         every: Duration,
-        shutdown: tokio::sync::watch::Receiver<bool>,
+        shutdown: tokio_util::sync::CancellationToken,
     ) {
         self.map
             .refresh_loop("tenant epochs", every, shutdown, || async {

@@ -6,8 +6,9 @@ use std::collections::BinaryHeap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use tokio::sync::{watch, Notify};
+use tokio::sync::Notify;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use crate::clock::Clock;
 
@@ -51,9 +52,9 @@ impl Deadlines {
 
     /// Sleeps until the earliest deadline (waking early when a sooner one is scheduled), then
     /// pops every entry due by then. `None` once shutdown is signalled.
-    pub async fn next_due(&self, shutdown: &mut watch::Receiver<bool>) -> Option<Vec<String>> {
+    pub async fn next_due(&self, shutdown: &CancellationToken) -> Option<Vec<String>> {
         loop {
-            if *shutdown.borrow() {
+            if shutdown.is_cancelled() {
                 return None;
             }
             let notified = self.changed.notified();
@@ -68,7 +69,7 @@ impl Deadlines {
             tokio::select! {
                 _ = tokio::time::sleep_until(wake) => {}
                 _ = notified => continue,
-                changed = shutdown.changed() => if changed.is_err() || *shutdown.borrow() { return None },
+                _ = shutdown.cancelled() => return None,
             }
             let now = self.clock.now_ms();
             let mut heap = self.heap();
@@ -103,12 +104,12 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn deadlines_fire_at_their_time_on_paused_virtual_time() {
         let d = std::sync::Arc::new(Deadlines::new(Clock::new()));
-        let (stop_tx, mut stop) = watch::channel(false);
+        let stop = CancellationToken::new();
         let t0 = Instant::now();
         let now = d.clock().now_ms();
         d.schedule("ttl", now + 5_000);
         d.schedule("idle", now + 2_000);
-        assert_eq!(d.next_due(&mut stop).await, Some(vec!["idle".to_string()]));
+        assert_eq!(d.next_due(&stop).await, Some(vec!["idle".to_string()]));
         assert_eq!(t0.elapsed(), Duration::from_millis(2_000));
 
         // A sooner deadline scheduled while the waiter sleeps towards 5 s.
@@ -118,25 +119,26 @@ mod tests {
             let now = d2.clock().now_ms();
             d2.schedule("touched", now + 1_000);
         });
-        assert_eq!(d.next_due(&mut stop).await, Some(vec!["touched".to_string()]));
+        assert_eq!(d.next_due(&stop).await, Some(vec!["touched".to_string()]));
         assert_eq!(t0.elapsed(), Duration::from_millis(3_500));
-        assert_eq!(d.next_due(&mut stop).await, Some(vec!["ttl".to_string()]));
+        assert_eq!(d.next_due(&stop).await, Some(vec!["ttl".to_string()]));
         assert_eq!(t0.elapsed(), Duration::from_millis(5_000));
 
         // Two due at once come together.
         let now = d.clock().now_ms();
         d.schedule("a", now + 100);
         d.schedule("b", now + 100);
-        let mut both = d.next_due(&mut stop).await.unwrap();
+        let mut both = d.next_due(&stop).await.unwrap();
         both.sort();
         assert_eq!(both, ["a", "b"]);
 
         // Nothing scheduled: an hour of virtual time passes and nothing is due; shutdown ends it.
         let d3 = d.clone();
-        let waiter = tokio::spawn(async move { d3.next_due(&mut stop).await });
+        let stop3 = stop.clone();
+        let waiter = tokio::spawn(async move { d3.next_due(&stop3).await });
         tokio::time::sleep(Duration::from_secs(3_600)).await;
         assert!(!waiter.is_finished(), "woke with nothing due");
-        stop_tx.send(true).unwrap();
+        stop.cancel();
         assert_eq!(waiter.await.unwrap(), None);
     }
 }

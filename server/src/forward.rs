@@ -32,7 +32,7 @@ use http_body::{Body as HttpBody, Frame};
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
-use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 use tonic::body::Body;
 use tower::{Service, ServiceExt};
 
@@ -134,7 +134,7 @@ struct PeersInner {
     channels: Mutex<HashMap<String, tonic::transport::Channel>>,
     owners: Mutex<HashMap<String, SessionOwner>>,
     /// Spliced CDP connections end when this turns true.
-    shutdown: watch::Receiver<bool>,
+    shutdown: CancellationToken,
 }
 
 impl Peers {
@@ -143,7 +143,7 @@ impl Peers {
         tokens: TokenCheck,
         tls: Option<&crate::tls::Tls>,
         connect_timeout: Duration,
-        shutdown: watch::Receiver<bool>,
+        shutdown: CancellationToken,
     ) -> Peers {
         Peers {
             inner: Arc::new(PeersInner {
@@ -342,11 +342,11 @@ impl Peers {
             Ok(pair) => pair,
             Err(e) => return unreachable(&e),
         };
-        let mut shutdown = self.inner.shutdown.clone();
+        let shutdown = self.inner.shutdown.clone();
         tokio::spawn(async move {
             tokio::select! {
                 r = conn.with_upgrades() => if let Err(e) = r { tracing::debug!(error = %e, "forwarded cdp connection ended") },
-                _ = shutdown.wait_for(|v| *v) => {}
+                _ = shutdown.cancelled() => {}
             }
         });
         let client_upgrade = hyper::upgrade::on(&mut req);
@@ -367,7 +367,7 @@ impl Peers {
             return AxumResponse::from_parts(parts, axum::body::Body::new(body));
         }
         let upstream_upgrade = hyper::upgrade::on(&mut answer);
-        let mut shutdown = self.inner.shutdown.clone();
+        let shutdown = self.inner.shutdown.clone();
         let session = id.to_string();
         tokio::spawn(async move {
             let (up, down) = match tokio::join!(upstream_upgrade, client_upgrade) {
@@ -382,7 +382,7 @@ impl Peers {
                 r = tokio::io::copy_bidirectional(&mut down, &mut up) => {
                     if let Err(e) = r { tracing::debug!(session = %session, error = %e, "forwarded cdp connection ended") }
                 }
-                _ = shutdown.wait_for(|v| *v) => {}
+                _ = shutdown.cancelled() => {}
             }
         });
         let (parts, _) = answer.into_parts();

@@ -11,8 +11,9 @@ use anyhow::Context;
 use browserpool_pool::{find_chrome, reap_orphans, DirLock, EgressConfig, LaunchConfig, Pool, PoolConfig};
 use browserpool_proto::v1::{admin_server::AdminServer, sessions_server::SessionsServer};
 use tokio::net::TcpListener;
-use tokio::sync::watch;
 use tokio_stream::wrappers::TcpListenerStream;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use crate::audit::{AuditLog, Writer};
@@ -43,8 +44,8 @@ pub struct Bound {
     keys: Arc<Keys>,
     store: Store,
     sessions: Sessions,
-    shutdown_tx: watch::Sender<bool>,
-    shutdown_rx: watch::Receiver<bool>,
+    /// The stop, in stages (see [`Stages`]).
+    stages: Stages,
     max_html_bytes: usize,
     max_token_ttl: std::time::Duration,
     shutdown_grace: std::time::Duration,
@@ -55,6 +56,28 @@ pub struct Bound {
     tls: Option<Tls>,
     /// Held while serving: no second server on this data dir.
     _dir_lock: DirLock,
+}
+
+/// The stop, in order: each stage's token is a child of the next one's, so cancelling a later
+/// stage also stops everything of the earlier ones, and nothing outlives `writers`.
+struct Stages {
+    /// Listeners, streams, relays, the reaper, the pool's refill and the cache refreshes:
+    /// cancelled once the drain and the grace period are over.
+    serving: CancellationToken,
+    /// The replica heartbeat: cancelled once every session has ended, so other replicas do
+    /// not take this one for gone while it closes them.
+    beating: CancellationToken,
+    /// The audit writer: cancelled last, after every session's records were queued.
+    writers: CancellationToken,
+}
+
+impl Stages {
+    fn new() -> Stages {
+        let writers = CancellationToken::new();
+        let beating = writers.child_token();
+        let serving = beating.child_token();
+        Stages { serving, beating, writers }
+    }
 }
 
 /// `<data-dir>/replica.id`: the replica id of the last server on this data dir, so the next
@@ -92,7 +115,7 @@ pub async fn bind(args: ServeArgs) -> anyhow::Result<Bound> {
     let grpc_addr = grpc.local_addr()?;
     let http_addr = http.local_addr()?;
 
-    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let stages = Stages::new();
     let pool = Pool::start(
         PoolConfig {
             launch: LaunchConfig {
@@ -113,7 +136,7 @@ pub async fn bind(args: ServeArgs) -> anyhow::Result<Bound> {
             },
             max_tabs: args.max_tabs as usize,
         },
-        shutdown_rx.clone(),
+        stages.serving.clone(),
     );
     let (audit, audit_writer) = AuditLog::new(store.clone());
     let sessions = Sessions::new(
@@ -147,8 +170,7 @@ pub async fn bind(args: ServeArgs) -> anyhow::Result<Bound> {
         keys,
         store,
         sessions,
-        shutdown_tx,
-        shutdown_rx,
+        stages,
         max_html_bytes: args.max_html_bytes,
         max_token_ttl: args.max_token_ttl,
         shutdown_grace: args.shutdown_grace,
@@ -262,8 +284,7 @@ impl Bound {
             keys,
             store,
             sessions,
-            shutdown_tx,
-            shutdown_rx,
+            stages,
             max_html_bytes,
             max_token_ttl,
             audit,
@@ -279,40 +300,42 @@ impl Bound {
         let tls_mode = tls.as_ref().map_or(TlsMode::Off, Tls::mode);
         tracing::info!(%grpc_addr, %http_addr, tls = ?tls_mode, version = crate::VERSION, revision = crate::REVISION, "serving");
 
+        // Every background task is tracked, and all are joined before this returns.
+        let tasks = TaskTracker::new();
         // The audit writer stops after the sessions are closed (their records go in first).
-        let (audit_stop_tx, audit_stop_rx) = watch::channel(false);
-        let audit_task = tokio::spawn(audit_writer.run(audit_stop_rx).instrument(tracing::info_span!("audit_writer")));
+        let audit_task =
+            tasks.spawn(audit_writer.run(stages.writers.clone()).instrument(tracing::info_span!("audit_writer")));
         // The deny-list and the tenant epochs are loaded before serving, then refreshed twice
         // a second.
         let revoked = Revocations::default();
         revoked.replace(store.revoked().await?);
         let epochs = Epochs::default();
         epochs.replace(store.tenant_epochs().await?);
-        let revocations = tokio::spawn(
+        tasks.spawn(
             revoked
                 .clone()
-                .refresh_loop(store.clone(), std::time::Duration::from_millis(500), shutdown_rx.clone())
+                .refresh_loop(store.clone(), std::time::Duration::from_millis(500), stages.serving.clone())
                 .instrument(tracing::info_span!("revocations")),
         );
-        let epoch_refresh = tokio::spawn(
+        tasks.spawn(
             epochs
                 .clone()
-                .refresh_loop(store.clone(), std::time::Duration::from_millis(500), shutdown_rx.clone())
+                .refresh_loop(store.clone(), std::time::Duration::from_millis(500), stages.serving.clone())
                 .instrument(tracing::info_span!("tenant_epochs")),
         );
-        let reaper = tokio::spawn(
-            sessions.clone().reap_loop(shutdown_rx.clone()).instrument(tracing::info_span!("session_reaper")),
+        let reaper = tasks.spawn(
+            sessions.clone().reap_loop(stages.serving.clone()).instrument(tracing::info_span!("session_reaper")),
         );
-        // The heartbeat goes on until every session has ended, so other replicas do not take
-        // this one for gone while it closes them.
-        let (heartbeat_stop_tx, heartbeat_stop_rx) = watch::channel(false);
-        let heartbeat = tokio::spawn(
-            sessions.clone().heartbeat_loop(heartbeat_stop_rx).instrument(tracing::info_span!("replica_heartbeat")),
+        let heartbeat = tasks.spawn(
+            sessions
+                .clone()
+                .heartbeat_loop(stages.beating.clone())
+                .instrument(tracing::info_span!("replica_heartbeat")),
         );
-        let mut http_shutdown = shutdown_rx.clone();
+        let http_shutdown = stages.serving.clone();
         let tokens = TokenCheck::new(keys.clone(), revoked.clone(), epochs.clone());
         let peers =
-            Peers::new(sessions.clone(), tokens.clone(), tls.as_ref(), forward_connect_timeout, shutdown_rx.clone());
+            Peers::new(sessions.clone(), tokens.clone(), tls.as_ref(), forward_connect_timeout, stages.serving.clone());
         let http_state = crate::http::HttpState {
             sessions: sessions.clone(),
             store: store.clone(),
@@ -322,14 +345,12 @@ impl Bound {
             cdp_stats: Default::default(),
             tls: tls_mode,
         };
-        let http_task = tokio::spawn(
+        let http_task = tasks.spawn(
             crate::tls::serve_http(
                 http,
                 crate::http::router(http_state),
                 tls.as_ref().map(Tls::http_acceptor),
-                async move {
-                    let _ = http_shutdown.wait_for(|v| *v).await;
-                },
+                async move { http_shutdown.cancelled().await },
             )
             .instrument(tracing::info_span!("http_listener")),
         );
@@ -346,7 +367,7 @@ impl Bound {
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
             .build_v1alpha()?;
 
-        let sessions_api = SessionsApi::new(sessions.clone(), shutdown_rx.clone());
+        let sessions_api = SessionsApi::new(sessions.clone(), stages.serving.clone());
         // Room for a maximal load_html document plus the rest of the message.
         let max_message = max_html_bytes + (1 << 20);
         let admin_api = AdminApi::new(
@@ -361,11 +382,11 @@ impl Bound {
         // On the signal: refuse new sessions, end streams, give running actions the grace
         // period, then end every session (interrupting what still runs) so the graceful stop
         // below never waits on an action's own, longer deadline.
-        let tx = shutdown_tx.clone();
-        let (stopping_tx, stopping_rx) = tokio::sync::oneshot::channel::<()>();
+        let serving = stages.serving.clone();
         let stopper = {
             let sessions = sessions.clone();
-            tokio::spawn(async move {
+            let serving = serving.clone();
+            tasks.spawn(async move {
                 shutdown.await;
                 sessions.set_draining(true);
                 // Draining: /readyz answers 503 and Acquire UNAVAILABLE, while live sessions go
@@ -379,8 +400,7 @@ impl Bound {
                 }
                 tracing::info!(grace = ?shutdown_grace, "shutting down: running actions get the grace period");
                 // Streams and loops watch this; they end so the graceful stop can finish.
-                let _ = tx.send(true);
-                let _ = stopping_tx.send(());
+                serving.cancel();
                 let running = sessions.wait_actions(shutdown_grace).await;
                 if running > 0 {
                     tracing::warn!(running, "actions still running after the grace period: their sessions are killed");
@@ -406,9 +426,7 @@ impl Bound {
                     .max_encoding_message_size(64 << 20),
             )
             .add_service(AdminServer::new(admin_api));
-        let stopping = async move {
-            let _ = stopping_rx.await;
-        };
+        let stopping = async move { serving.cancelled().await };
         let served = match &tls {
             None => grpc_router.serve_with_incoming_shutdown(TcpListenerStream::new(grpc), stopping).await,
             Some(tls) => {
@@ -416,7 +434,7 @@ impl Bound {
                 grpc_router.serve_with_incoming_shutdown(incoming, stopping).await
             }
         };
-        let _ = shutdown_tx.send(true);
+        stages.serving.cancel();
         // Every call has returned, so no action runs and the grace wait is over at once; a
         // serve that failed before any signal leaves nothing to wait for.
         if served.is_ok() {
@@ -428,13 +446,16 @@ impl Bound {
         sessions.close_all("server shutdown").await;
         sessions.pool().shutdown().await;
         let _ = reaper.await;
-        let _ = heartbeat_stop_tx.send(true);
+        stages.beating.cancel();
         let _ = heartbeat.await;
         sessions.deregister().await;
-        let _ = revocations.await;
-        let _ = epoch_refresh.await;
-        let _ = audit_stop_tx.send(true);
-        let _ = audit_task.await;
+        stages.writers.cancel();
+        tasks.close();
+        tasks.wait().await;
+        match audit_task.await {
+            Err(e) => tracing::warn!(error = %e, "audit writer panicked"),
+            Ok(()) => {}
+        }
         match http_task.await {
             Ok(Err(e)) => tracing::warn!(error = %e, "http listener failed"),
             Err(e) => tracing::warn!(error = %e, "http listener panicked"),

@@ -16,6 +16,7 @@ use browserpool_pool::{
 use serde_json::Value;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::admission::{Admission, AdmissionError, Quota, Slot};
 use crate::audit::{AuditLog, Place};
@@ -154,14 +155,13 @@ struct Inner {
     pool: Pool,
     admission: Admission,
     audit: AuditLog,
-    /// Ends under way (see [`Sessions::end`]) and their completion signal.
-    ending: std::sync::atomic::AtomicUsize,
+    /// Ends under way (see [`Sessions::end`]), a tracker token each, and a signal as each ends.
+    ending: TaskTracker,
     ended: tokio::sync::Notify,
     /// Each live session's earliest deadline, on the sessions' clock.
     deadlines: Deadlines,
-    /// Actions running now, and a signal each time one finishes (shutdown's grace period).
-    acting: std::sync::atomic::AtomicUsize,
-    acted: tokio::sync::Notify,
+    /// Actions running now, a tracker token each (shutdown waits for them in its grace period).
+    acting: TaskTracker,
     /// While true, Acquire answers UNAVAILABLE; live sessions go on.
     draining: std::sync::atomic::AtomicBool,
     limits: Limits,
@@ -186,10 +186,9 @@ impl Sessions {
                 pool,
                 admission,
                 audit,
-                ending: std::sync::atomic::AtomicUsize::new(0),
+                ending: TaskTracker::new(),
                 ended: tokio::sync::Notify::new(),
-                acting: std::sync::atomic::AtomicUsize::new(0),
-                acted: tokio::sync::Notify::new(),
+                acting: TaskTracker::new(),
                 deadlines: Deadlines::new(Clock::new()),
                 draining: std::sync::atomic::AtomicBool::new(false),
                 limits,
@@ -354,12 +353,12 @@ impl Sessions {
 
     /// Beats this replica's heartbeat until shutdown, sweeping up after replicas that are gone
     /// every few beats; then leaves the replica set (freeing its tenant slots at once).
-    pub async fn heartbeat_loop(self, mut shutdown: watch::Receiver<bool>) {
+    pub async fn heartbeat_loop(self, shutdown: CancellationToken) {
         let mut beats = 0u32;
         loop {
             tokio::select! {
                 _ = tokio::time::sleep(HEARTBEAT) => {}
-                changed = shutdown.changed() => if changed.is_err() || *shutdown.borrow() { break },
+                _ = shutdown.cancelled() => break,
             }
             beats += 1;
             match self.inner.store.beat(&self.inner.replica, now_ms()).await {
@@ -797,7 +796,7 @@ impl Sessions {
             self.end_detached(id, SessionState::Crashed, "chromium exited").await;
             return Err(ActionFailure::new(FailureCode::SessionCrashed, "the browser of this session crashed"));
         }
-        let _acting = Acting::new(&self.inner);
+        let _acting = self.inner.acting.token();
         let run = async {
             // The legacy tab_index is never dropped: it goes through switch_tab first (sticky).
             if let Some(tab) = input.tab_index {
@@ -868,7 +867,7 @@ impl Sessions {
         let live = self.live(id)?;
         let guard = live.lease.lock().await;
         let lease = guard.as_ref().ok_or_else(|| ServiceError::NotReady { id: id.into(), state: "CLOSED" })?;
-        let _acting = Acting::new(&self.inner);
+        let _acting = self.inner.acting.token();
         let bounded = async {
             tokio::time::timeout(DEFAULT_ACTION_TIMEOUT, f(lease)).await.unwrap_or_else(|_| {
                 Err(ActionFailure::new(
@@ -1009,8 +1008,8 @@ impl Sessions {
     /// earliest deadline (see [`Deadlines`]), so it looks only at sessions that may be due: an
     /// entry whose session was touched since is scheduled again with its new deadline (idle
     /// deadlines only move later, so touching needs no heap work).
-    pub async fn reap_loop(self, mut shutdown: watch::Receiver<bool>) {
-        while let Some(due) = self.inner.deadlines.next_due(&mut shutdown).await {
+    pub async fn reap_loop(self, shutdown: CancellationToken) {
+        while let Some(due) = self.inner.deadlines.next_due(&shutdown).await {
             let now = self.now();
             for id in due {
                 let Some(live) = self.live_map().get(&id).cloned() else { continue };
@@ -1060,16 +1059,11 @@ impl Sessions {
 
     /// Waits until no action runs, at most `grace`; returns how many still run then.
     pub async fn wait_actions(&self, grace: Duration) -> usize {
-        let deadline = tokio::time::Instant::now() + grace;
-        loop {
-            let notified = self.inner.acted.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            let running = self.inner.acting.load(std::sync::atomic::Ordering::SeqCst);
-            if running == 0 || tokio::time::timeout_at(deadline, notified).await.is_err() {
-                return running;
-            }
-        }
+        // Closed only for the wait: actions still start (and count) until the sessions end.
+        self.inner.acting.close();
+        let _ = tokio::time::timeout(grace, self.inner.acting.wait()).await;
+        self.inner.acting.reopen();
+        self.inner.acting.len()
     }
 
     /// Ends every live session as `state` (a shutdown whose grace ran out kills them).
@@ -1091,15 +1085,9 @@ impl Sessions {
         }
         // Ends started elsewhere (reaper, release) finish before shutdown goes on. Each waits at
         // most for its session's running action, which has a deadline.
-        loop {
-            let notified = self.inner.ended.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            if self.inner.ending.load(std::sync::atomic::Ordering::SeqCst) == 0 {
-                break;
-            }
-            notified.await;
-        }
+        self.inner.ending.close();
+        self.inner.ending.wait().await;
+        self.inner.ending.reopen();
     }
 }
 
@@ -1191,35 +1179,18 @@ impl Drop for Claim {
     }
 }
 
-/// Counts a running action; dropping it (even by cancellation) un-counts it.
-struct Acting<'a>(&'a Inner);
-
-impl<'a> Acting<'a> {
-    fn new(inner: &'a Inner) -> Self {
-        inner.acting.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        Acting(inner)
-    }
-}
-
-impl Drop for Acting<'_> {
-    fn drop(&mut self) {
-        self.0.acting.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
-        self.0.acted.notify_waiters();
-    }
-}
-
-/// Counts an end under way; dropping it (even by cancellation) un-counts it, forgets the
-/// session and tells whoever waits for that end.
+/// An end under way, counted by its tracker token; dropping it (even by cancellation)
+/// un-counts it, forgets the session and tells whoever waits for that end.
 struct Ending<'a> {
     inner: &'a Inner,
     id: String,
     live: Arc<Live>,
+    _counted: tokio_util::task::task_tracker::TaskTrackerToken,
 }
 
 impl<'a> Ending<'a> {
     fn new(inner: &'a Inner, id: &str, live: &Arc<Live>) -> Self {
-        inner.ending.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        Ending { inner, id: id.to_string(), live: live.clone() }
+        Ending { inner, id: id.to_string(), live: live.clone(), _counted: inner.ending.token() }
     }
 }
 
@@ -1227,7 +1198,6 @@ impl Drop for Ending<'_> {
     fn drop(&mut self) {
         self.inner.ending_now.lock().unwrap_or_else(|e| e.into_inner()).remove(&self.id);
         self.live.finished.cancel();
-        self.inner.ending.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
         self.inner.ended.notify_waiters();
     }
 }

@@ -19,8 +19,8 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use tokio::sync::mpsc;
 use tokio::sync::mpsc::error::TrySendError;
-use tokio::sync::{mpsc, watch};
 
 use crate::clock::now_ms;
 use crate::store::{Store, StoreError};
@@ -334,14 +334,11 @@ impl Backoff {
 }
 
 /// Resolves once shutdown is signalled (or its sender is gone).
-async fn stopped(shutdown: &mut watch::Receiver<bool>) {
-    let _ = shutdown.wait_for(|v| *v).await;
-}
 
 impl<S: Sink> Writer<S> {
     /// Appends entries until shutdown, then drains what is queued (for at most a few seconds)
     /// and returns. A batch the database refuses is kept and retried, in order, with backoff.
-    pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) {
+    pub async fn run(mut self, shutdown: tokio_util::sync::CancellationToken) {
         let mut pending: Vec<Entry> = Vec::new();
         let mut backoff = Backoff::new();
         let mut failures = 0u32;
@@ -352,7 +349,7 @@ impl<S: Sink> Writer<S> {
                         Some(e) => pending.push(e),
                         None => break,
                     },
-                    _ = stopped(&mut shutdown) => break,
+                    _ = shutdown.cancelled() => break,
                 }
             }
             while pending.len() < BATCH {
@@ -391,7 +388,7 @@ impl<S: Sink> Writer<S> {
                     self.state.set_fault(Some(e.to_string().replace('\n', " ")));
                     tokio::select! {
                         _ = tokio::time::sleep(delay) => {}
-                        _ = stopped(&mut shutdown) => break,
+                        _ = shutdown.cancelled() => break,
                     }
                 }
             }
@@ -495,8 +492,8 @@ mod tests {
     async fn a_refused_batch_is_kept_and_retried_in_order_until_written() {
         let sink = FakeSink::failing(3);
         let (log, writer) = AuditLog::with_sink(sink.clone(), 16);
-        let (stop_tx, stop_rx) = watch::channel(false);
-        let task = tokio::spawn(writer.run(stop_rx));
+        let stop = tokio_util::sync::CancellationToken::new();
+        let task = tokio::spawn(writer.run(stop.clone()));
         let started = tokio::time::Instant::now();
         for rpc in ["/a", "/b", "/c"] {
             log.reserve().unwrap().record(entry(rpc));
@@ -514,7 +511,7 @@ mod tests {
         assert!(waited >= Duration::from_millis(700) && waited < Duration::from_millis(800), "{waited:?}");
         log.reserve().expect("healthy again").record(entry("/d"));
         until(Duration::from_secs(1), || sink.written().len() == 4).await;
-        stop_tx.send(true).unwrap();
+        stop.cancel();
         task.await.unwrap();
         assert_eq!(sink.written(), ["/a", "/b", "/c", "/d"], "each record once, in order");
     }
@@ -529,8 +526,8 @@ mod tests {
         for i in 0..BATCH + 10 {
             log.reserve_call().unwrap().record(entry(&format!("/{i}")));
         }
-        let (stop_tx, stop_rx) = watch::channel(false);
-        let task = tokio::spawn(writer.run(stop_rx));
+        let stop = tokio_util::sync::CancellationToken::new();
+        let task = tokio::spawn(writer.run(stop.clone()));
         gate.add_permits(1);
         until(Duration::from_secs(1), || !log.healthy()).await;
         gate.add_permits(1);
@@ -541,7 +538,7 @@ mod tests {
         until(Duration::from_secs(1), || log.healthy()).await;
         assert_eq!(sink.written().len(), BATCH + 10);
         gate.add_permits(usize::MAX >> 4);
-        stop_tx.send(true).unwrap();
+        stop.cancel();
         task.await.unwrap();
         let expected: Vec<String> = (0..BATCH + 10).map(|i| format!("/{i}")).collect();
         assert_eq!(sink.written(), expected);
@@ -573,11 +570,11 @@ mod tests {
     async fn shutdown_waits_for_places_taken_and_gives_up_on_a_dead_database() {
         let sink = FakeSink::default();
         let (log, writer) = AuditLog::with_sink(sink.clone(), 8);
-        let (stop_tx, stop_rx) = watch::channel(false);
-        let task = tokio::spawn(writer.run(stop_rx));
+        let stop = tokio_util::sync::CancellationToken::new();
+        let task = tokio::spawn(writer.run(stop.clone()));
         // A call still running at shutdown: its record comes in after the signal.
         let place = log.reserve_call().unwrap();
-        stop_tx.send(true).unwrap();
+        stop.cancel();
         tokio::time::sleep(Duration::from_millis(100)).await;
         place.record(entry("/late"));
         task.await.unwrap();
@@ -586,12 +583,12 @@ mod tests {
         // A database that never takes the last records: the writer still ends, in bounded time.
         let sink = FakeSink::failing(usize::MAX);
         let (log, writer) = AuditLog::with_sink(sink.clone(), 8);
-        let (stop_tx, stop_rx) = watch::channel(false);
-        let task = tokio::spawn(writer.run(stop_rx));
+        let stop = tokio_util::sync::CancellationToken::new();
+        let task = tokio::spawn(writer.run(stop.clone()));
         log.reserve().unwrap().record(entry("/lost"));
         until(Duration::from_secs(1), || !log.healthy()).await;
         let stopping = tokio::time::Instant::now();
-        stop_tx.send(true).unwrap();
+        stop.cancel();
         task.await.unwrap();
         assert!(stopping.elapsed() <= SHUTDOWN_GRACE, "{:?}", stopping.elapsed());
         assert!(sink.written().is_empty());

@@ -4,9 +4,10 @@ use std::pin::Pin;
 
 use browserpool_proto::v1 as pb;
 use futures::Stream;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::StreamExt;
+use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status, Streaming};
 use tracing::Instrument;
 
@@ -26,11 +27,11 @@ use browserpool_pool::CaptureOptions;
 /// Adapter from the generated `Sessions` service to [`Sessions`].
 pub struct SessionsApi {
     sessions: Sessions,
-    shutdown: watch::Receiver<bool>,
+    shutdown: CancellationToken,
 }
 
 impl SessionsApi {
-    pub fn new(sessions: Sessions, shutdown: watch::Receiver<bool>) -> Self {
+    pub fn new(sessions: Sessions, shutdown: CancellationToken) -> Self {
         SessionsApi { sessions, shutdown }
     }
 
@@ -50,12 +51,6 @@ fn action_input(a: pb::Action) -> ActionInput {
         tab_index: a.tab_index,
         id: a.id,
     }
-}
-
-/// Resolves once the server is shutting down (the `Ref` of `wait_for` is not `Send`, so it
-/// is dropped here).
-async fn stopped(shutdown: &mut watch::Receiver<bool>) {
-    let _ = shutdown.wait_for(|v| *v).await;
 }
 
 /// A place for an action's record; refused (UNAVAILABLE) while the audit trail cannot be
@@ -169,10 +164,10 @@ impl pb::sessions_server::Sessions for SessionsApi {
         let claims = claims(&req)?;
         let target = rpc_target(&req);
         let mut inbound = req.into_inner();
-        let mut shutdown = self.shutdown.clone();
+        let shutdown = self.shutdown.clone();
         let first = tokio::select! {
             m = inbound.next() => m,
-            _ = stopped(&mut shutdown) => return Err(Status::unavailable("server is shutting down")),
+            _ = shutdown.cancelled() => return Err(Status::unavailable("server is shutting down")),
             _ = tokio::time::sleep(FIRST_MESSAGE_WAIT) => {
                 return Err(Status::deadline_exceeded("drive: no first message naming session_id"))
             }
@@ -236,7 +231,7 @@ impl pb::sessions_server::Sessions for SessionsApi {
                     let next = tokio::select! {
                         m = inbound.next() => m,
                         _ = &mut ended => break,
-                        _ = stopped(&mut shutdown) => {
+                        _ = shutdown.cancelled() => {
                             let _ = tx.send(Err(Status::unavailable("server is shutting down"))).await;
                             break;
                         }
@@ -304,14 +299,14 @@ impl pb::sessions_server::Sessions for SessionsApi {
         let claims = claims_about(&req)?;
         let session_id = req.into_inner().session_id;
         let mut events = self.sessions.events(&claims, &session_id).await?;
-        let mut shutdown = self.shutdown.clone();
+        let shutdown = self.shutdown.clone();
         let (tx, rx) = mpsc::channel::<Result<pb::Event, Status>>(64);
         tokio::spawn(
             async move {
                 loop {
                     let next = tokio::select! {
                         e = events.next() => e,
-                        _ = stopped(&mut shutdown) => break,
+                        _ = shutdown.cancelled() => break,
                     };
                     let Some((event, dropped)) = next else { break };
                     if tx.send(Ok(event_to_pb(&session_id, event, dropped))).await.is_err() {
