@@ -452,9 +452,8 @@ impl Bound {
         stages.writers.cancel();
         tasks.close();
         tasks.wait().await;
-        match audit_task.await {
-            Err(e) => tracing::warn!(error = %e, "audit writer panicked"),
-            Ok(()) => {}
+        if let Err(e) = audit_task.await {
+            tracing::warn!(error = %e, "audit writer panicked");
         }
         match http_task.await {
             Ok(Err(e)) => tracing::warn!(error = %e, "http listener failed"),

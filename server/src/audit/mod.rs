@@ -333,8 +333,6 @@ impl Backoff {
     }
 }
 
-/// Resolves once shutdown is signalled (or its sender is gone).
-
 impl<S: Sink> Writer<S> {
     /// Appends entries until shutdown, then drains what is queued (for at most a few seconds)
     /// and returns. A batch the database refuses is kept and retried, in order, with backoff.
