@@ -318,7 +318,7 @@ impl Driver {
             self.check_cookie_domain(c, i)?;
         }
         if let Some(v) = state.viewport {
-            crate::ops::parse_viewport(
+            crate::actions::parse_viewport(
                 &json!({ "width": v.width, "height": v.height, "scale": v.scale, "mobile": v.mobile }),
             )
             .map_err(|f| ActionFailure::invalid(format!("viewport: {}", f.message)))?;
@@ -358,7 +358,7 @@ impl Driver {
         self.replace_cookies(&jar).await?;
         if !on_origin {
             let (tab, _) = self.active()?;
-            self.navigate(&tab, &json!(format!("{origin}/"))).await?;
+            self.navigate(&tab, &format!("{origin}/"), crate::actions::WaitUntil::Load).await?;
         }
         let (tab, _) = self.active()?;
         let script = format!(

@@ -22,7 +22,7 @@ use tokio::sync::{broadcast, mpsc, watch};
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::actions::Canonical;
+use crate::actions::{ActionKind, Canonical};
 use crate::egress::WorkerNet;
 use crate::error::PoolError;
 use crate::events::{DialogInfo, DialogKind, EventHub, EventKind, EventReader};
@@ -541,12 +541,6 @@ impl Driver {
     /// whichever comes first. An action cut short at its deadline, or dropped by its caller,
     /// leaves the tab usable: see [`Unstick`].
     pub async fn run(&self, call: &ActionCall) -> ActResult<ActionOutput> {
-        if !call.action.implemented() {
-            return Err(ActionFailure::invalid(format!(
-                "action `{}` is part of the v1 contract but not available in this build yet",
-                call.action.name
-            )));
-        }
         if call.selector.starts_with("dialog::") {
             return tokio::time::timeout(call.timeout, self.answer_dialog(call)).await.unwrap_or_else(|_| {
                 Err(ActionFailure::new(
@@ -566,8 +560,14 @@ impl Driver {
         if let Some((tab, index)) = &active {
             if crashes.borrow_and_update().contains(&tab.target) {
                 if !matches!(
-                    call.action.name,
-                    "navigate" | "reload" | "new_tab" | "switch_tab" | "close_tab" | "list_tabs" | "load_html"
+                    call.action.kind,
+                    ActionKind::Navigate
+                        | ActionKind::Reload
+                        | ActionKind::NewTab
+                        | ActionKind::SwitchTab
+                        | ActionKind::CloseTab
+                        | ActionKind::ListTabs
+                        | ActionKind::LoadHtml
                 ) {
                     return Err(tab_crashed(*index, "it crashed earlier"));
                 }
@@ -635,8 +635,8 @@ impl Driver {
             )));
         };
         let tab_index = open.info.tab_index;
-        match (call.action.name, field) {
-            ("type", "username" | "password" | "prompt") => {
+        match (call.action.kind, field) {
+            (ActionKind::Type, "username" | "password" | "prompt") => {
                 let text =
                     call.payload.as_str().ok_or_else(|| ActionFailure::invalid("payload: a string is required"))?;
                 let fits = match field {
@@ -664,7 +664,7 @@ impl Driver {
                 });
                 Ok(ActionOutput { tab_index, ..ActionOutput::default() })
             }
-            ("click", "accept" | "dismiss") => {
+            (ActionKind::Click, "accept" | "dismiss") => {
                 let accept = field == "accept";
                 // Re-read: typed fields live in the watched value.
                 let open = self.open_dialog().filter(|d| d.seq == open.seq).unwrap_or(open);

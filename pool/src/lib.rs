@@ -19,7 +19,7 @@ pub mod pool;
 mod rawcdp;
 mod watchers;
 
-pub use actions::{canonicalize, Access, Canonical, UnknownAction};
+pub use actions::{canonicalize, parse_viewport, Access, Action, ActionKind, Canonical, Target, UnknownAction};
 pub use context::{CaptureOptions, ContextState, CookieRecord, MAX_COOKIES};
 pub use driver::{ActionCall, ActionFailure, ActionOutput, Driver, DriverConfig, FailureCode, Viewport};
 pub use egress::{Egress, EgressConfig};
@@ -27,6 +27,5 @@ pub use error::PoolError;
 pub use events::{DialogInfo, DialogKind, Event, EventKind, EventReader};
 pub use launcher::{find_chrome, reap_orphans, LaunchConfig, PortRange};
 pub use lock::DirLock;
-pub use ops::parse_viewport;
 pub use policy::NavPolicy;
 pub use pool::{Lease, Pool, PoolConfig, PoolStatus, WorkerId, WorkerState, WorkerStatus};

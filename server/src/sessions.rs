@@ -693,12 +693,14 @@ impl Sessions {
         let started = Instant::now();
         // Only what identifies the target: a URL without its query, a selector, never text.
         // Taken before the input moves into the action (a payload may be megabytes of HTML).
-        let target = match (canonicalize(&input.action).map(|c| c.name), &input.payload) {
-            (Ok("navigate" | "new_tab"), serde_json::Value::String(url)) => crate::redact::url_target(url),
-            (Ok("navigate"), serde_json::Value::Object(m)) => {
-                m.get("url").and_then(|u| u.as_str()).map(crate::redact::url_target).unwrap_or_default()
-            }
-            _ => input.selector.clone(),
+        let target = match browserpool_pool::Action::parse_named(&input.action, &input.selector, &input.payload) {
+            Ok((action, _)) => match action.audit_target() {
+                browserpool_pool::Target::Url(url) => crate::redact::url_target(url),
+                browserpool_pool::Target::Selector(selector) => selector.to_string(),
+                browserpool_pool::Target::None => String::new(),
+            },
+            // Refused before it runs: the selector as sent, if any.
+            Err(_) => input.selector.clone(),
         };
         let mut report = ActionReport {
             id: input.id.clone(),

@@ -1,0 +1,103 @@
+//! Where the active tab is: `navigate` (via lifecycle events), `back`/`forward`, `reload`,
+//! `load_html`, and reading its `url` and `title`.
+
+use chromiumoxide::cdp::browser_protocol::page::{
+    GetNavigationHistoryParams, NavigateToHistoryEntryParams, SetDocumentContentParams,
+};
+use chromiumoxide::Page;
+use serde_json::{json, Value};
+use tokio::time::Instant;
+
+use super::{poll, value, wait_lifecycle};
+use crate::actions::WaitUntil;
+use crate::driver::{lock, ActResult, ActionFailure, ActionOutput, Driver, FailureCode, Tab};
+
+impl Driver {
+    /// `url` is a URL or `about:blank` (checked by the parser); the policy is checked here.
+    pub(crate) async fn navigate(&self, tab: &Tab, url: &str, wait_until: WaitUntil) -> ActResult<ActionOutput> {
+        self.check_destination(url).await?;
+        let mut lifecycle = self.shared.lifecycle.subscribe();
+        let nav =
+            self.raw.call(&tab.session, "Page.navigate", json!({ "url": url })).await.map_err(ActionFailure::raw)?;
+        if let Some(text) = nav.get("errorText").and_then(Value::as_str).filter(|t| !t.is_empty()) {
+            // Our request hook fails what the policy refuses (a redirect hop, say).
+            let code = if text.contains("ERR_BLOCKED_BY_CLIENT") {
+                FailureCode::BlockedByPolicy
+            } else {
+                FailureCode::NavigationFailed
+            };
+            return Err(ActionFailure::new(code, format!("{url}: {text}")));
+        }
+        let loader = nav.get("loaderId").and_then(Value::as_str).unwrap_or_default().to_string();
+        // A real navigation replaces anything load_html put there.
+        lock(&self.shared.loaded_html).remove(&tab.target);
+        if let (Some(event), false) = (wait_until.event(), loader.is_empty()) {
+            wait_lifecycle(&mut lifecycle, &tab.session, Some(&loader), event).await;
+        }
+        let now = tab.page.url().await.map_err(ActionFailure::cdp)?.unwrap_or_else(|| url.to_string());
+        Ok(value(json!({ "url": now })))
+    }
+
+    pub(super) async fn history(&self, tab: &Tab, delta: i64, until: Instant) -> ActResult<ActionOutput> {
+        let history = tab.page.execute(GetNavigationHistoryParams::default()).await.map_err(ActionFailure::cdp)?;
+        let target = history.result.current_index + delta;
+        let Some(entry) = usize::try_from(target).ok().and_then(|i| history.result.entries.get(i)) else {
+            let which = if delta < 0 { "previous" } else { "next" };
+            return Err(ActionFailure::invalid(format!("no {which} page in this tab's history")));
+        };
+        let url = entry.url.clone();
+        tab.page.execute(NavigateToHistoryEntryParams::new(entry.id)).await.map_err(ActionFailure::cdp)?;
+        lock(&self.shared.loaded_html).remove(&tab.target);
+        let check = format!("location.href === {} && document.readyState === 'complete'", json!(url));
+        poll(&tab.page, &check, until, || format!("history navigation to {url} did not finish"), FailureCode::Timeout)
+            .await?;
+        Ok(value(json!({ "url": url })))
+    }
+
+    pub(super) async fn reload(&self, tab: &Tab) -> ActResult<ActionOutput> {
+        let mut lifecycle = self.shared.lifecycle.subscribe();
+        self.raw.call(&tab.session, "Page.reload", json!({})).await.map_err(ActionFailure::raw)?;
+        lock(&self.shared.loaded_html).remove(&tab.target);
+        wait_lifecycle(&mut lifecycle, &tab.session, None, "load").await;
+        let now = tab.page.url().await.map_err(ActionFailure::cdp)?.unwrap_or_default();
+        Ok(value(json!({ "url": now })))
+    }
+
+    /// The size limit (this driver's config) is checked before the shape, as it always was.
+    pub(super) async fn load_html(&self, tab: &Tab, html: &str) -> ActResult<ActionOutput> {
+        if html.len() > self.cfg.max_html_bytes {
+            return Err(ActionFailure::new(
+                FailureCode::PayloadTooLarge,
+                format!("payload: {} bytes of html exceed the limit of {}", html.len(), self.cfg.max_html_bytes),
+            ));
+        }
+        if !html.trim_start_matches('\u{feff}').trim_start().starts_with('<') {
+            return Err(ActionFailure::invalid("payload: does not look like html (it must start with `<`)"));
+        }
+        let marker = uuid::Uuid::new_v4().simple().to_string();
+        self.set_document(tab, html, &marker).await?;
+        let url = tab.page.url().await.ok().flatten().unwrap_or_default();
+        lock(&self.shared.loaded_html).insert(tab.target.clone(), (html.to_string(), marker, url));
+        Ok(value(json!({ "bytes": html.len() })))
+    }
+
+    pub(super) async fn set_document(&self, tab: &Tab, html: &str, marker: &str) -> ActResult<()> {
+        let frame = tab
+            .page
+            .mainframe()
+            .await
+            .map_err(ActionFailure::cdp)?
+            .ok_or_else(|| ActionFailure::new(FailureCode::Internal, "the tab has no main frame"))?;
+        self.call_tab(tab, SetDocumentContentParams::new(frame, html)).await?;
+        self.eval_in(tab, format!("window.__browserpool_html = {}", json!(marker))).await?;
+        Ok(())
+    }
+}
+
+pub(super) async fn url(page: &Page) -> ActResult<ActionOutput> {
+    Ok(value(json!(page.url().await.map_err(ActionFailure::cdp)?.unwrap_or_default())))
+}
+
+pub(super) async fn title(page: &Page) -> ActResult<ActionOutput> {
+    Ok(value(json!(page.get_title().await.map_err(ActionFailure::cdp)?.unwrap_or_default())))
+}
