@@ -122,10 +122,17 @@ pub enum Access {
     ContextImport,
 }
 
-/// `cookies get` exports the jar; `set` and `clear` change it.
+/// `cookies get` exports the jar; `set` and `clear` change it. The op is read from either
+/// form (`"clear"` or `{op: "clear"}`), and anything but a plain get needs the import scope,
+/// so a payload that parses as a change can never pass with the export scope alone.
 fn cookies_access(payload: &Value) -> Access {
-    let op = payload.get("op").and_then(Value::as_str).unwrap_or("get");
-    if op == "get" {
+    let op = match payload {
+        Value::Null => Some("get"),
+        Value::String(op) => Some(op.as_str()),
+        Value::Object(m) => m.get("op").map_or(Some("get"), Value::as_str),
+        _ => None,
+    };
+    if op == Some("get") {
         Access::ContextExport
     } else {
         Access::ContextImport
@@ -835,6 +842,15 @@ mod tests {
         assert_eq!(c.access(&json!({"op": "get"})), Access::ContextExport);
         assert_eq!(c.access(&json!({"op": "set"})), Access::ContextImport);
         assert_eq!(c.access(&json!({"op": "clear"})), Access::ContextImport);
+        // The string form is judged the same way: `"clear"` changes the jar.
+        assert_eq!(c.access(&json!("clear")), Access::ContextImport);
+        assert_eq!(c.access(&json!("set")), Access::ContextImport);
+        assert_eq!(c.access(&json!("get")), Access::ContextExport);
+        assert_eq!(c.access(&json!(null)), Access::ContextExport);
+        assert_eq!(c.access(&json!({})), Access::ContextExport);
+        // Anything else needs the stronger scope (it is refused as malformed anyway).
+        assert_eq!(c.access(&json!(7)), Access::ContextImport);
+        assert_eq!(c.access(&json!({"op": 7})), Access::ContextImport);
     }
 
     #[test]

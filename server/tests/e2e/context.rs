@@ -157,6 +157,10 @@ async fn cookies_action_scopes_and_bounds() {
     ok(&act(&exporter, &id, action("cookies", "", json!({"op": "get"}))).await);
     let r = act(&exporter, &id, action("cookies", "", json!({"op": "clear"}))).await;
     assert_eq!(err_code(&r), pb::ErrorCode::PermissionDenied, "clear needs context:import");
+    // The string form too: it used to pass with context:export and clear the jar.
+    let r = act(&exporter, &id, action("cookies", "", json!("clear"))).await;
+    assert_eq!(err_code(&r), pb::ErrorCode::PermissionDenied, "\"clear\" needs context:import");
+    assert_eq!(ok(&act(&exporter, &id, action("cookies", "", json!("get"))).await).as_array().unwrap().len(), 2);
 
     let many: Vec<_> = (0..3001).map(|i| json!({"name": format!("c{i}"), "value": "v"})).collect();
     let r = act(&admin, &id, action("cookies", "", json!({"op": "set", "cookies": many}))).await;
