@@ -23,6 +23,7 @@ pub mod server;
 pub mod sessions;
 pub mod store;
 pub mod telemetry;
+pub mod tenants;
 pub mod tls;
 
 pub use server::{bind, run, Bound};
@@ -68,7 +69,7 @@ const LAYERS: &[&[&str]] = &[
     &["error"],
     &["auth", "envelope"],
     &["sessions"],
-    &["forward"],
+    &["forward", "tenants"],
     &["convert", "grpc", "http"],
     &["server"],
     &["cli", "run", "bind", "Bound"],

@@ -18,12 +18,8 @@ use crate::error::ServiceError;
 use crate::forward::Peers;
 use crate::sessions::{SessionState, Sessions};
 use crate::store::{AuditFilter, Store, TenantRecord};
+use crate::tenants::Tenants;
 use sha2::Digest;
-
-/// Longest lifetime `IssueToken` grants.
-pub const MAX_TOKEN_TTL: Duration = Duration::from_secs(365 * 24 * 3600);
-/// Lifetime when `ttl_s` is 0.
-pub const DEFAULT_TOKEN_TTL: Duration = Duration::from_secs(3600);
 
 /// Adapter from the generated `Admin` service.
 pub struct AdminApi {
@@ -31,8 +27,8 @@ pub struct AdminApi {
     keys: Arc<Keys>,
     store: Store,
     revoked: Revocations,
-    epochs: Epochs,
-    max_token_ttl: Duration,
+    /// The tenant rules (validation, deletion, token lifetimes).
+    tenants: Tenants,
     /// The other replicas, for the whole-service calls.
     peers: Peers,
 }
@@ -47,7 +43,8 @@ impl AdminApi {
         max_token_ttl: Duration,
         peers: Peers,
     ) -> Self {
-        AdminApi { sessions, keys, store, revoked, epochs, max_token_ttl, peers }
+        let tenants = Tenants::new(sessions.clone(), store.clone(), epochs, max_token_ttl);
+        AdminApi { sessions, keys, store, revoked, tenants, peers }
     }
 
     /// This replica's pool status alone.
@@ -142,25 +139,8 @@ fn tenant_to_pb(t: TenantRecord) -> pb::Tenant {
 }
 
 /// Validates a tenant from the wire.
-fn tenant_from_pb(t: pb::Tenant) -> Result<TenantRecord, ServiceError> {
-    let id_ok = !t.id.is_empty()
-        && t.id.len() <= 63
-        && t.id.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "-_.".contains(c));
-    if !id_ok {
-        return Err(ServiceError::InvalidArgument(format!(
-            "tenant.id: {:?} must be 1-63 characters of a-z, 0-9, '-', '_', '.'",
-            t.id
-        )));
-    }
-    for (i, host) in t.allow_hosts.iter().enumerate() {
-        let bare = host.strip_prefix("*.").unwrap_or(host);
-        if bare.is_empty() || bare.contains(['/', ':', ' ', '*']) {
-            return Err(ServiceError::InvalidArgument(format!(
-                "tenant.allow_hosts[{i}]: {host:?} is not a host or *.suffix"
-            )));
-        }
-    }
-    Ok(TenantRecord {
+fn tenant_from_pb(t: pb::Tenant) -> TenantRecord {
+    TenantRecord {
         id: t.id,
         max_slots: t.max_slots,
         max_queue: t.max_queue,
@@ -168,7 +148,7 @@ fn tenant_from_pb(t: pb::Tenant) -> Result<TenantRecord, ServiceError> {
         idle_timeout_ms: t.idle_timeout_ms,
         allow_hosts: t.allow_hosts,
         allow_private_networks: t.allow_private_networks,
-    })
+    }
 }
 
 #[tonic::async_trait]
@@ -278,11 +258,8 @@ impl pb::admin_server::Admin for AdminApi {
             .into_inner()
             .tenant
             .ok_or_else(|| Status::from(ServiceError::InvalidArgument("tenant: required".into())))?;
-        let record = tenant_from_pb(t)?;
-        let (created, epoch) = self.store.put_tenant(&record, now_ms()).await.map_err(ServiceError::from)?;
-        // A new tenant's tokens work here at once; other replicas learn it on their next refresh.
-        self.epochs.set(&record.id, &epoch);
-        tracing::info!(tenant = %record.id, created, max_slots = record.max_slots, "tenant saved");
+        let record = tenant_from_pb(t);
+        let created = self.tenants.put(&record).await?;
         Ok(Response::new(pb::PutTenantResponse { tenant: Some(tenant_to_pb(record)), created }))
     }
 
@@ -290,35 +267,18 @@ impl pb::admin_server::Admin for AdminApi {
         &self,
         req: Request<pb::DeleteTenantRequest>,
     ) -> Result<Response<pb::DeleteTenantResponse>, Status> {
-        let r = req.get_ref().clone();
-        if r.id == crate::model::DEFAULT_TENANT {
-            return Err(ServiceError::FailedPrecondition("the embedded default tenant cannot be deleted".into()).into());
-        }
-        // Live on any replica: the database knows them all.
-        let live = self.store.live_sessions_of(&r.id).await.map_err(ServiceError::from)?;
-        if !live.is_empty() && !r.force {
-            return Err(ServiceError::FailedPrecondition(format!(
-                "tenant {:?} has {} live session(s); set force to kill them",
-                r.id,
-                live.len()
-            ))
-            .into());
-        }
-        let mut elsewhere = Vec::new();
-        for (id, replica) in live {
-            if self.sessions.holds(&id) || replica == self.sessions.replica_id() {
-                self.sessions.end_detached(&id, SessionState::Killed, "tenant deleted").await;
-            } else {
-                elsewhere.push((id, replica));
-            }
-        }
-        if !elsewhere.is_empty() && !Peers::forwarded(req.metadata()) {
-            fanout::kill_elsewhere(&self.peers, req.metadata(), elsewhere, "tenant deleted").await?;
-        }
-        let deleted = self.store.delete_tenant(&r.id).await.map_err(ServiceError::from)?;
-        // Its tokens stop here at once; on other replicas within a second (their refresh).
-        self.epochs.remove(&r.id);
-        tracing::info!(tenant = %r.id, deleted, "tenant deleted");
+        let (r, metadata) = (req.get_ref(), req.metadata());
+        // A replica asked by another kills only what it holds.
+        let forwarded = Peers::forwarded(metadata);
+        let deleted = self
+            .tenants
+            .delete(&r.id, r.force, |elsewhere| async move {
+                if forwarded {
+                    return Ok(());
+                }
+                fanout::kill_elsewhere(&self.peers, metadata, elsewhere, "tenant deleted").await
+            })
+            .await?;
         Ok(Response::new(pb::DeleteTenantResponse { deleted }))
     }
 
@@ -327,28 +287,7 @@ impl pb::admin_server::Admin for AdminApi {
         req: Request<pb::IssueTokenRequest>,
     ) -> Result<Response<pb::IssueTokenResponse>, Status> {
         let r = req.into_inner();
-        let Some(epoch) = self.store.tenant_epoch(&r.tenant).await.map_err(ServiceError::from)? else {
-            return Err(ServiceError::NotFound(format!("tenant {:?}", r.tenant)).into());
-        };
-        let ttl = match r.ttl_s {
-            0 => DEFAULT_TOKEN_TTL,
-            s => Duration::from_secs(s as u64),
-        };
-        let max = self.max_token_ttl.min(MAX_TOKEN_TTL);
-        if ttl > max {
-            return Err(ServiceError::InvalidArgument(format!(
-                "ttl_s: {} exceeds the maximum of {}",
-                ttl.as_secs(),
-                max.as_secs()
-            ))
-            .into());
-        }
-        let (token, claims) =
-            self.keys.issue(&r.tenant, &epoch, &r.subject, &r.scopes, ttl).map_err(ServiceError::from)?;
-        // The store's epoch is newer than this replica's cache when another replica has just
-        // created the tenant: the token must work here at once.
-        self.epochs.set(&r.tenant, &epoch);
-        tracing::info!(tenant = %claims.tenant, subject = %claims.sub, jti_hash = %claims.jti_hash(), "token issued");
+        let (token, claims) = self.tenants.issue_token(&self.keys, &r.tenant, &r.subject, &r.scopes, r.ttl_s).await?;
         Ok(Response::new(pb::IssueTokenResponse {
             token,
             jti: claims.jti,

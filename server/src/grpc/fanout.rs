@@ -109,8 +109,8 @@ pub async fn kill_elsewhere(
     caller: &tonic::metadata::MetadataMap,
     sessions: Vec<(String, String)>,
     reason: &str,
-) -> Result<(), Status> {
-    let live = peers.others().await.map_err(ServiceError::from)?;
+) -> Result<(), ServiceError> {
+    let live = peers.others().await?;
     let calls = sessions.into_iter().filter_map(|(id, replica)| {
         let owner = live.iter().find(|r| r.id == replica)?.clone();
         let req =
@@ -125,8 +125,7 @@ pub async fn kill_elsewhere(
         Err(ServiceError::Unreachable(format!(
             "could not end every live session, nothing deleted: {}",
             failed.join("; ")
-        ))
-        .into())
+        )))
     }
 }
 

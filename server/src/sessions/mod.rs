@@ -1,0 +1,398 @@
+//! Session management: acquire a lease, record it, run actions in order, end it exactly once.
+//! This module holds the types and the shared state; `lifecycle` a session's life from
+//! acquire to end, `act` what runs on a live session, `replicas` the replica set.
+//!
+//! Invariants: a session in the live map holds a lease until it ends; ending removes it from
+//! the map, records the terminal state, then kills the worker. A session id is only ever
+//! answered to its owner (same tenant and subject, or `sessions:shared`, or `admin`); anyone
+//! else gets NOT_FOUND.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use browserpool_pool::{
+    canonicalize, Access, ActionCall, ActionFailure, ActionOutput, CaptureOptions, ContextState, EventKind,
+    EventReader, FailureCode, Lease, NavPolicy, Pool, PoolError, Viewport,
+};
+use serde_json::Value;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::admission::{Admission, AdmissionError, Quota, Slot};
+use crate::audit::{AuditLog, Place};
+use crate::auth::{Claims, Scope};
+use crate::clock::{now_ms, Clock};
+use crate::deadlines::{self, Deadlines};
+use crate::error::{Result, ServiceError};
+pub use crate::model::SessionState;
+use crate::model::{ReplicaAddrs, SessionRecord, TenantRecord};
+use crate::store::{SessionFilter, Store};
+
+mod act;
+mod lifecycle;
+mod replicas;
+
+pub use lifecycle::CdpAccess;
+use lifecycle::Claim;
+
+/// Default and maximum per-action deadline.
+pub const DEFAULT_ACTION_TIMEOUT: Duration = Duration::from_secs(30);
+pub const MAX_ACTION_TIMEOUT: Duration = Duration::from_secs(300);
+/// Largest viewport side accepted.
+pub const MAX_VIEWPORT_SIDE: u32 = 16384;
+/// Largest page of a listing.
+pub const MAX_PAGE_SIZE: u32 = 500;
+/// Most actions in one `Batch`.
+pub const MAX_BATCH: usize = 50;
+/// How often a replica beats its heartbeat, and after how long without one it counts as gone
+/// (its sessions are marked CRASHED and its tenant slots freed for the other replicas).
+pub const HEARTBEAT: Duration = Duration::from_secs(1);
+pub const REPLICA_STALE: Duration = Duration::from_secs(10);
+/// How often a request admitted here asks again for a tenant slot held by other replicas.
+const CLAIM_RETRY: Duration = Duration::from_millis(100);
+
+/// Server-wide session limits (a tenant's own quotas come with tenancy).
+#[derive(Debug, Clone)]
+pub struct Limits {
+    pub max_session_ttl: Duration,
+    pub idle_timeout: Duration,
+}
+
+/// What `Acquire` asks for, already unwrapped from the wire.
+#[derive(Debug, Clone, Default)]
+pub struct AcquireSpec {
+    pub wait_ms: u32,
+    pub ttl_ms: u32,
+    pub idle_timeout_ms: u32,
+    pub viewport: Option<Viewport>,
+    pub labels: BTreeMap<String, String>,
+}
+
+/// One action as the client sent it.
+#[derive(Debug, Clone, Default)]
+pub struct ActionInput {
+    pub action: String,
+    pub selector: String,
+    pub payload: Value,
+    pub timeout_ms: u32,
+    pub tab_index: Option<i32>,
+    pub id: String,
+}
+
+/// One action's outcome, ready to be put on the wire.
+#[derive(Debug, Clone)]
+pub struct ActionReport {
+    pub id: String,
+    /// Canonical name when it resolved, else what the client sent.
+    pub action: String,
+    pub alias_of: String,
+    pub outcome: std::result::Result<ActionOutput, ActionFailure>,
+    pub duration_ms: u32,
+}
+
+struct Live {
+    record: Mutex<SessionRecord>,
+    /// The slots (this server's, and the tenant's in the database); freed after the worker is
+    /// killed.
+    slot: Mutex<Option<(Slot, Claim)>>,
+    idle_timeout: Duration,
+    /// Held for the whole of each action, so a session's actions run one at a time in order.
+    lease: tokio::sync::Mutex<Option<Lease>>,
+    /// Cancelled when the session starts to end: a running action stops at once (its caller
+    /// gets `SESSION_CLOSED`, or `SESSION_CRASHED`) instead of holding the end up.
+    stop: CancellationToken,
+    /// How the session ended, for the action it interrupted.
+    ended_as: Mutex<Option<SessionState>>,
+    /// Cancelled once its end is complete: recorded, worker killed, slot freed.
+    finished: CancellationToken,
+    /// What the CDP proxy needs, readable without the action lock (an action may hold it for
+    /// minutes while a CDP client attaches).
+    cdp: CdpTarget,
+}
+
+/// A session's browser as the CDP proxy reaches it.
+struct CdpTarget {
+    devtools_url: String,
+    download_dir: std::path::PathBuf,
+    net: Arc<browserpool_pool::egress::WorkerNet>,
+    /// The capability in `cdp_url`: 256 random bits, bound to this session, gone with it.
+    ticket: String,
+    /// CDP connections open now.
+    clients: std::sync::atomic::AtomicUsize,
+}
+
+impl Live {
+    /// Why a running action was cut short: the session's end.
+    fn interrupted(&self, id: &str) -> ActionFailure {
+        match *self.ended_as.lock().unwrap_or_else(|e| e.into_inner()) {
+            Some(SessionState::Crashed) => {
+                ActionFailure::new(FailureCode::SessionCrashed, "the browser of this session crashed")
+            }
+            state => ActionFailure::new(
+                FailureCode::SessionClosed,
+                format!("session {id} ended ({}) while the action ran", state.unwrap_or(SessionState::Closed).as_str()),
+            ),
+        }
+    }
+
+    /// Runs `work` unless the session ends first.
+    async fn unless_ended<T>(
+        &self,
+        id: &str,
+        work: impl std::future::Future<Output = std::result::Result<T, ActionFailure>>,
+    ) -> std::result::Result<T, ActionFailure> {
+        tokio::select! {
+            biased;
+            _ = self.stop.cancelled() => Err(self.interrupted(id)),
+            out = work => out,
+        }
+    }
+}
+
+/// The session manager. Cheap to clone.
+#[derive(Clone)]
+pub struct Sessions {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    store: Store,
+    /// This server's id among the replicas sharing the database.
+    replica: String,
+    pool: Pool,
+    admission: Admission,
+    audit: AuditLog,
+    /// Ends under way (see [`Sessions::end`]), a tracker token each, and a signal as each ends.
+    ending: TaskTracker,
+    ended: tokio::sync::Notify,
+    /// Each live session's earliest deadline, on the sessions' clock.
+    deadlines: Deadlines,
+    /// Actions running now, a tracker token each (shutdown waits for them in its grace period).
+    acting: TaskTracker,
+    /// While true, Acquire answers UNAVAILABLE; live sessions go on.
+    draining: std::sync::atomic::AtomicBool,
+    limits: Limits,
+    live: Mutex<HashMap<String, Arc<Live>>>,
+    /// Sessions out of `live` whose end is under way, until it is done: `Get` reads their
+    /// terminal state here, and a second `end` waits for the first.
+    ending_now: Mutex<HashMap<String, Arc<Live>>>,
+    metrics: crate::metrics::Metrics,
+    /// Where `cdp_url`s point (set once at start).
+    cdp_base: std::sync::OnceLock<String>,
+    /// Where the other replicas reach this one (set once at start, by [`Sessions::recover`]).
+    addrs: std::sync::OnceLock<ReplicaAddrs>,
+}
+
+impl Sessions {
+    pub fn new(store: Store, pool: Pool, limits: Limits, capacity: u32, audit: AuditLog) -> Sessions {
+        let admission = Admission::new(capacity);
+        Sessions {
+            inner: Arc::new(Inner {
+                store,
+                replica: format!("r-{}", uuid::Uuid::new_v4().simple()),
+                pool,
+                admission,
+                audit,
+                ending: TaskTracker::new(),
+                ended: tokio::sync::Notify::new(),
+                acting: TaskTracker::new(),
+                deadlines: Deadlines::new(Clock::new()),
+                draining: std::sync::atomic::AtomicBool::new(false),
+                limits,
+                live: Mutex::new(HashMap::new()),
+                ending_now: Mutex::new(HashMap::new()),
+                cdp_base: std::sync::OnceLock::new(),
+                addrs: std::sync::OnceLock::new(),
+                metrics: Default::default(),
+            }),
+        }
+    }
+
+    /// Starts or stops draining; returns the new state.
+    pub fn set_draining(&self, drain: bool) -> bool {
+        self.inner.draining.store(drain, std::sync::atomic::Ordering::SeqCst);
+        tracing::info!(draining = drain, "drain state changed");
+        drain
+    }
+
+    /// Whether this server refuses new sessions.
+    pub fn draining(&self) -> bool {
+        self.inner.draining.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// The service's counters and histograms.
+    pub fn metrics(&self) -> &crate::metrics::Metrics {
+        &self.inner.metrics
+    }
+
+    /// Callers waiting in each tenant's queue here (tenants with none left out).
+    pub fn queue_depths(&self) -> Vec<(String, u32)> {
+        self.inner.admission.queue_depths()
+    }
+
+    /// (active, queued) sessions of a tenant on this server.
+    pub fn usage(&self, tenant: &str) -> (u32, u32) {
+        self.inner.admission.usage(tenant)
+    }
+
+    /// Worker id -> (tenant, session id) of every live session here.
+    pub fn worker_owners(&self) -> HashMap<String, (String, String)> {
+        self.live_map()
+            .values()
+            .map(|l| {
+                let r = l.record.lock().unwrap_or_else(|e| e.into_inner());
+                (r.worker_id.clone(), (r.tenant.clone(), r.id.clone()))
+            })
+            .collect()
+    }
+
+    /// Ids of the live sessions of a tenant.
+    pub fn live_ids_of(&self, tenant: &str) -> Vec<String> {
+        self.live_map()
+            .values()
+            .filter_map(|l| {
+                let r = l.record.lock().unwrap_or_else(|e| e.into_inner());
+                (r.tenant == tenant).then(|| r.id.clone())
+            })
+            .collect()
+    }
+
+    /// A session live on this server; one that ended meanwhile is not READY.
+    fn live(&self, id: &str) -> Result<Arc<Live>> {
+        self.live_map().get(id).cloned().ok_or_else(|| ServiceError::NotReady { id: id.into(), state: "CLOSED" })
+    }
+
+    fn live_map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Live>>> {
+        self.inner.live.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn ending_map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Live>>> {
+        self.inner.ending_now.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The pool behind the sessions.
+    pub fn pool(&self) -> &Pool {
+        &self.inner.pool
+    }
+
+    /// Number of live sessions.
+    pub fn live_count(&self) -> usize {
+        self.live_map().len()
+    }
+
+    /// Whether this replica holds session `id` (live, or its end under way).
+    pub fn holds(&self, id: &str) -> bool {
+        self.live_map().contains_key(id) || self.ending_map().contains_key(id)
+    }
+
+    /// The store every replica shares.
+    pub fn store(&self) -> &Store {
+        &self.inner.store
+    }
+
+    /// The audit trail (adapters check its health before running actions, and record
+    /// context transfers).
+    pub fn audit(&self) -> &AuditLog {
+        &self.inner.audit
+    }
+
+    /// Now on the sessions' clock (which deadlines are kept on).
+    fn now(&self) -> i64 {
+        self.inner.deadlines.clock().now_ms()
+    }
+
+    /// Schedules a look at session `id` at `at_ms` (its earliest deadline).
+    fn schedule(&self, id: &str, at_ms: i64) {
+        self.inner.deadlines.schedule(id, at_ms);
+    }
+}
+
+/// Whether `claims` may see and use this session.
+fn may_use(claims: &Claims, record: &SessionRecord) -> bool {
+    may_use_session(claims, &record.tenant, &record.subject)
+}
+
+/// Whether `claims` may use a session of `tenant` acquired by `subject`.
+pub fn may_use_session(claims: &Claims, tenant: &str, subject: &str) -> bool {
+    if claims.is_admin() {
+        return true;
+    }
+    // Another subject of the tenant needs sessions:shared plus sessions:write.
+    tenant == claims.tenant
+        && (subject == claims.sub || (claims.has(Scope::SessionsShared) && claims.has(Scope::SessionsWrite)))
+}
+
+/// RPC-level scope check.
+pub fn require(claims: &Claims, scope: Scope) -> Result<()> {
+    if claims.has(scope) {
+        Ok(())
+    } else {
+        Err(ServiceError::PermissionDenied(format!("this call needs scope {}", scope.as_str())))
+    }
+}
+
+fn validate_viewport(v: Option<Viewport>) -> Result<Viewport> {
+    let Some(mut v) = v else { return Ok(Viewport::default()) };
+    let d = Viewport::default();
+    if v.width == 0 {
+        v.width = d.width;
+    }
+    if v.height == 0 {
+        v.height = d.height;
+    }
+    if v.scale == 0.0 {
+        v.scale = 1.0;
+    }
+    if !v.scale.is_finite() || !(1.0..=3.0).contains(&v.scale) {
+        return Err(ServiceError::InvalidArgument(format!("viewport.scale: {} is not within 1..3", v.scale)));
+    }
+    if v.width > MAX_VIEWPORT_SIDE || v.height > MAX_VIEWPORT_SIDE {
+        return Err(ServiceError::InvalidArgument(format!(
+            "viewport: {}x{} exceeds {MAX_VIEWPORT_SIDE} px a side",
+            v.width, v.height
+        )));
+    }
+    Ok(v)
+}
+
+/// A CDP ticket: 32 random bytes, hex.
+fn new_ticket() -> Result<String> {
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes).map_err(|e| ServiceError::Internal(format!("random: {e}")))?;
+    Ok(hex::encode(bytes))
+}
+
+/// Compares two secrets in time that does not depend on where they differ.
+fn same_secret(a: &str, b: &str) -> bool {
+    a.len() == b.len() && a.bytes().zip(b.bytes()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Milliseconds since the epoch.
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn viewport_defaults_and_bounds() {
+        assert_eq!(validate_viewport(None).unwrap(), Viewport::default());
+        let v = validate_viewport(Some(Viewport { width: 0, height: 0, scale: 0.0, mobile: false })).unwrap();
+        assert_eq!(v, Viewport::default());
+        for bad in [0.5, 4.0, f64::NAN, f64::INFINITY] {
+            let err =
+                validate_viewport(Some(Viewport { width: 100, height: 100, scale: bad, mobile: false })).unwrap_err();
+            assert!(err.to_string().contains("viewport.scale"), "{err}");
+        }
+        assert!(validate_viewport(Some(Viewport { width: 20000, height: 10, scale: 1.0, mobile: false })).is_err());
+    }
+
+    #[test]
+    fn states_round_trip() {
+        for s in ["QUEUED", "READY", "CLOSED", "CRASHED", "EXPIRED", "KILLED"] {
+            assert_eq!(SessionState::parse(s).unwrap().as_str(), s);
+        }
+        assert!(SessionState::parse("ready").is_none());
+        assert!(SessionState::Closed.is_terminal() && !SessionState::Ready.is_terminal());
+    }
+}

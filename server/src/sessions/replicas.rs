@@ -1,0 +1,84 @@
+//! The replica set: registering with the addresses other replicas reach this one at, the
+//! heartbeat, and sweeping replicas that are gone (their sessions CRASHED).
+
+use super::*;
+
+impl Sessions {
+    /// Registers this replica, then marks CRASHED the sessions of replicas that are gone (a
+    /// previous run of this server, or another replica that stopped beating): their workers
+    /// died with them. Their tenant slots are freed too.
+    /// `previous` is the replica id of the last server on this data dir, known dead: it
+    /// leaves the replica set at once, so its sessions are swept now. `addrs` is where the
+    /// other replicas reach this one.
+    pub async fn recover(&self, previous: Option<&str>, addrs: ReplicaAddrs) -> Result<usize> {
+        if let Some(previous) = previous.filter(|p| *p != self.inner.replica) {
+            self.inner.store.deregister(previous).await?;
+        }
+        let addrs = self.inner.addrs.get_or_init(|| addrs);
+        self.inner.store.heartbeat(&self.inner.replica, addrs, now_ms()).await?;
+        self.sweep().await
+    }
+
+    /// Where the other replicas reach this one.
+    pub fn addrs(&self) -> ReplicaAddrs {
+        self.inner.addrs.get().cloned().unwrap_or_default()
+    }
+
+    /// This server's id among the replicas.
+    pub fn replica_id(&self) -> &str {
+        &self.inner.replica
+    }
+
+    /// Forgets replicas that are gone and marks their live sessions CRASHED.
+    pub async fn sweep(&self) -> Result<usize> {
+        let stale_before = now_ms() - REPLICA_STALE.as_millis() as i64;
+        let ids = self.inner.store.sweep_replicas(&self.inner.replica, stale_before).await?;
+        for id in &ids {
+            self.inner.store.end_session(id, SessionState::Crashed, now_ms(), "its server is gone").await?;
+        }
+        if !ids.is_empty() {
+            tracing::warn!(count = ids.len(), "sessions of a server that is gone marked crashed");
+        }
+        Ok(ids.len())
+    }
+
+    /// Beats this replica's heartbeat until shutdown, sweeping up after replicas that are gone
+    /// every few beats; then leaves the replica set (freeing its tenant slots at once).
+    pub async fn heartbeat_loop(self, shutdown: CancellationToken) {
+        let mut beats = 0u32;
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(HEARTBEAT) => {}
+                _ = shutdown.cancelled() => break,
+            }
+            beats += 1;
+            match self.inner.store.beat(&self.inner.replica, now_ms()).await {
+                Ok(true) => {}
+                // Swept as gone (silent too long): its sessions are CRASHED in the database and
+                // their slots handed out again, so its browsers must not run on uncounted.
+                Ok(false) => {
+                    tracing::error!(replica = %self.inner.replica, "this server was dropped from the replica set; ending its sessions and joining again");
+                    self.close_all_as(SessionState::Crashed, "its server lost its place in the replica set").await;
+                    if let Err(e) = self.inner.store.heartbeat(&self.inner.replica, &self.addrs(), now_ms()).await {
+                        tracing::warn!(error = %e, "could not join the replica set again");
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "replica heartbeat failed"),
+            }
+            if beats.is_multiple_of(5) {
+                if let Err(e) = self.sweep().await {
+                    tracing::warn!(error = %e, "replica sweep failed");
+                }
+            }
+        }
+        tracing::debug!("heartbeat ended");
+    }
+
+    /// Leaves the replica set: this server's row and tenant slots go. Call after every
+    /// session has ended.
+    pub async fn deregister(&self) {
+        if let Err(e) = self.inner.store.deregister(&self.inner.replica).await {
+            tracing::warn!(error = %e, "could not leave the replica set; it expires with its heartbeat");
+        }
+    }
+}
