@@ -7,8 +7,8 @@ pub use browserpool_proto::json::{from_json, to_json};
 use browserpool_proto::prost_types::Timestamp;
 use browserpool_proto::v1 as pb;
 
+use crate::model::{SessionRecord, TenantRecord};
 use crate::sessions::{ActionReport, SessionState};
-use crate::store::SessionRecord;
 
 /// Milliseconds since the epoch to a protobuf timestamp.
 pub fn timestamp(ms: i64) -> Timestamp {
@@ -154,6 +154,32 @@ pub fn event_to_pb(session_id: &str, e: Event, dropped: u64) -> pb::Event {
     };
     let ms = e.at.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0);
     pb::Event { at: Some(timestamp(ms)), session_id: session_id.to_string(), kind: Some(kind), dropped }
+}
+
+/// A tenant on the wire.
+pub fn tenant_to_pb(t: TenantRecord) -> pb::Tenant {
+    pb::Tenant {
+        id: t.id,
+        max_slots: t.max_slots,
+        max_queue: t.max_queue,
+        max_session_ttl_ms: t.max_session_ttl_ms,
+        idle_timeout_ms: t.idle_timeout_ms,
+        allow_hosts: t.allow_hosts,
+        allow_private_networks: t.allow_private_networks,
+    }
+}
+
+/// A tenant from the wire; `tenants::validate` checks it when it is saved.
+pub fn tenant_from_pb(t: pb::Tenant) -> TenantRecord {
+    TenantRecord {
+        id: t.id,
+        max_slots: t.max_slots,
+        max_queue: t.max_queue,
+        max_session_ttl_ms: t.max_session_ttl_ms,
+        idle_timeout_ms: t.idle_timeout_ms,
+        allow_hosts: t.allow_hosts,
+        allow_private_networks: t.allow_private_networks,
+    }
 }
 
 #[cfg(test)]

@@ -568,7 +568,7 @@ fn frame(message: &[u8]) -> Bytes {
 
 /// Whether a forwarded call failed because its owner could not be reached.
 fn unreachable(answer: &http::Response<Body>) -> bool {
-    answer.headers().get("grpc-status").and_then(|v| v.to_str().ok()) == Some("14")
+    crate::grpc_status::of(answer.headers()) == Some(tonic::Code::Unavailable as i32)
         && answer.headers().contains_key(UNREACHABLE_MARK)
 }
 

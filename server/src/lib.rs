@@ -14,6 +14,7 @@ pub mod envelope;
 pub mod error;
 pub mod forward;
 pub mod grpc;
+pub mod grpc_status;
 pub mod http;
 pub mod jcs;
 pub mod metrics;
@@ -62,7 +63,7 @@ pub fn shutdown_signal() -> impl std::future::Future<Output = ()> + Send + 'stat
 /// forwarding -> gRPC adapters and HTTP -> server -> command line.
 #[cfg(test)]
 const LAYERS: &[&[&str]] = &[
-    &["admission", "audit::chain", "cdp", "clock", "config", "jcs", "metrics", "model", "redact", "tls"],
+    &["admission", "audit::chain", "cdp", "clock", "config", "grpc_status", "jcs", "metrics", "model", "redact", "tls"],
     &["deadlines", "telemetry"],
     &["store"],
     &["audit"],

@@ -330,7 +330,7 @@ where
             async move {
                 let response = fut.await?;
                 // A trailers-only response (how errors of unary calls end) has its status here.
-                let header_status = grpc_status(response.headers());
+                let header_status = crate::grpc_status::of(response.headers());
                 if let Some(code) = header_status {
                     record_status(&body_span, code);
                 }
@@ -343,10 +343,6 @@ where
             span,
         ))
     }
-}
-
-fn grpc_status(headers: &http::HeaderMap) -> Option<i32> {
-    headers.get("grpc-status").and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok())
 }
 
 fn record_status(span: &tracing::Span, code: i32) {
@@ -387,17 +383,9 @@ impl<B: http_body::Body> http_body::Body for TracedBody<B> {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
         let polled = self.inner.as_mut().poll_frame(cx);
-        match &polled {
-            Poll::Ready(Some(Ok(frame))) => {
-                if let Some(trailers) = frame.trailers_ref() {
-                    let code = grpc_status(trailers);
-                    self.end(code);
-                }
-            }
-            Poll::Ready(Some(Err(_))) => self.end(Some(tonic::Code::Internal as i32)),
-            // The end of a trailers-only body: its status was in the headers.
-            Poll::Ready(None) => self.end(None),
-            Poll::Pending => {}
+        // At the end of a trailers-only body the status was in the headers.
+        if let Some(code) = crate::grpc_status::end_of_call(&polled) {
+            self.end(code);
         }
         polled
     }

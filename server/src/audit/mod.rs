@@ -212,10 +212,6 @@ impl CallRecord {
 }
 
 /// The `grpc-status` of a header or trailer map.
-fn grpc_status(headers: &http::HeaderMap) -> Option<i32> {
-    headers.get("grpc-status").and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok())
-}
-
 /// A response body that writes its call's [`CallRecord`] when it ends: at the trailers
 /// (where gRPC puts the final status), at the end of a body without them (a trailers-only
 /// response: the status was in the headers), or when it is dropped before its end (the client
@@ -230,7 +226,7 @@ pub struct AuditedBody<B> {
 impl<B> AuditedBody<B> {
     /// A body whose call is recorded when it ends; `headers` are the response's.
     pub fn new(inner: B, call: CallRecord, headers: &http::HeaderMap) -> AuditedBody<B> {
-        AuditedBody { inner: Box::pin(inner), call: Some(call), header_status: grpc_status(headers) }
+        AuditedBody { inner: Box::pin(inner), call: Some(call), header_status: crate::grpc_status::of(headers) }
     }
 
     /// A body with no record to write (public rpcs, calls refused and recorded up front).
@@ -254,16 +250,9 @@ impl<B: http_body::Body> http_body::Body for AuditedBody<B> {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
         let polled = self.inner.as_mut().poll_frame(cx);
-        match &polled {
-            Poll::Ready(Some(Ok(frame))) => {
-                if let Some(trailers) = frame.trailers_ref() {
-                    let code = grpc_status(trailers);
-                    self.end(code);
-                }
-            }
-            Poll::Ready(Some(Err(_))) => self.end(Some(tonic::Code::Internal as i32)),
-            Poll::Ready(None) => self.end(None),
-            Poll::Pending => {}
+        // At the end of a trailers-only body the status was in the headers.
+        if let Some(code) = crate::grpc_status::end_of_call(&polled) {
+            self.end(code);
         }
         polled
     }

@@ -13,11 +13,11 @@ use tonic::{Request, Response, Status};
 use super::{claims, fanout};
 use crate::auth::{Epochs, Keys, Revocations};
 use crate::clock::now_ms;
-use crate::convert::{session_to_pb, state_from_pb, state_to_pb, timestamp};
+use crate::convert::{session_to_pb, state_from_pb, state_to_pb, tenant_from_pb, tenant_to_pb, timestamp};
 use crate::error::ServiceError;
 use crate::forward::Peers;
 use crate::sessions::{SessionState, Sessions};
-use crate::store::{AuditFilter, Store, TenantRecord};
+use crate::store::{AuditFilter, Store};
 use crate::tenants::Tenants;
 use sha2::Digest;
 
@@ -123,31 +123,6 @@ impl AdminApi {
                 error: String::new(),
             }],
         }
-    }
-}
-
-fn tenant_to_pb(t: TenantRecord) -> pb::Tenant {
-    pb::Tenant {
-        id: t.id,
-        max_slots: t.max_slots,
-        max_queue: t.max_queue,
-        max_session_ttl_ms: t.max_session_ttl_ms,
-        idle_timeout_ms: t.idle_timeout_ms,
-        allow_hosts: t.allow_hosts,
-        allow_private_networks: t.allow_private_networks,
-    }
-}
-
-/// Validates a tenant from the wire.
-fn tenant_from_pb(t: pb::Tenant) -> TenantRecord {
-    TenantRecord {
-        id: t.id,
-        max_slots: t.max_slots,
-        max_queue: t.max_queue,
-        max_session_ttl_ms: t.max_session_ttl_ms,
-        idle_timeout_ms: t.idle_timeout_ms,
-        allow_hosts: t.allow_hosts,
-        allow_private_networks: t.allow_private_networks,
     }
 }
 
