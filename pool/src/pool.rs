@@ -234,7 +234,7 @@ impl Pool {
                 while let Some(mut w) = state.warm.pop_front() {
                     if w.process.exited() {
                         tracing::warn!(worker = %w.id, "warm worker died while idle");
-                        tokio::spawn(w.kill());
+                        self.inner.tasks.spawn(w.kill());
                         continue;
                     }
                     state.leased.insert(w.id.clone(), w.status(WorkerState::Leased));

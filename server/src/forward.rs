@@ -343,7 +343,7 @@ impl Peers {
             Err(e) => return unreachable(&e),
         };
         let shutdown = self.inner.shutdown.clone();
-        tokio::spawn(async move {
+        self.inner.sessions.spawn(async move {
             tokio::select! {
                 r = conn.with_upgrades() => if let Err(e) = r { tracing::debug!(error = %e, "forwarded cdp connection ended") },
                 _ = shutdown.cancelled() => {}
@@ -369,7 +369,7 @@ impl Peers {
         let upstream_upgrade = hyper::upgrade::on(&mut answer);
         let shutdown = self.inner.shutdown.clone();
         let session = id.to_string();
-        tokio::spawn(async move {
+        self.inner.sessions.spawn(async move {
             let (up, down) = match tokio::join!(upstream_upgrade, client_upgrade) {
                 (Ok(up), Ok(down)) => (up, down),
                 (Err(e), _) | (_, Err(e)) => {

@@ -445,6 +445,10 @@ impl Bound {
         tracing::info!("closing sessions");
         sessions.close_all("server shutdown").await;
         sessions.pool().shutdown().await;
+        let left = sessions.join_tasks(shutdown_grace + std::time::Duration::from_secs(5)).await;
+        if left > 0 {
+            tracing::warn!(tasks = left, "session tasks still running at the end of the stop");
+        }
         let _ = reaper.await;
         stages.beating.cancel();
         let _ = heartbeat.await;

@@ -194,7 +194,7 @@ impl pb::sessions_server::Sessions for SessionsApi {
         let event_session = session_id.clone();
         // The events end with the session (`SessionEnded` last); so does the stream.
         let (ended_tx, mut ended) = tokio::sync::oneshot::channel::<()>();
-        let forward = tokio::spawn(
+        let forward = self.sessions.spawn(
             async move {
                 while let Some((event, dropped)) = events.next().await {
                     let event = pb::DriveEvent {
@@ -208,7 +208,7 @@ impl pb::sessions_server::Sessions for SessionsApi {
             }
             .instrument(span.clone()),
         );
-        tokio::spawn(
+        self.sessions.spawn(
             async move {
                 let mut pending = first.action;
                 loop {
@@ -301,7 +301,7 @@ impl pb::sessions_server::Sessions for SessionsApi {
         let mut events = self.sessions.events(&claims, &session_id).await?;
         let shutdown = self.shutdown.clone();
         let (tx, rx) = mpsc::channel::<Result<pb::Event, Status>>(64);
-        tokio::spawn(
+        self.sessions.spawn(
             async move {
                 loop {
                     let next = tokio::select! {

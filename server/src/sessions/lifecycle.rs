@@ -154,7 +154,7 @@ impl Sessions {
         // leave a READY row without a live session (an unclaimed session idles out instead).
         // If recording fails the lease drops and kills the worker.
         let this = self.clone();
-        tokio::spawn(async move {
+        self.spawn(async move {
             this.inner.store.insert_session(&record, "acquired").await?;
             let died = lease.died();
             let cdp = CdpTarget {
@@ -174,7 +174,7 @@ impl Sessions {
                 finished: CancellationToken::new(),
                 cdp,
             });
-            tokio::spawn(this.clone().watch_browser(record.id.clone(), live.stop.clone(), died));
+            this.spawn(this.clone().watch_browser(record.id.clone(), live.stop.clone(), died));
             this.live_map().insert(record.id.clone(), live);
             this.schedule(&record.id, record.expires_at_ms.min(record.idle_deadline_ms));
             tracing::info!(session = %record.id, tenant = %record.tenant, worker = %record.worker_id, queue_wait_ms, "session acquired");
@@ -345,7 +345,7 @@ impl Sessions {
         let this = self.clone();
         let id = id.to_string();
         let reason = reason.into();
-        match tokio::spawn(async move { this.end(&id, state, &reason).await }).await {
+        match self.spawn(async move { this.end(&id, state, &reason).await }).await {
             Ok(Ok(ended)) => ended,
             Ok(Err(e)) => {
                 tracing::warn!(error = %e, "could not record session end");
@@ -429,7 +429,7 @@ impl Sessions {
                 };
                 // One task each: ending waits for a running action, which must not hold up others.
                 let this = self.clone();
-                tokio::spawn(async move {
+                self.spawn(async move {
                     if let Err(e) = this.end(&id, SessionState::Expired, reason).await {
                         tracing::warn!(session = %id, error = %e, "could not record expiry");
                     }
@@ -532,7 +532,7 @@ impl CdpAccess {
     /// Pushes the session's idle deadline (CDP traffic is activity); in the background.
     pub fn touch(&self) {
         let (sessions, live) = (self.sessions.clone(), self.live.clone());
-        tokio::spawn(async move { sessions.touch(&live).await });
+        sessions.clone().spawn(async move { sessions.touch(&live).await });
     }
 }
 

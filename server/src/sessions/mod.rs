@@ -171,6 +171,8 @@ struct Inner {
     deadlines: Deadlines,
     /// Actions running now, a tracker token each (shutdown waits for them in its grace period).
     acting: TaskTracker,
+    /// Every task spawned for a session, a stream or a relay; shutdown joins them.
+    tasks: TaskTracker,
     /// While true, Acquire answers UNAVAILABLE; live sessions go on.
     draining: std::sync::atomic::AtomicBool,
     limits: Limits,
@@ -198,6 +200,7 @@ impl Sessions {
                 ending: TaskTracker::new(),
                 ended: tokio::sync::Notify::new(),
                 acting: TaskTracker::new(),
+                tasks: TaskTracker::new(),
                 deadlines: Deadlines::new(Clock::new()),
                 draining: std::sync::atomic::AtomicBool::new(false),
                 limits,
@@ -208,6 +211,24 @@ impl Sessions {
                 metrics: Default::default(),
             }),
         }
+    }
+
+    /// Spawns a task on the sessions' tracker (per-session watchers and ends, streams, relays),
+    /// which [`Sessions::join_tasks`] waits for at shutdown.
+    pub fn spawn<F>(&self, task: F) -> tokio::task::JoinHandle<F::Output>
+    where
+        F: std::future::Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.inner.tasks.spawn(task)
+    }
+
+    /// Waits, at most `within`, for every task spawned by [`Sessions::spawn`]; call once the
+    /// sessions are closed and the streams told to stop. Returns how many are still running.
+    pub async fn join_tasks(&self, within: Duration) -> usize {
+        self.inner.tasks.close();
+        let _ = tokio::time::timeout(within, self.inner.tasks.wait()).await;
+        self.inner.tasks.len()
     }
 
     /// Starts or stops draining; returns the new state.
