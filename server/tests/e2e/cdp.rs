@@ -302,7 +302,7 @@ async fn ending_a_session_closes_its_cdp_connections_with_a_reason() {
         assert_eq!(code, 1001);
         assert!(reason.contains("CLOSED") && reason.contains("released"), "{reason}");
     }
-    println!("release -> both CDP connections closed in {:?}", released.elapsed());
+    eprintln!("release -> both CDP connections closed in {:?}", released.elapsed());
     assert!(released.elapsed() < Duration::from_secs(1), "{:?}", released.elapsed());
 
     // KillSession and the TTL close them too, each saying so.
@@ -337,7 +337,8 @@ async fn cdp_traffic_is_activity_and_a_client_may_come_back() {
     let req = pb::AcquireRequest { wait_ms: 30_000, idle_timeout_ms: 1_500, ..Default::default() };
     let session = client.acquire_with(req).await.unwrap();
     let mut ws = connect(&session.cdp_url).await;
-    // 3 s of traffic, twice the idle timeout.
+    // 3 s of traffic, twice the idle timeout: the session must not expire meanwhile, and only
+    // traffic spread over that long can show it does not.
     for id in 0..10 {
         let answer = answer_to(&mut ws, json!({"id": id, "method": "Browser.getVersion"})).await;
         assert!(answer["result"]["product"].as_str().unwrap().contains("Chrome"), "{answer}");
@@ -468,9 +469,10 @@ async fn a_client_that_does_not_read_holds_the_browser_back_and_loses_nothing() 
             "params": {"expression": "'z'.repeat(900000)", "returnByValue": true}});
         ws.send(Message::text(msg.to_string())).await.unwrap();
     }
+    // What the proxy does not read cannot be waited for: a 3 s window shows it stopped reading.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let while_stalled = relayed().await - before;
-    println!("a client not reading: {while_stalled} of {ASKED} answers of 0.9 MB left the browser");
+    eprintln!("a client not reading: {while_stalled} of {ASKED} answers of 0.9 MB left the browser");
     assert!(while_stalled < ASKED * 3 / 4, "the proxy kept reading for a client that does not: {while_stalled}");
 
     // Reading again, every answer arrives, whole.

@@ -10,7 +10,27 @@ use axum::routing::get;
 use browserpool_client::{action, pb, Client};
 use serde_json::json;
 
-use crate::helpers::{act, err_code, ok, BinaryServer, TestServer};
+use crate::helpers::{act, err_code, eventually, ok, BinaryServer, TestServer};
+
+/// The URIs `/slow/<ms>` was asked for, by every chaos site of the process (tests tell theirs
+/// apart by a query string).
+static SLOW_ASKED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+/// Waits until the session's page logs `text` (seen on its event stream): the action whose
+/// script logs it is running in the browser.
+async fn until_console(events: &mut tonic::codec::Streaming<pb::Event>, text: &str) {
+    let seen = async {
+        while let Some(event) = events.message().await.unwrap() {
+            if matches!(event.kind, Some(pb::event::Kind::Console(c)) if c.text == text) {
+                return;
+            }
+        }
+        panic!("the event stream ended before the page logged {text:?}");
+    };
+    tokio::time::timeout(Duration::from_secs(10), seen)
+        .await
+        .unwrap_or_else(|_| panic!("the page never logged {text:?}"));
+}
 
 /// Pages that misbehave: `/slow/<ms>` answers after that long, `/spin` never finishes its
 /// script, `/` is a plain page.
@@ -19,7 +39,9 @@ async fn chaos_site() -> String {
         .route("/", get(|| async { Html("<title>Plain</title><h1 id=h>plain</h1>") }))
         .route(
             "/slow/{ms}",
-            get(|axum::extract::Path(ms): axum::extract::Path<u64>| async move {
+            get(|axum::extract::Path(ms): axum::extract::Path<u64>, uri: axum::http::Uri| async move {
+                SLOW_ASKED.lock().unwrap().push(uri.to_string());
+                // The page's slowness, not a wait of the test's.
                 tokio::time::sleep(Duration::from_millis(ms)).await;
                 Html("<title>Slow</title><p>finally</p>")
             }),
@@ -101,7 +123,7 @@ async fn a_killed_browser_ends_its_session_at_once_with_nobody_calling() {
     // SAFETY: the worker's main browser process, which this test's server started.
     unsafe { libc::kill(pid, libc::SIGKILL) };
     let took = until_state(&client, &id, pb::SessionState::Crashed, Duration::from_secs(5)).await;
-    println!("kill -9 of the browser -> CRASHED in {took:?}");
+    eprintln!("kill -9 of the browser -> CRASHED in {took:?}");
     assert!(took < Duration::from_secs(3), "noticed after {took:?}");
 
     // Both streams get the end and then end.
@@ -141,15 +163,18 @@ async fn a_killed_renderer_fails_its_action_at_once_and_the_tab_comes_back() {
     ok(&act(&client, &id, action("navigate", "", format!("{site}/"))).await);
     let pid = browser_pid(&client, &id).await;
 
+    let mut events = client.sessions().events(pb::EventsRequest { session_id: id.clone() }).await.unwrap().into_inner();
     let waiting = {
         let (client, id) = (client.clone(), id.clone());
         tokio::spawn(async move {
             let started = Instant::now();
-            let r = act(&client, &id, timed("evaluate", "", "new Promise(r => setTimeout(r, 60000))", 90_000)).await;
+            let script = "console.log('waiting'); new Promise(r => setTimeout(r, 60000))";
+            let r = act(&client, &id, timed("evaluate", "", script, 90_000)).await;
             (r, started.elapsed())
         })
     };
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The renderers die under the running action, not before it starts.
+    until_console(&mut events, "waiting").await;
     let renderers = group_members(pid, "--type=renderer");
     assert!(!renderers.is_empty(), "the worker has renderers");
     let killed = Instant::now();
@@ -159,7 +184,7 @@ async fn a_killed_renderer_fails_its_action_at_once_and_the_tab_comes_back() {
     }
     let (r, _) = tokio::time::timeout(Duration::from_secs(10), waiting).await.expect("answered").unwrap();
     let took = killed.elapsed();
-    println!("renderers killed -> TAB_CRASHED in {took:?}");
+    eprintln!("renderers killed -> TAB_CRASHED in {took:?}");
     assert_eq!(err_code(&r), pb::ErrorCode::TabCrashed, "{:?}", r.error);
     assert!(took < Duration::from_secs(3), "{took:?}");
 
@@ -186,7 +211,7 @@ async fn a_page_eating_memory_is_a_crashed_tab_not_a_long_timeout() {
     let started = Instant::now();
     let eat = "const keep = []; while (true) { keep.push(new Array(1 << 20).fill(1.5)); } 0";
     let r = act(&client, &id, timed("evaluate", "", eat, 120_000)).await;
-    println!("allocating until out of memory -> {:?} after {:?}", r.error.as_ref().map(|e| e.code), started.elapsed());
+    eprintln!("allocating until out of memory -> {:?} after {:?}", r.error.as_ref().map(|e| e.code), started.elapsed());
     assert_eq!(err_code(&r), pb::ErrorCode::TabCrashed, "{:?}", r.error);
     assert!(started.elapsed() < Duration::from_secs(60), "{:?}", started.elapsed());
     ok(&act(&client, &id, action("navigate", "", format!("{site}/"))).await);
@@ -245,7 +270,7 @@ async fn deadlines_are_the_callers_and_a_late_page_blocks_nothing() {
     let html = format!("<title>Busy</title><script>{busy}</script>");
     let started = Instant::now();
     ok(&act(&client, &id, timed("load_html", "", html, 45_000)).await);
-    println!("load_html of a page busy for 31 s -> ok after {:?}", started.elapsed());
+    eprintln!("load_html of a page busy for 31 s -> ok after {:?}", started.elapsed());
 
     // A navigation slower than its deadline times out on time, and leaves nothing behind.
     let started = Instant::now();
@@ -257,22 +282,35 @@ async fn deadlines_are_the_callers_and_a_late_page_blocks_nothing() {
     // A caller that vanishes mid-navigation leaves nothing behind either.
     let vanishing = {
         let (client, id, site) = (client.clone(), id.clone(), site.clone());
-        tokio::spawn(async move { client.act(&id, timed("navigate", "", format!("{site}/slow/20000"), 60_000)).await })
+        tokio::spawn(async move {
+            client.act(&id, timed("navigate", "", format!("{site}/slow/20000?vanishing"), 60_000)).await
+        })
     };
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    // The caller vanishes once its navigation is under way: the page was asked for.
+    eventually("the vanishing navigation to reach the page", Duration::from_secs(10), || async {
+        SLOW_ASKED.lock().unwrap().iter().any(|u| u.ends_with("?vanishing")).then_some(())
+    })
+    .await;
     vanishing.abort();
     tab_answers(&client, &id, &site).await;
     client.release(&id).await.unwrap();
     server.stop().await;
 }
 
-/// Starts a minute-long action on `id`; returns its answer and how long it took from `from`.
-fn long_action(client: &Client, id: &str) -> tokio::task::JoinHandle<(pb::ActionResult, Instant)> {
-    let (client, id) = (client.clone(), id.to_string());
-    tokio::spawn(async move {
-        let r = client.act(&id, timed("evaluate", "", "new Promise(r => setTimeout(r, 60000))", 90_000)).await.unwrap();
-        (r, Instant::now())
-    })
+/// Starts a minute-long action on `id` and returns once it runs in the page; the handle gives
+/// its answer and when that came.
+async fn long_action(client: &Client, id: &str) -> tokio::task::JoinHandle<(pb::ActionResult, Instant)> {
+    let mut events = client.sessions().events(pb::EventsRequest { session_id: id.into() }).await.unwrap().into_inner();
+    let running = {
+        let (client, id) = (client.clone(), id.to_string());
+        tokio::spawn(async move {
+            let script = "console.log('long action running'); new Promise(r => setTimeout(r, 60000))";
+            let r = client.act(&id, timed("evaluate", "", script, 90_000)).await.unwrap();
+            (r, Instant::now())
+        })
+    };
+    until_console(&mut events, "long action running").await;
+    running
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -285,8 +323,7 @@ async fn ending_a_session_interrupts_its_action_at_once() {
         let req =
             pb::AcquireRequest { wait_ms: 30_000, ttl_ms: if how == "ttl" { 2_000 } else { 0 }, ..Default::default() };
         let id = client.acquire_with(req).await.unwrap().session_id;
-        let running = long_action(&client, &id);
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        let running = long_action(&client, &id).await;
         let ended_at = Instant::now();
         match how {
             "kill" => {
@@ -300,7 +337,7 @@ async fn ending_a_session_interrupts_its_action_at_once() {
         }
         let (r, answered) = tokio::time::timeout(Duration::from_secs(10), running).await.expect("answered").unwrap();
         let took = answered.duration_since(ended_at);
-        println!("{how} with an action running -> answered in {took:?}");
+        eprintln!("{how} with an action running -> answered in {took:?}");
         assert_eq!(err_code(&r), pb::ErrorCode::SessionClosed, "{how}: {:?}", r.error);
         let bound = if how == "ttl" { Duration::from_secs(4) } else { Duration::from_secs(2) };
         assert!(took < bound, "{how}: {took:?}");
@@ -373,12 +410,11 @@ async fn sigterm_gives_running_actions_the_grace_period_then_kills_and_exits_zer
     let server = BinaryServer::spawn_with(&["--shutdown-grace", "2s"]).await;
     let client = server.client().await;
     let id = client.acquire(30_000).await.unwrap().session_id;
-    let running = long_action(&client, &id);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let running = long_action(&client, &id).await;
     let started = Instant::now();
     let (status, server) = terminate(server).await;
     let took = started.elapsed();
-    println!("SIGTERM with a minute-long action running -> exit {:?} after {took:?}", status.code());
+    eprintln!("SIGTERM with a minute-long action running -> exit {:?} after {took:?}", status.code());
     assert_eq!(status.code(), Some(0));
     assert!(took < Duration::from_secs(10), "{took:?}");
     let (r, _) = running.await.unwrap();
@@ -427,22 +463,29 @@ async fn sigterm_drains_live_sessions_keep_working_until_released() {
     // SAFETY: signalling our own child.
     unsafe { libc::kill(pid as i32, libc::SIGTERM) };
     let readyz = format!("http://{http}/readyz");
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !crate::lifecycle::http_get(&readyz).await.starts_with("HTTP/1.1 503") {
-        assert!(Instant::now() < deadline, "/readyz never turned 503");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually("/readyz to turn 503", Duration::from_secs(5), || async {
+        crate::lifecycle::http_get(&readyz).await.starts_with("HTTP/1.1 503").then_some(())
+    })
+    .await;
     // Draining: no new session, the live one works as before.
     let refused = client.acquire(1_000).await.unwrap_err();
     assert_eq!(crate::helpers::status_code(refused), tonic::Code::Unavailable);
     assert_eq!(ok(&act(&client, &id, action("evaluate", "", "6 * 7")).await), json!(42));
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(ok(&act(&client, &id, action("evaluate", "", "1 + 1")).await), json!(2));
+    // And goes on working: nothing announces that the drain will not end it, so it is watched
+    // over a window, acting every 100 ms.
+    let ended = tokio::time::timeout(Duration::from_millis(500), async {
+        loop {
+            assert_eq!(ok(&act(&client, &id, action("evaluate", "", "1 + 1")).await), json!(2));
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    assert!(ended.is_err());
     // Released, the server finishes its stop at once and exits 0.
     client.release(&id).await.unwrap();
     let released = Instant::now();
     let (status, log) = tokio::task::spawn_blocking(move || server.terminate_wait()).await.unwrap();
-    println!("drain: exit {:?} {:?} after the last session was released", status.code(), released.elapsed());
+    eprintln!("drain: exit {:?} {:?} after the last session was released", status.code(), released.elapsed());
     assert_eq!(status.code(), Some(0));
     assert!(released.elapsed() < Duration::from_secs(10), "{:?}", released.elapsed());
     assert!(log.iter().any(|l| l.contains("draining: live sessions go on")), "{log:?}");
@@ -455,7 +498,7 @@ async fn a_drain_that_runs_out_kills_what_is_left_and_exits_zero() {
     let id = client.acquire(30_000).await.unwrap().session_id;
     let started = Instant::now();
     let (status, server) = terminate(server).await;
-    println!("drain timeout 1s with a session left -> exit {:?} after {:?}", status.code(), started.elapsed());
+    eprintln!("drain timeout 1s with a session left -> exit {:?} after {:?}", status.code(), started.elapsed());
     assert_eq!(status.code(), Some(0));
     assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
     let store = browserpool_server::store::Store::open(&server.database_url).await.unwrap();

@@ -1,7 +1,5 @@
 //! Context envelopes between two real server processes.
 
-use std::time::Duration;
-
 use browserpool_client::{action, pb, Client};
 use browserpool_server::envelope::{canonical_value, integrity};
 use browserpool_server::jcs::jcs;
@@ -135,7 +133,6 @@ async fn basic_auth_credentials_travel_only_when_asked() {
     let (_, log) = a.terminate();
     assert!(!log.iter().any(|l| l.contains("secret")), "passwords never logged");
     drop(b);
-    tokio::time::sleep(Duration::from_millis(10)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use browserpool_client::{action, pb, Client};
 use serde_json::json;
 
-use crate::helpers::{act, err_code, fixture_site, ok, TestServer};
+use crate::helpers::{act, err_code, eventually, fixture_site, ok, TestServer};
 
 fn dialog_of(r: &pb::ActionResult) -> pb::Dialog {
     assert_eq!(err_code(r), pb::ErrorCode::DialogOpen, "{:?}", r.error);
@@ -38,7 +38,6 @@ async fn confirm_dismiss_then_accept_without_a_second_click() {
     ok(&act(&client, &id, action("navigate", "", format!("{site}/dialogs"))).await);
 
     let (dialog, took) = surfaces(&client, &id, action("click", "#confirm", json!(null))).await;
-    println!("confirm surfaced in {took:?}");
     assert!(took < NO_HANG, "dialog surfaced in {took:?}: the action waited instead of ending");
     assert_eq!(kind(&dialog), pb::DialogKind::Confirm);
     assert_eq!(dialog.message, "Proceed?");
@@ -52,9 +51,30 @@ async fn confirm_dismiss_then_accept_without_a_second_click() {
 
     let (dialog, _) = surfaces(&client, &id, action("click", "#confirm", json!(null))).await;
     assert_eq!(kind(&dialog), pb::DialogKind::Confirm);
+    let mut events = client.sessions().events(pb::EventsRequest { session_id: id.clone() }).await.unwrap().into_inner();
     ok(&act(&client, &id, action("click", "dialog::accept", json!(null))).await);
-    // No new dialog appears within a second: a queued synthetic click would re-open it.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // No new dialog opens after the accept: a queued synthetic click would re-open it. Nothing
+    // announces that something will not happen, so a one-second window on the event stream is
+    // the only way to observe it.
+    let closed = async {
+        while let Some(event) = events.message().await.unwrap() {
+            if matches!(event.kind, Some(pb::event::Kind::DialogClosed(c)) if c.accepted) {
+                return;
+            }
+        }
+        panic!("the event stream ended before the dialog closed");
+    };
+    tokio::time::timeout(NO_HANG, closed).await.expect("the accepted dialog closes");
+    let reopened = async {
+        while let Some(event) = events.message().await.unwrap() {
+            if let Some(pb::event::Kind::DialogOpened(d)) = event.kind {
+                return d;
+            }
+        }
+        std::future::pending().await
+    };
+    let reopened = tokio::time::timeout(Duration::from_secs(1), reopened).await;
+    assert!(reopened.is_err(), "a dialog opened again after the accept: {reopened:?}");
     let r = act(&client, &id, action("extract", "#out", json!(null))).await;
     assert_eq!(ok(&r), json!("answer=true"));
     let count = act(&client, &id, action("evaluate", "", "window.confirms")).await;
@@ -75,8 +95,7 @@ async fn prompt_takes_text_and_alert_on_load_surfaces() {
     let id = client.acquire(30_000).await.unwrap().session_id;
     ok(&act(&client, &id, action("navigate", "", format!("{site}/dialogs"))).await);
 
-    let (dialog, took) = surfaces(&client, &id, action("click", "#prompt", json!(null))).await;
-    println!("prompt surfaced in {took:?}");
+    let (dialog, _) = surfaces(&client, &id, action("click", "#prompt", json!(null))).await;
     assert_eq!(kind(&dialog), pb::DialogKind::Prompt);
     assert_eq!(dialog.default_prompt, "anon");
     let wrong = act(&client, &id, action("type", "dialog::username", "x")).await;
@@ -86,7 +105,6 @@ async fn prompt_takes_text_and_alert_on_load_surfaces() {
     assert_eq!(ok(&act(&client, &id, action("extract", "#out", json!(null))).await), json!("name=Ada"));
 
     let (dialog, took) = surfaces(&client, &id, action("navigate", "", format!("{site}/alert-on-load"))).await;
-    println!("alert on load surfaced in {took:?}");
     assert!(took < NO_HANG, "alert surfaced in {took:?}: the action waited instead of ending");
     assert_eq!(kind(&dialog), pb::DialogKind::Alert);
     assert_eq!(dialog.message, "loaded!");
@@ -107,8 +125,7 @@ async fn beforeunload_on_navigate_away() {
     // beforeunload only asks after the user touched the page.
     ok(&act(&client, &id, action("click", "#touch", json!(null))).await);
 
-    let (dialog, took) = surfaces(&client, &id, action("navigate", "", format!("{site}/about"))).await;
-    println!("beforeunload surfaced in {took:?}");
+    let (dialog, _) = surfaces(&client, &id, action("navigate", "", format!("{site}/about"))).await;
     assert_eq!(kind(&dialog), pb::DialogKind::Beforeunload);
     ok(&act(&client, &id, action("click", "dialog::dismiss", json!(null))).await);
     let url = ok(&act(&client, &id, action("url", "", json!(null))).await);
@@ -130,7 +147,6 @@ async fn basic_auth_wrong_then_right_password_and_remembered() {
     let id = client.acquire(30_000).await.unwrap().session_id;
 
     let (dialog, took) = surfaces(&client, &id, action("navigate", "", format!("{site}/auth"))).await;
-    println!("basic auth surfaced in {took:?}");
     assert!(took < NO_HANG, "auth surfaced in {took:?}: the action waited instead of ending");
     assert_eq!(kind(&dialog), pb::DialogKind::BasicAuth);
     assert!(dialog.url.ends_with("/auth"), "{}", dialog.url);
@@ -215,24 +231,19 @@ async fn events_arrive_in_order_and_end_with_session_ended() {
     server.stop().await;
 }
 
-/// The click that asks may finish first (the request is asynchronous); then the next action
+/// The click that asks may finish first (the request is asynchronous); then a later action
 /// meets the dialog. Either way it surfaces with DIALOG_OPEN.
 async fn permission_prompt(client: &Client, id: &str) -> pb::Dialog {
-    let started = Instant::now();
     let click = act(client, id, action("click", "#notify", json!(null))).await;
-    let dialog = if click.ok {
-        let mut r = act(client, id, action("title", "", json!(null))).await;
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while r.ok && Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            r = act(client, id, action("title", "", json!(null))).await;
-        }
-        dialog_of(&r)
-    } else {
-        dialog_of(&click)
-    };
-    println!("permission prompt surfaced in {:?}", started.elapsed());
-    dialog
+    if !click.ok {
+        return dialog_of(&click);
+    }
+    let r = eventually("the permission prompt to surface", Duration::from_secs(5), || async {
+        let r = act(client, id, action("title", "", json!(null))).await;
+        (!r.ok).then_some(r)
+    })
+    .await;
+    dialog_of(&r)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

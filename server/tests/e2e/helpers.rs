@@ -427,6 +427,47 @@ pub fn png_size(data: &[u8]) -> (u32, u32) {
     (u32::from_be_bytes(data[16..20].try_into().unwrap()), u32::from_be_bytes(data[20..24].try_into().unwrap()))
 }
 
+/// How often [`eventually`] looks again.
+const POLL: Duration = Duration::from_millis(20);
+
+/// Polls `f` until it returns `Some`, and returns that; panics naming `what` when `within`
+/// passes first. Tests wait on the state they need with this, never on a fixed sleep: a sleep
+/// is too short on a loaded machine and needlessly long on an idle one.
+pub async fn eventually<T, F, Fut>(what: &str, within: Duration, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        if let Some(found) = f().await {
+            return found;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "timed out after {within:?} waiting for {what}");
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Wall-clock milliseconds since the epoch, the resolution of the server's deadlines.
+pub fn now_ms() -> u128 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis()
+}
+
+/// Waits until the wall clock has moved to a later millisecond than `since_ms`, so a deadline
+/// the server computes from "now" must differ from one it computed at `since_ms`.
+pub async fn clock_passes(since_ms: u128) {
+    eventually("the clock to tick past a millisecond", Duration::from_secs(1), || async {
+        (now_ms() > since_ms).then_some(())
+    })
+    .await
+}
+
+/// How many requests of `tenant` wait in its queue, as PoolStatus reports.
+pub async fn queued(client: &Client, tenant: &str) -> u32 {
+    let status = client.admin().pool_status(pb::PoolStatusRequest {}).await.unwrap().into_inner();
+    status.tenants.iter().find(|t| t.tenant == tenant).map(|t| t.queued).unwrap_or(0)
+}
+
 /// The gRPC code of a refused call.
 pub fn status_code(e: browserpool_client::Error) -> tonic::Code {
     match e {

@@ -58,12 +58,14 @@ async fn a_tenant_quota_holds_across_replicas_sharing_one_database() {
     admin_b.release(&other.session_id).await.unwrap();
 
     // B queues again and is served once A's session is released.
-    let waiting = tokio::spawn(async move {
+    let mut waiting = tokio::spawn(async move {
         let got = on_b.acquire(30_000).await;
         (on_b, got)
     });
-    tokio::time::sleep(Duration::from_millis(800)).await;
-    assert!(!waiting.is_finished(), "B must not get a slot A holds");
+    // B must not get a slot A holds. Nothing announces that a grant will not come, so B's
+    // Acquire is watched over a window in which it must not complete.
+    let early = tokio::time::timeout(Duration::from_millis(800), &mut waiting).await;
+    assert!(early.is_err(), "B must not get a slot A holds: {:?}", early.map(|r| r.map(|(_, got)| got)));
     on_a.release(&first.session_id).await.unwrap();
     let (on_b, second) = waiting.await.unwrap();
     let second = second.expect("served after A released");

@@ -6,7 +6,7 @@ use browserpool_client::{action, pb};
 use serde_json::json;
 use tokio_stream::StreamExt;
 
-use crate::helpers::{err_code, fixture_site, ok, TestServer};
+use crate::helpers::{err_code, eventually, fixture_site, ok, queued, TestServer};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acquire_navigate_type_click_extract_screenshot_release() {
@@ -59,8 +59,13 @@ async fn acquire_navigate_type_click_extract_screenshot_release() {
     assert!(!again.released);
     assert_eq!(pb::SessionState::try_from(again.state).unwrap(), pb::SessionState::Closed);
     // Acting on a closed session is a precondition failure, not a hang.
-    let status = client.act(&id, action("title", "", json!(null))).await.unwrap_err();
-    assert!(status.to_string().contains("FailedPrecondition") || status.to_string().contains("CLOSED"), "{status}");
+    let browserpool_client::Error::Status(status) =
+        client.act(&id, action("title", "", json!(null))).await.unwrap_err()
+    else {
+        panic!("expected a status")
+    };
+    assert_eq!(status.code(), tonic::Code::FailedPrecondition, "{status:?}");
+    assert_eq!(status.message(), format!("session {id} is CLOSED"), "{status:?}");
 
     // The session and its transitions are in the listing.
     let listed = client.sessions().list(pb::ListSessionsRequest::default()).await.unwrap().into_inner();
@@ -193,7 +198,10 @@ async fn exhausted_pool_times_out_then_serves_after_release() {
         let client = client.clone();
         tokio::spawn(async move { client.acquire(60_000).await })
     };
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    eventually("the waiter to queue", Duration::from_secs(10), || async {
+        (queued(&client, "default").await == 1).then_some(())
+    })
+    .await;
     client.release(&first.session_id).await.unwrap();
     let second = waiter.await.unwrap().expect("waiter served after release");
     assert_ne!(second.session_id, first.session_id);
@@ -263,20 +271,21 @@ async fn crashed_browser_is_reported_and_session_marked_crashed() {
     let pid = worker_pid(&client, &session.worker_id).await;
     // SAFETY: killing the worker's process group, which this test's server started.
     unsafe { libc::killpg(pid, libc::SIGKILL) };
+    // The death watch ends the session as CRASHED with nobody calling: wait for that state,
+    // so the action below meets a session known to be ended and has one right answer.
+    let state = eventually("the death watch to end the session", Duration::from_secs(15), || async {
+        let s = pb::SessionState::try_from(client.get(&session.session_id).await.unwrap().state).unwrap();
+        (s != pb::SessionState::Ready).then_some(s)
+    })
+    .await;
+    assert_eq!(state, pb::SessionState::Crashed);
     let mut title = action("title", "", json!(null));
     title.timeout_ms = 5000;
-    // The death watch usually ends the session before the action arrives (the call is then
-    // refused as for any ended session); an action that gets in first answers SESSION_CRASHED.
-    match client.act(&session.session_id, title).await {
-        Ok(r) => assert_eq!(err_code(&r), pb::ErrorCode::SessionCrashed, "{:?}", r.error),
-        Err(browserpool_client::Error::Status(s)) => {
-            assert_eq!(s.code(), tonic::Code::FailedPrecondition, "{s:?}");
-            assert!(s.message().contains("CRASHED"), "{s:?}");
-        }
-        Err(e) => panic!("{e}"),
-    }
-    let after = client.get(&session.session_id).await.unwrap();
-    assert_eq!(pb::SessionState::try_from(after.state).unwrap(), pb::SessionState::Crashed);
+    let browserpool_client::Error::Status(s) = client.act(&session.session_id, title).await.unwrap_err() else {
+        panic!("expected a status")
+    };
+    assert_eq!(s.code(), tonic::Code::FailedPrecondition, "{s:?}");
+    assert_eq!(s.message(), format!("session {} is CRASHED", session.session_id), "{s:?}");
     // The pool replaces the dead worker: a new session works.
     let next = client.acquire(30_000).await.unwrap();
     ok(&client.act(&next.session_id, action("evaluate", "", "1")).await.unwrap());
@@ -316,14 +325,11 @@ async fn idle_session_expires() {
     let client = server.admin().await;
     let req = pb::AcquireRequest { wait_ms: 30_000, idle_timeout_ms: 500, ..Default::default() };
     let session = client.acquire_with(req).await.unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(15);
-    let state = loop {
+    let state = eventually("the idle timeout to end the session", Duration::from_secs(15), || async {
         let s = pb::SessionState::try_from(client.get(&session.session_id).await.unwrap().state).unwrap();
-        if s != pb::SessionState::Ready || std::time::Instant::now() > deadline {
-            break s;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+        (s != pb::SessionState::Ready).then_some(s)
+    })
+    .await;
     assert_eq!(state, pb::SessionState::Expired);
     let r = client.act(&session.session_id, action("title", "", json!(null))).await;
     assert!(r.is_err(), "an expired session takes no actions");
@@ -337,15 +343,14 @@ async fn ttl_ends_a_busy_session() {
     let req = pb::AcquireRequest { wait_ms: 30_000, ttl_ms: 800, idle_timeout_ms: 60_000, ..Default::default() };
     let session = client.acquire_with(req).await.unwrap();
     // Keep it busy: activity moves the idle deadline, never the TTL.
-    let deadline = std::time::Instant::now() + Duration::from_secs(15);
-    loop {
+    eventually("the TTL to end the busy session", Duration::from_secs(15), || async {
         let state = pb::SessionState::try_from(client.get(&session.session_id).await.unwrap().state).unwrap();
         if state == pb::SessionState::Expired {
-            break;
+            return Some(());
         }
-        assert!(std::time::Instant::now() < deadline, "the TTL did not end the session");
         let _ = client.act(&session.session_id, action("title", "", json!(null))).await;
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        None
+    })
+    .await;
     server.stop().await;
 }

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use browserpool_client::{pb, Client};
 
-use crate::helpers::{status_code, TestServer};
+use crate::helpers::{clock_passes, eventually, now_ms, queued, status_code, TestServer};
 
 fn tenant(id: &str, max_slots: u32, max_queue: u32) -> pb::Tenant {
     pb::Tenant {
@@ -47,7 +47,12 @@ async fn tenant_slots_queue_overflow_renew_and_forced_delete() {
         let a = a.clone();
         tokio::spawn(async move { a.acquire(60_000).await })
     };
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    eventually("the waiter to join team-a's queue", Duration::from_secs(10), || async {
+        (queued(&admin, "team-a").await == 1).then_some(())
+    })
+    .await;
+    // From here the waiter is known to wait: its reported wait is at least what follows.
+    let seen_waiting = std::time::Instant::now();
     let status = match a.acquire(60_000).await.unwrap_err() {
         browserpool_client::Error::Status(s) => s,
         other => panic!("{other}"),
@@ -63,13 +68,20 @@ async fn tenant_slots_queue_overflow_renew_and_forced_delete() {
     admin.release(&other.session_id).await.unwrap();
 
     // Release serves the waiter, which reports its wait.
+    let waited_at_least = seen_waiting.elapsed().as_millis() as u32;
     a.release(&first.session_id).await.unwrap();
     let second = waiter.await.unwrap().expect("queued request served after release");
-    assert!(second.queue_wait_ms >= 300, "queue_wait_ms {}", second.queue_wait_ms);
+    let served_ms = now_ms();
+    assert!(
+        second.queue_wait_ms >= waited_at_least.max(1),
+        "queue_wait_ms {} but the waiter was seen queued {waited_at_least} ms before the release",
+        second.queue_wait_ms
+    );
 
-    // Renew pushes the idle deadline, never past the TTL.
+    // Renew pushes the idle deadline, never past the TTL. Deadlines have millisecond
+    // resolution: a renew in the acquire's own millisecond could not move it.
     let before = second.idle_deadline.unwrap();
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    clock_passes(served_ms).await;
     let renewed = a
         .sessions()
         .renew(pb::RenewRequest { session_id: second.session_id.clone(), idle_timeout_ms: 0 })
@@ -135,6 +147,8 @@ async fn navigation_policy_holds_for_the_first_url_and_for_subresources() {
     // A subresource of an allowed document is held to the policy too: the request never leaves.
     let before = pixel_hits();
     ok(&act(&locked, &id, action("load_html", "", format!("<img src=\"{site}/pixel?locked\">"))).await);
+    // A request that never happens has no event to wait on: watching for 500 ms is the only way
+    // to observe its absence.
     ok(&act(&locked, &id, action("wait_for", "", json!({"ms": 500}))).await);
     assert_eq!(pixel_hits(), before, "a blocked subresource must not reach the fixture");
     locked.release(&id).await.unwrap();
@@ -150,11 +164,10 @@ async fn navigation_policy_holds_for_the_first_url_and_for_subresources() {
     let id = admin.acquire(30_000).await.unwrap().session_id;
     ok(&act(&admin, &id, action("navigate", "", format!("{site}/"))).await);
     ok(&act(&admin, &id, action("load_html", "", format!("<img src=\"{site}/pixel?default\">"))).await);
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while pixel_hits() == before && std::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert!(pixel_hits() > before, "the default tenant's subresource is fetched");
+    eventually("the default tenant's subresource to be fetched", Duration::from_secs(5), || async {
+        (pixel_hits() > before).then_some(())
+    })
+    .await;
     admin.release(&id).await.unwrap();
     server.stop().await;
 }
