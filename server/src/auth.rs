@@ -671,7 +671,7 @@ where
                 Box::pin(async move {
                     // The record is written when the response body ends (see AuditedBody).
                     let (parts, body) = fut.await?.into_parts();
-                    let body = AuditedBody::new(body, call, &parts.headers);
+                    let body = AuditedBody::audited(body, call, &parts.headers);
                     Ok(http::Response::from_parts(parts, body))
                 })
             }

@@ -1,7 +1,8 @@
 //! The gRPC status of a call as its response body streams, a leaf: what the audit record and
 //! the trace span of a call read, and forwarding checks.
 
-use std::task::Poll;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 
 /// The `grpc-status` of headers or trailers, when there is one.
 pub fn of(headers: &http::HeaderMap) -> Option<i32> {
@@ -18,6 +19,62 @@ pub fn end_of_call<D, E>(polled: &Poll<Option<Result<http_body::Frame<D>, E>>>) 
         Poll::Ready(Some(Err(_))) => Some(Some(tonic::Code::Internal as i32)),
         Poll::Ready(None) => Some(None),
         Poll::Pending => None,
+    }
+}
+
+/// What a [`WatchedBody`] tells when its call ends.
+pub trait CallEnd: Unpin {
+    /// The call ended: with the status its trailers carried, or `None` at the end of a body
+    /// without trailers (a trailers-only answer, whose status was in the headers).
+    fn ended(&mut self, code: Option<i32>);
+    /// The body was dropped before its end: the client went away.
+    fn dropped(&mut self);
+}
+
+/// A response body that tells its [`CallEnd`] when the call ends, once.
+pub struct WatchedBody<B, W: CallEnd> {
+    inner: Pin<Box<B>>,
+    watcher: W,
+    done: bool,
+}
+
+impl<B, W: CallEnd> WatchedBody<B, W> {
+    pub fn new(inner: B, watcher: W) -> Self {
+        WatchedBody { inner: Box::pin(inner), watcher, done: false }
+    }
+}
+
+impl<B: http_body::Body, W: CallEnd> http_body::Body for WatchedBody<B, W> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        let this = self.get_mut();
+        let polled = this.inner.as_mut().poll_frame(cx);
+        if let (false, Some(code)) = (this.done, end_of_call(&polled)) {
+            this.done = true;
+            this.watcher.ended(code);
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl<B, W: CallEnd> Drop for WatchedBody<B, W> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.watcher.dropped();
+        }
     }
 }
 

@@ -9,7 +9,6 @@
 //! name a URL), and those spans never reach the log: they carry names, ids and codes only,
 //! never payloads, URLs or tokens.
 
-use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator};
@@ -319,7 +318,7 @@ where
             // Traces are off: nothing to record.
             let fut = self.inner.call(req);
             return Box::pin(async move {
-                Ok(fut.await?.map(|body| TracedBody { inner: Box::pin(body), span: None, status_known: true }))
+                Ok(fut.await?.map(|body| TracedBody::new(body, TraceEnd { span: None, status_known: true })))
             });
         }
         // Before the span is first entered, which starts it.
@@ -334,10 +333,8 @@ where
                 if let Some(code) = header_status {
                     record_status(&body_span, code);
                 }
-                Ok(response.map(|body| TracedBody {
-                    inner: Box::pin(body),
-                    span: Some(body_span),
-                    status_known: header_status.is_some(),
+                Ok(response.map(|body| {
+                    TracedBody::new(body, TraceEnd { span: Some(body_span), status_known: header_status.is_some() })
                 }))
             },
             span,
@@ -354,60 +351,36 @@ fn record_status(span: &tracing::Span, code: i32) {
 
 /// A response body holding its call's span until it ends; records the status its trailers
 /// carry.
-pub struct TracedBody<B> {
-    inner: Pin<Box<B>>,
+pub type TracedBody<B> = crate::grpc_status::WatchedBody<B, TraceEnd>;
+
+/// The span a [`TracedBody`] holds until its call ends.
+pub struct TraceEnd {
     /// `None` when traces are off.
     span: Option<tracing::Span>,
     /// Whether the status is recorded (from the headers, or the trailers).
     status_known: bool,
 }
 
-impl<B> TracedBody<B> {
+impl crate::grpc_status::CallEnd for TraceEnd {
     /// Ends the span (dropping the body's hold on it), recording `code` unless a status is
     /// already recorded.
-    fn end(&mut self, code: Option<i32>) {
+    fn ended(&mut self, code: Option<i32>) {
         let Some(span) = self.span.take() else { return };
         if let (false, Some(code)) = (self.status_known, code) {
             record_status(&span, code);
         }
         self.status_known = true;
     }
-}
 
-impl<B: http_body::Body> http_body::Body for TracedBody<B> {
-    type Data = B::Data;
-    type Error = B::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
-        let polled = self.inner.as_mut().poll_frame(cx);
-        // At the end of a trailers-only body the status was in the headers.
-        if let Some(code) = crate::grpc_status::end_of_call(&polled) {
-            self.end(code);
-        }
-        polled
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> http_body::SizeHint {
-        self.inner.size_hint()
-    }
-}
-
-impl<B> Drop for TracedBody<B> {
-    fn drop(&mut self) {
-        // Dropped before its trailers, with no status in its headers: the client went away.
-        self.end(Some(tonic::Code::Cancelled as i32));
+    /// Dropped before its trailers, with no status in its headers: the client went away.
+    fn dropped(&mut self) {
+        self.ended(Some(tonic::Code::Cancelled as i32));
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::pin::Pin;
     use std::sync::{Arc, Mutex};
 
     use opentelemetry::trace::{SpanId, SpanKind, Status, TraceId};

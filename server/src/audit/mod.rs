@@ -13,10 +13,8 @@
 //!   again only once nothing written before the fault is still waiting.
 
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
@@ -211,13 +209,14 @@ impl CallRecord {
     }
 }
 
-/// The `grpc-status` of a header or trailer map.
 /// A response body that writes its call's [`CallRecord`] when it ends: at the trailers
 /// (where gRPC puts the final status), at the end of a body without them (a trailers-only
 /// response: the status was in the headers), or when it is dropped before its end (the client
 /// went away: `Cancelled`).
-pub struct AuditedBody<B> {
-    inner: Pin<Box<B>>,
+pub type AuditedBody<B> = crate::grpc_status::WatchedBody<B, AuditEnd>;
+
+/// The record an [`AuditedBody`] writes when its call ends.
+pub struct AuditEnd {
     call: Option<CallRecord>,
     /// The status of a trailers-only response, from its headers.
     header_status: Option<i32>,
@@ -225,53 +224,26 @@ pub struct AuditedBody<B> {
 
 impl<B> AuditedBody<B> {
     /// A body whose call is recorded when it ends; `headers` are the response's.
-    pub fn new(inner: B, call: CallRecord, headers: &http::HeaderMap) -> AuditedBody<B> {
-        AuditedBody { inner: Box::pin(inner), call: Some(call), header_status: crate::grpc_status::of(headers) }
+    pub fn audited(inner: B, call: CallRecord, headers: &http::HeaderMap) -> AuditedBody<B> {
+        Self::new(inner, AuditEnd { call: Some(call), header_status: crate::grpc_status::of(headers) })
     }
 
     /// A body with no record to write (public rpcs, calls refused and recorded up front).
     pub fn unaudited(inner: B) -> AuditedBody<B> {
-        AuditedBody { inner: Box::pin(inner), call: None, header_status: None }
+        Self::new(inner, AuditEnd { call: None, header_status: None })
     }
+}
 
-    fn end(&mut self, code: Option<i32>) {
+impl crate::grpc_status::CallEnd for AuditEnd {
+    fn ended(&mut self, code: Option<i32>) {
         if let Some(call) = self.call.take() {
             call.finish(code.or(self.header_status));
         }
     }
-}
 
-impl<B: http_body::Body> http_body::Body for AuditedBody<B> {
-    type Data = B::Data;
-    type Error = B::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
-        let polled = self.inner.as_mut().poll_frame(cx);
-        // At the end of a trailers-only body the status was in the headers.
-        if let Some(code) = crate::grpc_status::end_of_call(&polled) {
-            self.end(code);
-        }
-        polled
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> http_body::SizeHint {
-        self.inner.size_hint()
-    }
-}
-
-impl<B> Drop for AuditedBody<B> {
-    fn drop(&mut self) {
-        if let Some(call) = self.call.take() {
-            // A trailers-only response is complete in its headers; anything else ended early.
-            call.finish(Some(self.header_status.unwrap_or(tonic::Code::Cancelled as i32)));
-        }
+    fn dropped(&mut self) {
+        // A trailers-only response is complete in its headers; anything else ended early.
+        self.ended(Some(self.header_status.unwrap_or(tonic::Code::Cancelled as i32)));
     }
 }
 
@@ -417,6 +389,8 @@ impl<S: Sink> Writer<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::pin::Pin;
+    use std::task::{Context, Poll};
 
     /// A sink that refuses the first `fail` appends, then keeps what it is given. With a
     /// gate, each append first waits for one of its permits.
@@ -616,16 +590,17 @@ mod tests {
         let none = http::HeaderMap::new();
         // A stream that started well (data first) and ended with an error in its trailers.
         let frames = [http_body::Frame::data(&b"event"[..]), trailers(tonic::Code::Unavailable)];
-        drain(AuditedBody::new(Frames(frames.into()), call("/stream"), &none)).await;
+        drain(AuditedBody::audited(Frames(frames.into()), call("/stream"), &none)).await;
         // A stream that ended well.
         let frames = [http_body::Frame::data(&b"event"[..]), trailers(tonic::Code::Ok)];
-        drain(AuditedBody::new(Frames(frames.into()), call("/fine"), &none)).await;
+        drain(AuditedBody::audited(Frames(frames.into()), call("/fine"), &none)).await;
         // A trailers-only refusal: the status is in the headers, the body is empty.
         let mut headers = http::HeaderMap::new();
         headers.insert("grpc-status", (tonic::Code::NotFound as i32).to_string().parse().unwrap());
-        drop(AuditedBody::new(Frames(Default::default()), call("/refused"), &headers));
+        drop(AuditedBody::audited(Frames(Default::default()), call("/refused"), &headers));
         // The client went away mid-stream.
-        let mut gone = AuditedBody::new(Frames([http_body::Frame::data(&b"event"[..])].into()), call("/gone"), &none);
+        let mut gone =
+            AuditedBody::audited(Frames([http_body::Frame::data(&b"event"[..])].into()), call("/gone"), &none);
         assert!(std::future::poll_fn(|cx| Pin::new(&mut gone).poll_frame(cx)).await.is_some());
         drop(gone);
         let got: Vec<(String, String, String, String)> = std::iter::from_fn(|| writer.rx.try_recv().ok())
