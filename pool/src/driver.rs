@@ -20,6 +20,8 @@ use chromiumoxide::{Browser, Page};
 use serde_json::{json, Value};
 use tokio::sync::{broadcast, mpsc, watch};
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use crate::actions::{ActionKind, Canonical};
@@ -255,6 +257,10 @@ pub(crate) struct Shared {
     /// Tabs whose renderer died (`Inspector.targetCrashed`) and that no navigation has
     /// brought back yet.
     pub(crate) crashed: watch::Sender<HashSet<TargetId>>,
+    /// Every task of this driver (watchers, tab registrations), tracked; they end when the
+    /// driver is dropped (`stop`).
+    pub(crate) tasks: TaskTracker,
+    pub(crate) stop: CancellationToken,
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -262,6 +268,21 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Shared {
+    /// Spawns a task of this driver on its tracker; it ends when the driver is dropped, if it
+    /// has not ended before.
+    pub(crate) fn spawn<F>(&self, task: F)
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let stop = self.stop.clone();
+        self.tasks.spawn(async move {
+            tokio::select! {
+                _ = task => {}
+                _ = stop.cancelled() => {}
+            }
+        });
+    }
+
     /// Why the policy refuses `url`, if it does.
     pub(crate) fn check(&self, url: &str) -> Result<(), String> {
         self.net.check_as_written(url)
@@ -339,14 +360,12 @@ pub struct Driver {
     pub(crate) cfg: DriverConfig,
     pub(crate) shared: Arc<Shared>,
     viewport: Mutex<Option<Viewport>>,
-    tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
 impl Drop for Driver {
+    /// Ends every task of the driver (see [`Shared::spawn`]).
     fn drop(&mut self) {
-        for task in &self.tasks {
-            task.abort();
-        }
+        self.shared.stop.cancel();
     }
 }
 
@@ -377,6 +396,8 @@ impl Driver {
             front: Mutex::new(None),
             net,
             crashed: watch::channel(HashSet::new()).0,
+            tasks: TaskTracker::new(),
+            stop: CancellationToken::new(),
         });
         let listen = |e: CdpError| PoolError::Cdp(format!("listen targets: {e}"));
         let created = tokio::time::timeout(t, browser.event_listener::<EventTargetCreated>())
@@ -387,14 +408,12 @@ impl Driver {
             .await
             .map_err(|_| timeout("listen targets"))?
             .map_err(listen)?;
-        let mut tasks = vec![tokio::spawn(
-            raw_events(shared.clone(), raw.clone(), raw_rx).instrument(tracing::debug_span!("raw_events")),
-        )];
-        tasks.push(tokio::spawn(
+        shared.spawn(raw_events(shared.clone(), raw.clone(), raw_rx).instrument(tracing::debug_span!("raw_events")));
+        shared.spawn(
             watch_targets(shared.clone(), raw.clone(), browser.clone(), created, destroyed, t)
                 .instrument(tracing::debug_span!("target_watcher")),
-        ));
-        let driver = Driver { browser, raw, cfg, shared, viewport: Mutex::new(None), tasks };
+        );
+        let driver = Driver { browser, raw, cfg, shared, viewport: Mutex::new(None) };
 
         let page = tokio::time::timeout(t, driver.browser.new_page("about:blank"))
             .await

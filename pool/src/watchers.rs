@@ -51,7 +51,7 @@ pub(crate) async fn watch_targets(
                     tracing::info!(max_tabs = cap, "page closed: the session is at its tab cap");
                     shared.tabs_changed.notify_waiters();
                     let browser = browser.clone();
-                    tokio::spawn(async move {
+                    shared.spawn(async move {
                         let close = browser.execute(CloseTargetParams::new(target.clone()));
                         if !matches!(tokio::time::timeout(cdp_timeout, close).await, Ok(Ok(_))) {
                             tracing::debug!(target = ?target, "page over the tab cap did not close");
@@ -62,7 +62,8 @@ pub(crate) async fn watch_targets(
                 let url = ev.target_info.url.clone();
                 let (shared, raw, browser) = (shared.clone(), raw.clone(), browser.clone());
                 // Registering waits on CDP; do it aside so later events are not held up.
-                tokio::spawn(async move {
+                let tasks = shared.clone();
+                tasks.spawn(async move {
                     let registered = tokio::time::timeout(cdp_timeout, register_tab(&shared, &raw, &browser, target.clone(), url, cdp_timeout));
                     let registered = registered.await.unwrap_or_else(|_| Err(format!("not registered within {cdp_timeout:?}")));
                     if let Err(e) = registered {
@@ -149,7 +150,7 @@ async fn register_tab(
         tabs.list.push(tab.clone());
         tabs.list.len() - 1
     };
-    tokio::spawn(watch_tab(shared.clone(), tab, events).instrument(tracing::debug_span!("tab_watcher")));
+    shared.spawn(watch_tab(shared.clone(), tab, events).instrument(tracing::debug_span!("tab_watcher")));
     if index > 0 {
         shared.events.emit(EventKind::TabOpened { tab_index: index as i32, url });
     }
