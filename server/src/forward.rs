@@ -517,10 +517,14 @@ where
             let (parts, body) = req.into_parts();
             let (first, body) = first_message(body).await;
             let id = first.as_deref().and_then(|m| string_field(m, field)).filter(|id| !id.is_empty());
-            // Only calls this replica would let through go on: a bad token, or a non-admin
-            // KillSession, is refused (and audited) here.
-            let route = match (&id, peers.forwardable(&parts)) {
-                (Some(id), Some(claims)) => peers.route(id, Some(&claims)).await,
+            // A session held here goes straight on: the auth layer checks its token, once.
+            // Otherwise only calls this replica would let through are forwarded: a bad token,
+            // or a non-admin KillSession, is refused (and audited) here.
+            let route = match &id {
+                Some(id) if !peers.inner.sessions.holds(id) => match peers.forwardable(&parts) {
+                    Some(claims) => peers.route(id, Some(&claims)).await,
+                    None => Route::Here,
+                },
                 _ => Route::Here,
             };
             match (route, id) {
