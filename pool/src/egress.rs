@@ -28,6 +28,7 @@ use tokio::task::JoinSet;
 use tracing::Instrument;
 
 use crate::policy::{private_ip, NavPolicy};
+use crate::task::OwnedTask;
 
 /// Largest request or response head the proxy reads (start line and headers).
 const MAX_HEAD: usize = 64 * 1024;
@@ -219,15 +220,15 @@ impl WorkerNet {
     }
 }
 
-/// Accepts on `listener` until the returned task is aborted, serving each connection with
-/// `serve` in a task of its own. Those tasks live in the loop's `JoinSet`, so aborting the loop
+/// Accepts on `listener` until the returned task is dropped, serving each connection with
+/// `serve` in a task of its own. Those tasks live in the loop's `JoinSet`, so ending the loop
 /// ends every connection too.
-pub(crate) fn accept_loop<F, Fut>(listener: TcpListener, span: tracing::Span, serve: F) -> tokio::task::JoinHandle<()>
+pub(crate) fn accept_loop<F, Fut>(listener: TcpListener, span: tracing::Span, serve: F) -> OwnedTask
 where
     F: Fn(TcpStream) -> Fut + Send + 'static,
     Fut: std::future::Future<Output = ()> + Send + 'static,
 {
-    tokio::spawn(
+    OwnedTask::spawn(
         async move {
             let mut conns = JoinSet::new();
             loop {
@@ -256,7 +257,8 @@ pub(crate) struct Proxy {
     /// inside a worker's own network namespace is out of every page's reach anyway.
     on_host: bool,
     egress: Arc<Egress>,
-    task: tokio::task::JoinHandle<()>,
+    /// Dropping it ends the accept loop and, with its `JoinSet`, every connection.
+    _task: OwnedTask,
 }
 
 impl Proxy {
@@ -290,7 +292,7 @@ impl Proxy {
                 }
             }
         });
-        Ok(Proxy { port, on_host, egress, task })
+        Ok(Proxy { port, on_host, egress, _task: task })
     }
 
     /// The `--proxy-server` value for Chromium.
@@ -301,8 +303,6 @@ impl Proxy {
 
 impl Drop for Proxy {
     fn drop(&mut self) {
-        // Aborting the accept task drops its JoinSet, which aborts every connection.
-        self.task.abort();
         if self.on_host {
             self.egress.unhold(self.port);
         }

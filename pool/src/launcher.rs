@@ -15,6 +15,7 @@ use tracing::Instrument;
 use crate::error::PoolError;
 use crate::lock::PortLock;
 use crate::netns::{Gate, NetNs};
+use crate::task::OwnedTask;
 
 /// Executable names tried on PATH when `--chrome` is not given, in order.
 pub const CHROME_NAMES: &[&str] = &["chromium", "chromium-browser", "google-chrome"];
@@ -122,6 +123,8 @@ pub(crate) struct Process {
     pub(crate) lock: Option<PortLock>,
     /// The only way into DevTools when the worker has its own network namespace.
     gate: Option<Gate>,
+    /// Drains Chromium's stderr; ends with the pipe, or with the process value.
+    stderr: Option<OwnedTask>,
     pub(crate) profile: PathBuf,
     tmp: PathBuf,
     killed: bool,
@@ -322,7 +325,7 @@ pub(crate) struct Launched {
     pub(crate) process: Process,
     pub(crate) browser: Browser,
     pub(crate) ws_url: String,
-    pub(crate) handler_task: tokio::task::JoinHandle<()>,
+    pub(crate) handler_task: OwnedTask,
     /// Turns `Some(why)` when the browser's CDP connection closes.
     pub(crate) died: tokio::sync::watch::Receiver<Option<String>>,
 }
@@ -404,7 +407,7 @@ pub(crate) async fn launch(
     let mut child = cmd.spawn().map_err(|e| PoolError::Launch(format!("spawn {}: {e}", cfg.chrome.display())))?;
     let pgid = child.id().map(|p| p as libc::pid_t).unwrap_or(0);
     let stderr = child.stderr.take();
-    let mut process = Process { child, pgid, lock: Some(lock), gate: None, profile, tmp, killed: false };
+    let mut process = Process { child, pgid, lock: Some(lock), gate: None, stderr: None, profile, tmp, killed: false };
 
     let Some(stderr) = stderr else {
         process.kill().await;
@@ -456,14 +459,14 @@ pub(crate) async fn launch(
         }
     }
     // Keep draining stderr so Chromium never blocks on a full pipe; ends when the process dies.
-    tokio::spawn(
+    process.stderr = Some(OwnedTask::spawn(
         async move {
             while let Ok(Some(line)) = lines.next_line().await {
                 tracing::trace!(%line, "chromium stderr");
             }
         }
         .instrument(tracing::debug_span!("chromium_stderr", worker = %worker)),
-    );
+    ));
 
     let handler_cfg = HandlerConfig {
         viewport: None,
@@ -488,7 +491,7 @@ pub(crate) async fn launch(
     // The handler drives the CDP connection; it ends when the websocket closes, which is
     // how a browser that died is noticed at once.
     let (died_tx, died) = tokio::sync::watch::channel(None);
-    let handler_task = tokio::spawn(
+    let handler_task = OwnedTask::spawn(
         async move {
             while let Some(event) = handler.next().await {
                 if let Err(e) = event {

@@ -17,6 +17,7 @@ mod ops;
 pub mod policy;
 pub mod pool;
 mod rawcdp;
+mod task;
 mod watchers;
 
 pub use actions::{canonicalize, parse_viewport, Access, Action, ActionKind, Canonical, Target, UnknownAction};

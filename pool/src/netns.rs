@@ -21,6 +21,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::egress::{accept_loop, read_head, Egress};
+use crate::task::OwnedTask;
 
 /// A network namespace with only `lo`, up. It lives while this handle (or a process in it) does.
 #[derive(Debug)]
@@ -121,7 +122,8 @@ pub(crate) struct Gate {
     port: u16,
     /// Holds the gate's port refused to every page while it lives.
     egress: Arc<Egress>,
-    task: tokio::task::JoinHandle<()>,
+    /// Dropping it ends the accept loop and every connection it carries.
+    _task: OwnedTask,
 }
 
 impl Gate {
@@ -143,7 +145,7 @@ impl Gate {
             let (ns, path) = (ns.clone(), path.clone());
             async move { forward(stream, &ns, cdp_port, &path).await }
         });
-        Ok(Gate { port, egress, task })
+        Ok(Gate { port, egress, _task: task })
     }
 
     /// The gate's port on the host's loopback.
@@ -154,7 +156,6 @@ impl Gate {
 
 impl Drop for Gate {
     fn drop(&mut self) {
-        self.task.abort();
         self.egress.unhold(self.port);
     }
 }

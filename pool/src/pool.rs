@@ -16,6 +16,7 @@ use crate::egress::{Egress, EgressConfig, Proxy, WorkerNet};
 use crate::error::PoolError;
 use crate::launcher::{launch, LaunchConfig, Process};
 use crate::netns::NetNs;
+use crate::task::OwnedTask;
 
 /// Identifies one Chromium worker for its whole life (boot to kill).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -86,10 +87,10 @@ struct Worker {
     process: Process,
     /// Dropped (ending every connection it carries) with the worker.
     _proxy: Proxy,
-    handler_task: tokio::task::JoinHandle<()>,
+    handler_task: OwnedTask,
     /// Turns `Some(why)` when the browser dies (see [`watch_death`]).
     died: watch::Receiver<Option<String>>,
-    death_watch: tokio::task::JoinHandle<()>,
+    death_watch: OwnedTask,
     /// The browser's DevTools websocket (through its gate when it has a network namespace).
     devtools_url: String,
     driver: Driver,
@@ -432,7 +433,7 @@ async fn boot_worker(cfg: &PoolConfig, egress: &Arc<Egress>, id: WorkerId) -> Re
         }
     };
     let (died_tx, died) = watch::channel(None);
-    let death_watch = tokio::spawn(
+    let death_watch = OwnedTask::spawn(
         watch_death(launched.process.pid(), launched.died, died_tx)
             .instrument(tracing::debug_span!("death_watch", worker = %id)),
     );

@@ -17,6 +17,8 @@ use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot};
 use tracing::Instrument;
 
+use crate::task::OwnedTask;
+
 /// An event of the raw connection: method, params and the session it came from.
 #[derive(Debug, Clone)]
 pub(crate) struct RawEvent {
@@ -39,6 +41,8 @@ pub(crate) struct RawCdp {
     pending: Pending,
     next_id: Arc<AtomicU64>,
     timeout: Duration,
+    /// The connection task, ended when the last handle is dropped.
+    _conn: Arc<OwnedTask>,
 }
 
 impl RawCdp {
@@ -58,7 +62,7 @@ impl RawCdp {
         let (out, mut out_rx) = mpsc::unbounded_channel::<String>();
         let pending: Pending = Arc::new(Mutex::new(HashMap::new()));
         let task_pending = pending.clone();
-        tokio::spawn(
+        let conn = OwnedTask::spawn(
             async move {
                 loop {
                     tokio::select! {
@@ -78,7 +82,7 @@ impl RawCdp {
             }
             .instrument(tracing::debug_span!("raw_cdp")),
         );
-        Ok(RawCdp { out, pending, next_id: Arc::new(AtomicU64::new(1)), timeout: CALL_CEILING })
+        Ok(RawCdp { out, pending, next_id: Arc::new(AtomicU64::new(1)), timeout: CALL_CEILING, _conn: Arc::new(conn) })
     }
 
     /// Sends a command (on `session_id` when not empty) and waits for its answer.
