@@ -358,7 +358,7 @@ impl Driver {
         self.replace_cookies(&jar).await?;
         if !on_origin {
             let (tab, _) = self.active()?;
-            self.navigate(&tab, &format!("{origin}/"), crate::actions::WaitUntil::Load).await?;
+            self.navigate(&tab, &format!("{origin}/"), crate::actions::WaitUntil::Load, false).await?;
         }
         let (tab, _) = self.active()?;
         let script = format!(

@@ -59,6 +59,44 @@ pub struct ActionCall {
     pub payload: Value,
     /// The action's whole budget; element waits use all of it.
     pub timeout: Duration,
+    /// Whether `timeout` is the server's default (the client sent no `timeout_ms`); messages
+    /// about a wait that ran out say which it was.
+    pub default_timeout: bool,
+}
+
+/// When an action must be done by, and what set that time, for the messages of waits that
+/// run out.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Deadline {
+    pub(crate) at: Instant,
+    budget: Duration,
+    default: bool,
+}
+
+impl Deadline {
+    pub(crate) fn of(call: &ActionCall) -> Deadline {
+        Deadline { at: Instant::now() + call.timeout, budget: call.timeout, default: call.default_timeout }
+    }
+
+    /// `the action's timeout_ms of 2000 ms`, or `the default action timeout of 30000 ms`.
+    pub(crate) fn budget(&self) -> String {
+        let ms = self.budget.as_millis();
+        if self.default {
+            format!("the default action timeout of {ms} ms")
+        } else {
+            format!("the action's timeout_ms of {ms} ms")
+        }
+    }
+
+    /// How a wait that ran out ends its message: which timeout, how long, what to change.
+    pub(crate) fn ran_out(&self) -> String {
+        let ms = self.budget.as_millis();
+        if self.default {
+            format!("within {ms} ms (the default action timeout; set timeout_ms to wait longer)")
+        } else {
+            format!("within {ms} ms (the action's timeout_ms)")
+        }
+    }
 }
 
 /// What a successful action returns.
@@ -248,6 +286,9 @@ pub(crate) struct Shared {
     pub(crate) loaded_html: Mutex<HashMap<TargetId, (String, String, String)>>,
     /// `Page.lifecycleEvent`s of our raw sessions: (session, loader id, name).
     pub(crate) lifecycle: broadcast::Sender<(String, String, String)>,
+    /// HTTP statuses of documents' responses, seen paused at their response stage: (session,
+    /// network request id, status). A main-frame navigation's request id is its loader id.
+    pub(crate) doc_status: broadcast::Sender<(String, String, u16)>,
     /// The tab Chromium shows in front, as far as we know: a new tab or popup comes up in
     /// front, and a tab in the background gets no frames, so input to it waits forever.
     pub(crate) front: Mutex<Option<TargetId>>,
@@ -393,6 +434,7 @@ impl Driver {
             answered: Mutex::new(HashSet::new()),
             loaded_html: Mutex::new(HashMap::new()),
             lifecycle: broadcast::channel(1024).0,
+            doc_status: broadcast::channel(256).0,
             front: Mutex::new(None),
             net,
             crashed: watch::channel(HashSet::new()).0,
@@ -596,7 +638,7 @@ impl Driver {
         }
         let baseline = self.shared.dialog_seq.load(Ordering::SeqCst);
         let mut dialogs = self.shared.dialog.subscribe();
-        let until = Instant::now() + call.timeout;
+        let until = Deadline::of(call);
         // Element waits use the whole budget; the grace lets them report ELEMENT_NOT_FOUND
         // before the outer deadline turns the result into TIMEOUT.
         let outer = call.timeout + Duration::from_millis(500);
@@ -625,7 +667,7 @@ impl Driver {
                     drop(unstick.take());
                     return Err(ActionFailure::new(
                         FailureCode::Timeout,
-                        format!("{} did not finish within {} ms", call.action.name, call.timeout.as_millis()),
+                        format!("{} did not finish {}", call.action.name, until.ran_out()),
                     ));
                 }
             },

@@ -263,7 +263,15 @@ pub(crate) async fn raw_events(shared: Arc<Shared>, raw: RawCdp, mut rx: mpsc::U
                     Some(reason) => {
                         raw.send(&ev.session_id, "Fetch.failRequest", json!({ "requestId": id, "errorReason": reason }))
                     }
-                    None => raw.send(&ev.session_id, "Fetch.continueRequest", json!({ "requestId": id })),
+                    None => {
+                        // Before the document may go on, so a navigation that waits for it
+                        // finds its status already sent.
+                        let status = ev.params["responseStatusCode"].as_u64().and_then(|s| u16::try_from(s).ok());
+                        if let (Some(status), Some(request)) = (status, ev.params["networkId"].as_str()) {
+                            let _ = shared.doc_status.send((ev.session_id.clone(), request.to_string(), status));
+                        }
+                        raw.send(&ev.session_id, "Fetch.continueRequest", json!({ "requestId": id }))
+                    }
                 }
             }
             "Fetch.requestPaused" => {

@@ -29,6 +29,7 @@ fn call(action: &str, selector: &str, payload: serde_json::Value) -> ActionCall 
         selector: selector.into(),
         payload,
         timeout: Duration::from_secs(5),
+        default_timeout: false,
     }
 }
 

@@ -12,12 +12,13 @@ use tokio::time::Instant;
 
 use super::{element, json_result, value};
 use crate::actions::{ImageFormat, PdfOptions, Region};
+use crate::driver::Deadline;
 use crate::driver::{lock, ActResult, ActionFailure, ActionOutput, Driver, FailureCode, Tab, Viewport, MAX_SIDE};
 
 impl Driver {
-    pub(super) async fn set_viewport_action(&self, tab: &Tab, v: Viewport, until: Instant) -> ActResult<ActionOutput> {
+    pub(super) async fn set_viewport_action(&self, tab: &Tab, v: Viewport, until: Deadline) -> ActResult<ActionOutput> {
         // Force a re-apply even if equal: cheap, and the caller asked for it.
-        self.set_viewport(v, until.saturating_duration_since(Instant::now())).await?;
+        self.set_viewport(v, until.at.saturating_duration_since(Instant::now())).await?;
         apply_viewport(&tab.page, v).await?;
         // State recreated by the emulation change must not lose load_html content.
         let kept = lock(&self.shared.loaded_html).get(&tab.target).cloned();
@@ -51,7 +52,7 @@ impl Driver {
         format: ImageFormat,
         quality: Option<i64>,
         region: Region<'_>,
-        until: Instant,
+        until: Deadline,
     ) -> ActResult<ActionOutput> {
         let page = &tab.page;
         let format = match format {

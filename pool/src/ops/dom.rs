@@ -8,9 +8,10 @@ use tokio::time::Instant;
 
 use super::{element, poll, value};
 use crate::actions::{Condition, ExtractFormat};
+use crate::driver::Deadline;
 use crate::driver::{ActResult, ActionFailure, ActionOutput, Driver, FailureCode, Tab};
 
-pub(super) async fn wait_for(page: &Page, condition: Condition<'_>, until: Instant) -> ActResult<ActionOutput> {
+pub(super) async fn wait_for(page: &Page, condition: Condition<'_>, until: Deadline) -> ActResult<ActionOutput> {
     match condition {
         Condition::Visible(selector) => {
             let check = format!(
@@ -22,10 +23,10 @@ pub(super) async fn wait_for(page: &Page, condition: Condition<'_>, until: Insta
             poll(page, &check, until, || format!("{selector} did not become visible"), FailureCode::Timeout).await
         }
         Condition::Ms(ms) => {
-            if Instant::now() + Duration::from_millis(ms) > until {
+            if Instant::now() + Duration::from_millis(ms) > until.at {
                 return Err(ActionFailure::new(
                     FailureCode::Timeout,
-                    format!("wait of {ms} ms exceeds the action timeout"),
+                    format!("a wait of {ms} ms does not fit {}", until.budget()),
                 ));
             }
             tokio::time::sleep(Duration::from_millis(ms)).await;
@@ -46,7 +47,7 @@ pub(super) async fn extract(
     page: &Page,
     selector: Option<&str>,
     format: ExtractFormat<'_>,
-    until: Instant,
+    until: Deadline,
 ) -> ActResult<ActionOutput> {
     let selector = selector.unwrap_or("body");
     let getter = match format {
@@ -59,7 +60,7 @@ pub(super) async fn extract(
     Ok(value(out.result.value.unwrap_or(Value::Null)))
 }
 
-pub(super) async fn attr(page: &Page, selector: &str, name: &str, until: Instant) -> ActResult<ActionOutput> {
+pub(super) async fn attr(page: &Page, selector: &str, name: &str, until: Deadline) -> ActResult<ActionOutput> {
     let out = element(page, selector, until)
         .await?
         .call_js_fn(format!("function() {{ return this.getAttribute({}); }}", json!(name)), false)

@@ -6,10 +6,10 @@ use chromiumoxide::cdp::browser_protocol::input::{
 };
 use chromiumoxide::Page;
 use serde_json::{json, Value};
-use tokio::time::Instant;
 
 use super::{element, json_result, value};
 use crate::actions::{Button, ScrollTo};
+use crate::driver::Deadline;
 use crate::driver::{ActResult, ActionFailure, ActionOutput, FailureCode};
 use crate::keys::PressChord;
 
@@ -18,7 +18,7 @@ pub(super) async fn click(
     selector: &str,
     button: Button,
     count: i64,
-    until: Instant,
+    until: Deadline,
 ) -> ActResult<ActionOutput> {
     let button = match button {
         Button::Left => MouseButton::Left,
@@ -47,7 +47,7 @@ pub(super) async fn click(
     Ok(ActionOutput::default())
 }
 
-pub(super) async fn type_text(page: &Page, selector: &str, text: &str, until: Instant) -> ActResult<ActionOutput> {
+pub(super) async fn type_text(page: &Page, selector: &str, text: &str, until: Deadline) -> ActResult<ActionOutput> {
     element(page, selector, until).await?.focus().await.map_err(ActionFailure::cdp)?;
     for c in text.chars() {
         let s = c.to_string();
@@ -61,7 +61,7 @@ pub(super) async fn type_text(page: &Page, selector: &str, text: &str, until: In
     Ok(ActionOutput::default())
 }
 
-pub(super) async fn fill(page: &Page, selector: &str, text: &str, until: Instant) -> ActResult<ActionOutput> {
+pub(super) async fn fill(page: &Page, selector: &str, text: &str, until: Deadline) -> ActResult<ActionOutput> {
     let el = element(page, selector, until).await?;
     let cleared = el
         .call_js_fn(
@@ -83,7 +83,12 @@ pub(super) async fn fill(page: &Page, selector: &str, text: &str, until: Instant
     Ok(ActionOutput::default())
 }
 
-pub(super) async fn press(page: &Page, selector: Option<&str>, chord: &str, until: Instant) -> ActResult<ActionOutput> {
+pub(super) async fn press(
+    page: &Page,
+    selector: Option<&str>,
+    chord: &str,
+    until: Deadline,
+) -> ActResult<ActionOutput> {
     if let Some(selector) = selector {
         element(page, selector, until).await?.focus().await.map_err(ActionFailure::cdp)?;
     }
@@ -91,17 +96,17 @@ pub(super) async fn press(page: &Page, selector: Option<&str>, chord: &str, unti
     Ok(ActionOutput::default())
 }
 
-pub(super) async fn hover(page: &Page, selector: &str, until: Instant) -> ActResult<ActionOutput> {
+pub(super) async fn hover(page: &Page, selector: &str, until: Deadline) -> ActResult<ActionOutput> {
     element(page, selector, until).await?.hover().await.map_err(ActionFailure::cdp)?;
     Ok(ActionOutput::default())
 }
 
-pub(super) async fn focus(page: &Page, selector: &str, until: Instant) -> ActResult<ActionOutput> {
+pub(super) async fn focus(page: &Page, selector: &str, until: Deadline) -> ActResult<ActionOutput> {
     element(page, selector, until).await?.focus().await.map_err(ActionFailure::cdp)?;
     Ok(ActionOutput::default())
 }
 
-pub(super) async fn select(page: &Page, selector: &str, values: &[&str], until: Instant) -> ActResult<ActionOutput> {
+pub(super) async fn select(page: &Page, selector: &str, values: &[&str], until: Deadline) -> ActResult<ActionOutput> {
     let el = element(page, selector, until).await?;
     let out = el
         .call_js_fn(
@@ -132,7 +137,7 @@ pub(super) async fn select(page: &Page, selector: &str, values: &[&str], until: 
     }
 }
 
-pub(super) async fn scroll(page: &Page, to: ScrollTo<'_>, until: Instant) -> ActResult<ActionOutput> {
+pub(super) async fn scroll(page: &Page, to: ScrollTo<'_>, until: Deadline) -> ActResult<ActionOutput> {
     match to {
         ScrollTo::Element(selector) => {
             element(page, selector, until).await?.scroll_into_view().await.map_err(ActionFailure::cdp)?;

@@ -12,6 +12,7 @@ use tokio::sync::broadcast;
 use tokio::time::Instant;
 
 use crate::actions::Action;
+use crate::driver::Deadline;
 use crate::driver::{ActResult, ActionCall, ActionFailure, ActionOutput, Driver, FailureCode, Tab};
 
 mod capture;
@@ -29,7 +30,7 @@ const POLL: Duration = Duration::from_millis(50);
 impl Driver {
     /// Parses a canonical action's arguments and runs its handler. The `match` is exhaustive:
     /// an action in the table without a handler here does not compile.
-    pub(crate) async fn dispatch(&self, call: &ActionCall, until: Instant) -> ActResult<ActionOutput> {
+    pub(crate) async fn dispatch(&self, call: &ActionCall, until: Deadline) -> ActResult<ActionOutput> {
         let action = Action::parse(call.action.kind, &call.selector, &call.payload)?;
         // Runs on the active tab, brought to the front; the answer names that tab.
         macro_rules! on_tab {
@@ -47,7 +48,9 @@ impl Driver {
             Action::SwitchTab { tab } => self.switch_tab(tab).await,
             Action::CloseTab { index } => self.close_tab(index, until).await,
             Action::ListTabs => self.list_tabs().await,
-            Action::Navigate { url, wait_until } => on_tab!(tab => self.navigate(&tab, url, wait_until)),
+            Action::Navigate { url, wait_until, fail_on_status } => {
+                on_tab!(tab => self.navigate(&tab, url, wait_until, fail_on_status))
+            }
             Action::Back => on_tab!(tab => self.history(&tab, -1, until)),
             Action::Forward => on_tab!(tab => self.history(&tab, 1, until)),
             Action::Reload => on_tab!(tab => self.reload(&tab)),
@@ -111,7 +114,7 @@ impl Driver {
 async fn poll(
     page: &Page,
     check: &str,
-    until: Instant,
+    until: Deadline,
     what: impl Fn() -> String,
     code: FailureCode,
 ) -> ActResult<ActionOutput> {
@@ -126,15 +129,15 @@ async fn poll(
             // The page may be between documents (navigating); try again.
             Err(_) => {}
         }
-        if Instant::now() + POLL > until {
-            return Err(ActionFailure::new(code, what()));
+        if Instant::now() + POLL > until.at {
+            return Err(ActionFailure::new(code, format!("{} {}", what(), until.ran_out())));
         }
         tokio::time::sleep(POLL).await;
     }
 }
 
 /// Waits until `selector` matches, then returns the element.
-async fn element(page: &Page, selector: &str, until: Instant) -> ActResult<Element> {
+async fn element(page: &Page, selector: &str, until: Deadline) -> ActResult<Element> {
     let check = format!("document.querySelector({}) !== null", json!(selector));
     poll(page, &check, until, || format!("no element matches {selector}"), FailureCode::ElementNotFound).await?;
     page.find_element(selector)

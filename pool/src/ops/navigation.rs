@@ -6,17 +6,26 @@ use chromiumoxide::cdp::browser_protocol::page::{
 };
 use chromiumoxide::Page;
 use serde_json::{json, Value};
-use tokio::time::Instant;
+use tokio::sync::broadcast;
 
 use super::{poll, value, wait_lifecycle};
 use crate::actions::WaitUntil;
-use crate::driver::{lock, ActResult, ActionFailure, ActionOutput, Driver, FailureCode, Tab};
+use crate::driver::{lock, ActResult, ActionFailure, ActionOutput, Deadline, Driver, FailureCode, Tab};
 
 impl Driver {
     /// `url` is a URL or `about:blank` (checked by the parser); the policy is checked here.
-    pub(crate) async fn navigate(&self, tab: &Tab, url: &str, wait_until: WaitUntil) -> ActResult<ActionOutput> {
+    /// Answers the URL the tab is on and the main document's HTTP status (`null` when there
+    /// was no HTTP response); with `fail_on_status`, 400..599 is `NAVIGATION_FAILED`.
+    pub(crate) async fn navigate(
+        &self,
+        tab: &Tab,
+        url: &str,
+        wait_until: WaitUntil,
+        fail_on_status: bool,
+    ) -> ActResult<ActionOutput> {
         self.check_destination(url).await?;
         let mut lifecycle = self.shared.lifecycle.subscribe();
+        let mut statuses = self.shared.doc_status.subscribe();
         let nav =
             self.raw.call(&tab.session, "Page.navigate", json!({ "url": url })).await.map_err(ActionFailure::raw)?;
         if let Some(text) = nav.get("errorText").and_then(Value::as_str).filter(|t| !t.is_empty()) {
@@ -26,7 +35,12 @@ impl Driver {
             } else {
                 FailureCode::NavigationFailed
             };
-            return Err(ActionFailure::new(code, format!("{url}: {text}")));
+            let loader = nav.get("loaderId").and_then(Value::as_str).unwrap_or_default();
+            let message = match last_status(&mut statuses, &tab.session, loader) {
+                Some(status) => format!("{url}: HTTP status {status} ({text})"),
+                None => format!("{url}: {text}"),
+            };
+            return Err(ActionFailure::new(code, message));
         }
         let loader = nav.get("loaderId").and_then(Value::as_str).unwrap_or_default().to_string();
         // A real navigation replaces anything load_html put there.
@@ -35,10 +49,14 @@ impl Driver {
             wait_lifecycle(&mut lifecycle, &tab.session, Some(&loader), event).await;
         }
         let now = tab.page.url().await.map_err(ActionFailure::cdp)?.unwrap_or_else(|| url.to_string());
-        Ok(value(json!({ "url": now })))
+        let status = last_status(&mut statuses, &tab.session, &loader);
+        if let Some(code @ 400..=599) = status.filter(|_| fail_on_status) {
+            return Err(ActionFailure::new(FailureCode::NavigationFailed, format!("{now}: HTTP status {code}")));
+        }
+        Ok(value(json!({ "url": now, "status": status })))
     }
 
-    pub(super) async fn history(&self, tab: &Tab, delta: i64, until: Instant) -> ActResult<ActionOutput> {
+    pub(super) async fn history(&self, tab: &Tab, delta: i64, until: Deadline) -> ActResult<ActionOutput> {
         let history = tab.page.execute(GetNavigationHistoryParams::default()).await.map_err(ActionFailure::cdp)?;
         let target = history.result.current_index + delta;
         let Some(entry) = usize::try_from(target).ok().and_then(|i| history.result.entries.get(i)) else {
@@ -91,6 +109,19 @@ impl Driver {
         self.call_tab(tab, SetDocumentContentParams::new(frame, html)).await?;
         self.eval_in(tab, format!("window.__browserpool_html = {}", json!(marker))).await?;
         Ok(())
+    }
+}
+
+/// The status of the last response seen for `loader`'s request on `session` (earlier ones
+/// were redirects), from statuses sent before the document was let through.
+fn last_status(statuses: &mut broadcast::Receiver<(String, String, u16)>, session: &str, loader: &str) -> Option<u16> {
+    let mut status = None;
+    loop {
+        match statuses.try_recv() {
+            Ok((s, request, code)) if s == session && request == loader => status = Some(code),
+            Ok(_) | Err(broadcast::error::TryRecvError::Lagged(_)) => {}
+            Err(_) => return status,
+        }
     }
 }
 

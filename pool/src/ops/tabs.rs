@@ -4,11 +4,10 @@
 use chromiumoxide::cdp::browser_protocol::page::BringToFrontParams;
 use chromiumoxide::cdp::browser_protocol::target::CloseTargetParams;
 use serde_json::{json, Value};
-use tokio::time::Instant;
 
 use super::apply_viewport;
 use crate::actions::{TabRef, WaitUntil};
-use crate::driver::{lock, ActResult, ActionFailure, ActionOutput, Driver, FailureCode, Tab};
+use crate::driver::{lock, ActResult, ActionFailure, ActionOutput, Deadline, Driver, FailureCode, Tab};
 
 impl Driver {
     /// Puts `tab` in front unless it already is (one CDP call, only after another tab came up).
@@ -21,7 +20,7 @@ impl Driver {
         }
     }
 
-    pub(super) async fn new_tab(&self, url: Option<&str>, until: Instant) -> ActResult<ActionOutput> {
+    pub(super) async fn new_tab(&self, url: Option<&str>, until: Deadline) -> ActResult<ActionOutput> {
         let url = url.unwrap_or("about:blank");
         self.check_url(url)?;
         let cap = self.cfg.max_tabs;
@@ -36,7 +35,7 @@ impl Driver {
         };
         let target = page.target_id().clone();
         let registered = self
-            .when_tabs(until, |tabs| match tabs.list.iter().position(|t| t.target == target) {
+            .when_tabs(until.at, |tabs| match tabs.list.iter().position(|t| t.target == target) {
                 Some(i) => Some(Ok(i)),
                 None => tabs.refused.contains(&target).then_some(Err(())),
             })
@@ -50,7 +49,7 @@ impl Driver {
         lock(&self.shared.tabs).active = index;
         let (tab, _) = self.active()?;
         if url != "about:blank" {
-            self.navigate(&tab, url, WaitUntil::Load).await?;
+            self.navigate(&tab, url, WaitUntil::Load, false).await?;
         }
         Ok(ActionOutput {
             value: json!({ "tab_index": index, "url": url }),
@@ -100,7 +99,7 @@ impl Driver {
     }
 
     /// Closes tab `index`, the active one when `None`.
-    pub(super) async fn close_tab(&self, index: Option<usize>, until: Instant) -> ActResult<ActionOutput> {
+    pub(super) async fn close_tab(&self, index: Option<usize>, until: Deadline) -> ActResult<ActionOutput> {
         let (len, active) = {
             let tabs = lock(&self.shared.tabs);
             (tabs.list.len(), tabs.active)
@@ -116,7 +115,7 @@ impl Driver {
         self.browser.execute(CloseTargetParams::new(target.clone())).await.map_err(ActionFailure::cdp)?;
         // Wait for the watcher to drop it, so indices are settled when we answer.
         let gone = |tabs: &crate::driver::Tabs| (!tabs.list.iter().any(|t| t.target == target)).then_some(());
-        if self.when_tabs(until, gone).await.is_none() {
+        if self.when_tabs(until.at, gone).await.is_none() {
             return Err(ActionFailure::new(FailureCode::Timeout, "the tab did not close in time"));
         }
         let (count, active) = {

@@ -106,7 +106,14 @@ impl Sessions {
             Ok(_) => self.live_map().get(id).cloned().ok_or_else(|| closed("CLOSED"))?,
             Err(_) => return Err(ActionFailure::new(FailureCode::SessionClosed, format!("session {id} not found"))),
         };
-        let call = ActionCall { action: canonical, selector: input.selector, payload: input.payload, timeout };
+        let default_timeout = input.timeout_ms == 0;
+        let call = ActionCall {
+            action: canonical,
+            selector: input.selector,
+            payload: input.payload,
+            timeout,
+            default_timeout,
+        };
         let mut guard = live.lease.lock().await;
         let Some(lease) = guard.as_mut() else {
             return Err(closed("CLOSED"));
@@ -125,6 +132,7 @@ impl Sessions {
                     selector: String::new(),
                     payload: serde_json::json!(tab),
                     timeout,
+                    default_timeout,
                 };
                 lease.driver().run(&switch).await.map_err(|mut f| {
                     f.message = format!("tab_index: {}", f.message);

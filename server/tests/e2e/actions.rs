@@ -317,3 +317,84 @@ async fn the_opener_takes_input_after_a_popup() {
     client.release(&id).await.unwrap();
     server.stop().await;
 }
+
+/// `navigate` answers the main document's HTTP status, after redirects; `fail_on_status` turns
+/// 4xx/5xx into NAVIGATION_FAILED.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn navigate_reports_the_http_status() {
+    let server = TestServer::start().await;
+    let site = fixture_site().await;
+    let client = server.admin().await;
+    let id = client.acquire(30_000).await.unwrap().session_id;
+
+    let home = ok(&act(&client, &id, action("navigate", "", format!("{site}/"))).await);
+    assert_eq!((home["url"].as_str(), home["status"].as_u64()), (Some(&*format!("{site}/")), Some(200)));
+    let missing = ok(&act(&client, &id, action("navigate", "", format!("{site}/missing"))).await);
+    assert_eq!(missing["status"], json!(404), "{missing}");
+    let broken = ok(&act(&client, &id, action("goto", "", json!({"url": format!("{site}/broken")}))).await);
+    assert_eq!(broken["status"], json!(500), "{broken}");
+    let moved = ok(&act(&client, &id, action("navigate", "", format!("{site}/moved"))).await);
+    assert_eq!((moved["url"].as_str(), moved["status"].as_u64()), (Some(&*format!("{site}/about")), Some(200)));
+    let blank = ok(&act(&client, &id, action("navigate", "", "about:blank")).await);
+    assert_eq!(blank["status"], json!(null), "{blank}");
+
+    let strict = |path: &str| action("navigate", "", json!({"url": format!("{site}{path}"), "fail_on_status": true}));
+    let failed = act(&client, &id, strict("/missing")).await;
+    assert_eq!(err_code(&failed), pb::ErrorCode::NavigationFailed);
+    let message = failed.error.as_ref().unwrap().message.clone();
+    assert!(message.contains("HTTP status 404") && message.contains("/missing"), "{message}");
+    assert_eq!(err_code(&act(&client, &id, strict("/broken")).await), pb::ErrorCode::NavigationFailed);
+    assert_eq!(ok(&act(&client, &id, strict("/about")).await)["status"], json!(200));
+    // A 404 without a body is Chromium's own error page: failed either way, naming the status.
+    let empty = act(&client, &id, action("navigate", "", format!("{site}/nothing-here"))).await;
+    assert_eq!(err_code(&empty), pb::ErrorCode::NavigationFailed);
+    let message = empty.error.unwrap().message;
+    assert!(message.contains("HTTP status 404") && message.contains("ERR_HTTP_RESPONSE_CODE_FAILURE"), "{message}");
+    client.release(&id).await.unwrap();
+    server.stop().await;
+}
+
+/// Options are read one way: an unknown key is INVALID_ARGUMENT naming it, with the option it
+/// was close to in `did_you_mean`; nothing is silently ignored; a wait that runs out says which
+/// timeout and how long.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn options_are_strict_and_waits_say_which_timeout_ran_out() {
+    let server = TestServer::start().await;
+    let site = fixture_site().await;
+    let client = server.admin().await;
+    let id = client.acquire(30_000).await.unwrap().session_id;
+    ok(&act(&client, &id, action("navigate", "", format!("{site}/"))).await);
+
+    for (a, selector, payload, key, near) in [
+        ("screenshot", "", json!({"fullPage": true}), "fullPage", vec!["full_page"]),
+        ("click", "h1", json!({"clickCount": 2}), "clickCount", vec!["click_count"]),
+        ("navigate", "", json!({"url": format!("{site}/"), "waitUntil": "load"}), "waitUntil", vec!["wait_until"]),
+        ("pdf", "", json!({"paper": "A4"}), "paper", vec![]),
+    ] {
+        let r = act(&client, &id, action(a, selector, payload.clone())).await;
+        assert_eq!(err_code(&r), pb::ErrorCode::InvalidArgument, "{a} {payload}");
+        let error = r.error.unwrap();
+        assert!(error.message.starts_with(&format!("payload.{key}: {a} has no option `{key}`")), "{}", error.message);
+        assert_eq!(error.did_you_mean, near, "{a} {payload}");
+    }
+    let ignored = act(&client, &id, action("title", "", json!({"tab": 1}))).await;
+    assert_eq!(err_code(&ignored), pb::ErrorCode::InvalidArgument);
+    let selector = act(&client, &id, action("navigate", "#x", format!("{site}/"))).await;
+    assert_eq!(selector.error.unwrap().message, "selector: navigate takes no selector");
+
+    let mut click = action("click", "#nowhere", json!(null));
+    click.timeout_ms = 400;
+    let missing = act(&client, &id, click).await;
+    assert_eq!(err_code(&missing), pb::ErrorCode::ElementNotFound);
+    assert_eq!(missing.error.unwrap().message, "no element matches #nowhere within 400 ms (the action's timeout_ms)");
+    let mut wait = action("wait_for", "", json!({"text": "never on this page"}));
+    wait.timeout_ms = 300;
+    let waited = act(&client, &id, wait).await;
+    assert_eq!(err_code(&waited), pb::ErrorCode::Timeout);
+    assert_eq!(
+        waited.error.unwrap().message,
+        "text \"never on this page\" did not appear within 300 ms (the action's timeout_ms)"
+    );
+    client.release(&id).await.unwrap();
+    server.stop().await;
+}

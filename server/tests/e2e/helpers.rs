@@ -412,7 +412,16 @@ pub async fn fixture_site() -> String {
         .route("/permissions", get(|| async { Html(PERMISSIONS) }))
         .route("/pixel", get(pixel))
         .route("/set-cookies", get(set_cookies))
-        .route("/echo-cookies", get(echo_cookies));
+        .route("/echo-cookies", get(echo_cookies))
+        .route(
+            "/missing",
+            get(|| async { (axum::http::StatusCode::NOT_FOUND, Html("<title>Not here</title><p>no such page</p>")) }),
+        )
+        .route("/moved", get(|| async { axum::response::Redirect::temporary("/about") }))
+        .route(
+            "/broken",
+            get(|| async { (axum::http::StatusCode::INTERNAL_SERVER_ERROR, Html("<title>Broken</title><p>oops</p>")) }),
+        );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {

@@ -13,12 +13,13 @@ use crate::driver::{ActionFailure, FailureCode, Viewport, MAX_SIDE};
 
 /// The table. One line per action: variant with its typed arguments, canonical name,
 /// aliases (exact spellings), access, and the parser of `(selector, payload)`; an action
-/// without arguments names no parser and ignores both.
+/// without arguments names no parser and refuses both. Its reference entry (what the docs
+/// say, and the option keys its parser accepts) is [`ActionKind::reference`].
 macro_rules! actions {
     (@access ($f:path) $p:ident) => { $f($p) };
     (@access $a:ident $p:ident) => { Access::$a };
     (@parse $v:ident [$f:path] $s:ident $p:ident) => { $f($s, $p) };
-    (@parse $v:ident [] $s:ident $p:ident) => { Ok(Action::$v) };
+    (@parse $v:ident [] $s:ident $p:ident) => { parse::nothing(ActionKind::$v, $p).map(|()| Action::$v) };
     ($(
         $(#[$meta:meta])*
         $variant:ident $({ $($field:ident : $ty:ty),* $(,)? })?
@@ -64,6 +65,7 @@ macro_rules! actions {
 
             /// Parses the arguments of `kind` from the call's selector and payload.
             pub fn parse(kind: ActionKind, selector: &'a str, payload: &'a Value) -> Result<Action<'a>, ActionFailure> {
+                parse::common(kind, selector)?;
                 match kind { $(ActionKind::$variant => actions!(@parse $variant [$($parse)?] selector payload),)* }
             }
         }
@@ -71,8 +73,9 @@ macro_rules! actions {
 }
 
 actions! {
-    /// Loads `url` in the active tab and waits for `wait_until`.
-    Navigate { url: &'a str, wait_until: WaitUntil } = "navigate" ["goto", "open", "visit"], Write, parse::navigate;
+    /// Loads `url` in the active tab and waits for `wait_until`; with `fail_on_status`, an
+    /// HTTP error status of the main document fails it.
+    Navigate { url: &'a str, wait_until: WaitUntil, fail_on_status: bool } = "navigate" ["goto", "open", "visit"], Write, parse::navigate;
     Back = "back", Write;
     Forward = "forward", Write;
     Reload = "reload", Write;
@@ -385,6 +388,8 @@ pub fn parse_viewport(payload: &Value) -> Result<Viewport, ActionFailure> {
     let map = payload
         .as_object()
         .ok_or_else(|| ActionFailure::invalid("payload: {width, height, scale, mobile} is required"))?;
+    let known: Vec<&str> = ActionKind::SetViewport.reference().options.iter().map(|o| o.name).collect();
+    parse::check_keys("payload", "set_viewport has no option", map, &known)?;
     let side = |k: &str| -> Result<u32, ActionFailure> {
         let v = map.get(k).ok_or_else(|| ActionFailure::invalid(format!("payload.{k}: required")))?;
         match v.as_u64() {
@@ -412,375 +417,10 @@ pub fn parse_viewport(payload: &Value) -> Result<Viewport, ActionFailure> {
     Ok(Viewport { width, height, scale, mobile })
 }
 
-/// One parser per action with arguments: `(selector, payload)` to the typed action, with the
-/// messages clients already get.
-mod parse {
-    use serde_json::{Map, Value};
+mod parse;
+mod reference;
 
-    use super::*;
-
-    type Parsed<'a> = Result<Action<'a>, ActionFailure>;
-
-    fn require_selector(kind: ActionKind, selector: &str) -> Result<&str, ActionFailure> {
-        if selector.trim().is_empty() {
-            return Err(ActionFailure::invalid(format!("selector: {} needs a css selector", kind.name())));
-        }
-        Ok(selector)
-    }
-
-    fn require_text(payload: &Value) -> Result<&str, ActionFailure> {
-        payload.as_str().ok_or_else(|| ActionFailure::invalid("payload: a string is required"))
-    }
-
-    fn optional(selector: &str) -> Option<&str> {
-        (!selector.is_empty()).then_some(selector)
-    }
-
-    pub(super) fn navigate<'a>(_: &'a str, payload: &'a Value) -> Parsed<'a> {
-        let (url, wait_until) = match payload {
-            Value::String(url) => (url.as_str(), "load"),
-            Value::Object(map) => {
-                let url = map
-                    .get("url")
-                    .and_then(Value::as_str)
-                    .ok_or_else(|| ActionFailure::invalid("payload.url: a url string is required"))?;
-                let wait = match map.get("wait_until") {
-                    None | Some(Value::Null) => "load",
-                    Some(Value::String(s)) => s.as_str(),
-                    Some(_) => return Err(ActionFailure::invalid("payload.wait_until: a string is required")),
-                };
-                (url, wait)
-            }
-            _ => return Err(ActionFailure::invalid("payload: a url string or {url, wait_until} is required")),
-        };
-        if url::Url::parse(url).is_err() && url != "about:blank" {
-            return Err(ActionFailure::invalid(format!("payload.url: {url:?} is not a url")));
-        }
-        let wait_until = match wait_until {
-            "load" => WaitUntil::Load,
-            "domcontentloaded" => WaitUntil::DomContentLoaded,
-            "networkidle" => WaitUntil::NetworkIdle,
-            "none" => WaitUntil::NoWait,
-            other => {
-                return Err(ActionFailure::invalid(format!(
-                    "payload.wait_until: `{other}` is not one of load, domcontentloaded, networkidle, none"
-                )))
-            }
-        };
-        Ok(Action::Navigate { url, wait_until })
-    }
-
-    pub(super) fn click<'a>(selector: &'a str, payload: &'a Value) -> Parsed<'a> {
-        let selector = require_selector(ActionKind::Click, selector)?;
-        let map = match payload {
-            Value::Null => return Ok(Action::Click { selector, button: Button::Left, click_count: 1 }),
-            Value::Object(map) => map,
-            _ => return Err(ActionFailure::invalid("payload: expected {button, click_count} or nothing")),
-        };
-        let button = match map.get("button").map(|b| b.as_str()) {
-            None | Some(Some("left")) => Button::Left,
-            Some(Some("right")) => Button::Right,
-            Some(Some("middle")) => Button::Middle,
-            Some(other) => {
-                return Err(ActionFailure::invalid(format!("payload.button: {other:?} is not left, right or middle")))
-            }
-        };
-        let click_count = match map.get("click_count") {
-            None => 1,
-            Some(v) => match v.as_i64() {
-                Some(n @ 1..=3) => n,
-                _ => return Err(ActionFailure::invalid("payload.click_count: must be 1, 2 or 3")),
-            },
-        };
-        Ok(Action::Click { selector, button, click_count })
-    }
-
-    pub(super) fn type_text<'a>(selector: &'a str, payload: &'a Value) -> Parsed<'a> {
-        let selector = require_selector(ActionKind::Type, selector)?;
-        Ok(Action::Type { selector, text: require_text(payload)? })
-    }
-
-    pub(super) fn fill<'a>(selector: &'a str, payload: &'a Value) -> Parsed<'a> {
-        let selector = require_selector(ActionKind::Fill, selector)?;
-        Ok(Action::Fill { selector, text: require_text(payload)? })
-    }
-
-    pub(super) fn press<'a>(selector: &'a str, payload: &'a Value) -> Parsed<'a> {
-        Ok(Action::Press { chord: require_text(payload)?, selector: optional(selector) })
-    }
-
-    pub(super) fn hover<'a>(selector: &'a str, _: &'a Value) -> Parsed<'a> {
-        Ok(Action::Hover { selector: require_selector(ActionKind::Hover, selector)? })
-    }
-
-    pub(super) fn focus<'a>(selector: &'a str, _: &'a Value) -> Parsed<'a> {
-        Ok(Action::Focus { selector: require_selector(ActionKind::Focus, selector)? })
-    }
-
-    pub(super) fn select<'a>(selector: &'a str, payload: &'a Value) -> Parsed<'a> {
-        let selector = require_selector(ActionKind::Select, selector)?;
-        let values = match payload {
-            Value::String(s) => vec![s.as_str()],
-            Value::Array(a) => a
-                .iter()
-                .map(Value::as_str)
-                .collect::<Option<_>>()
-                .ok_or_else(|| ActionFailure::invalid("payload: a value or a list of value strings"))?,
-            _ => return Err(ActionFailure::invalid("payload: a value or a list of value strings")),
-        };
-        Ok(Action::Select { selector, values })
-    }
-
-    /// A selector scrolls its element into view and the payload is not read.
-    pub(super) fn scroll<'a>(selector: &'a str, payload: &'a Value) -> Parsed<'a> {
-        if !selector.is_empty() {
-            return Ok(Action::Scroll { to: ScrollTo::Element(selector) });
-        }
-        let (x, y) = match payload {
-            Value::Null => (0.0, 0.0),
-            Value::Object(m) => {
-                let get = |k: &str| match m.get(k) {
-                    None | Some(Value::Null) => Ok(0.0),
-                    Some(v) => v
-                        .as_f64()
-                        .filter(|f| f.is_finite())
-                        .ok_or_else(|| ActionFailure::invalid(format!("payload.{k}: a number"))),
-                };
-                (get("x")?, get("y")?)
-            }
-            _ => return Err(ActionFailure::invalid("payload: optional {x, y}")),
-        };
-        Ok(Action::Scroll { to: ScrollTo::Point { x, y } })
-    }
-
-    /// A selector waits for its element to be visible and the payload is not read.
-    pub(super) fn wait_for<'a>(selector: &'a str, payload: &'a Value) -> Parsed<'a> {
-        if !selector.is_empty() {
-            return Ok(Action::WaitFor { until: Condition::Visible(selector) });
-        }
-        let until = match payload {
-            Value::Object(map) if map.contains_key("ms") => Condition::Ms(
-                map["ms"]
-                    .as_u64()
-                    .ok_or_else(|| ActionFailure::invalid("payload.ms: a number of milliseconds is required"))?,
-            ),
-            Value::Object(map) if map.contains_key("text") => Condition::Text(
-                map["text"].as_str().ok_or_else(|| ActionFailure::invalid("payload.text: a string is required"))?,
-            ),
-            Value::Object(map) if map.contains_key("url") => Condition::Url(
-                map["url"].as_str().ok_or_else(|| ActionFailure::invalid("payload.url: a string is required"))?,
-            ),
-            _ => return Err(ActionFailure::invalid("wait_for needs a selector, or a payload {ms}, {text} or {url}")),
-        };
-        Ok(Action::WaitFor { until })
-    }
-
-    pub(super) fn extract<'a>(selector: &'a str, payload: &'a Value) -> Parsed<'a> {
-        let format = match payload {
-            Value::Null => "text",
-            Value::String(s) if s.is_empty() => "text",
-            Value::String(s) => s.as_str(),
-            Value::Object(map) => map.get("format").and_then(Value::as_str).unwrap_or("text"),
-            _ => {
-                return Err(ActionFailure::invalid(
-                    "payload: a format string (text, html, value, attr:<name>) is expected",
-                ))
-            }
-        };
-        let format = match format {
-            "text" => ExtractFormat::Text,
-            "html" => ExtractFormat::Html,
-            "value" => ExtractFormat::Value,
-            f if f.starts_with("attr:") && f.len() > 5 => ExtractFormat::Attr(&f[5..]),
-            other => {
-                return Err(ActionFailure::invalid(format!(
-                    "payload: format `{other}` is not one of text, html, value, attr:<name>"
-                )))
-            }
-        };
-        Ok(Action::Extract { selector: optional(selector), format })
-    }
-
-    pub(super) fn attr<'a>(selector: &'a str, payload: &'a Value) -> Parsed<'a> {
-        let selector = require_selector(ActionKind::Attr, selector)?;
-        let name = match payload {
-            Value::String(s) if !s.is_empty() => s.as_str(),
-            Value::Object(m) if m.get("name").is_some_and(Value::is_string) => m["name"].as_str().unwrap_or_default(),
-            _ => return Err(ActionFailure::invalid("payload: an attribute name string is required")),
-        };
-        Ok(Action::Attr { selector, name })
-    }
-
-    pub(super) fn evaluate<'a>(_: &'a str, payload: &'a Value) -> Parsed<'a> {
-        match payload {
-            Value::String(s) if !s.trim().is_empty() => Ok(Action::Evaluate { expression: s }),
-            _ => Err(ActionFailure::invalid("payload: a JavaScript expression string is required")),
-        }
-    }
-
-    /// Everything but the size in device pixels, which needs the current viewport's scale.
-    pub(super) fn screenshot<'a>(selector: &'a str, payload: &'a Value) -> Parsed<'a> {
-        let format_only;
-        let empty = Map::new();
-        let opts = match payload {
-            Value::Null => &empty,
-            Value::Object(m) => m,
-            Value::String(_) => {
-                format_only = Map::from_iter([("format".to_string(), payload.clone())]);
-                &format_only
-            }
-            _ => return Err(ActionFailure::invalid("payload: screenshot options {full_page, clip, format, quality}")),
-        };
-        for key in opts.keys() {
-            if !["full_page", "clip", "format", "quality"].contains(&key.as_str()) {
-                return Err(ActionFailure::invalid(format!("payload.{key}: unknown screenshot option")));
-            }
-        }
-        let format = match opts.get("format").and_then(Value::as_str).unwrap_or("png") {
-            "png" => ImageFormat::Png,
-            "jpeg" | "jpg" => ImageFormat::Jpeg,
-            other => return Err(ActionFailure::invalid(format!("payload.format: `{other}` is not png or jpeg"))),
-        };
-        let quality = match opts.get("quality") {
-            None | Some(Value::Null) => None,
-            Some(q) => match q.as_i64() {
-                Some(q @ 0..=100) if format == ImageFormat::Jpeg => Some(q),
-                Some(0..=100) => return Err(ActionFailure::invalid("payload.quality: only applies to jpeg")),
-                _ => return Err(ActionFailure::invalid(format!("payload.quality: {q} is not 0..100"))),
-            },
-        };
-        let full_page = opts.get("full_page").and_then(Value::as_bool).unwrap_or(false);
-        let clip = opts.get("clip").filter(|c| !c.is_null());
-        if clip.is_some() && !selector.is_empty() {
-            return Err(ActionFailure::invalid(
-                "payload.clip: conflicts with a selector (element crop); give one or the other",
-            ));
-        }
-        if clip.is_some() && full_page {
-            return Err(ActionFailure::invalid("payload.clip: conflicts with full_page"));
-        }
-        let region = if let Some(c) = clip {
-            let num = |k: &str| {
-                c.get(k).and_then(Value::as_f64).filter(|v| v.is_finite() && *v >= 0.0).ok_or_else(|| {
-                    ActionFailure::invalid(format!("payload.clip.{k}: a non-negative number is required"))
-                })
-            };
-            let (x, y, width, height) = (num("x")?, num("y")?, num("width")?, num("height")?);
-            if width < 1.0 || height < 1.0 {
-                return Err(ActionFailure::invalid("payload.clip: width and height must be at least 1"));
-            }
-            Region::Clip(Rect { x, y, width, height })
-        } else if !selector.is_empty() {
-            Region::Element(selector)
-        } else if full_page {
-            Region::FullPage
-        } else {
-            Region::Viewport
-        };
-        Ok(Action::Screenshot { format, quality, region })
-    }
-
-    pub(super) fn pdf<'a>(_: &'a str, payload: &'a Value) -> Parsed<'a> {
-        let opts = match payload {
-            Value::Null => None,
-            Value::Object(m) => Some(m),
-            _ => return Err(ActionFailure::invalid("payload: optional print options object")),
-        };
-        let mut options = PdfOptions::default();
-        for (k, v) in opts.into_iter().flatten() {
-            let bad = || ActionFailure::invalid(format!("payload.{k}: {v} is not valid"));
-            match k.as_str() {
-                "landscape" => options.landscape = Some(v.as_bool().ok_or_else(bad)?),
-                "print_background" => options.print_background = Some(v.as_bool().ok_or_else(bad)?),
-                "scale" => options.scale = Some(v.as_f64().filter(|s| (0.1..=2.0).contains(s)).ok_or_else(bad)?),
-                "paper_width" => {
-                    options.paper_width = Some(v.as_f64().filter(|s| *s > 0.0 && *s < 200.0).ok_or_else(bad)?)
-                }
-                "paper_height" => {
-                    options.paper_height = Some(v.as_f64().filter(|s| *s > 0.0 && *s < 200.0).ok_or_else(bad)?)
-                }
-                "page_ranges" => options.page_ranges = Some(v.as_str().ok_or_else(bad)?),
-                "margin" => options.margin = Some(v.as_f64().filter(|s| *s >= 0.0 && *s < 20.0).ok_or_else(bad)?),
-                _ => return Err(ActionFailure::invalid(format!("payload.{k}: unknown print option"))),
-            }
-        }
-        Ok(Action::Pdf { options })
-    }
-
-    pub(super) fn set_viewport<'a>(_: &'a str, payload: &'a Value) -> Parsed<'a> {
-        Ok(Action::SetViewport { viewport: parse_viewport(payload)? })
-    }
-
-    pub(super) fn load_html<'a>(_: &'a str, payload: &'a Value) -> Parsed<'a> {
-        let html = payload.as_str().ok_or_else(|| ActionFailure::invalid("payload: an html string is required"))?;
-        Ok(Action::LoadHtml { html })
-    }
-
-    pub(super) fn new_tab<'a>(_: &'a str, payload: &'a Value) -> Parsed<'a> {
-        let url = match payload {
-            Value::Null => None,
-            Value::String(s) if s.is_empty() => None,
-            Value::String(s) => Some(s.as_str()),
-            Value::Object(m) if m.get("url").is_some_and(Value::is_string) => m["url"].as_str(),
-            _ => return Err(ActionFailure::invalid("payload: an optional url string")),
-        };
-        Ok(Action::NewTab { url })
-    }
-
-    pub(super) fn switch_tab<'a>(_: &'a str, payload: &'a Value) -> Parsed<'a> {
-        let tab = match payload {
-            Value::Number(n) => TabRef::Index(n.as_u64().ok_or_else(|| {
-                ActionFailure::invalid(format!("payload: tab index {n} is not a non-negative integer"))
-            })?),
-            Value::String(needle) if !needle.is_empty() => TabRef::Matching(needle),
-            _ => return Err(ActionFailure::invalid("payload: a tab index (number) or a title/url substring (string)")),
-        };
-        Ok(Action::SwitchTab { tab })
-    }
-
-    pub(super) fn close_tab<'a>(_: &'a str, payload: &'a Value) -> Parsed<'a> {
-        let index = match payload {
-            Value::Null => None,
-            Value::Number(n) => {
-                Some(n.as_u64().map(|i| i as usize).ok_or_else(|| ActionFailure::invalid("payload: a tab index"))?)
-            }
-            _ => return Err(ActionFailure::invalid("payload: an optional tab index (number)")),
-        };
-        Ok(Action::CloseTab { index })
-    }
-
-    pub(super) fn cookies<'a>(_: &'a str, payload: &'a Value) -> Parsed<'a> {
-        let op = match payload {
-            Value::Null => "get",
-            Value::String(op) => op.as_str(),
-            Value::Object(m) => m.get("op").and_then(Value::as_str).unwrap_or("get"),
-            _ => return Err(ActionFailure::invalid("payload: {op: get|set|clear, cookies: [...]}")),
-        };
-        let op = match op {
-            "get" => CookieOp::Get,
-            "clear" => CookieOp::Clear,
-            "set" => {
-                let list = payload
-                    .get("cookies")
-                    .and_then(Value::as_array)
-                    .ok_or_else(|| ActionFailure::invalid("payload.cookies: a list is required"))?;
-                if list.len() > crate::context::MAX_COOKIES {
-                    return Err(ActionFailure::new(
-                        FailureCode::PayloadTooLarge,
-                        format!(
-                            "payload.cookies: {} cookies exceed the limit of {}",
-                            list.len(),
-                            crate::context::MAX_COOKIES
-                        ),
-                    ));
-                }
-                CookieOp::Set(list)
-            }
-            other => return Err(ActionFailure::invalid(format!("payload.op: `{other}` is not get, set or clear"))),
-        };
-        Ok(Action::Cookies { op })
-    }
-}
+pub use reference::{markdown as reference_markdown, OptionDoc, Reference, SelectorUse};
 
 #[cfg(test)]
 mod tests {
@@ -898,16 +538,18 @@ mod tests {
         use Action as A;
         let cookies = json!([{"name": "a", "value": "1"}]);
         let cookie_list: &'static [Value] = Box::leak(cookies.as_array().unwrap().clone().into_boxed_slice());
-        let page = |url| A::Navigate { url, wait_until: WaitUntil::Load };
+        let page = |url| A::Navigate { url, wait_until: WaitUntil::Load, fail_on_status: false };
         let shot = |format, quality, region| A::Screenshot { format, quality, region };
         #[rustfmt::skip]
         let cases: Vec<(&str, &str, Value, Action<'static>)> = vec![
             ("navigate", "", json!("https://a.test/"), page("https://a.test/")),
-            ("goto", "", json!({"url": "about:blank", "wait_until": "none"}), A::Navigate { url: "about:blank", wait_until: WaitUntil::NoWait }),
+            ("goto", "", json!({"url": "about:blank", "wait_until": "none"}), A::Navigate { url: "about:blank", wait_until: WaitUntil::NoWait, fail_on_status: false }),
             ("navigate", "", json!({"url": "https://a.test/", "wait_until": null}), page("https://a.test/")),
-            ("navigate", "", json!({"url": "https://a.test/", "wait_until": "networkidle"}), A::Navigate { url: "https://a.test/", wait_until: WaitUntil::NetworkIdle }),
-            ("visit", "", json!({"url": "https://a.test/", "wait_until": "domcontentloaded"}), A::Navigate { url: "https://a.test/", wait_until: WaitUntil::DomContentLoaded }),
-            ("back", "ignored", json!(42), A::Back),
+            ("navigate", "", json!({"url": "https://a.test/", "wait_until": "networkidle"}), A::Navigate { url: "https://a.test/", wait_until: WaitUntil::NetworkIdle, fail_on_status: false }),
+            ("visit", "", json!({"url": "https://a.test/", "wait_until": "domcontentloaded"}), A::Navigate { url: "https://a.test/", wait_until: WaitUntil::DomContentLoaded, fail_on_status: false }),
+            ("navigate", "", json!({"url": "https://a.test/", "fail_on_status": true}), A::Navigate { url: "https://a.test/", wait_until: WaitUntil::Load, fail_on_status: true }),
+            ("back", "", json!(""), A::Back),
+            ("back", "", json!({}), A::Back),
             ("forward", "", Value::Null, A::Forward),
             ("reload", "", Value::Null, A::Reload),
             ("click", "#b", Value::Null, A::Click { selector: "#b", button: Button::Left, click_count: 1 }),
@@ -918,13 +560,13 @@ mod tests {
             ("press", "", json!("Control+A"), A::Press { selector: None, chord: "Control+A" }),
             ("press", "#q", json!("Enter"), A::Press { selector: Some("#q"), chord: "Enter" }),
             ("hover", "#m", Value::Null, A::Hover { selector: "#m" }),
-            ("focus", "#m", json!("ignored"), A::Focus { selector: "#m" }),
+            ("focus", "#m", Value::Null, A::Focus { selector: "#m" }),
             ("select", "#s", json!("b"), A::Select { selector: "#s", values: vec!["b"] }),
             ("select", "#s", json!(["a", "c"]), A::Select { selector: "#s", values: vec!["a", "c"] }),
-            ("scroll", "#far", json!("ignored"), A::Scroll { to: ScrollTo::Element("#far") }),
+            ("scroll", "#far", Value::Null, A::Scroll { to: ScrollTo::Element("#far") }),
             ("scroll", "", Value::Null, A::Scroll { to: ScrollTo::Point { x: 0.0, y: 0.0 } }),
             ("scroll", "", json!({"y": 500}), A::Scroll { to: ScrollTo::Point { x: 0.0, y: 500.0 } }),
-            ("wait_for", "#late", json!({"ms": "ignored"}), A::WaitFor { until: Condition::Visible("#late") }),
+            ("wait_for", "#late", Value::Null, A::WaitFor { until: Condition::Visible("#late") }),
             ("wait", "", json!({"ms": 10}), A::WaitFor { until: Condition::Ms(10) }),
             ("wait_for", "", json!({"text": "done"}), A::WaitFor { until: Condition::Text("done") }),
             ("wait_for", "", json!({"url": "/next"}), A::WaitFor { until: Condition::Url("/next") }),
@@ -933,7 +575,6 @@ mod tests {
             ("extract", "h1", json!("html"), A::Extract { selector: Some("h1"), format: ExtractFormat::Html }),
             ("extract", "#i", json!({"format": "value"}), A::Extract { selector: Some("#i"), format: ExtractFormat::Value }),
             ("extract", "a", json!("attr:href"), A::Extract { selector: Some("a"), format: ExtractFormat::Attr("href") }),
-            ("extract", "a", json!({"format": 5}), A::Extract { selector: Some("a"), format: ExtractFormat::Text }),
             ("attr", "a", json!("href"), A::Attr { selector: "a", name: "href" }),
             ("attr", "a", json!({"name": "id"}), A::Attr { selector: "a", name: "id" }),
             ("evaluate", "", json!("1 + 1"), A::Evaluate { expression: "1 + 1" }),
@@ -941,7 +582,7 @@ mod tests {
             ("screenshot", "", Value::Null, shot(ImageFormat::Png, None, Region::Viewport)),
             ("screenshot", "", json!("jpg"), shot(ImageFormat::Jpeg, None, Region::Viewport)),
             ("screenshot", "", json!({"format": "jpeg", "quality": 50, "full_page": true}), shot(ImageFormat::Jpeg, Some(50), Region::FullPage)),
-            ("screenshot", "#box", json!({"full_page": true}), shot(ImageFormat::Png, None, Region::Element("#box"))),
+            ("screenshot", "#box", json!({"format": "png"}), shot(ImageFormat::Png, None, Region::Element("#box"))),
             ("screenshot", "", json!({"clip": {"x": 1, "y": 2, "width": 3, "height": 4}}), shot(ImageFormat::Png, None, Region::Clip(Rect { x: 1.0, y: 2.0, width: 3.0, height: 4.0 }))),
             ("pdf", "", Value::Null, A::Pdf { options: PdfOptions::default() }),
             ("pdf", "", json!({"landscape": true, "margin": 1, "page_ranges": "1-2"}), A::Pdf { options: PdfOptions { landscape: Some(true), margin: Some(1.0), page_ranges: Some("1-2"), ..PdfOptions::default() } }),
@@ -975,6 +616,69 @@ mod tests {
         assert!(missing.is_empty(), "actions without a parse case: {missing:?}");
     }
 
+    /// An option spelled another way, or misspelled, is refused with the option it meant.
+    #[test]
+    fn unknown_options_are_refused_with_the_option_they_meant() {
+        #[rustfmt::skip]
+        let cases: Vec<(&str, &str, Value, &str, &[&str])> = vec![
+            ("screenshot", "", json!({"fullPage": true}), "payload.fullPage: screenshot has no option `fullPage`; did you mean `full_page`?", &["full_page"]),
+            ("navigate", "", json!({"url": "https://a.test/", "waitUntil": "load"}), "payload.waitUntil: navigate has no option `waitUntil`; did you mean `wait_until`?", &["wait_until"]),
+            ("navigate", "", json!({"url": "https://a.test/", "wait_untill": "load"}), "payload.wait_untill: navigate has no option `wait_untill`; did you mean `wait_until`?", &["wait_until"]),
+            ("click", "#b", json!({"clickCount": 2}), "payload.clickCount: click has no option `clickCount`; did you mean `click_count`?", &["click_count"]),
+            ("click", "#b", json!({"click-count": 2}), "payload.click-count: click has no option `click-count`; did you mean `click_count`?", &["click_count"]),
+            ("pdf", "", json!({"printBackground": true}), "payload.printBackground: pdf has no option `printBackground`; did you mean `print_background`?", &["print_background"]),
+            ("set_viewport", "", json!({"width": 10, "height": 10, "Mobile": true}), "payload.Mobile: set_viewport has no option `Mobile`; did you mean `mobile`?", &["mobile"]),
+            ("extract", "", json!({"fromat": "html"}), "payload.fromat: extract has no option `fromat`; did you mean `format`?", &["format"]),
+            ("new_tab", "", json!({"href": "https://a.test/"}), "payload.href: new_tab has no option `href` (it has: url)", &[]),
+        ];
+        for (name, selector, payload, message, near) in cases {
+            let err = parse(name, selector, payload.clone()).unwrap_err();
+            assert_eq!(err.code, FailureCode::InvalidArgument, "{name} {payload}");
+            assert_eq!(err.message, message, "{name} {payload}");
+            assert_eq!(err.did_you_mean, near, "{name} {payload}");
+        }
+    }
+
+    /// Every option the reference lists is accepted by its action's parser (a reference that
+    /// names an option the parser refuses would be a lie).
+    #[test]
+    fn every_documented_option_is_accepted() {
+        #[rustfmt::skip]
+        let samples: Vec<(&str, &str, Value)> = vec![
+            ("navigate", "", json!({"url": "https://a.test/", "wait_until": "load", "fail_on_status": true})),
+            ("click", "#b", json!({"button": "left", "click_count": 1})),
+            ("scroll", "", json!({"x": 1, "y": 2})),
+            ("wait_for", "", json!({"ms": 1})),
+            ("wait_for", "", json!({"text": "a"})),
+            ("wait_for", "", json!({"url": "a"})),
+            ("extract", "", json!({"format": "text"})),
+            ("attr", "a", json!({"name": "href"})),
+            ("screenshot", "", json!({"full_page": false, "format": "jpeg", "quality": 5, "clip": {"x": 0, "y": 0, "width": 1, "height": 1}})),
+            ("pdf", "", json!({"landscape": true, "print_background": true, "scale": 1, "paper_width": 8, "paper_height": 11, "page_ranges": "1", "margin": 0})),
+            ("set_viewport", "", json!({"width": 10, "height": 10, "scale": 1, "mobile": false})),
+            ("new_tab", "", json!({"url": "https://a.test/"})),
+            ("cookies", "", json!({"op": "set", "cookies": []})),
+        ];
+        let mut covered = std::collections::HashSet::new();
+        for (name, selector, payload) in &samples {
+            let got = parse(name, selector, payload.clone());
+            assert!(got.is_ok(), "{name} {payload}: {got:?}");
+            for key in payload.as_object().unwrap().keys() {
+                covered.insert((name.to_string(), key.clone()));
+            }
+        }
+        for kind in ActionKind::ALL {
+            for o in kind.reference().options {
+                assert!(
+                    covered.contains(&(kind.name().to_string(), o.name.to_string())),
+                    "{}.{} untested",
+                    kind.name(),
+                    o.name
+                );
+            }
+        }
+    }
+
     /// Bad payloads give the codes and messages the handlers gave before the table.
     #[test]
     fn bad_payloads_keep_their_codes_and_messages() {
@@ -985,7 +689,8 @@ mod tests {
         #[rustfmt::skip]
         let cases: Vec<(&str, &str, Value, FailureCode, &str)> = vec![
             ("naviagte", "", json!("https://a.test/"), UnknownAction, "unknown action \"naviagte\""),
-            ("navigate", "", Value::Null, InvalidArgument, "payload: a url string or {url, wait_until} is required"),
+            ("navigate", "", Value::Null, InvalidArgument, "payload: a url string or {url, wait_until, fail_on_status} is required"),
+            ("navigate", "", json!({"url": "https://a.test/", "fail_on_status": "yes"}), InvalidArgument, "payload.fail_on_status: true or false is required"),
             ("navigate", "", json!({"url": 5}), InvalidArgument, "payload.url: a url string is required"),
             ("navigate", "", json!({"url": "https://a.test/", "wait_until": 1}), InvalidArgument, "payload.wait_until: a string is required"),
             ("navigate", "", json!("not a url"), InvalidArgument, "payload.url: \"not a url\" is not a url"),
@@ -1016,7 +721,7 @@ mod tests {
             ("attr", "a", json!(""), InvalidArgument, "payload: an attribute name string is required"),
             ("evaluate", "", json!("  "), InvalidArgument, "payload: a JavaScript expression string is required"),
             ("screenshot", "", json!(1), InvalidArgument, "payload: screenshot options {full_page, clip, format, quality}"),
-            ("screenshot", "", json!({"size": 1}), InvalidArgument, "payload.size: unknown screenshot option"),
+            ("screenshot", "", json!({"size": 1}), InvalidArgument, "payload.size: screenshot has no option `size` (it has: full_page, clip, format, quality)"),
             ("screenshot", "", json!("webp"), InvalidArgument, "payload.format: `webp` is not png or jpeg"),
             ("screenshot", "", json!({"quality": 50}), InvalidArgument, "payload.quality: only applies to jpeg"),
             ("screenshot", "", json!({"format": "jpeg", "quality": 101}), InvalidArgument, "payload.quality: 101 is not 0..100"),
@@ -1025,7 +730,7 @@ mod tests {
             ("screenshot", "", json!({"clip": {"x": 0, "y": -1}}), InvalidArgument, "payload.clip.y: a non-negative number is required"),
             ("screenshot", "", json!({"clip": {"x": 0, "y": 0, "width": 0.5, "height": 9}}), InvalidArgument, "payload.clip: width and height must be at least 1"),
             ("pdf", "", json!("A4"), InvalidArgument, "payload: optional print options object"),
-            ("pdf", "", json!({"paper": "A4"}), InvalidArgument, "payload.paper: unknown print option"),
+            ("pdf", "", json!({"paper": "A4"}), InvalidArgument, "payload.paper: pdf has no option `paper` (it has: landscape, print_background, scale, paper_width, paper_height, page_ranges, margin)"),
             ("pdf", "", json!({"scale": 3}), InvalidArgument, "payload.scale: 3 is not valid"),
             ("set_viewport", "", Value::Null, InvalidArgument, "payload: {width, height, scale, mobile} is required"),
             ("load_html", "", json!({"html": "<p>"}), InvalidArgument, "payload: an html string is required"),
@@ -1038,6 +743,22 @@ mod tests {
             ("cookies", "", json!("set"), InvalidArgument, "payload.cookies: a list is required"),
             ("cookies", "", json!({"op": "eat"}), InvalidArgument, "payload.op: `eat` is not get, set or clear"),
             ("cookies", "", too_many, PayloadTooLarge, too_many_message),
+            // Nothing is silently ignored.
+            ("back", "", json!(42), InvalidArgument, "payload: back takes no payload, got 42"),
+            ("title", "", json!({"x": 1}), InvalidArgument, "payload: title takes no payload, got {\"x\":1}"),
+            ("navigate", "#a", json!("https://a.test/"), InvalidArgument, "selector: navigate takes no selector"),
+            ("list_tabs", "x", Value::Null, InvalidArgument, "selector: list_tabs takes no selector"),
+            ("focus", "#m", json!("x"), InvalidArgument, "payload: focus takes no payload, got \"x\""),
+            ("hover", "#m", json!(1), InvalidArgument, "payload: hover takes no payload, got 1"),
+            ("scroll", "#far", json!({"y": 1}), InvalidArgument, "payload: conflicts with the selector; scroll to an element or to {x, y}"),
+            ("wait_for", "#late", json!({"ms": 5}), InvalidArgument, "payload: conflicts with the selector; wait for an element, or for {ms}, {text} or {url}"),
+            ("wait_for", "", json!({"ms": 5, "text": "a"}), InvalidArgument, "payload: give one of ms, text, url, not ms and text"),
+            ("extract", "a", json!({"format": 5}), InvalidArgument, "payload.format: 5 is not one of text, html, value, attr:<name>"),
+            ("screenshot", "#box", json!({"full_page": true}), InvalidArgument, "payload.full_page: conflicts with a selector (element crop); give one or the other"),
+            ("screenshot", "", json!({"full_page": "yes"}), InvalidArgument, "payload.full_page: true or false is required"),
+            ("screenshot", "", json!({"clip": {"x": 0, "y": 0, "w": 5, "height": 5}}), InvalidArgument, "payload.clip.w: a clip has no field `w` (it has: x, y, width, height)"),
+            ("set_viewport", "", json!({"width": 10, "height": 10, "dpr": 2}), InvalidArgument, "payload.dpr: set_viewport has no option `dpr` (it has: width, height, scale, mobile)"),
+            ("cookies", "", json!({"op": 1}), InvalidArgument, "payload.op: 1 is not get, set or clear"),
         ];
         for (name, selector, payload, code, message) in cases {
             let err = parse(name, selector, payload.clone()).unwrap_err();
