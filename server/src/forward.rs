@@ -513,7 +513,14 @@ where
             return Box::pin(async move { Ok(inner.call(req).await?.map(Body::new)) });
         };
         let peers = self.peers.clone();
-        Box::pin(async move {
+        // A Drive client may wait for the response headers before it sends the message that
+        // names the session: answer them at once and route when the message comes. A call
+        // this replica refuses itself (a bad token) is answered as before.
+        let early = req.uri().path() == DRIVE_PATH;
+        if early && peers.forwardable(req.headers(), req.uri().path()).is_none() {
+            return Box::pin(async move { Ok(inner.call(req).await?.map(Body::new)) });
+        }
+        let routed = async move {
             let (parts, body) = req.into_parts();
             let (first, body) = first_message(body).await;
             let id = first.as_deref().and_then(|m| string_field(m, field)).filter(|id| !id.is_empty());
@@ -521,10 +528,12 @@ where
             // Otherwise only calls this replica would let through are forwarded: a bad token,
             // or a non-admin KillSession, is refused (and audited) here.
             let route = match &id {
-                Some(id) if !peers.inner.sessions.holds(id) => match peers.forwardable(&parts) {
-                    Some(claims) => peers.route(id, Some(&claims)).await,
-                    None => Route::Here,
-                },
+                Some(id) if !peers.inner.sessions.holds(id) => {
+                    match peers.forwardable(&parts.headers, parts.uri.path()) {
+                        Some(claims) => peers.route(id, Some(&claims)).await,
+                        None => Route::Here,
+                    }
+                }
                 _ => Route::Here,
             };
             match (route, id) {
@@ -544,7 +553,72 @@ where
                 }
                 _ => Ok(inner.call(http::Request::from_parts(parts, body)).await?.map(Body::new)),
             }
-        })
+        };
+        if early {
+            let routed = async move {
+                match routed.await {
+                    Ok(answer) => answer,
+                    Err(never) => match never {},
+                }
+            };
+            return Box::pin(async move { Ok(answer_early(Box::pin(routed))) });
+        }
+        Box::pin(routed)
+    }
+}
+
+/// `Sessions.Drive`: its headers are answered before its first message is read.
+const DRIVE_PATH: &str = "/browserpool.v1.Sessions/Drive";
+
+/// A gRPC response whose headers go out now and whose body is `routed`'s answer once it
+/// comes: its messages and trailers, or, for a trailers-only answer (an error before any
+/// message), its status as the trailers.
+fn answer_early(routed: futures::future::BoxFuture<'static, http::Response<Body>>) -> http::Response<Body> {
+    let mut answer = http::Response::new(Body::new(Deferred::Waiting(routed)));
+    answer.headers_mut().insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/grpc"));
+    answer
+}
+
+enum Deferred {
+    Waiting(futures::future::BoxFuture<'static, http::Response<Body>>),
+    Streaming(Body),
+    Done,
+}
+
+impl HttpBody for Deferred {
+    type Data = Bytes;
+    type Error = tonic::Status;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        loop {
+            match &mut *self {
+                Deferred::Waiting(routed) => {
+                    let answer = std::task::ready!(routed.as_mut().poll(cx));
+                    let (head, body) = answer.into_parts();
+                    if head.headers.contains_key("grpc-status") {
+                        let mut trailers = http::HeaderMap::new();
+                        for name in ["grpc-status", "grpc-message", "grpc-status-details-bin"] {
+                            if let Some(value) = head.headers.get(name) {
+                                trailers.insert(name, value.clone());
+                            }
+                        }
+                        *self = Deferred::Done;
+                        return Poll::Ready(Some(Ok(Frame::trailers(trailers))));
+                    }
+                    *self = Deferred::Streaming(body);
+                }
+                Deferred::Streaming(body) => return Pin::new(body).poll_frame(cx),
+                Deferred::Done => return Poll::Ready(None),
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            Deferred::Waiting(_) => false,
+            Deferred::Streaming(body) => body.is_end_stream(),
+            Deferred::Done => true,
+        }
     }
 }
 
@@ -583,10 +657,10 @@ const UNREACHABLE_MARK: &str = "x-browserpool-unreachable";
 impl Peers {
     /// The call's claims when its token passes this replica's own checks (and scope `admin`
     /// for an Admin rpc); `None` for calls this replica refuses itself.
-    fn forwardable(&self, parts: &http::request::Parts) -> Option<Claims> {
-        let header = parts.headers.get(http::header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+    fn forwardable(&self, headers: &http::HeaderMap, path: &str) -> Option<Claims> {
+        let header = headers.get(http::header::AUTHORIZATION).and_then(|v| v.to_str().ok());
         let claims = self.inner.tokens.verify_header(header).ok()?;
-        (!crate::auth::is_admin_rpc(parts.uri.path()) || claims.is_admin()).then_some(claims)
+        (!crate::auth::is_admin_rpc(path) || claims.is_admin()).then_some(claims)
     }
 }
 

@@ -53,6 +53,85 @@ fn action_input(a: pb::Action) -> ActionInput {
     }
 }
 
+type DriveTx = mpsc::Sender<Result<pb::DriveEvent, Status>>;
+
+/// A `Drive` stream once attached: the session's events flow on a task of their own, so a
+/// long action never holds them back; actions run one at a time, in order. Ends when the
+/// client closes its side, the session ends (its events end, `SessionEnded` last), or the
+/// server shuts down.
+#[allow(clippy::too_many_arguments)]
+async fn drive_session(
+    sessions: Sessions,
+    claims: crate::auth::Claims,
+    session_id: String,
+    mut pending: Option<pb::Action>,
+    mut inbound: Streaming<pb::DriveRequest>,
+    mut events: browserpool_pool::EventReader,
+    tx: DriveTx,
+    shutdown: CancellationToken,
+) {
+    let event_tx = tx.clone();
+    let event_session = session_id.clone();
+    let (ended_tx, mut ended) = tokio::sync::oneshot::channel::<()>();
+    let forward = sessions.spawn(
+        async move {
+            while let Some((event, dropped)) = events.next().await {
+                let event = pb::DriveEvent {
+                    kind: Some(pb::drive_event::Kind::Event(event_to_pb(&event_session, event, dropped))),
+                };
+                if event_tx.send(Ok(event)).await.is_err() {
+                    break;
+                }
+            }
+            let _ = ended_tx.send(());
+        }
+        .in_current_span(),
+    );
+    loop {
+        if let Some(action) = pending.take() {
+            let place = match audit_place(&sessions) {
+                Ok(place) => place,
+                Err(status) => {
+                    let _ = tx.send(Err(status)).await;
+                    break;
+                }
+            };
+            let report =
+                sessions.act(&claims, &session_id, action_input(action), "/browserpool.v1.Sessions/Drive", place).await;
+            let event = pb::DriveEvent { kind: Some(pb::drive_event::Kind::Result(report_to_pb(report))) };
+            if tx.send(Ok(event)).await.is_err() {
+                break;
+            }
+        }
+        let next = tokio::select! {
+            m = inbound.next() => m,
+            _ = &mut ended => break,
+            _ = shutdown.cancelled() => {
+                let _ = tx.send(Err(Status::unavailable("server is shutting down"))).await;
+                break;
+            }
+        };
+        match next {
+            None => break,
+            Some(Err(status)) => {
+                tracing::debug!(%status, "drive: client stream error");
+                break;
+            }
+            Some(Ok(m)) => {
+                if !m.session_id.is_empty() && m.session_id != session_id {
+                    let _ = tx
+                        .send(Err(Status::invalid_argument("drive: session_id differs from the first message")))
+                        .await;
+                    break;
+                }
+                pending = m.action;
+            }
+        }
+    }
+    forward.abort();
+    tracing::debug!("drive stream ended");
+}
+
 /// A place for an action's record; refused (UNAVAILABLE) while the audit trail cannot be
 /// written or its queue is full, so no action runs unrecorded.
 fn audit_place(sessions: &Sessions) -> Result<Place, Status> {
@@ -159,107 +238,60 @@ impl pb::sessions_server::Sessions for SessionsApi {
     /// The first message names the session; the server answers `attached`, then one `result`
     /// per action, in order, interleaved with the session's live events. The stream ends when
     /// the client closes its side, the session ends, or the server shuts down; a bad action
-    /// only produces a failed result.
+    /// only produces a failed result. The response headers go out at once, before the first
+    /// message is read, so a client may await the call before it sends; a bad first message
+    /// or a session the token may not use ends the stream with its status.
     async fn drive(&self, req: Request<Streaming<pb::DriveRequest>>) -> Result<Response<Self::DriveStream>, Status> {
         let claims = claims(&req)?;
         let target = rpc_target(&req);
         let mut inbound = req.into_inner();
         let shutdown = self.shutdown.clone();
-        let first = tokio::select! {
-            m = inbound.next() => m,
-            _ = shutdown.cancelled() => return Err(Status::unavailable("server is shutting down")),
-            _ = tokio::time::sleep(FIRST_MESSAGE_WAIT) => {
-                return Err(Status::deadline_exceeded("drive: no first message naming session_id"))
-            }
-        };
-        let first = match first {
-            Some(Ok(m)) => m,
-            Some(Err(status)) => return Err(status),
-            None => return Err(Status::invalid_argument("drive: the first message must name session_id")),
-        };
-        if first.session_id.is_empty() {
-            return Err(Status::invalid_argument("drive: the first message must name session_id"));
-        }
-        let session_id = first.session_id.clone();
-        target.set(&session_id);
-        let record = self.sessions.attach(&claims, &session_id).await?;
-        let mut events = self.sessions.events(&claims, &session_id).await?;
         let (tx, rx) = mpsc::channel::<Result<pb::DriveEvent, Status>>(64);
-        let attached = pb::DriveEvent { kind: Some(pb::drive_event::Kind::Attached(self.session(&record))) };
-        tx.send(Ok(attached)).await.map_err(|_| Status::cancelled("client went away"))?;
         let sessions = self.sessions.clone();
-        let span = tracing::info_span!("drive", session = %session_id);
-        // Events flow on their own task so a long action never holds them back.
-        let event_tx = tx.clone();
-        let event_session = session_id.clone();
-        // The events end with the session (`SessionEnded` last); so does the stream.
-        let (ended_tx, mut ended) = tokio::sync::oneshot::channel::<()>();
-        let forward = self.sessions.spawn(
-            async move {
-                while let Some((event, dropped)) = events.next().await {
-                    let event = pb::DriveEvent {
-                        kind: Some(pb::drive_event::Kind::Event(event_to_pb(&event_session, event, dropped))),
-                    };
-                    if event_tx.send(Ok(event)).await.is_err() {
-                        break;
-                    }
+        self.sessions.spawn(async move {
+            let first = tokio::select! {
+                m = inbound.next() => m,
+                _ = shutdown.cancelled() => Some(Err(Status::unavailable("server is shutting down"))),
+                _ = tokio::time::sleep(FIRST_MESSAGE_WAIT) => {
+                    Some(Err(Status::deadline_exceeded("drive: no first message naming session_id")))
                 }
-                let _ = ended_tx.send(());
-            }
-            .instrument(span.clone()),
-        );
-        self.sessions.spawn(
-            async move {
-                let mut pending = first.action;
-                loop {
-                    if let Some(action) = pending.take() {
-                        let place = match audit_place(&sessions) {
-                            Ok(place) => place,
-                            Err(status) => {
-                                let _ = tx.send(Err(status)).await;
-                                break;
-                            }
-                        };
-                        let report = sessions
-                            .act(&claims, &session_id, action_input(action), "/browserpool.v1.Sessions/Drive", place)
-                            .await;
-                        let event = pb::DriveEvent { kind: Some(pb::drive_event::Kind::Result(report_to_pb(report))) };
-                        if tx.send(Ok(event)).await.is_err() {
-                            break;
-                        }
-                    }
-                    let next = tokio::select! {
-                        m = inbound.next() => m,
-                        _ = &mut ended => break,
-                        _ = shutdown.cancelled() => {
-                            let _ = tx.send(Err(Status::unavailable("server is shutting down"))).await;
-                            break;
-                        }
-                    };
-                    match next {
-                        None => break,
-                        Some(Err(status)) => {
-                            tracing::debug!(%status, "drive: client stream error");
-                            break;
-                        }
-                        Some(Ok(m)) => {
-                            if !m.session_id.is_empty() && m.session_id != session_id {
-                                let _ = tx
-                                    .send(Err(Status::invalid_argument(
-                                        "drive: session_id differs from the first message",
-                                    )))
-                                    .await;
-                                break;
-                            }
-                            pending = m.action;
-                        }
-                    }
+            };
+            let first = match first {
+                Some(Ok(m)) if !m.session_id.is_empty() => m,
+                Some(Err(status)) => {
+                    let _ = tx.send(Err(status)).await;
+                    return;
                 }
-                forward.abort();
-                tracing::debug!("drive stream ended");
+                Some(Ok(_)) | None => {
+                    let _ =
+                        tx.send(Err(Status::invalid_argument("drive: the first message must name session_id"))).await;
+                    return;
+                }
+            };
+            let session_id = first.session_id.clone();
+            target.set(&session_id);
+            let attached = async {
+                let record = sessions.attach(&claims, &session_id).await?;
+                let events = sessions.events(&claims, &session_id).await?;
+                Ok::<_, Status>((record, events))
+            };
+            let (record, events) = match attached.await {
+                Ok(pair) => pair,
+                Err(status) => {
+                    let _ = tx.send(Err(status)).await;
+                    return;
+                }
+            };
+            let session = pb::Session { cdp_url: sessions.cdp_url(&record), ..session_to_pb(&record) };
+            let attached = pb::DriveEvent { kind: Some(pb::drive_event::Kind::Attached(session)) };
+            if tx.send(Ok(attached)).await.is_err() {
+                return;
             }
-            .instrument(span),
-        );
+            let span = tracing::info_span!("drive", session = %session_id);
+            drive_session(sessions, claims, session_id, first.action, inbound, events, tx, shutdown)
+                .instrument(span)
+                .await;
+        });
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 

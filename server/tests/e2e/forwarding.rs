@@ -137,12 +137,19 @@ async fn three_replicas_behind_a_round_robin_proxy_serve_any_session() {
         });
         assert!(navigated.await.unwrap(), "Events through a non-owner saw the navigation");
 
+        // Drive as tonic invites: await the call, then send. The non-owner answers the headers
+        // before the first message, which it needs to find the owner.
         let (tx, rx) = tokio::sync::mpsc::channel(4);
+        let mut stub = through.sessions();
+        let call = stub.drive(tokio_stream::wrappers::ReceiverStream::new(rx));
+        let mut drive = tokio::time::timeout(Duration::from_secs(5), call)
+            .await
+            .expect("Drive answers its headers before the first message")
+            .unwrap()
+            .into_inner();
         tx.send(pb::DriveRequest { session_id: s.session_id.clone(), action: Some(action("evaluate", "", "6 * 7")) })
             .await
             .unwrap();
-        let mut drive =
-            through.sessions().drive(tokio_stream::wrappers::ReceiverStream::new(rx)).await.unwrap().into_inner();
         let first = drive.next().await.unwrap().unwrap();
         assert!(
             matches!(first.kind, Some(pb::drive_event::Kind::Attached(ref a)) if a.session_id == s.session_id),

@@ -181,6 +181,63 @@ async fn drive_stream_survives_unknown_action_and_reports_aliases() {
     server.stop().await;
 }
 
+/// The natural tonic pattern works: await the `Drive` call, then send. The headers come before
+/// the first message; what is wrong with that message ends the stream with its status, while a
+/// bad token is still refused at the call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drive_answers_before_the_first_message() {
+    let server = TestServer::start().await;
+    let client = server.admin().await;
+    let id = client.acquire(30_000).await.unwrap().session_id;
+    let open = |client: browserpool_client::Client, which: &'static str| async move {
+        let (tx, rx) = tokio::sync::mpsc::channel::<pb::DriveRequest>(4);
+        let mut stub = client.sessions();
+        let call = stub.drive(tokio_stream::wrappers::ReceiverStream::new(rx));
+        let stream = tokio::time::timeout(Duration::from_secs(5), call)
+            .await
+            .unwrap_or_else(|_| panic!("{which}: Drive answers its headers before the first message"));
+        (tx, stream)
+    };
+
+    let (tx, stream) = open(client.clone(), "a session").await;
+    let mut stream = stream.unwrap().into_inner();
+    tx.send(pb::DriveRequest { session_id: id.clone(), action: Some(action("evaluate", "", "6 * 7")) }).await.unwrap();
+    let attached = stream.next().await.unwrap().unwrap();
+    assert!(
+        matches!(attached.kind, Some(pb::drive_event::Kind::Attached(ref s)) if s.session_id == id),
+        "{attached:?}"
+    );
+    let result = loop {
+        match stream.next().await.unwrap().unwrap().kind {
+            Some(pb::drive_event::Kind::Result(r)) => break r,
+            _ => continue,
+        }
+    };
+    assert_eq!(ok(&result), json!(42));
+    drop(tx);
+    assert!(stream.next().await.is_none(), "closing our side ends the stream");
+
+    // A first message without a session, or with one this token may not use: the stream ends
+    // with the status, after the headers.
+    let (tx, stream) = open(client.clone(), "no session").await;
+    let mut stream = stream.unwrap().into_inner();
+    tx.send(pb::DriveRequest { session_id: String::new(), action: None }).await.unwrap();
+    let status = stream.next().await.unwrap().unwrap_err();
+    assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+    assert_eq!(status.message(), "drive: the first message must name session_id");
+
+    let (tx, stream) = open(client.clone(), "unknown session").await;
+    let mut stream = stream.unwrap().into_inner();
+    tx.send(pb::DriveRequest { session_id: "s-nobody".into(), action: None }).await.unwrap();
+    assert_eq!(stream.next().await.unwrap().unwrap_err().code(), tonic::Code::NotFound);
+
+    let stranger = browserpool_client::Client::connect(server.endpoint(), "not-a-token").await.unwrap();
+    let (_tx, refused) = open(stranger, "bad token").await;
+    assert_eq!(refused.unwrap_err().code(), tonic::Code::Unauthenticated);
+    client.release(&id).await.unwrap();
+    server.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exhausted_pool_times_out_then_serves_after_release() {
     let server = TestServer::start_with(|a| a.max_workers = 1).await;
