@@ -56,14 +56,16 @@ ensure_client_deps() {
     [ "$(id -u)" -eq 0 ] || sudo="sudo"
     local req=clients/python/requirements.txt stamp="$BROWSERPOOL_PYVENV/requirements.txt"
     if [ ! -x "$BROWSERPOOL_PYVENV/bin/python" ] || ! cmp -s "$req" "$stamp"; then
-        if ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
+        echo "installing the Python client's tools (venv in $BROWSERPOOL_PYVENV)" >&2
+        rm -rf "$BROWSERPOOL_PYVENV"
+        # Debian's python3 makes venvs (with pip) only once python3-venv is installed.
+        if ! python3 -m venv "$BROWSERPOOL_PYVENV" >/dev/null 2>&1; then
             echo "installing python3-venv (apt-get)" >&2
             $sudo apt-get update -qq
             DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq python3-venv >/dev/null
+            rm -rf "$BROWSERPOOL_PYVENV"
+            python3 -m venv "$BROWSERPOOL_PYVENV"
         fi
-        echo "installing the Python client's tools (venv in $BROWSERPOOL_PYVENV)" >&2
-        rm -rf "$BROWSERPOOL_PYVENV"
-        python3 -m venv "$BROWSERPOOL_PYVENV"
         "$BROWSERPOOL_PYVENV/bin/pip" install -q --disable-pip-version-check --no-input -r "$req"
         cp "$req" "$stamp"
     fi
