@@ -43,6 +43,45 @@ ensure_cdp_clients() {
     fi
 }
 
+# The generated clients' tools and runtimes (scripts/gen-clients.sh, the e2e tests in
+# server/tests/e2e/clients.rs): a Python venv at $BROWSERPOOL_PYVENV with grpcio, protobuf and
+# grpcio-tools pinned by clients/python/requirements.txt (made again when that file changes),
+# and `npm ci` in clients/typescript (buf, protoc-gen-es, the connect runtime, typescript;
+# pinned by its package-lock.json). Installs python3-venv, node and npm with apt-get when
+# missing.
+BROWSERPOOL_PYVENV="${BROWSERPOOL_PYVENV:-/var/tmp/browserpool-tools/pyvenv}"
+export BROWSERPOOL_PYVENV
+ensure_client_deps() {
+    local sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    local req=clients/python/requirements.txt stamp="$BROWSERPOOL_PYVENV/requirements.txt"
+    if [ ! -x "$BROWSERPOOL_PYVENV/bin/python" ] || ! cmp -s "$req" "$stamp"; then
+        echo "installing the Python client's tools (venv in $BROWSERPOOL_PYVENV)" >&2
+        rm -rf "$BROWSERPOOL_PYVENV"
+        # Debian's python3 makes venvs (with pip) only once python3-venv is installed.
+        if ! python3 -m venv "$BROWSERPOOL_PYVENV" >/dev/null 2>&1; then
+            echo "installing python3-venv (apt-get)" >&2
+            $sudo apt-get update -qq
+            DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq python3-venv >/dev/null
+            rm -rf "$BROWSERPOOL_PYVENV"
+            python3 -m venv "$BROWSERPOOL_PYVENV"
+        fi
+        "$BROWSERPOOL_PYVENV/bin/pip" install -q --disable-pip-version-check --no-input -r "$req"
+        cp "$req" "$stamp"
+    fi
+    if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+        echo "installing node and npm (apt-get)" >&2
+        $sudo apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq nodejs npm >/dev/null
+    fi
+    local dir=clients/typescript
+    if [ ! -x "$dir/node_modules/.bin/buf" ] || [ ! -d "$dir/node_modules/@connectrpc/connect-node" ] \
+        || [ "$dir/package-lock.json" -nt "$dir/node_modules/.package-lock.json" ]; then
+        echo "installing the TypeScript client's tools (npm ci in $dir)" >&2
+        (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+    fi
+}
+
 # Compiled dependencies are reused across clones when this directory survives; an empty one
 # just means a full build.
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/browserpool-target}"

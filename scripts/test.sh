@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
 # The whole test suite on a fresh Debian 12 machine with Rust: installs Chromium, and Node with
-# the CDP clients (puppeteer-core, playwright-core) when missing, checks formatting and lints
-# (rustfmt, clippy -D warnings), runs every test (unit and end-to-end, real
-# Chromium/SQLite/gRPC), then the server's tests
-# again on PostgreSQL (a local cluster is started when stopped; the half is skipped, saying
-# so, when none is installed), checks that no Chromium process is left running, then lints and
-# validates the Helm chart and the manifests (scripts/check-deploy.sh), then builds the
-# container image with podman and smoke-tests it (scripts/check-image.sh).
+# the CDP clients (puppeteer-core, playwright-core) when missing, and the generated clients'
+# tools (a Python venv, npm ci in clients/typescript), checks formatting and lints (rustfmt,
+# clippy -D warnings) and that the generated clients are current (scripts/gen-clients.sh
+# --check), runs every test (unit and end-to-end, real Chromium/SQLite/gRPC), then the server's
+# tests again on PostgreSQL (a local cluster is started when stopped; the half is skipped,
+# saying so, when none is installed), checks that no Chromium process is left running, then
+# lints and validates the Helm chart and the manifests (scripts/check-deploy.sh), then builds
+# the container image with podman and smoke-tests it (scripts/check-image.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 source scripts/lib.sh
 ensure_chromium
 ensure_cdp_clients
+ensure_client_deps
 
 # Every data dir, profile and lock of the suite lives under one directory, so the checks
 # below see only what the suite started (other Chromiums on the host are not ours).
@@ -24,6 +26,9 @@ echo "== cargo fmt --check and cargo clippy -D warnings"
 ensure_rust_components
 cargo fmt --all --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
+# The checked-in Python and TypeScript clients must be what their protos generate now.
+echo "== the generated clients are up to date (scripts/gen-clients.sh --check)"
+bash scripts/gen-clients.sh --check
 
 echo "== the whole suite on SQLite"
 BROWSERPOOL_TEST_POSTGRES= TMPDIR="$suite_tmp" cargo test --workspace --locked -- --test-threads=2 2>&1 | tee "$log"

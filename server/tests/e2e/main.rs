@@ -5,6 +5,7 @@ mod actions;
 mod auth;
 mod cdp;
 mod chaos;
+mod clients;
 mod context;
 mod dialogs;
 mod egress;

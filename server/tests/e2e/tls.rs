@@ -17,35 +17,35 @@ use tokio::net::TcpStream;
 
 use crate::helpers::TestServer;
 
-/// A certificate authority made for one test.
-struct Ca(CertifiedIssuer<'static, KeyPair>);
+/// A certificate authority made for one test (clients.rs uses it too).
+pub(crate) struct Ca(CertifiedIssuer<'static, KeyPair>);
 
 /// A certificate chain and its key, both PEM.
 #[derive(Clone)]
-struct Pair {
-    cert: String,
-    key: String,
+pub(crate) struct Pair {
+    pub(crate) cert: String,
+    pub(crate) key: String,
 }
 
 impl Ca {
-    fn new(name: &str) -> Ca {
+    pub(crate) fn new(name: &str) -> Ca {
         let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
         params.is_ca = IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
         params.distinguished_name.push(DnType::CommonName, name);
         Ca(CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap())
     }
 
-    fn pem(&self) -> String {
+    pub(crate) fn pem(&self) -> String {
         self.0.pem()
     }
 
     /// A server certificate for 127.0.0.1 and localhost.
-    fn server(&self, cn: &str) -> Pair {
+    pub(crate) fn server(&self, cn: &str) -> Pair {
         self.leaf(cn, vec!["127.0.0.1".into(), "localhost".into()], ExtendedKeyUsagePurpose::ServerAuth)
     }
 
     /// A client certificate.
-    fn client(&self, cn: &str) -> Pair {
+    pub(crate) fn client(&self, cn: &str) -> Pair {
         self.leaf(cn, Vec::new(), ExtendedKeyUsagePurpose::ClientAuth)
     }
 
@@ -59,7 +59,7 @@ impl Ca {
 }
 
 /// Writes a file owner-only, as a key should be.
-fn write_private(path: &Path, contents: &str) {
+pub(crate) fn write_private(path: &Path, contents: &str) {
     std::fs::write(path, contents).unwrap();
     std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
 }

@@ -1,0 +1,167 @@
+from browserpool.v1 import common_pb2 as _common_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class AcquireRequest(_message.Message):
+    __slots__ = ("wait_ms", "ttl_ms", "idle_timeout_ms", "viewport", "labels", "context")
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    WAIT_MS_FIELD_NUMBER: _ClassVar[int]
+    TTL_MS_FIELD_NUMBER: _ClassVar[int]
+    IDLE_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    VIEWPORT_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_FIELD_NUMBER: _ClassVar[int]
+    wait_ms: int
+    ttl_ms: int
+    idle_timeout_ms: int
+    viewport: _common_pb2.Viewport
+    labels: _containers.ScalarMap[str, str]
+    context: _common_pb2.ContextEnvelope
+    def __init__(self, wait_ms: _Optional[int] = ..., ttl_ms: _Optional[int] = ..., idle_timeout_ms: _Optional[int] = ..., viewport: _Optional[_Union[_common_pb2.Viewport, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., context: _Optional[_Union[_common_pb2.ContextEnvelope, _Mapping]] = ...) -> None: ...
+
+class ReleaseRequest(_message.Message):
+    __slots__ = ("session_id",)
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    def __init__(self, session_id: _Optional[str] = ...) -> None: ...
+
+class ReleaseResponse(_message.Message):
+    __slots__ = ("released", "state")
+    RELEASED_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    released: bool
+    state: _common_pb2.SessionState
+    def __init__(self, released: _Optional[bool] = ..., state: _Optional[_Union[_common_pb2.SessionState, str]] = ...) -> None: ...
+
+class RenewRequest(_message.Message):
+    __slots__ = ("session_id", "idle_timeout_ms")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    IDLE_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    idle_timeout_ms: int
+    def __init__(self, session_id: _Optional[str] = ..., idle_timeout_ms: _Optional[int] = ...) -> None: ...
+
+class GetSessionRequest(_message.Message):
+    __slots__ = ("session_id",)
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    def __init__(self, session_id: _Optional[str] = ...) -> None: ...
+
+class ListSessionsRequest(_message.Message):
+    __slots__ = ("page_size", "page_token", "state")
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    page_size: int
+    page_token: str
+    state: _common_pb2.SessionState
+    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., state: _Optional[_Union[_common_pb2.SessionState, str]] = ...) -> None: ...
+
+class ListSessionsResponse(_message.Message):
+    __slots__ = ("sessions", "next_page_token")
+    SESSIONS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    sessions: _containers.RepeatedCompositeFieldContainer[_common_pb2.Session]
+    next_page_token: str
+    def __init__(self, sessions: _Optional[_Iterable[_Union[_common_pb2.Session, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class DriveRequest(_message.Message):
+    __slots__ = ("session_id", "action")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    action: _common_pb2.Action
+    def __init__(self, session_id: _Optional[str] = ..., action: _Optional[_Union[_common_pb2.Action, _Mapping]] = ...) -> None: ...
+
+class DriveEvent(_message.Message):
+    __slots__ = ("attached", "result", "event")
+    ATTACHED_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    EVENT_FIELD_NUMBER: _ClassVar[int]
+    attached: _common_pb2.Session
+    result: _common_pb2.ActionResult
+    event: _common_pb2.Event
+    def __init__(self, attached: _Optional[_Union[_common_pb2.Session, _Mapping]] = ..., result: _Optional[_Union[_common_pb2.ActionResult, _Mapping]] = ..., event: _Optional[_Union[_common_pb2.Event, _Mapping]] = ...) -> None: ...
+
+class ActRequest(_message.Message):
+    __slots__ = ("session_id", "action")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    action: _common_pb2.Action
+    def __init__(self, session_id: _Optional[str] = ..., action: _Optional[_Union[_common_pb2.Action, _Mapping]] = ...) -> None: ...
+
+class BatchRequest(_message.Message):
+    __slots__ = ("session_id", "actions", "stop_on_error")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    ACTIONS_FIELD_NUMBER: _ClassVar[int]
+    STOP_ON_ERROR_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    actions: _containers.RepeatedCompositeFieldContainer[_common_pb2.Action]
+    stop_on_error: bool
+    def __init__(self, session_id: _Optional[str] = ..., actions: _Optional[_Iterable[_Union[_common_pb2.Action, _Mapping]]] = ..., stop_on_error: _Optional[bool] = ...) -> None: ...
+
+class BatchResponse(_message.Message):
+    __slots__ = ("results", "succeeded", "failed", "duration_ms")
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    SUCCEEDED_FIELD_NUMBER: _ClassVar[int]
+    FAILED_FIELD_NUMBER: _ClassVar[int]
+    DURATION_MS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[_common_pb2.ActionResult]
+    succeeded: int
+    failed: int
+    duration_ms: int
+    def __init__(self, results: _Optional[_Iterable[_Union[_common_pb2.ActionResult, _Mapping]]] = ..., succeeded: _Optional[int] = ..., failed: _Optional[int] = ..., duration_ms: _Optional[int] = ...) -> None: ...
+
+class EventsRequest(_message.Message):
+    __slots__ = ("session_id",)
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    def __init__(self, session_id: _Optional[str] = ...) -> None: ...
+
+class ExportContextRequest(_message.Message):
+    __slots__ = ("session_id", "origin", "include_storage", "include_http_auth", "capture_user_agent")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    ORIGIN_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_STORAGE_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_HTTP_AUTH_FIELD_NUMBER: _ClassVar[int]
+    CAPTURE_USER_AGENT_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    origin: str
+    include_storage: bool
+    include_http_auth: bool
+    capture_user_agent: bool
+    def __init__(self, session_id: _Optional[str] = ..., origin: _Optional[str] = ..., include_storage: _Optional[bool] = ..., include_http_auth: _Optional[bool] = ..., capture_user_agent: _Optional[bool] = ...) -> None: ...
+
+class ImportContextRequest(_message.Message):
+    __slots__ = ("session_id", "envelope", "strict_origin")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    ENVELOPE_FIELD_NUMBER: _ClassVar[int]
+    STRICT_ORIGIN_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    envelope: _common_pb2.ContextEnvelope
+    strict_origin: bool
+    def __init__(self, session_id: _Optional[str] = ..., envelope: _Optional[_Union[_common_pb2.ContextEnvelope, _Mapping]] = ..., strict_origin: _Optional[bool] = ...) -> None: ...
+
+class ImportContextResponse(_message.Message):
+    __slots__ = ("ok", "applied_cookies", "applied_storage_keys", "integrity_error")
+    OK_FIELD_NUMBER: _ClassVar[int]
+    APPLIED_COOKIES_FIELD_NUMBER: _ClassVar[int]
+    APPLIED_STORAGE_KEYS_FIELD_NUMBER: _ClassVar[int]
+    INTEGRITY_ERROR_FIELD_NUMBER: _ClassVar[int]
+    ok: bool
+    applied_cookies: int
+    applied_storage_keys: int
+    integrity_error: str
+    def __init__(self, ok: _Optional[bool] = ..., applied_cookies: _Optional[int] = ..., applied_storage_keys: _Optional[int] = ..., integrity_error: _Optional[str] = ...) -> None: ...

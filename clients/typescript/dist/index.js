@@ -1,0 +1,142 @@
+/**
+ * browserpool client for Node 20: the `Sessions` and `Admin` stubs generated from
+ * proto/browserpool/v1 (protoc-gen-es, in `gen/`), over real gRPC (HTTP/2) with
+ * `@connectrpc/connect-node`, plus a thin helper: {@link connect} attaches
+ * `authorization: Bearer <jwt>` to every call, {@link withSession} acquires a browser and
+ * releases it when the callback settles, whether it returned or threw.
+ *
+ * ```js
+ * import { connect, withSession } from "browserpool";
+ * const client = connect("http://127.0.0.1:50051", process.env.TOKEN);
+ * await withSession(client, { waitMs: 10_000 }, async (s) => {
+ *   await s.act("navigate", "", "https://example.com/");
+ *   console.log(await s.value("extract", "h1"));
+ * });
+ * ```
+ *
+ * Whole-call failures (a bad token, an unknown session, no free browser in time) reject with
+ * `ConnectError`, whose `code` is the gRPC status (`Code.Unauthenticated`...); an action that
+ * ran and failed rejects with {@link ActionError}.
+ */
+import { readFileSync } from "node:fs";
+import { create, fromJson, toJson } from "@bufbuild/protobuf";
+import { ValueSchema } from "@bufbuild/protobuf/wkt";
+import { Code, ConnectError, createClient } from "@connectrpc/connect";
+import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
+import { Admin } from "../gen/browserpool/v1/admin_pb.js";
+import { ActionSchema, ErrorCode, SessionState, } from "../gen/browserpool/v1/common_pb.js";
+import { Sessions } from "../gen/browserpool/v1/sessions_pb.js";
+export { Code, ConnectError, ErrorCode, SessionState, Sessions, Admin };
+/** An interceptor that sends `authorization: Bearer <token>` with every call. */
+export function bearer(token) {
+    const value = `Bearer ${token.trim()}`;
+    return (next) => async (req) => {
+        req.header.set("authorization", value);
+        return next(req);
+    };
+}
+/**
+ * Connects to `url` (`http://host:port` for plaintext, `https://host:port` for TLS) with a
+ * JWT. The connection is made on the first call.
+ */
+export function connect(url, token, opts = {}) {
+    const nodeOptions = {};
+    if (opts.caFile !== undefined)
+        nodeOptions.ca = readFileSync(opts.caFile);
+    if (opts.ca !== undefined)
+        nodeOptions.ca = opts.ca;
+    if (opts.certFile !== undefined)
+        nodeOptions.cert = readFileSync(opts.certFile);
+    if (opts.keyFile !== undefined)
+        nodeOptions.key = readFileSync(opts.keyFile);
+    if (opts.serverName !== undefined)
+        nodeOptions.servername = opts.serverName;
+    const sessionManager = new Http2SessionManager(url, {}, nodeOptions);
+    const transport = createGrpcTransport({
+        baseUrl: url,
+        sessionManager,
+        interceptors: [bearer(token), ...(opts.interceptors ?? [])],
+    });
+    return {
+        sessions: createClient(Sessions, transport),
+        admin: createClient(Admin, transport),
+        close: () => sessionManager.abort(),
+    };
+}
+/** Builds an action: name, CSS selector (may be empty) and a JSON payload (may be omitted). */
+export function action(name, selector = "", payload, opts = {}) {
+    return create(ActionSchema, {
+        action: name,
+        selector,
+        payload: payload === undefined ? undefined : fromJson(ValueSchema, payload),
+        timeoutMs: opts.timeoutMs ?? 0,
+        id: opts.id ?? "",
+    });
+}
+/** An action that ran and failed (`ok=false`): `code` says why, `result` has the rest. */
+export class ActionError extends Error {
+    code;
+    result;
+    constructor(result) {
+        const code = result.error?.code ?? ErrorCode.UNSPECIFIED;
+        super(`${result.action}: ${ErrorCode[code]}: ${result.error?.message ?? ""}`);
+        this.name = "ActionError";
+        this.code = code;
+        this.result = result;
+    }
+}
+/** A leased browser, as {@link withSession} hands it out. */
+export class LeasedSession {
+    client;
+    /** The session as Acquire returned it (id, cdp_url, deadlines...). */
+    info;
+    constructor(client, info) {
+        this.client = client;
+        this.info = info;
+    }
+    /** The session id. */
+    get id() {
+        return this.info.sessionId;
+    }
+    /** Runs one action; rejects with {@link ActionError} when it fails. */
+    async act(name, selector = "", payload, opts = {}) {
+        const result = await this.client.sessions.act({
+            sessionId: this.id,
+            action: action(name, selector, payload, opts),
+        });
+        if (!result.ok)
+            throw new ActionError(result);
+        return result;
+    }
+    /** Runs one action and returns its JSON value (`null` when it has none). */
+    async value(name, selector = "", payload, opts = {}) {
+        const result = await this.act(name, selector, payload, opts);
+        return result.value === undefined ? null : toJson(ValueSchema, result.value);
+    }
+    /** Reads the session again (state, deadlines). */
+    async get() {
+        return this.client.sessions.get({ sessionId: this.id });
+    }
+    /** Releases the session now (idempotent; {@link withSession} does it anyway). */
+    async release() {
+        return this.client.sessions.release({ sessionId: this.id });
+    }
+}
+/**
+ * Acquires a browser, runs `fn` with it and releases it when `fn` settles, also when it
+ * throws (then `fn`'s error is the one that propagates, even if the release fails too).
+ * Returns what `fn` returns.
+ */
+export async function withSession(client, opts, fn) {
+    const session = new LeasedSession(client, await client.sessions.acquire(opts));
+    let result;
+    try {
+        result = await fn(session);
+    }
+    catch (err) {
+        await session.release().catch(() => { });
+        throw err;
+    }
+    await session.release();
+    return result;
+}

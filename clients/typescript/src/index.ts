@@ -1,0 +1,202 @@
+/**
+ * browserpool client for Node 20: the `Sessions` and `Admin` stubs generated from
+ * proto/browserpool/v1 (protoc-gen-es, in `gen/`), over real gRPC (HTTP/2) with
+ * `@connectrpc/connect-node`, plus a thin helper: {@link connect} attaches
+ * `authorization: Bearer <jwt>` to every call, {@link withSession} acquires a browser and
+ * releases it when the callback settles, whether it returned or threw.
+ *
+ * ```js
+ * import { connect, withSession } from "browserpool";
+ * const client = connect("http://127.0.0.1:50051", process.env.TOKEN);
+ * await withSession(client, { waitMs: 10_000 }, async (s) => {
+ *   await s.act("navigate", "", "https://example.com/");
+ *   console.log(await s.value("extract", "h1"));
+ * });
+ * ```
+ *
+ * Whole-call failures (a bad token, an unknown session, no free browser in time) reject with
+ * `ConnectError`, whose `code` is the gRPC status (`Code.Unauthenticated`...); an action that
+ * ran and failed rejects with {@link ActionError}.
+ */
+
+import { readFileSync } from "node:fs";
+import type * as http2 from "node:http2";
+
+import { create, fromJson, toJson, type JsonValue, type MessageInitShape } from "@bufbuild/protobuf";
+import { ValueSchema } from "@bufbuild/protobuf/wkt";
+import { Code, ConnectError, createClient, type Client, type Interceptor } from "@connectrpc/connect";
+import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
+
+import { Admin } from "../gen/browserpool/v1/admin_pb.js";
+import {
+  ActionSchema,
+  ErrorCode,
+  SessionState,
+  type Action,
+  type ActionResult,
+  type Session,
+} from "../gen/browserpool/v1/common_pb.js";
+import { Sessions, type AcquireRequestSchema, type ReleaseResponse } from "../gen/browserpool/v1/sessions_pb.js";
+
+export { Code, ConnectError, ErrorCode, SessionState, Sessions, Admin };
+export type { Action, ActionResult, Session, JsonValue };
+
+/** How to reach the server besides its URL. */
+export interface ConnectOptions {
+  /** PEM file of the CA(s) the server's certificate must chain to (`https://` URLs). */
+  caFile?: string;
+  /** The same as PEM text or bytes, instead of a file. */
+  ca?: string | Buffer;
+  /** Client certificate and key (PEM files), for a server with mutual TLS (`--tls-client-ca`). */
+  certFile?: string;
+  keyFile?: string;
+  /** Name the server's certificate must carry; default: the URL's host. */
+  serverName?: string;
+  /** More interceptors, run after the bearer one. */
+  interceptors?: Interceptor[];
+}
+
+/** A connected client: the generated stubs with the token attached, and `close()`. */
+export interface BrowserpoolClient {
+  /** `browserpool.v1.Sessions`: acquire, act, drive, release... */
+  sessions: Client<typeof Sessions>;
+  /** `browserpool.v1.Admin` (needs a token with scope `admin`). */
+  admin: Client<typeof Admin>;
+  /** Closes the HTTP/2 connection (an idle one does not keep the process alive anyway). */
+  close(): void;
+}
+
+/** An interceptor that sends `authorization: Bearer <token>` with every call. */
+export function bearer(token: string): Interceptor {
+  const value = `Bearer ${token.trim()}`;
+  return (next) => async (req) => {
+    req.header.set("authorization", value);
+    return next(req);
+  };
+}
+
+/**
+ * Connects to `url` (`http://host:port` for plaintext, `https://host:port` for TLS) with a
+ * JWT. The connection is made on the first call.
+ */
+export function connect(url: string, token: string, opts: ConnectOptions = {}): BrowserpoolClient {
+  const nodeOptions: http2.SecureClientSessionOptions = {};
+  if (opts.caFile !== undefined) nodeOptions.ca = readFileSync(opts.caFile);
+  if (opts.ca !== undefined) nodeOptions.ca = opts.ca;
+  if (opts.certFile !== undefined) nodeOptions.cert = readFileSync(opts.certFile);
+  if (opts.keyFile !== undefined) nodeOptions.key = readFileSync(opts.keyFile);
+  if (opts.serverName !== undefined) nodeOptions.servername = opts.serverName;
+  const sessionManager = new Http2SessionManager(url, {}, nodeOptions);
+  const transport = createGrpcTransport({
+    baseUrl: url,
+    sessionManager,
+    interceptors: [bearer(token), ...(opts.interceptors ?? [])],
+  });
+  return {
+    sessions: createClient(Sessions, transport),
+    admin: createClient(Admin, transport),
+    close: () => sessionManager.abort(),
+  };
+}
+
+/** Per-action options besides name, selector and payload. */
+export interface ActOptions {
+  /** The action's own deadline in ms; 0 or unset = the server's default (30 s). */
+  timeoutMs?: number;
+  /** Correlation id, echoed in the result. */
+  id?: string;
+}
+
+/** Builds an action: name, CSS selector (may be empty) and a JSON payload (may be omitted). */
+export function action(name: string, selector = "", payload?: JsonValue, opts: ActOptions = {}): Action {
+  return create(ActionSchema, {
+    action: name,
+    selector,
+    payload: payload === undefined ? undefined : fromJson(ValueSchema, payload),
+    timeoutMs: opts.timeoutMs ?? 0,
+    id: opts.id ?? "",
+  });
+}
+
+/** An action that ran and failed (`ok=false`): `code` says why, `result` has the rest. */
+export class ActionError extends Error {
+  readonly code: ErrorCode;
+  readonly result: ActionResult;
+
+  constructor(result: ActionResult) {
+    const code = result.error?.code ?? ErrorCode.UNSPECIFIED;
+    super(`${result.action}: ${ErrorCode[code]}: ${result.error?.message ?? ""}`);
+    this.name = "ActionError";
+    this.code = code;
+    this.result = result;
+  }
+}
+
+/** A leased browser, as {@link withSession} hands it out. */
+export class LeasedSession {
+  /** The session as Acquire returned it (id, cdp_url, deadlines...). */
+  readonly info: Session;
+
+  constructor(
+    readonly client: BrowserpoolClient,
+    info: Session,
+  ) {
+    this.info = info;
+  }
+
+  /** The session id. */
+  get id(): string {
+    return this.info.sessionId;
+  }
+
+  /** Runs one action; rejects with {@link ActionError} when it fails. */
+  async act(name: string, selector = "", payload?: JsonValue, opts: ActOptions = {}): Promise<ActionResult> {
+    const result = await this.client.sessions.act({
+      sessionId: this.id,
+      action: action(name, selector, payload, opts),
+    });
+    if (!result.ok) throw new ActionError(result);
+    return result;
+  }
+
+  /** Runs one action and returns its JSON value (`null` when it has none). */
+  async value(name: string, selector = "", payload?: JsonValue, opts: ActOptions = {}): Promise<JsonValue> {
+    const result = await this.act(name, selector, payload, opts);
+    return result.value === undefined ? null : toJson(ValueSchema, result.value);
+  }
+
+  /** Reads the session again (state, deadlines). */
+  async get(): Promise<Session> {
+    return this.client.sessions.get({ sessionId: this.id });
+  }
+
+  /** Releases the session now (idempotent; {@link withSession} does it anyway). */
+  async release(): Promise<ReleaseResponse> {
+    return this.client.sessions.release({ sessionId: this.id });
+  }
+}
+
+/** Acquire's fields (`waitMs`, `ttlMs`, `labels`, `viewport`...), all optional. */
+export type AcquireOptions = MessageInitShape<typeof AcquireRequestSchema>;
+
+/**
+ * Acquires a browser, runs `fn` with it and releases it when `fn` settles, also when it
+ * throws (then `fn`'s error is the one that propagates, even if the release fails too).
+ * Returns what `fn` returns.
+ */
+export async function withSession<T>(
+  client: BrowserpoolClient,
+  opts: AcquireOptions,
+  fn: (session: LeasedSession) => Promise<T>,
+): Promise<T> {
+  const session = new LeasedSession(client, await client.sessions.acquire(opts));
+  let result: T;
+  try {
+    result = await fn(session);
+  } catch (err) {
+    await session.release().catch(() => {});
+    throw err;
+  }
+  await session.release();
+  return result;
+}
