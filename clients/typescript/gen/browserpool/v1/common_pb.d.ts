@@ -182,7 +182,8 @@ export declare type Action = Message<"browserpool.v1.Action"> & {
   selector: string;
 
   /**
-   * Everything else, as plain JSON (url, text, key chord, options object, ...); see API.md.
+   * Everything else, as plain JSON (url, text, key chord, options object, ...). Every action's
+   * payload, options, result and errors: docs/actions.md in the repository.
    *
    * @generated from field: google.protobuf.Value payload = 3;
    */
@@ -322,7 +323,8 @@ export declare type ActionError = Message<"browserpool.v1.ActionError"> & {
 
   /**
    * For UNKNOWN_ACTION: action names and aliases within Levenshtein distance 2 (inputs of
-   * 4+ characters), closest first, alphabetical on ties.
+   * 4+ characters), closest first, alphabetical on ties. For INVALID_ARGUMENT about an
+   * unknown option key: the options it is close to (`fullPage` -> `full_page`).
    *
    * @generated from field: repeated string did_you_mean = 3;
    */
@@ -557,7 +559,8 @@ export declare type ContextEnvelope = Message<"browserpool.v1.ContextEnvelope"> 
   httpAuth?: HttpAuth | undefined;
 
   /**
-   * Lowercase hex SHA-256 of the RFC 8785 (JCS) canonical JSON of this envelope (see API.md).
+   * Lowercase hex SHA-256 of the RFC 8785 (JCS) canonical JSON of this envelope, with this
+   * field left out (see the README).
    *
    * @generated from field: string integrity = 10;
    */
