@@ -1,14 +1,38 @@
-//! A typed Rust SDK for browserpool: connect with a token, acquire, act, drive, release.
+//! A typed Rust SDK for browserpool: acquire a browser from the pool, drive it, release it.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), browserpool_client::Error> {
-//! use browserpool_client::{Client, action};
+//! use std::time::Duration;
+//! use browserpool_client::{Client, WaitUntil};
+//!
 //! let client = Client::connect("http://127.0.0.1:50051", "<jwt>").await?;
-//! let session = client.acquire(5_000).await?;
-//! let result = client.act(&session.session_id, action("navigate", "", "http://127.0.0.1:8080/")).await?;
-//! assert!(result.ok);
-//! client.release(&session.session_id).await?;
+//! // Waits up to 10 s in the queue; a full or unreachable service is retried (see `Retry`).
+//! let session = client.session().wait(Duration::from_secs(10)).await?;
+//! let page = session.navigate("http://127.0.0.1:8000/").wait_until(WaitUntil::Load).await?;
+//! println!("{} answered {:?}", page.url, page.status);
+//! session.type_text("#name", "Ada").await?;
+//! session.click("#go").await?;
+//! let greeting: Option<String> = session.extract("#greeting").await?;
+//! let png: Vec<u8> = session.screenshot().full_page().await?;
+//! println!("{greeting:?}, {} bytes of PNG", png.len());
+//! session.release().await?; // also released, in the background, when dropped
 //! # Ok(()) }
+//! ```
+//!
+//! A failed action is [`Error::Action`], with its code, message, `did_you_mean` and the dialog
+//! blocking the page, if any:
+//!
+//! ```no_run
+//! # async fn demo(session: browserpool_client::Session) {
+//! use browserpool_client::{pb, Error};
+//! match session.click("#missing").timeout(std::time::Duration::from_millis(500)).await {
+//!     Err(Error::Action(e)) if e.code == pb::ErrorCode::ElementNotFound => println!("{e}"),
+//!     Err(Error::Action(e)) if e.code == pb::ErrorCode::DialogOpen => {
+//!         println!("answer it with one of {:?}", e.dialog.map(|d| d.grammar));
+//!     }
+//!     other => println!("{other:?}"),
+//! }
+//! # }
 //! ```
 //!
 //! Over TLS, with the CA that signed the server's certificate and, for a server with mutual
@@ -25,6 +49,18 @@
 //! let client = Client::connect_tls("https://browserpool.example:50051", "<jwt>", tls).await?;
 //! # Ok(()) }
 //! ```
+//!
+//! The generated stubs stay reachable ([`Client::sessions`], [`Client::admin`], [`pb`]) for
+//! what the typed layer does not cover. Every action's payload and options:
+//! `docs/actions.md` in the repository.
+
+mod retry;
+mod session;
+mod steps;
+
+pub use retry::Retry;
+pub use session::{AcquireBuilder, DriveSender, Session};
+pub use steps::{kind, ActionError, Button, Navigated, Output, Step, StepKind, TabIndex, TabInfo, WaitUntil};
 
 pub use browserpool_proto::json::{from_json, to_json};
 use browserpool_proto::tonic::metadata::{Ascii, MetadataValue};
@@ -33,18 +69,44 @@ use browserpool_proto::tonic::transport::{Certificate, Channel, ClientTlsConfig,
 use browserpool_proto::tonic::{self, Request, Status};
 pub use browserpool_proto::v1 as pb;
 
-/// Client errors: connecting, or a gRPC status from the server.
+/// Client errors: connecting, a gRPC status from the server, or a failed action.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// The channel could not be made or connected.
     #[error("connect: {0}")]
     Connect(#[from] tonic::transport::Error),
+    /// The token cannot be sent as a header (a newline in it, say).
     #[error("token is not valid metadata")]
     BadToken,
-    /// Reading a CA or client certificate file (the SDK reads none itself; callers' `?`).
-    #[error("read tls file: {0}")]
+    /// Reading a file: a CA, a client certificate, a token (the SDK reads none itself; this is
+    /// for callers' `?`).
+    #[error("read file: {0}")]
     TlsFile(#[from] std::io::Error),
+    /// The server refused or failed the call (`UNAUTHENTICATED`, `NOT_FOUND`, ...).
     #[error("{}: {}", .0.code(), .0.message())]
     Status(#[from] Status),
+    /// The action ran and failed (the typed methods of [`Session`] only). Boxed: it carries
+    /// the dialog, and keeps `Result<_, Error>` small.
+    #[error("{0}")]
+    Action(Box<ActionError>),
+    /// A `Drive` stream closed before this could be sent.
+    #[error("the drive stream is closed")]
+    StreamClosed,
+    /// A result did not have the shape its action promises (a server of another version?).
+    #[error("unexpected result: {0}")]
+    Unexpected(String),
+}
+
+impl Error {
+    /// The gRPC code of a refused call, or of the action's failure mapped to the nearest one.
+    pub fn code(&self) -> tonic::Code {
+        match self {
+            Error::Status(s) => s.code(),
+            Error::Connect(_) | Error::StreamClosed => tonic::Code::Unavailable,
+            Error::BadToken => tonic::Code::Unauthenticated,
+            Error::Action(_) | Error::TlsFile(_) | Error::Unexpected(_) => tonic::Code::Unknown,
+        }
+    }
 }
 
 /// Adds `authorization: Bearer <jwt>` to every call.
@@ -65,8 +127,9 @@ impl tonic::service::Interceptor for Bearer {
     }
 }
 
-/// Generated stubs with the bearer token attached.
+/// The generated `Sessions` stub with the bearer token attached.
 pub type SessionsClient = pb::sessions_client::SessionsClient<InterceptedService<Channel, Bearer>>;
+/// The generated `Admin` stub with the bearer token attached.
 pub type AdminClient = pb::admin_client::AdminClient<InterceptedService<Channel, Bearer>>;
 
 /// Trust and identity for an `https://` endpoint.
@@ -130,7 +193,15 @@ impl Client {
         self.admin.clone()
     }
 
-    /// Acquires a browser with default settings, waiting up to `wait_ms`.
+    /// Starts an `Acquire`: set its options, then `.await` it for a [`Session`] that is
+    /// released when dropped. A full queue or an unreachable server is retried with backoff
+    /// ([`Retry::default`]: up to 30 s overall).
+    pub fn session(&self) -> AcquireBuilder<'_> {
+        AcquireBuilder::new(self)
+    }
+
+    /// Acquires a browser with default settings, waiting up to `wait_ms`; one attempt, and
+    /// nothing releases it but [`Client::release`] (see [`Client::session`]).
     pub async fn acquire(&self, wait_ms: u32) -> Result<pb::Session, Error> {
         self.acquire_with(pb::AcquireRequest { wait_ms, ..Default::default() }).await
     }
@@ -140,7 +211,7 @@ impl Client {
         Ok(self.sessions().acquire(req).await?.into_inner())
     }
 
-    /// Runs one action.
+    /// Runs one action; a failed action is `Ok` with `ok: false` here (see [`Session::act`]).
     pub async fn act(&self, session_id: &str, action: pb::Action) -> Result<pb::ActionResult, Error> {
         let req = pb::ActRequest { session_id: session_id.into(), action: Some(action) };
         Ok(self.sessions().act(req).await?.into_inner())

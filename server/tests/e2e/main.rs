@@ -15,6 +15,7 @@ mod helpers;
 mod lifecycle;
 mod ops;
 mod replicas;
+mod sdk;
 mod sessions;
 mod tenants;
 mod tls;
