@@ -54,6 +54,8 @@
 //! what the typed layer does not cover. Every action's payload and options:
 //! `docs/actions.md` in the repository.
 
+#![deny(missing_docs)]
+
 mod retry;
 mod session;
 mod steps;

@@ -129,9 +129,13 @@ impl Output for Navigated {
 /// One tab, from [`Session::list_tabs`].
 #[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize)]
 pub struct TabInfo {
+    /// Its index, for [`Session::switch_tab`].
     pub index: usize,
+    /// The URL it is on.
     pub url: String,
+    /// Its document's title.
     pub title: String,
+    /// Whether actions run on it.
     pub active: bool,
 }
 
@@ -157,6 +161,7 @@ impl Output for TabIndex {
 pub enum WaitUntil {
     /// The `load` event (the default).
     Load,
+    /// The `DOMContentLoaded` event: the HTML is parsed, subresources may still load.
     DomContentLoaded,
     /// No network activity for a moment.
     NetworkIdle,
@@ -178,8 +183,11 @@ impl WaitUntil {
 /// A mouse button for [`Session::click`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Button {
+    /// The primary button.
     Left,
+    /// The context-menu button.
     Right,
+    /// The wheel button.
     Middle,
 }
 
@@ -201,6 +209,7 @@ pub mod kind {
 
 /// What a step of kind `K` returns.
 pub trait StepKind {
+    /// The typed result of a successful step.
     type Output: Output;
 }
 impl StepKind for kind::Navigate {
