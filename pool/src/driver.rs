@@ -78,24 +78,24 @@ impl Deadline {
         Deadline { at: Instant::now() + call.timeout, budget: call.timeout, default: call.default_timeout }
     }
 
+    /// Which timeout this is.
+    fn which(&self) -> &'static str {
+        if self.default {
+            "the default action timeout"
+        } else {
+            "the action's timeout_ms"
+        }
+    }
+
     /// `the action's timeout_ms of 2000 ms`, or `the default action timeout of 30000 ms`.
     pub(crate) fn budget(&self) -> String {
-        let ms = self.budget.as_millis();
-        if self.default {
-            format!("the default action timeout of {ms} ms")
-        } else {
-            format!("the action's timeout_ms of {ms} ms")
-        }
+        format!("{} of {} ms", self.which(), self.budget.as_millis())
     }
 
     /// How a wait that ran out ends its message: which timeout, how long, what to change.
     pub(crate) fn ran_out(&self) -> String {
-        let ms = self.budget.as_millis();
-        if self.default {
-            format!("within {ms} ms (the default action timeout; set timeout_ms to wait longer)")
-        } else {
-            format!("within {ms} ms (the action's timeout_ms)")
-        }
+        let hint = if self.default { "; set timeout_ms to wait longer" } else { "" };
+        format!("within {} ms ({}{hint})", self.budget.as_millis(), self.which())
     }
 }
 

@@ -16,26 +16,7 @@ Whole-call failures raise :class:`BrowserpoolError` (``.code`` is the ``grpc.Sta
 actions that ran and failed raise :class:`ActionError` (``.code_name`` says why).
 """
 
-from browserpool.client import (
-    ActionError,
-    BearerAuth,
-    BrowserpoolError,
-    Client,
-    LeasedSession,
-    action,
-    connect,
-    from_value,
-    to_value,
-)
+from browserpool import client as _client
+from browserpool.client import *  # noqa: F401,F403 (the helper's names, listed once there)
 
-__all__ = [
-    "ActionError",
-    "BearerAuth",
-    "BrowserpoolError",
-    "Client",
-    "LeasedSession",
-    "action",
-    "connect",
-    "from_value",
-    "to_value",
-]
+__all__ = list(_client.__all__)
