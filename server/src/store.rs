@@ -65,6 +65,8 @@ pub struct SessionFilter {
     pub tenant: Option<String>,
     /// Only this state; `None` = all.
     pub state: Option<SessionState>,
+    /// Only sessions acquired by this subject; `None` = every subject.
+    pub subject: Option<String>,
     /// Page size, already capped by the caller.
     pub limit: u32,
     /// Rows to skip (the page token).
@@ -467,12 +469,13 @@ impl Store {
     pub async fn sessions(&self, f: &SessionFilter) -> Result<Vec<SessionRecord>, StoreError> {
         with_pool!(self, pool => sqlx::query(
             "SELECT * FROM sessions WHERE ($1 IS NULL OR tenant = $1) AND ($2 IS NULL OR state = $2) \
-             ORDER BY created_at_ms, id LIMIT $3 OFFSET $4",
+             AND ($5 IS NULL OR subject = $5) ORDER BY created_at_ms, id LIMIT $3 OFFSET $4",
         )
         .bind(f.tenant.as_deref())
         .bind(f.state.map(|s| s.as_str()))
         .bind(f.limit as i64)
         .bind(f.offset as i64)
+        .bind(f.subject.as_deref())
         .fetch_all(pool)
         .await?
         .iter()
@@ -967,6 +970,9 @@ mod tests {
                 .await
                 .unwrap();
             assert_eq!(live.iter().map(|s| s.id.as_str()).collect::<Vec<_>>(), vec!["s-2"], "{backend}");
+            let by = |subject: &str| SessionFilter { subject: Some(subject.into()), limit: 10, ..Default::default() };
+            assert_eq!(store.sessions(&by("ci")).await.unwrap().len(), 2, "{backend}");
+            assert!(store.sessions(&by("someone-else")).await.unwrap().is_empty(), "{backend}");
             assert!(store.session("nope").await.unwrap().is_none());
             assert_eq!(store.tenant("t").await.unwrap(), Some(tenant("t", 3)), "{backend}");
             assert_eq!(store.revoked().await.unwrap(), vec!["jti-1".to_string()], "{backend}");

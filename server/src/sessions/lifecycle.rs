@@ -13,6 +13,18 @@ impl Sessions {
         page_size: u32,
         page_token: &str,
     ) -> Result<(Vec<SessionRecord>, String)> {
+        self.list_where(tenant, None, state, page_size, page_token).await
+    }
+
+    /// [`Sessions::list_all`], of one subject only when `subject` is given.
+    async fn list_where(
+        &self,
+        tenant: Option<String>,
+        subject: Option<String>,
+        state: Option<SessionState>,
+        page_size: u32,
+        page_token: &str,
+    ) -> Result<(Vec<SessionRecord>, String)> {
         let offset: u64 = if page_token.is_empty() {
             0
         } else {
@@ -22,7 +34,8 @@ impl Sessions {
                 as u64
         };
         let limit = if page_size == 0 { 100 } else { page_size.min(MAX_PAGE_SIZE) };
-        let mut rows = self.inner.store.sessions(&SessionFilter { tenant, state, limit: limit + 1, offset }).await?;
+        let filter = SessionFilter { tenant, state, subject, limit: limit + 1, offset };
+        let mut rows = self.inner.store.sessions(&filter).await?;
         let more = rows.len() > limit as usize;
         rows.truncate(limit as usize);
         // Live sessions carry fresher idle deadlines in memory.
@@ -288,7 +301,11 @@ impl Sessions {
         Ok(record)
     }
 
-    /// The caller tenant's sessions, oldest first. `page_token` is an opaque offset.
+    /// The caller's tenant's sessions that `Get` would answer for the same token, oldest
+    /// first: its own subject's, or every subject's with `sessions:shared` and
+    /// `sessions:write` (or `admin`). Another subject's sessions stay hidden because a listed
+    /// session carries its `cdp_url`, a ticket to drive it. Filtered in the database, so a
+    /// page is never short for rows the caller may not see. `page_token` is an opaque offset.
     pub async fn list(
         &self,
         claims: &Claims,
@@ -297,7 +314,8 @@ impl Sessions {
         page_token: &str,
     ) -> Result<(Vec<SessionRecord>, String)> {
         require(claims, Scope::SessionsRead)?;
-        let (rows, next) = self.list_all(Some(claims.tenant.clone()), state, page_size, page_token).await?;
+        let subject = (!uses_every_subject(claims)).then(|| claims.sub.clone());
+        let (rows, next) = self.list_where(Some(claims.tenant.clone()), subject, state, page_size, page_token).await?;
         Ok((rows.into_iter().filter(|r| may_use(claims, r)).collect(), next))
     }
 

@@ -181,6 +181,46 @@ async fn drive_stream_survives_unknown_action_and_reports_aliases() {
     server.stop().await;
 }
 
+/// `List` answers what `Get` would for the same token: a subject without sessions:shared
+/// (with sessions:write) sees its own sessions only, never another subject's (a listed session
+/// carries its `cdp_url`, a ticket to drive it), and its pages are not padded with sessions it
+/// may not see.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_shows_a_subject_only_its_own_sessions_without_sessions_shared() {
+    let server = TestServer::start_with(|a| a.warm = 0).await;
+    let client = |subject: &'static str, scopes: &'static [&'static str]| {
+        let server = &server;
+        async move { server.client(&server.token("default", subject, scopes).await).await }
+    };
+    let alice = client("alice", &["sessions:read", "sessions:write"]).await;
+    let bob = client("bob", &["sessions:read", "sessions:write"]).await;
+    let hers = alice.acquire(30_000).await.unwrap().session_id;
+    let his = bob.acquire(30_000).await.unwrap().session_id;
+    let list = |client: browserpool_client::Client, page_size: u32| async move {
+        let page = client
+            .sessions()
+            .list(pb::ListSessionsRequest { page_size, ..Default::default() })
+            .await
+            .unwrap()
+            .into_inner();
+        (page.sessions.into_iter().map(|s| s.session_id).collect::<Vec<_>>(), page.next_page_token)
+    };
+
+    // Alice's session is the older one, yet Bob's first page of one is his own, and the last.
+    assert_eq!(list(bob.clone(), 1).await, (vec![his.clone()], String::new()));
+    assert_eq!(list(alice.clone(), 0).await, (vec![hers.clone()], String::new()));
+    // sessions:shared alone does not show the others: using them needs sessions:write too.
+    let shared_reader = client("carol", &["sessions:read", "sessions:shared"]).await;
+    assert_eq!(list(shared_reader, 0).await, (vec![], String::new()));
+    let shared = client("dave", &["sessions:read", "sessions:write", "sessions:shared"]).await;
+    assert_eq!(list(shared, 0).await, (vec![hers.clone(), his.clone()], String::new()));
+    assert_eq!(list(server.admin().await, 0).await.0, [hers.clone(), his.clone()]);
+
+    alice.release(&hers).await.unwrap();
+    bob.release(&his).await.unwrap();
+    server.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exhausted_pool_times_out_then_serves_after_release() {
     let server = TestServer::start_with(|a| a.max_workers = 1).await;
