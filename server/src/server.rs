@@ -106,6 +106,7 @@ pub async fn bind(args: ServeArgs) -> anyhow::Result<Bound> {
     let chrome = find_chrome(args.chrome.as_deref())?;
     let store = Store::open(&args.store.database_url()).await.context("open database")?;
     let default_epoch = ensure_default_tenant(&store, &args).await?;
+    apply_given_to_default_tenant(&store, &args).await?;
     let keys = Arc::new(Keys::load_or_create(&data_dir, args.jwt_alg)?);
     let admin_token_path = write_admin_token(&keys, &data_dir, DEFAULT_TENANT, &default_epoch)?;
     tracing::info!(path = %admin_token_path.display(), "admin token written");
@@ -246,14 +247,45 @@ pub async fn ensure_default_tenant(store: &Store, args: &ServeArgs) -> anyhow::R
         id: DEFAULT_TENANT.into(),
         max_slots: args.max_workers as u32,
         max_queue: 100,
-        max_session_ttl_ms: args.max_session_ttl.as_millis().min(u32::MAX as u128) as u32,
-        idle_timeout_ms: args.idle_timeout.as_millis().min(u32::MAX as u128) as u32,
+        max_session_ttl_ms: millis(args.max_session_ttl),
+        idle_timeout_ms: millis(args.idle_timeout),
         allow_hosts: Vec::new(),
         // The embedded single-user default allows loopback so local development works.
         allow_private_networks: true,
     };
     store.ensure_tenant(&default, now_ms()).await?;
     store.tenant_epoch(DEFAULT_TENANT).await?.context("the default tenant vanished right after it was ensured")
+}
+
+/// Sets the `default` tenant's quotas that `serve` was given (see [`crate::config::Given`]) and
+/// logs each change: a flag given is meant to hold now, not only on the data dir's first
+/// start. Quotas not given keep what is stored (an operator's `PutTenant` among them).
+async fn apply_given_to_default_tenant(store: &Store, args: &ServeArgs) -> anyhow::Result<()> {
+    let Some(stored) = store.tenant(DEFAULT_TENANT).await? else { return Ok(()) };
+    let mut wanted = stored.clone();
+    let mut changes = Vec::new();
+    let mut set = |given: bool, field: &mut u32, value: u32, what: &str| {
+        if given && *field != value {
+            changes.push(format!("{what} {field} -> {value}"));
+            *field = value;
+        }
+    };
+    set(args.given.max_workers, &mut wanted.max_slots, args.max_workers as u32, "max_slots (--max-workers)");
+    let ttl = millis(args.max_session_ttl);
+    set(args.given.max_session_ttl, &mut wanted.max_session_ttl_ms, ttl, "max_session_ttl_ms (--max-session-ttl)");
+    let idle = millis(args.idle_timeout);
+    set(args.given.idle_timeout, &mut wanted.idle_timeout_ms, idle, "idle_timeout_ms (--idle-timeout)");
+    if changes.is_empty() {
+        return Ok(());
+    }
+    store.put_tenant(&wanted, now_ms()).await?;
+    tracing::info!(tenant = DEFAULT_TENANT, changes = %changes.join(", "), "default tenant set from the flags given");
+    Ok(())
+}
+
+/// A duration in whole milliseconds, as the tenant records keep them (at most u32::MAX).
+fn millis(d: std::time::Duration) -> u32 {
+    d.as_millis().min(u32::MAX as u128) as u32
 }
 
 /// Binds and serves until `shutdown` resolves.
