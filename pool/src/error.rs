@@ -26,6 +26,10 @@ pub enum PoolError {
     /// No worker became free before the caller's deadline.
     #[error("no worker free within {0:?}")]
     Exhausted(Duration),
+    /// Workers fail to boot: the last boot's error.
+    #[error("workers fail to boot: {0}")]
+    BootFailing(String),
+
     /// The pool is shutting down.
     #[error("pool is shutting down")]
     ShuttingDown,

@@ -79,7 +79,7 @@ impl Sessions {
         let outcome = match &result {
             Ok(_) => "ok",
             Err(ServiceError::QueueFull(_)) => "queue_full",
-            Err(ServiceError::WaitElapsed(_)) => "timeout",
+            Err(ServiceError::WaitElapsed { .. }) => "timeout",
             Err(ServiceError::Draining | ServiceError::Pool(_)) => "unavailable",
             Err(ServiceError::PermissionDenied(_) | ServiceError::InvalidArgument(_)) => "refused",
             Err(_) => "error",
@@ -124,21 +124,28 @@ impl Sessions {
         let started = Instant::now();
         let deadline = tokio::time::Instant::now() + Duration::from_millis(spec.wait_ms as u64);
         let quota = Quota { max_slots: tenant.max_slots, max_queue: tenant.max_queue };
+        let waited = |cause: String| ServiceError::WaitElapsed { waited_ms: spec.wait_ms as u64, cause };
         let slot = match tokio::time::timeout_at(deadline, self.inner.admission.admit(&claims.tenant, quota)).await {
             Ok(Ok(slot)) => slot,
             Ok(Err(e @ AdmissionError::QueueFull { .. })) => return Err(ServiceError::QueueFull(e.to_string())),
             Ok(Err(e)) => return Err(ServiceError::FailedPrecondition(e.to_string())),
-            Err(_) => return Err(ServiceError::WaitElapsed(spec.wait_ms as u64)),
+            Err(_) => return Err(waited(self.inner.admission.why_waiting(&claims.tenant, quota))),
         };
         // The local queue keeps order among this server's callers; the database counts the
         // tenant's slots across every replica sharing it.
         let id = format!("s-{}", uuid::Uuid::new_v4().simple());
         let Some(claim) = self.claim(&id, &tenant, deadline).await? else {
-            return Err(ServiceError::WaitElapsed(spec.wait_ms as u64));
+            return Err(waited(format!(
+                "tenant {} is at its quota: its max_slots {} sessions are in use across the replicas sharing the database",
+                tenant.id, tenant.max_slots
+            )));
         };
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
         let lease = self.inner.pool.lease(left, viewport).await.map_err(|e| match e {
-            PoolError::Exhausted(_) => ServiceError::WaitElapsed(spec.wait_ms as u64),
+            PoolError::Exhausted(_) => waited(format!(
+                "this server is at capacity: its --max-workers {} browsers are in use",
+                self.inner.pool.status().capacity
+            )),
             other => ServiceError::Pool(other),
         })?;
         // The tenant's navigation policy holds for every request the session's pages make.

@@ -232,6 +232,13 @@ async fn exhausted_pool_times_out_then_serves_after_release() {
     let browserpool_client::Error::Status(status) = err else { panic!("expected a status") };
     assert_eq!(status.code(), tonic::Code::DeadlineExceeded, "{status}");
     assert!(started.elapsed() < Duration::from_secs(5));
+    // It says what is full: here both the default tenant's quota (seeded from --max-workers)
+    // and the server.
+    assert_eq!(
+        status.message(),
+        "no browser became free within 300 ms: tenant default is at its quota: 1 of its max_slots 1 sessions \
+         in use, and this server is at capacity: 1 of its --max-workers 1 browsers in use"
+    );
 
     // A waiter is served once the holder releases.
     let waiter = {

@@ -40,8 +40,14 @@ async fn tenant_slots_queue_overflow_renew_and_forced_delete() {
     let first = a.acquire(30_000).await.unwrap();
     assert_eq!(first.tenant, "team-a");
 
-    // The server has room, the tenant does not: its next request waits, then times out.
-    assert_eq!(status_code(a.acquire(300).await.unwrap_err()), tonic::Code::DeadlineExceeded);
+    // The server has room, the tenant does not: its next request waits, then times out,
+    // saying it is the tenant's quota.
+    let browserpool_client::Error::Status(status) = a.acquire(300).await.unwrap_err() else { panic!() };
+    assert_eq!(status.code(), tonic::Code::DeadlineExceeded);
+    assert_eq!(
+        status.message(),
+        "no browser became free within 300 ms: tenant team-a is at its quota: 1 of its max_slots 1 sessions in use"
+    );
     // One waiter fills max_queue=1; the next is refused at once with the queue length.
     let waiter = {
         let a = a.clone();
