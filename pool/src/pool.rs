@@ -242,6 +242,11 @@ impl Pool {
         // Counted as pending (so refill boots one for us) only once no warm worker is there;
         // counting earlier would make refill boot a spare on every lease.
         let mut pending: Option<Pending<'_>> = None;
+        // With a slot ours, a worker booting for us is waited for past `wait` (so `wait` 0 on
+        // a pool with room gets a browser, not a refusal), for as long as a boot may take;
+        // unless boots fail, which the caller is told once its own wait is over.
+        let boot_bound = self.inner.cfg.launch.launch_timeout + self.inner.cfg.launch.cdp_timeout;
+        let mut boot_deadline = None;
         loop {
             let notified = self.inner.warm_ready.notified();
             tokio::pin!(notified);
@@ -279,12 +284,18 @@ impl Pool {
                 pending = Some(Pending::new(&self.inner));
                 self.inner.refill.notify_one();
             }
-            if tokio::time::Instant::now() >= deadline {
-                // The caller's wait is over: a failing boot is why, when boots fail.
-                return Err(failing.map_or(PoolError::Exhausted(wait), PoolError::BootFailing));
+            let now = tokio::time::Instant::now();
+            let boot_deadline = *boot_deadline.get_or_insert(deadline.max(now + boot_bound));
+            if now >= deadline {
+                if let Some(error) = failing {
+                    return Err(PoolError::BootFailing(error));
+                }
+                if now >= boot_deadline {
+                    return Err(PoolError::NotBooted(boot_bound));
+                }
             }
             // Woken by every boot that ends, warm or failed.
-            let _ = tokio::time::timeout_at(deadline, notified).await;
+            let _ = tokio::time::timeout_at(if now < deadline { deadline } else { boot_deadline }, notified).await;
         }
     }
 

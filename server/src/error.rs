@@ -81,6 +81,7 @@ impl From<ServiceError> for Status {
             ServiceError::Pool(PoolError::Exhausted(wait)) => {
                 (Code::DeadlineExceeded, format!("no browser became free within {} ms", wait.as_millis()))
             }
+            ServiceError::Pool(PoolError::NotBooted(_)) => (Code::DeadlineExceeded, e.to_string()),
             ServiceError::Pool(PoolError::ShuttingDown) => (Code::Unavailable, "server is shutting down".into()),
             ServiceError::Pool(
                 PoolError::Launch(_)

@@ -146,6 +146,7 @@ impl Sessions {
                 "this server is at capacity: its --max-workers {} browsers are in use",
                 self.inner.pool.status().capacity
             )),
+            PoolError::NotBooted(bound) => waited(format!("no worker finished booting within {bound:?}")),
             other => ServiceError::Pool(other),
         })?;
         // The tenant's navigation policy holds for every request the session's pages make.

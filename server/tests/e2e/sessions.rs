@@ -257,6 +257,24 @@ async fn exhausted_pool_times_out_then_serves_after_release() {
     server.stop().await;
 }
 
+/// `wait_ms: 0` on a server with a slot free but no worker warm waits for the worker booting
+/// for it instead of failing at once: here no worker is kept warm, and after a release the
+/// only slot's next worker boots on demand.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acquire_without_waiting_takes_the_worker_booting_for_it() {
+    let server = TestServer::start_with(|a| {
+        a.warm = 0;
+        a.max_workers = 1;
+    })
+    .await;
+    let client = server.admin().await;
+    let first = client.acquire(0).await.expect("the worker booted for the call");
+    client.release(&first.session_id).await.unwrap();
+    let second = client.acquire(0).await.expect("right after a release, the worker booted for the call");
+    client.release(&second.session_id).await.unwrap();
+    server.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancelled_acquire_leaks_nothing() {
     let server = TestServer::start_with(|a| a.max_workers = 1).await;
