@@ -18,7 +18,7 @@ pub async fn run(cli: Cli, shutdown: impl Future<Output = ()> + Send + 'static) 
         Some(Command::Token(TokenCommand::Issue(args))) => {
             create_data_dir(&args.store.data_dir)?;
             let keys = Keys::load_or_create(&args.store.data_dir, args.jwt_alg)?;
-            let store = Store::open(&args.store.database_url()).await.context("open database")?;
+            let store = Store::open(&args.store.database_url()).await?;
             let epoch = tenant_epoch(&store, &args).await;
             store.close().await;
             let (token, _) = keys.issue(&args.tenant, &epoch?, &args.subject, &args.scopes, args.ttl)?;

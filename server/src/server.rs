@@ -90,7 +90,8 @@ pub async fn bind(args: ServeArgs) -> anyhow::Result<Bound> {
     let tls = Tls::from_files(args.tls_cert.as_deref(), args.tls_key.as_deref(), args.tls_client_ca.as_deref())?;
     let data_dir = args.store.data_dir.clone();
     create_data_dir(&data_dir)?;
-    let dir_lock = DirLock::acquire(&data_dir).context("lock the data dir")?;
+    let dir_lock = DirLock::acquire(&data_dir)?;
+    browserpool_pool::lock::check_lock_dir(&args.lock_dir)?;
     // A server killed without cleaning up leaves its Chromiums running: kill them before any
     // worker starts (they hold ports, memory and tenants' pages).
     let profiles_dir = data_dir.join("profiles");
@@ -104,7 +105,7 @@ pub async fn bind(args: ServeArgs) -> anyhow::Result<Bound> {
     }
     raise_open_files_limit();
     let chrome = find_chrome(args.chrome.as_deref())?;
-    let store = Store::open(&args.store.database_url()).await.context("open database")?;
+    let store = Store::open(&args.store.database_url()).await?;
     let default_epoch = ensure_default_tenant(&store, &args).await?;
     apply_given_to_default_tenant(&store, &args).await?;
     let keys = Arc::new(Keys::load_or_create(&data_dir, args.jwt_alg)?);
@@ -158,8 +159,9 @@ pub async fn bind(args: ServeArgs) -> anyhow::Result<Bound> {
     sessions.recover(previous.as_deref(), addrs).await?;
     let scheme = tls.as_ref().map_or(TlsMode::Off, Tls::mode).ws_scheme();
     sessions.set_cdp_base(args.public_url.clone().unwrap_or_else(|| format!("{scheme}://{http_addr}")));
-    std::fs::write(&replica_file, sessions.replica_id())
-        .with_context(|| format!("write {}", replica_file.display()))?;
+    std::fs::write(&replica_file, sessions.replica_id()).map_err(|e| {
+        anyhow::anyhow!("write {}: {}", replica_file.display(), browserpool_pool::lock::explain_io(&e, &replica_file))
+    })?;
     Ok(Bound {
         audit,
         audit_writer,
@@ -236,7 +238,10 @@ fn raise_open_files_limit() {
 /// Creates the data dir if missing, owner only: keys, tokens and tenants' browser profiles
 /// live there.
 pub fn create_data_dir(data_dir: &Path) -> anyhow::Result<()> {
-    crate::auth::create_private_dir(data_dir).with_context(|| format!("create data dir {}", data_dir.display()))
+    crate::auth::create_private_dir(data_dir).map_err(|e| {
+        let why = browserpool_pool::lock::explain_io(&e, data_dir);
+        anyhow::anyhow!("create data dir {}: {why}", data_dir.display())
+    })
 }
 
 /// Creates the `default` tenant from `args` if it does not exist (an existing one is left as
