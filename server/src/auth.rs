@@ -115,6 +115,14 @@ pub enum AuthError {
     BadRequest(String),
     #[error("signing key: {0}")]
     Key(String),
+    /// The data dir has no signing key: nothing may be signed or rotated there, since no
+    /// server would check it.
+    #[error(
+        "no signing key in {0} (no jwt-hs256.key or jwt-ed25519.key): tokens must be signed with the key of \
+         the server that checks them; give that server's data dir (--data-dir), or start `browserpool serve` \
+         on this one once to create its key"
+    )]
+    NoKey(String),
 }
 
 /// One key: its pinned algorithm, id, and both halves.
@@ -150,13 +158,22 @@ const RETIRED_DIR: &str = "retired-keys";
 impl Keys {
     /// Loads the data dir's signing key, creating one (mode 0600) on first use, and every
     /// retired key. An existing key wins over `alg`, so restarting with another flag never
-    /// invalidates live tokens silently.
+    /// invalidates live tokens silently. What `serve` does.
     pub fn load_or_create(data_dir: &Path, alg: JwtAlg) -> Result<Keys, AuthError> {
         create_private_dir(data_dir).map_err(|e| AuthError::Key(format!("create {}: {e}", data_dir.display())))?;
-        let current = match current_key_file(data_dir) {
-            Some((path, kind)) => entry(kind, &read_secret(&path)?)?,
-            None => create_key(data_dir, alg)?,
-        };
+        if current_key_file(data_dir).is_none() {
+            create_key(data_dir, alg)?;
+        }
+        Keys::load(data_dir)
+    }
+
+    /// Loads the data dir's signing key and every retired key; a data dir without a signing
+    /// key is [`AuthError::NoKey`] (what `token issue` and `key rotate` need: a key made there
+    /// would be one no server knows).
+    pub fn load(data_dir: &Path) -> Result<Keys, AuthError> {
+        let (path, kind) =
+            current_key_file(data_dir).ok_or_else(|| AuthError::NoKey(data_dir.display().to_string()))?;
+        let current = entry(kind, &read_secret(&path)?)?;
         let mut retired = Vec::new();
         if let Ok(dir) = fs::read_dir(data_dir.join(RETIRED_DIR)) {
             for file in dir.flatten() {
@@ -177,7 +194,7 @@ impl Keys {
     /// Retires the current signing key (it keeps verifying the tokens it signed, by `kid`) and
     /// creates a new one. Returns (old kid, new kid).
     pub fn rotate(data_dir: &Path, alg: JwtAlg) -> Result<(String, String), AuthError> {
-        let keys = Keys::load_or_create(data_dir, alg)?;
+        let keys = Keys::load(data_dir)?;
         let (path, kind) = current_key_file(data_dir).ok_or_else(|| AuthError::Key("no current key".into()))?;
         let retired_dir = data_dir.join(RETIRED_DIR);
         create_private_dir(&retired_dir)
@@ -709,7 +726,7 @@ impl From<AuthError> for crate::error::ServiceError {
             AuthError::UnknownScope(_) | AuthError::BadRequest(_) => {
                 crate::error::ServiceError::InvalidArgument(e.to_string())
             }
-            AuthError::Key(_) => crate::error::ServiceError::Internal(e.to_string()),
+            AuthError::Key(_) | AuthError::NoKey(_) => crate::error::ServiceError::Internal(e.to_string()),
             _ => crate::error::ServiceError::Unauthenticated(e.to_string()),
         }
     }
@@ -773,6 +790,17 @@ mod tests {
         assert!(rotated.verify(&new_token).is_ok());
         // The old server (old keys only) does not know the new kid.
         assert!(matches!(keys.verify(&new_token), Err(AuthError::Invalid(m)) if m.contains("unknown key id")));
+    }
+
+    #[test]
+    fn a_data_dir_without_a_key_signs_and_rotates_nothing() {
+        let parent = tempfile::tempdir().unwrap();
+        let dir = parent.path().join("typo");
+        for err in [Keys::load(&dir).unwrap_err(), Keys::rotate(&dir, JwtAlg::Hs256).unwrap_err()] {
+            assert!(matches!(&err, AuthError::NoKey(d) if d == &dir.display().to_string()), "{err}");
+            assert!(err.to_string().contains("start `browserpool serve` on this one once"), "{err}");
+        }
+        assert!(!dir.exists(), "nothing was created");
     }
 
     #[test]

@@ -16,8 +16,9 @@ pub async fn run(cli: Cli, shutdown: impl Future<Output = ()> + Send + 'static) 
         None => crate::run(ServeArgs::from_env()?, shutdown).await,
         Some(Command::Serve(args)) => crate::run(args, shutdown).await,
         Some(Command::Token(TokenCommand::Issue(args))) => {
-            create_data_dir(&args.store.data_dir)?;
-            let keys = Keys::load_or_create(&args.store.data_dir, args.jwt_alg)?;
+            // Signed with the key of the server of this data dir, never a new one: a key made
+            // here would be one no server knows, and its tokens refused everywhere.
+            let keys = Keys::load(&args.store.data_dir)?;
             let store = Store::open(&args.store.database_url()).await?;
             let epoch = tenant_epoch(&store, &args).await;
             store.close().await;

@@ -23,7 +23,8 @@ pub struct Cli {
 pub enum Command {
     /// Run the service (the default when no command is given).
     Serve(ServeArgs),
-    /// Mint tokens offline from the data dir's signing key and the database's tenants.
+    /// Mint tokens offline from the data dir's signing key and the database's tenants (a
+    /// data dir without a key is refused: start the server on it once).
     #[command(subcommand)]
     Token(TokenCommand),
     /// Create or upgrade the database schema, then exit.
@@ -36,7 +37,8 @@ pub enum Command {
 #[derive(Debug, Subcommand)]
 pub enum KeyCommand {
     /// Retire the signing key (it keeps verifying its tokens) and create a new one; a running
-    /// server signs with the new key after its next restart.
+    /// server signs with the new key after its next restart. A data dir without a signing key
+    /// is refused.
     Rotate(KeyRotateArgs),
 }
 
@@ -352,7 +354,9 @@ impl ServeArgs {
     }
 }
 
-/// Settings of `browserpool token issue`.
+/// Settings of `browserpool token issue`. The token is signed with the data dir's key, which
+/// a server made there (a data dir without one is refused rather than given a key no server
+/// knows).
 #[derive(Debug, Clone, Args)]
 pub struct TokenIssueArgs {
     #[command(flatten)]
@@ -371,9 +375,6 @@ pub struct TokenIssueArgs {
     /// Lifetime, e.g. 30m, 1h, 7d.
     #[arg(long, env = "BROWSERPOOL_TOKEN_TTL", default_value = "1h", value_parser = humantime::parse_duration)]
     pub ttl: Duration,
-    /// JWT algorithm if the signing key does not exist yet.
-    #[arg(long, env = "BROWSERPOOL_JWT_ALG", value_enum, default_value = "hs256")]
-    pub jwt_alg: JwtAlg,
 }
 
 #[cfg(test)]

@@ -284,24 +284,47 @@ async fn every_admin_rpc_needs_scope_admin_and_refusals_are_audited() {
     server.stop().await;
 }
 
-/// `browserpool token issue` offline, as an operator runs it: `default` works on a fresh data
-/// dir (the tenant is created as `serve` would), an unknown tenant is a clear error.
+/// `browserpool token issue` offline, as an operator runs it: a data dir no server made (a
+/// typo, another directory) is refused, naming it, and left as it was, rather than given a
+/// new key no server knows; on the server's data dir `default` works (the tenant is created
+/// as `serve` would when missing), an unknown tenant is a clear error.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn offline_token_issue_needs_the_tenant_and_its_tokens_work() {
-    let dir = tempfile::tempdir().unwrap();
+async fn offline_token_issue_needs_the_servers_key_and_the_tenant_and_its_tokens_work() {
+    let parent = tempfile::tempdir().unwrap();
+    let dir = parent.path().join("data");
     let database_url = crate::helpers::test_database()
         .await
-        .unwrap_or_else(|| format!("sqlite://{}", dir.path().join("browserpool.db").display()));
-    let issue = |tenant: &str| {
+        .unwrap_or_else(|| format!("sqlite://{}", dir.join("browserpool.db").display()));
+    let browserpool = |args: &[&str]| {
         std::process::Command::new(env!("CARGO_BIN_EXE_browserpool"))
-            .args(["token", "issue", "--subject", "ci", "--scopes", "sessions:read", "--tenant", tenant])
+            .args(args)
             .arg("--data-dir")
-            .arg(dir.path())
+            .arg(&dir)
             .arg("--database-url")
             .arg(&database_url)
             .output()
             .unwrap()
     };
+    let issue = |tenant: &str| {
+        browserpool(&["token", "issue", "--subject", "ci", "--scopes", "sessions:read", "--tenant", tenant])
+    };
+    let keyless = issue("default");
+    assert!(!keyless.status.success());
+    assert!(keyless.stdout.is_empty());
+    let stderr = String::from_utf8_lossy(&keyless.stderr);
+    assert!(stderr.contains(&format!("no signing key in {}", dir.display())), "{stderr}");
+    assert!(stderr.contains("start `browserpool serve` on this one once"), "{stderr}");
+    let rotate = browserpool(&["key", "rotate"]);
+    assert!(!rotate.status.success());
+    assert!(String::from_utf8_lossy(&rotate.stderr).contains("no signing key in"));
+    assert!(!dir.exists(), "nothing was made in a data dir without a key");
+
+    let server = TestServer::start_with(|a| {
+        a.warm = 0;
+        a.store.data_dir = dir.clone();
+        a.store.database_url = Some(database_url.clone());
+    })
+    .await;
     let ghost = issue("ghost");
     assert!(!ghost.status.success());
     let stderr = String::from_utf8_lossy(&ghost.stderr);
@@ -311,12 +334,6 @@ async fn offline_token_issue_needs_the_tenant_and_its_tokens_work() {
     let issued = issue("default");
     assert!(issued.status.success(), "{}", String::from_utf8_lossy(&issued.stderr));
     let token = String::from_utf8(issued.stdout).unwrap().trim().to_string();
-    let server = TestServer::start_with(|a| {
-        a.warm = 0;
-        a.store.data_dir = dir.path().into();
-        a.store.database_url = Some(database_url.clone());
-    })
-    .await;
     let listed = server.client(&token).await.sessions().list(pb::ListSessionsRequest::default()).await;
     assert!(listed.is_ok(), "the offline token works on the server of that data dir: {listed:?}");
     server.stop().await;
