@@ -28,7 +28,9 @@ pub async fn run(cli: Cli, shutdown: impl Future<Output = ()> + Send + 'static) 
         }
         Some(Command::Key(KeyCommand::Rotate(args))) => {
             let (old, new) = Keys::rotate(&args.store.data_dir, args.jwt_alg)?;
-            eprintln!("retired key {old}; signing key is now {new} (restart the server to sign with it)");
+            eprintln!(
+                "retired key {old}; signing key is now {new} (a server running on this data dir signs with it within a second)"
+            );
             Ok(())
         }
         Some(Command::Migrate(store)) => {

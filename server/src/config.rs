@@ -36,9 +36,10 @@ pub enum Command {
 
 #[derive(Debug, Subcommand)]
 pub enum KeyCommand {
-    /// Retire the signing key (it keeps verifying its tokens) and create a new one; a running
-    /// server signs with the new key after its next restart. A data dir without a signing key
-    /// is refused.
+    /// Retire the signing key (it keeps verifying its tokens) and create a new one. A server
+    /// running on this data dir takes both within a second, no restart: it signs with the new
+    /// key and verifies the retired one's tokens (one signed with the new key is accepted at
+    /// once). A data dir without a signing key is refused.
     Rotate(KeyRotateArgs),
 }
 

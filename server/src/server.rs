@@ -360,6 +360,13 @@ impl Bound {
                 .refresh_loop(store.clone(), std::time::Duration::from_millis(500), stages.serving.clone())
                 .instrument(tracing::info_span!("tenant_epochs")),
         );
+        // Keys rotated beside the running server (`browserpool key rotate`) are signed with
+        // within a second, no restart.
+        tasks.spawn(
+            keys.clone()
+                .refresh_loop(std::time::Duration::from_secs(1), stages.serving.clone())
+                .instrument(tracing::info_span!("signing_keys")),
+        );
         let reaper = tasks.spawn(
             sessions.clone().reap_loop(stages.serving.clone()).instrument(tracing::info_span!("session_reaper")),
         );
