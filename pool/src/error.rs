@@ -26,6 +26,12 @@ pub enum PoolError {
     /// No worker became free before the caller's deadline.
     #[error("no worker free within {0:?}")]
     Exhausted(Duration),
+    /// Workers fail to boot: the last boot's error.
+    #[error("workers fail to boot: {0}")]
+    BootFailing(String),
+    /// A slot was free, but no worker finished booting within a boot's time limits.
+    #[error("no worker finished booting within {0:?}")]
+    NotBooted(Duration),
     /// The pool is shutting down.
     #[error("pool is shutting down")]
     ShuttingDown,

@@ -510,7 +510,11 @@ async fn take_port(cfg: &LaunchConfig) -> Result<PortLock, PoolError> {
     tokio::task::spawn_blocking(move || {
         let pid = std::process::id();
         for port in cfg.ports.start..=cfg.ports.end {
-            let Some(lock) = PortLock::try_acquire(&cfg.lock_dir, port, pid)? else { continue };
+            let lock = PortLock::try_acquire(&cfg.lock_dir, port, pid).map_err(|e| {
+                let why = crate::lock::explain_io(&e, &cfg.lock_dir);
+                PoolError::Launch(format!("lock dir {} (--lock-dir): {why}", cfg.lock_dir.display()))
+            })?;
+            let Some(lock) = lock else { continue };
             // A server that died without cleaning up leaves its Chromium running on this port:
             // kill what still names this port's profile, then give the port a moment to free.
             kill_strays(&cfg.profiles_dir.join(format!("port-{port}")));

@@ -86,6 +86,46 @@ pub fn pid_alive(pid: u32) -> bool {
     rc == 0 || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
 }
 
+/// An I/O error about `path` in words for an operator: "permission denied" said plainly,
+/// with who owns `path` (or the nearest directory above it that exists, where it would be
+/// made) and who this process runs as; any other error as the OS words it, without its
+/// number.
+pub fn explain_io(e: &io::Error, path: &Path) -> String {
+    use std::os::unix::fs::MetadataExt;
+    if e.kind() == io::ErrorKind::PermissionDenied {
+        // SAFETY: geteuid has no preconditions.
+        let uid = unsafe { libc::geteuid() };
+        let owner = path.ancestors().find_map(|p| fs::metadata(p).ok().map(|m| (p, m)));
+        return match owner {
+            Some((p, m)) => format!(
+                "permission denied: {} is owned by uid {} with mode {:o}, and this server runs as uid {uid}",
+                p.display(),
+                m.uid(),
+                m.mode() & 0o7777
+            ),
+            None => format!("permission denied (this server runs as uid {uid})"),
+        };
+    }
+    let text = e.to_string();
+    let text = match text.rfind(" (os error ") {
+        Some(at) if text.ends_with(')') => &text[..at],
+        _ => &text,
+    };
+    let mut chars = text.chars();
+    chars.next().map(|first| first.to_lowercase().chain(chars).collect()).unwrap_or_default()
+}
+
+/// Checks that this server may take port locks in `dir` (created if missing): a lock dir it
+/// may not write would fail every worker's boot, which is better said at start.
+pub fn check_lock_dir(dir: &Path) -> io::Result<()> {
+    let named = |e: io::Error| {
+        io::Error::new(e.kind(), format!("lock dir {} (--lock-dir): {}", dir.display(), explain_io(&e, dir)))
+    };
+    fs::create_dir_all(dir).map_err(named)?;
+    Guard::lock(dir).map_err(named)?;
+    Ok(())
+}
+
 /// Exclusive flock on `<dir>/.guard`, released on drop (closing the fd releases it).
 struct Guard {
     _file: File,
@@ -101,10 +141,14 @@ pub struct DirLock {
 }
 
 impl DirLock {
-    /// Takes the lock, or says which process holds it.
+    /// Takes the lock, or says which process holds it, or why it cannot be taken.
     pub fn acquire(dir: &Path) -> io::Result<DirLock> {
         let path = dir.join("server.lock");
-        let mut file = OpenOptions::new().create(true).truncate(false).read(true).write(true).open(&path)?;
+        let mut file =
+            OpenOptions::new().create(true).truncate(false).read(true).write(true).open(&path).map_err(|e| {
+                let why = explain_io(&e, &path);
+                io::Error::new(e.kind(), format!("data dir {}: cannot open server.lock: {why}", dir.display()))
+            })?;
         // SAFETY: flock on a valid fd owned by `file` for the lock's lifetime.
         if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
             let err = io::Error::last_os_error();
@@ -144,6 +188,17 @@ impl Guard {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn io_errors_are_said_plainly() {
+        let missing = io::Error::from_raw_os_error(libc::ENOENT);
+        assert_eq!(explain_io(&missing, Path::new("/nonexistent/x")), "no such file or directory");
+        let denied = io::Error::from_raw_os_error(libc::EACCES);
+        // The nearest directory that exists is the one named.
+        let said = explain_io(&denied, Path::new("/nonexistent/x"));
+        assert!(said.starts_with("permission denied: / is owned by uid "), "{said}");
+        assert!(said.contains(" with mode ") && said.contains(", and this server runs as uid "), "{said}");
+    }
 
     fn dead_pid() -> u32 {
         // A child that has exited and been reaped: its PID is free.

@@ -145,7 +145,27 @@ struct State {
     pending: usize,
     leased: HashMap<WorkerId, WorkerStatus>,
     closed: bool,
+    /// Why the last boot failed, while boots fail (cleared by the next that succeeds).
     last_boot_error: Option<String>,
+    /// Boots that failed in a row; 0 once one succeeds.
+    failed_boots: u32,
+    /// While boots fail, no boot starts before this (see [`boot_backoff`]).
+    retry_at: Option<tokio::time::Instant>,
+}
+
+/// The wait before the first boot after one that failed; it doubles with each failure in a
+/// row, up to [`BOOT_BACKOFF_MAX`], and a boot that succeeds resets it.
+const BOOT_BACKOFF_FIRST: Duration = Duration::from_millis(500);
+const BOOT_BACKOFF_MAX: Duration = Duration::from_secs(30);
+
+/// How long to wait before booting again after `failed` boots failed in a row: a missing or
+/// broken Chromium is not relaunched in a tight loop, and one fixed again is tried within
+/// [`BOOT_BACKOFF_MAX`].
+fn boot_backoff(failed: u32) -> Duration {
+    match failed {
+        0 => Duration::ZERO,
+        n => BOOT_BACKOFF_FIRST.saturating_mul(1 << (n - 1).min(16)).min(BOOT_BACKOFF_MAX),
+    }
 }
 
 struct Inner {
@@ -222,11 +242,16 @@ impl Pool {
         // Counted as pending (so refill boots one for us) only once no warm worker is there;
         // counting earlier would make refill boot a spare on every lease.
         let mut pending: Option<Pending<'_>> = None;
+        // With a slot ours, a worker booting for us is waited for past `wait` (so `wait` 0 on
+        // a pool with room gets a browser, not a refusal), for as long as a boot may take;
+        // unless boots fail, which the caller is told once its own wait is over.
+        let boot_bound = self.inner.cfg.launch.launch_timeout + self.inner.cfg.launch.cdp_timeout;
+        let mut boot_deadline = None;
         loop {
             let notified = self.inner.warm_ready.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let worker = {
+            let (worker, failing) = {
                 let mut state = self.inner.state();
                 if state.closed {
                     return Err(PoolError::ShuttingDown);
@@ -242,7 +267,7 @@ impl Pool {
                     found = Some(w);
                     break;
                 }
-                found
+                (found, state.last_boot_error.clone())
             };
             if let Some(worker) = worker {
                 self.inner.refill.notify_one();
@@ -259,9 +284,18 @@ impl Pool {
                 pending = Some(Pending::new(&self.inner));
                 self.inner.refill.notify_one();
             }
-            if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                return Err(PoolError::Exhausted(wait));
+            let now = tokio::time::Instant::now();
+            let boot_deadline = *boot_deadline.get_or_insert(deadline.max(now + boot_bound));
+            if now >= deadline {
+                if let Some(error) = failing {
+                    return Err(PoolError::BootFailing(error));
+                }
+                if now >= boot_deadline {
+                    return Err(PoolError::NotBooted(boot_bound));
+                }
             }
+            // Woken by every boot that ends, warm or failed.
+            let _ = tokio::time::timeout_at(if now < deadline { deadline } else { boot_deadline }, notified).await;
         }
     }
 
@@ -333,17 +367,26 @@ impl Pool {
             let notified = self.inner.refill.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let to_boot = {
+            let (to_boot, backing_off) = {
                 let mut state = self.inner.state();
                 if state.closed {
                     break;
                 }
-                let max = self.inner.cfg.max_workers;
-                let target = (self.inner.cfg.warm + state.pending).min(max.saturating_sub(state.leased.len()));
-                let have = state.warm.len() + state.booting;
-                let n = target.saturating_sub(have);
-                state.booting += n;
-                n
+                match state.retry_at.filter(|at| *at > tokio::time::Instant::now()) {
+                    Some(at) => (0, Some(at)),
+                    None => {
+                        let max = self.inner.cfg.max_workers;
+                        let target = (self.inner.cfg.warm + state.pending).min(max.saturating_sub(state.leased.len()));
+                        let have = state.warm.len() + state.booting;
+                        let mut n = target.saturating_sub(have);
+                        // While boots fail, one boot at a time finds out whether they work again.
+                        if state.failed_boots > 0 {
+                            n = n.min(1usize.saturating_sub(state.booting));
+                        }
+                        state.booting += n;
+                        (n, None)
+                    }
+                }
             };
             for _ in 0..to_boot {
                 let pool = self.clone();
@@ -351,8 +394,15 @@ impl Pool {
                 let span = tracing::info_span!("worker_boot", worker = %id);
                 self.inner.tasks.spawn(pool.boot(id).instrument(span));
             }
+            let backoff_over = async {
+                match backing_off {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 _ = notified => {}
+                _ = backoff_over => {}
                 _ = shutdown.cancelled() => break,
             }
         }
@@ -363,23 +413,32 @@ impl Pool {
         let started = Instant::now();
         let result = boot_worker(&self.inner.cfg, &self.inner.egress, id.clone()).await;
         // Decide under the lock, act (await) after it is released.
-        let (orphan, failed) = {
+        let orphan = {
             let mut state = self.inner.state();
             match result {
                 Ok(worker) if !state.closed => {
                     state.booting -= 1;
                     tracing::debug!(worker = %id, pid = worker.process.pid(), port = worker.process.port(), ms = started.elapsed().as_millis() as u64, "worker warm");
+                    if state.failed_boots > 0 {
+                        tracing::info!(failed_before = state.failed_boots, "workers boot again");
+                    }
                     state.last_boot_error = None;
+                    state.failed_boots = 0;
+                    state.retry_at = None;
                     state.warm.push_back(worker);
-                    (None, false)
+                    None
                 }
                 // Still counted as booting until killed, so shutdown waits for it.
-                Ok(worker) => (Some(worker), false),
+                Ok(worker) => Some(worker),
                 Err(e) => {
                     state.booting -= 1;
-                    tracing::error!(worker = %id, error = %e, "worker failed to boot");
+                    state.failed_boots += 1;
+                    // Back off so a missing or broken Chromium is not relaunched in a tight loop.
+                    let backoff = boot_backoff(state.failed_boots);
+                    state.retry_at = Some(tokio::time::Instant::now() + backoff);
+                    tracing::error!(worker = %id, error = %e, failed_in_a_row = state.failed_boots, retry_in = ?backoff, "worker failed to boot");
                     state.last_boot_error = Some(e.to_string());
-                    (None, true)
+                    None
                 }
             }
         };
@@ -387,10 +446,6 @@ impl Pool {
         if let Some(worker) = orphan {
             worker.kill().await;
             self.inner.state().booting -= 1;
-        }
-        if failed {
-            // Back off so a missing or broken Chromium does not spin.
-            tokio::time::sleep(Duration::from_secs(1)).await;
         }
         self.inner.refill.notify_one();
     }
@@ -545,5 +600,17 @@ impl Drop for Lease {
             drop(worker);
             self.pool.finish_lease(&id);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn boot_backoff_doubles_up_to_its_cap() {
+        let waits: Vec<u64> = (0..9).map(|n| boot_backoff(n).as_millis() as u64).collect();
+        assert_eq!(waits, [0, 500, 1_000, 2_000, 4_000, 8_000, 16_000, 30_000, 30_000]);
+        assert_eq!(boot_backoff(u32::MAX), BOOT_BACKOFF_MAX);
     }
 }

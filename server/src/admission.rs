@@ -205,7 +205,32 @@ impl Admission {
         Err(AdmissionError::NoSlots(tenant.into()))
     }
 
-    /// (active, queued) of a tenant.
+    /// Why a caller of `tenant` with `quota` would wait now, in words for the caller: the
+    /// tenant's quota, the server's capacity (both when both are full), or else the callers
+    /// queued before it.
+    pub fn why_waiting(&self, tenant: &str, quota: Quota) -> String {
+        let state = self.inner.lock();
+        let active = state.active.get(tenant).copied().unwrap_or(0);
+        let mut full = Vec::new();
+        if active >= quota.max_slots {
+            full.push(format!(
+                "tenant {tenant} is at its quota: {active} of its max_slots {} sessions in use",
+                quota.max_slots
+            ));
+        }
+        if state.used >= self.inner.capacity {
+            full.push(format!(
+                "this server is at capacity: {} of its --max-workers {} browsers in use",
+                state.used, self.inner.capacity
+            ));
+        }
+        if full.is_empty() {
+            let queued: usize = state.queues.values().map(VecDeque::len).sum();
+            full.push(format!("{queued} callers queued before it are still waiting for a browser"));
+        }
+        full.join(", and ")
+    }
+
     /// Callers waiting in each tenant's queue, by tenant; empty queues left out.
     pub fn queue_depths(&self) -> Vec<(String, u32)> {
         let state = self.inner.lock();
@@ -215,6 +240,7 @@ impl Admission {
         depths
     }
 
+    /// (active, queued) of a tenant.
     pub fn usage(&self, tenant: &str) -> (u32, u32) {
         let state = self.inner.lock();
         (state.active.get(tenant).copied().unwrap_or(0), state.queues.get(tenant).map(|q| q.len() as u32).unwrap_or(0))
@@ -289,6 +315,21 @@ mod tests {
         let err = adm.admit("a", small).await.unwrap_err();
         assert_eq!(err, AdmissionError::QueueFull { tenant: "a".into(), queued: 1, max_queue: 1 });
         assert!(err.to_string().contains("1 waiting"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_waiter_is_told_what_is_full() {
+        let adm = Admission::new(2);
+        let one = Quota { max_slots: 1, max_queue: 5 };
+        let _a = adm.admit("a", one).await.unwrap();
+        assert_eq!(adm.why_waiting("a", one), "tenant a is at its quota: 1 of its max_slots 1 sessions in use");
+        let _b = adm.admit("b", Q).await.unwrap();
+        assert_eq!(adm.why_waiting("b", Q), "this server is at capacity: 2 of its --max-workers 2 browsers in use");
+        assert_eq!(
+            adm.why_waiting("a", one),
+            "tenant a is at its quota: 1 of its max_slots 1 sessions in use, \
+             and this server is at capacity: 2 of its --max-workers 2 browsers in use"
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -10,6 +10,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use base64::Engine;
+use browserpool_pool::lock::explain_io;
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -115,6 +116,14 @@ pub enum AuthError {
     BadRequest(String),
     #[error("signing key: {0}")]
     Key(String),
+    /// The data dir has no signing key: nothing may be signed or rotated there, since no
+    /// server would check it.
+    #[error(
+        "no signing key in {0} (no jwt-hs256.key or jwt-ed25519.key): tokens must be signed with the key of \
+         the server that checks them; give that server's data dir (--data-dir), or start `browserpool serve` \
+         on this one once to create its key"
+    )]
+    NoKey(String),
 }
 
 /// One key: its pinned algorithm, id, and both halves.
@@ -125,19 +134,45 @@ struct KeyEntry {
     decoding: DecodingKey,
 }
 
-/// The server's signing key, the retired keys that still verify (by `kid`), and the
-/// validation rules.
-pub struct Keys {
+/// The signing key and the retired keys that still verify (by `kid`), as loaded at once.
+struct KeySet {
     current: KeyEntry,
     retired: Vec<KeyEntry>,
 }
 
+/// The data dir's signing key, the retired keys that still verify (by `kid`), and the
+/// validation rules. The key files are read again when they change on disk (`browserpool key
+/// rotate` beside a running server): see [`Keys::refresh_loop`]; a token naming a key id not
+/// loaded also makes it look, so one signed right after a rotation is never refused.
+pub struct Keys {
+    dir: PathBuf,
+    set: std::sync::RwLock<Arc<KeySet>>,
+    /// What the key files looked like at the last look.
+    seen: std::sync::Mutex<Vec<FileStamp>>,
+    /// When a token naming an unknown key id last made it look (see [`UNKNOWN_KID_LOOK`]).
+    looked_for_kid: std::sync::Mutex<Option<std::time::Instant>>,
+}
+
+/// One key file as a look at the data dir sees it: a change to any of these is a change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct FileStamp {
+    path: PathBuf,
+    len: u64,
+    modified: Option<SystemTime>,
+    inode: u64,
+}
+
+/// Tokens naming unknown key ids make it look at the key files at most this often (the
+/// timer looks every second anyway): a flood of made-up ids costs a few `stat`s a second.
+const UNKNOWN_KID_LOOK: Duration = Duration::from_millis(100);
+
 impl std::fmt::Debug for Keys {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let set = self.set();
         f.debug_struct("Keys")
-            .field("alg", &self.current.alg)
-            .field("kid", &self.current.kid)
-            .field("retired", &self.retired.len())
+            .field("alg", &set.current.alg)
+            .field("kid", &set.current.kid)
+            .field("retired", &set.retired.len())
             .finish_non_exhaustive()
     }
 }
@@ -150,56 +185,112 @@ const RETIRED_DIR: &str = "retired-keys";
 impl Keys {
     /// Loads the data dir's signing key, creating one (mode 0600) on first use, and every
     /// retired key. An existing key wins over `alg`, so restarting with another flag never
-    /// invalidates live tokens silently.
+    /// invalidates live tokens silently. What `serve` does.
     pub fn load_or_create(data_dir: &Path, alg: JwtAlg) -> Result<Keys, AuthError> {
-        create_private_dir(data_dir).map_err(|e| AuthError::Key(format!("create {}: {e}", data_dir.display())))?;
-        let current = match current_key_file(data_dir) {
-            Some((path, kind)) => entry(kind, &read_secret(&path)?)?,
-            None => create_key(data_dir, alg)?,
-        };
-        let mut retired = Vec::new();
-        if let Ok(dir) = fs::read_dir(data_dir.join(RETIRED_DIR)) {
-            for file in dir.flatten() {
-                let name = file.file_name().to_string_lossy().to_string();
-                let kind = if name.ends_with(".hs256.key") {
-                    JwtAlg::Hs256
-                } else if name.ends_with(".ed25519.key") {
-                    JwtAlg::Eddsa
-                } else {
-                    continue;
-                };
-                retired.push(entry(kind, &read_secret(&file.path())?)?);
-            }
+        create_private_dir(data_dir)
+            .map_err(|e| AuthError::Key(format!("create {}: {}", data_dir.display(), explain_io(&e, data_dir))))?;
+        if current_key_file(data_dir).is_none() {
+            create_key(data_dir, alg)?;
         }
-        Ok(Keys { current, retired })
+        Keys::load(data_dir)
+    }
+
+    /// Loads the data dir's signing key and every retired key; a data dir without a signing
+    /// key is [`AuthError::NoKey`] (what `token issue` and `key rotate` need: a key made there
+    /// would be one no server knows).
+    pub fn load(data_dir: &Path) -> Result<Keys, AuthError> {
+        let stamps = key_files(data_dir);
+        let set = KeySet::read(data_dir)?;
+        Ok(Keys {
+            dir: data_dir.to_path_buf(),
+            set: std::sync::RwLock::new(Arc::new(set)),
+            seen: std::sync::Mutex::new(stamps),
+            looked_for_kid: std::sync::Mutex::new(None),
+        })
     }
 
     /// Retires the current signing key (it keeps verifying the tokens it signed, by `kid`) and
-    /// creates a new one. Returns (old kid, new kid).
+    /// creates a new one. Returns (old kid, new kid). At every step the files hold a whole
+    /// key set (the old key is copied to `retired-keys/` before the new one replaces it, each
+    /// file written in full before it is renamed into place), so a server reading them
+    /// meanwhile never sees a missing or half-written key.
     pub fn rotate(data_dir: &Path, alg: JwtAlg) -> Result<(String, String), AuthError> {
-        let keys = Keys::load_or_create(data_dir, alg)?;
-        let (path, kind) = current_key_file(data_dir).ok_or_else(|| AuthError::Key("no current key".into()))?;
+        let keys = Keys::load(data_dir)?;
+        let (path, kind) =
+            current_key_file(data_dir).ok_or_else(|| AuthError::NoKey(data_dir.display().to_string()))?;
         let retired_dir = data_dir.join(RETIRED_DIR);
-        create_private_dir(&retired_dir)
-            .map_err(|e| AuthError::Key(format!("create {}: {e}", retired_dir.display())))?;
+        create_private_dir(&retired_dir).map_err(|e| {
+            AuthError::Key(format!("create {}: {}", retired_dir.display(), explain_io(&e, &retired_dir)))
+        })?;
         let suffix = match kind {
             JwtAlg::Hs256 => "hs256",
             JwtAlg::Eddsa => "ed25519",
         };
-        let target = retired_dir.join(format!("{}.{suffix}.key", keys.current.kid));
-        fs::rename(&path, &target).map_err(|e| AuthError::Key(format!("retire {}: {e}", path.display())))?;
+        let old_kid = keys.kid();
+        let target = retired_dir.join(format!("{old_kid}.{suffix}.key"));
+        let old = fs::read(&path)
+            .map_err(|e| AuthError::Key(format!("read {}: {}", path.display(), explain_io(&e, &path))))?;
+        write_private_atomically(&target, &old)
+            .map_err(|e| AuthError::Key(format!("write {}: {}", target.display(), explain_io(&e, &target))))?;
         let new = create_key(data_dir, alg)?;
-        Ok((keys.current.kid, new.kid))
+        let new_path = data_dir.join(key_file_name(alg));
+        if new_path != path {
+            fs::remove_file(&path)
+                .map_err(|e| AuthError::Key(format!("remove {}: {}", path.display(), explain_io(&e, &path))))?;
+        }
+        Ok((old_kid, new.kid))
+    }
+
+    fn set(&self) -> Arc<KeySet> {
+        self.set.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Reads the key files again if they changed since the last look; returns whether a new
+    /// set was loaded. A set that does not load (a key file that is not a key) is logged and
+    /// the one in use kept until the files change again.
+    pub fn reload_if_changed(&self) -> bool {
+        let stamps = key_files(&self.dir);
+        {
+            let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+            if *seen == stamps {
+                return false;
+            }
+            *seen = stamps;
+        }
+        match KeySet::read(&self.dir) {
+            Ok(set) => {
+                tracing::info!(kid = %set.current.kid, alg = ?set.current.alg, retired = set.retired.len(), "signing keys reloaded");
+                *self.set.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(set);
+                true
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "the key files changed but do not load; the keys in use are kept");
+                false
+            }
+        }
+    }
+
+    /// Looks at the key files every `every` until shutdown (see [`Keys::reload_if_changed`]).
+    pub async fn refresh_loop(self: Arc<Self>, every: Duration, shutdown: tokio_util::sync::CancellationToken) {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = shutdown.cancelled() => break,
+            }
+            self.reload_if_changed();
+        }
     }
 
     /// The pinned algorithm of the signing key.
     pub fn algorithm(&self) -> Algorithm {
-        self.current.alg
+        self.set().current.alg
     }
 
     /// The id of the signing key.
-    pub fn kid(&self) -> &str {
-        &self.current.kid
+    pub fn kid(&self) -> String {
+        self.set().current.kid.clone()
     }
 
     /// Mints a token for `tenant` at its current `tenant_epoch` (from the store). Scopes must
@@ -233,10 +324,11 @@ impl Keys {
             iat: now,
             jti: uuid::Uuid::new_v4().to_string(),
         };
-        let mut header = Header::new(self.current.alg);
-        header.kid = Some(self.current.kid.clone());
-        let token = jsonwebtoken::encode(&header, &claims, &self.current.encoding)
-            .map_err(|e| AuthError::Key(e.to_string()))?;
+        let set = self.set();
+        let mut header = Header::new(set.current.alg);
+        header.kid = Some(set.current.kid.clone());
+        let token =
+            jsonwebtoken::encode(&header, &claims, &set.current.encoding).map_err(|e| AuthError::Key(e.to_string()))?;
         Ok((token, claims))
     }
 
@@ -244,12 +336,16 @@ impl Keys {
     pub fn verify(&self, token: &str) -> Result<Claims, AuthError> {
         // The key is chosen by `kid` (current or retired); each key pins its own algorithm.
         let header = jsonwebtoken::decode_header(token).map_err(|e| AuthError::Invalid(e.to_string()))?;
+        let mut set = self.set();
+        if let Some(kid) = header.kid.as_deref() {
+            // A key rotated in since the last look: look now rather than refuse the token.
+            if set.find(kid).is_none() && self.may_look_for_kid() && self.reload_if_changed() {
+                set = self.set();
+            }
+        }
         let key = match header.kid.as_deref() {
-            Some(kid) => std::iter::once(&self.current)
-                .chain(self.retired.iter())
-                .find(|k| k.kid == kid)
-                .ok_or_else(|| AuthError::Invalid(format!("unknown key id {kid:?}")))?,
-            None => &self.current,
+            Some(kid) => set.find(kid).ok_or_else(|| AuthError::Invalid(format!("unknown key id {kid:?}")))?,
+            None => &set.current,
         };
         let mut v = Validation::new(key.alg);
         v.leeway = LEEWAY_S;
@@ -263,12 +359,81 @@ impl Keys {
         Ok(data.claims)
     }
 
+    /// Whether a token naming an unknown key id may make it look at the key files now (none
+    /// did within [`UNKNOWN_KID_LOOK`]); if so, this is that look's time.
+    fn may_look_for_kid(&self) -> bool {
+        let mut last = self.looked_for_kid.lock().unwrap_or_else(|e| e.into_inner());
+        if last.is_some_and(|at| at.elapsed() < UNKNOWN_KID_LOOK) {
+            return false;
+        }
+        *last = Some(std::time::Instant::now());
+        true
+    }
+
     /// Validates an `authorization` header value.
     pub fn verify_header(&self, header: Option<&str>) -> Result<Claims, AuthError> {
         let value = header.ok_or(AuthError::Missing)?;
         let token =
             value.strip_prefix("Bearer ").or_else(|| value.strip_prefix("bearer ")).ok_or(AuthError::NotBearer)?;
         self.verify(token.trim())
+    }
+}
+
+impl KeySet {
+    /// The signing key and every retired key of `data_dir`.
+    fn read(data_dir: &Path) -> Result<KeySet, AuthError> {
+        let (path, kind) =
+            current_key_file(data_dir).ok_or_else(|| AuthError::NoKey(data_dir.display().to_string()))?;
+        let current = entry(kind, &read_secret(&path)?)?;
+        let mut retired = Vec::new();
+        if let Ok(dir) = fs::read_dir(data_dir.join(RETIRED_DIR)) {
+            for file in dir.flatten() {
+                let Some(kind) = retired_kind(&file.file_name().to_string_lossy()) else { continue };
+                retired.push(entry(kind, &read_secret(&file.path())?)?);
+            }
+        }
+        Ok(KeySet { current, retired })
+    }
+
+    fn find(&self, kid: &str) -> Option<&KeyEntry> {
+        std::iter::once(&self.current).chain(self.retired.iter()).find(|k| k.kid == kid)
+    }
+}
+
+/// The algorithm of a file in `retired-keys/` by its name, `None` for other files.
+fn retired_kind(name: &str) -> Option<JwtAlg> {
+    if name.ends_with(".hs256.key") {
+        Some(JwtAlg::Hs256)
+    } else if name.ends_with(".ed25519.key") {
+        Some(JwtAlg::Eddsa)
+    } else {
+        None
+    }
+}
+
+/// Every key file of `data_dir` as it is now, in a stable order.
+fn key_files(data_dir: &Path) -> Vec<FileStamp> {
+    use std::os::unix::fs::MetadataExt;
+    let mut paths = vec![data_dir.join(HS256_FILE), data_dir.join(ED25519_FILE)];
+    if let Ok(dir) = fs::read_dir(data_dir.join(RETIRED_DIR)) {
+        paths.extend(
+            dir.flatten().filter(|f| retired_kind(&f.file_name().to_string_lossy()).is_some()).map(|f| f.path()),
+        );
+    }
+    paths.sort();
+    paths
+        .into_iter()
+        .filter_map(|path| {
+            let meta = fs::metadata(&path).ok()?;
+            Some(FileStamp { len: meta.len(), modified: meta.modified().ok(), inode: meta.ino(), path })
+        })
+        .collect()
+}
+
+fn key_file_name(alg: JwtAlg) -> &'static str {
+    match alg {
+        JwtAlg::Hs256 => HS256_FILE,
+        JwtAlg::Eddsa => ED25519_FILE,
     }
 }
 
@@ -287,13 +452,10 @@ fn current_key_file(data_dir: &Path) -> Option<(PathBuf, JwtAlg)> {
 fn create_key(data_dir: &Path, alg: JwtAlg) -> Result<KeyEntry, AuthError> {
     let mut seed = [0u8; 32];
     getrandom::fill(&mut seed).map_err(|e| AuthError::Key(format!("random: {e}")))?;
-    let path = data_dir.join(match alg {
-        JwtAlg::Hs256 => HS256_FILE,
-        JwtAlg::Eddsa => ED25519_FILE,
-    });
+    let path = data_dir.join(key_file_name(alg));
     let key = entry(alg, &seed)?;
-    write_private(&path, base64::engine::general_purpose::STANDARD.encode(seed).as_bytes())
-        .map_err(|e| AuthError::Key(format!("write {}: {e}", path.display())))?;
+    write_private_atomically(&path, base64::engine::general_purpose::STANDARD.encode(seed).as_bytes())
+        .map_err(|e| AuthError::Key(format!("write {}: {}", path.display(), explain_io(&e, &path))))?;
     tracing::info!(path = %path.display(), alg = ?key.alg, kid = %key.kid, "created signing key");
     Ok(key)
 }
@@ -331,10 +493,16 @@ fn kid(material: &[u8]) -> String {
 }
 
 fn read_secret(path: &Path) -> Result<Vec<u8>, AuthError> {
-    let text = fs::read_to_string(path).map_err(|e| AuthError::Key(format!("read {}: {e}", path.display())))?;
-    base64::engine::general_purpose::STANDARD
+    let text = fs::read_to_string(path)
+        .map_err(|e| AuthError::Key(format!("read {}: {}", path.display(), explain_io(&e, path))))?;
+    let secret = base64::engine::general_purpose::STANDARD
         .decode(text.trim())
-        .map_err(|e| AuthError::Key(format!("{} is not base64: {e}", path.display())))
+        .map_err(|e| AuthError::Key(format!("{} is not base64: {e}", path.display())))?;
+    if secret.is_empty() {
+        // An empty HMAC secret would sign and verify anything anyone can compute.
+        return Err(AuthError::Key(format!("{} is empty", path.display())));
+    }
+    Ok(secret)
 }
 
 /// Creates `dir` and any missing parent owner-only (0700); an existing directory is left as
@@ -353,6 +521,16 @@ pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     file.sync_all()
 }
 
+/// [`write_private`] to a temporary file beside `path`, then renamed over it: a reader sees
+/// the old file or the whole new one, never a part.
+fn write_private_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
+    write_private(&tmp, bytes)?;
+    fs::rename(&tmp, path)
+}
+
 /// Seconds since the epoch.
 pub fn now_s() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
@@ -365,7 +543,7 @@ pub fn write_admin_token(keys: &Keys, data_dir: &Path, tenant: &str, tenant_epoc
     let (token, _) = keys.issue(tenant, tenant_epoch, "admin", &scopes, Duration::from_secs(30 * 24 * 3600))?;
     let path = data_dir.join("admin.token");
     write_private(&path, format!("{token}\n").as_bytes())
-        .map_err(|e| AuthError::Key(format!("write {}: {e}", path.display())))?;
+        .map_err(|e| AuthError::Key(format!("write {}: {}", path.display(), explain_io(&e, &path))))?;
     Ok(path)
 }
 
@@ -709,7 +887,7 @@ impl From<AuthError> for crate::error::ServiceError {
             AuthError::UnknownScope(_) | AuthError::BadRequest(_) => {
                 crate::error::ServiceError::InvalidArgument(e.to_string())
             }
-            AuthError::Key(_) => crate::error::ServiceError::Internal(e.to_string()),
+            AuthError::Key(_) | AuthError::NoKey(_) => crate::error::ServiceError::Internal(e.to_string()),
             _ => crate::error::ServiceError::Unauthenticated(e.to_string()),
         }
     }
@@ -767,12 +945,47 @@ mod tests {
         let (old_kid, new_kid) = Keys::rotate(dir.path(), JwtAlg::Eddsa).unwrap();
         assert_ne!(old_kid, new_kid);
         let rotated = Keys::load_or_create(dir.path(), JwtAlg::Hs256).unwrap();
-        assert_eq!((rotated.kid(), rotated.algorithm()), (new_kid.as_str(), Algorithm::EdDSA));
+        assert_eq!((rotated.kid(), rotated.algorithm()), (new_kid.clone(), Algorithm::EdDSA));
         assert!(rotated.verify(&old_token).is_ok(), "a retired key still verifies its tokens");
         let (new_token, _) = rotated.issue("t", "e", "s", &[], Duration::from_secs(60)).unwrap();
         assert!(rotated.verify(&new_token).is_ok());
-        // The old server (old keys only) does not know the new kid.
-        assert!(matches!(keys.verify(&new_token), Err(AuthError::Invalid(m)) if m.contains("unknown key id")));
+        // A server that loaded the old keys looks again when a token names a kid it does not
+        // know: the rotated key verifies at once, and it signs with it from then on.
+        assert!(keys.verify(&new_token).is_ok());
+        assert_eq!(keys.kid(), new_kid);
+        let (signed_now, _) = keys.issue("t", "e", "s", &[], Duration::from_secs(60)).unwrap();
+        assert!(rotated.verify(&signed_now).is_ok());
+        assert!(keys.verify(&old_token).is_ok(), "the retired key still verifies");
+    }
+
+    #[test]
+    fn a_data_dir_without_a_key_signs_and_rotates_nothing() {
+        let parent = tempfile::tempdir().unwrap();
+        let dir = parent.path().join("typo");
+        for err in [Keys::load(&dir).unwrap_err(), Keys::rotate(&dir, JwtAlg::Hs256).unwrap_err()] {
+            assert!(matches!(&err, AuthError::NoKey(d) if d == &dir.display().to_string()), "{err}");
+            assert!(err.to_string().contains("start `browserpool serve` on this one once"), "{err}");
+        }
+        assert!(!dir.exists(), "nothing was created");
+    }
+
+    #[test]
+    fn changed_key_files_are_reloaded_and_bad_ones_kept_out() {
+        let (dir, keys) = keys(JwtAlg::Hs256);
+        assert!(!keys.reload_if_changed(), "nothing changed");
+        let before = keys.kid();
+        // A key file that is not a key (empty, or half-written by hand) is refused; the keys
+        // in use stay.
+        fs::write(dir.path().join(HS256_FILE), "").unwrap();
+        assert!(!keys.reload_if_changed());
+        assert_eq!(keys.kid(), before);
+        assert!(Keys::rotate(dir.path(), JwtAlg::Hs256).is_err(), "a bad key is not rotated either");
+        // Written whole again (here another data dir's key), it loads.
+        let other = tempfile::tempdir().unwrap();
+        let after = Keys::load_or_create(other.path(), JwtAlg::Hs256).unwrap().kid();
+        fs::copy(other.path().join(HS256_FILE), dir.path().join(HS256_FILE)).unwrap();
+        assert!(keys.reload_if_changed());
+        assert_eq!(keys.kid(), after);
     }
 
     #[test]
@@ -846,7 +1059,7 @@ mod tests {
         old.as_object_mut().unwrap().remove("tenant_epoch");
         let secret = read_secret(&dir.path().join(HS256_FILE)).unwrap();
         let mut header = Header::new(Algorithm::HS256);
-        header.kid = Some(keys.kid().to_string());
+        header.kid = Some(keys.kid());
         let old = jsonwebtoken::encode(&header, &old, &EncodingKey::from_secret(&secret)).unwrap();
         assert!(matches!(keys.verify(&old), Err(AuthError::Invalid(m)) if m.contains("tenant_epoch")));
     }

@@ -16,9 +16,10 @@ pub async fn run(cli: Cli, shutdown: impl Future<Output = ()> + Send + 'static) 
         None => crate::run(ServeArgs::from_env()?, shutdown).await,
         Some(Command::Serve(args)) => crate::run(args, shutdown).await,
         Some(Command::Token(TokenCommand::Issue(args))) => {
-            create_data_dir(&args.store.data_dir)?;
-            let keys = Keys::load_or_create(&args.store.data_dir, args.jwt_alg)?;
-            let store = Store::open(&args.store.database_url()).await.context("open database")?;
+            // Signed with the key of the server of this data dir, never a new one: a key made
+            // here would be one no server knows, and its tokens refused everywhere.
+            let keys = Keys::load(&args.store.data_dir)?;
+            let store = Store::open(&args.store.database_url()).await?;
             let epoch = tenant_epoch(&store, &args).await;
             store.close().await;
             let (token, _) = keys.issue(&args.tenant, &epoch?, &args.subject, &args.scopes, args.ttl)?;
@@ -27,7 +28,9 @@ pub async fn run(cli: Cli, shutdown: impl Future<Output = ()> + Send + 'static) 
         }
         Some(Command::Key(KeyCommand::Rotate(args))) => {
             let (old, new) = Keys::rotate(&args.store.data_dir, args.jwt_alg)?;
-            eprintln!("retired key {old}; signing key is now {new} (restart the server to sign with it)");
+            eprintln!(
+                "retired key {old}; signing key is now {new} (a server running on this data dir signs with it within a second)"
+            );
             Ok(())
         }
         Some(Command::Migrate(store)) => {

@@ -5,7 +5,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use browserpool_pool::PortRange;
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::parser::ValueSource;
+use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 
 /// A pool of warm headless Chromium workers leased over gRPC.
 #[derive(Debug, Parser)]
@@ -22,7 +23,8 @@ pub struct Cli {
 pub enum Command {
     /// Run the service (the default when no command is given).
     Serve(ServeArgs),
-    /// Mint tokens offline from the data dir's signing key and the database's tenants.
+    /// Mint tokens offline from the data dir's signing key and the database's tenants (a
+    /// data dir without a key is refused: start the server on it once).
     #[command(subcommand)]
     Token(TokenCommand),
     /// Create or upgrade the database schema, then exit.
@@ -34,8 +36,10 @@ pub enum Command {
 
 #[derive(Debug, Subcommand)]
 pub enum KeyCommand {
-    /// Retire the signing key (it keeps verifying its tokens) and create a new one; a running
-    /// server signs with the new key after its next restart.
+    /// Retire the signing key (it keeps verifying its tokens) and create a new one. A server
+    /// running on this data dir takes both within a second, no restart: it signs with the new
+    /// key and verifies the retired one's tokens (one signed with the new key is accepted at
+    /// once). A data dir without a signing key is refused.
     Rotate(KeyRotateArgs),
 }
 
@@ -102,7 +106,9 @@ pub struct ServeArgs {
     /// Workers kept booted and idle, ready to lease.
     #[arg(long, env = "BROWSERPOOL_WARM", default_value_t = 2)]
     pub warm: usize,
-    /// Cap on Chromium processes (warm + booting + leased).
+    /// Cap on Chromium processes (warm + booting + leased). Also the `default` tenant's
+    /// max_slots: set from this when the tenant is created and, when this flag or its variable
+    /// is given, again at every start (logged); left as stored when it is not given.
     #[arg(long, env = "BROWSERPOOL_MAX_WORKERS", default_value_t = 8)]
     pub max_workers: usize,
     /// CDP ports for workers, START-END; each is bound on 127.0.0.1 only.
@@ -114,10 +120,13 @@ pub struct ServeArgs {
     /// JWT algorithm used when the signing key is first created (later starts reuse the key).
     #[arg(long, env = "BROWSERPOOL_JWT_ALG", value_enum, default_value = "hs256")]
     pub jwt_alg: JwtAlg,
-    /// Longest a session may live, unless its tenant says less.
+    /// Longest a session may live, unless its tenant says less. Also the `default` tenant's
+    /// max_session_ttl_ms, set like its max_slots (see --max-workers).
     #[arg(long, env = "BROWSERPOOL_MAX_SESSION_TTL", default_value = "1h", value_parser = humantime::parse_duration)]
     pub max_session_ttl: Duration,
-    /// Idle timeout of a session that does not ask for one.
+    /// Idle timeout of a session that does not ask for one, in tenants whose idle_timeout_ms
+    /// is 0. Also the `default` tenant's idle_timeout_ms, set like its max_slots (see
+    /// --max-workers).
     #[arg(long, env = "BROWSERPOOL_IDLE_TIMEOUT", default_value = "5m", value_parser = humantime::parse_duration)]
     pub idle_timeout: Duration,
     /// Base URL clients reach the HTTP listener at, when it is not the listener's own address
@@ -193,6 +202,32 @@ pub struct ServeArgs {
     /// the environment); they win over DNS, and the navigation policy judges the IP given.
     #[arg(long = "resolve", env = "BROWSERPOOL_RESOLVE", value_delimiter = ',', value_parser = parse_resolve)]
     pub resolve: Vec<(String, std::net::IpAddr)>,
+    /// Which of the settings the `default` tenant takes were given rather than defaulted.
+    #[arg(skip)]
+    pub given: Given,
+}
+
+/// The settings of `serve` that the `default` tenant takes, each `true` when it was given on
+/// the command line or in its environment variable rather than left at its default: a given
+/// one is applied to the tenant at every start, one left at its default only when the tenant
+/// is created. Filled by [`Cli::parse_noting_sources`]; a `ServeArgs` built in code gives none.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Given {
+    pub max_workers: bool,
+    pub max_session_ttl: bool,
+    pub idle_timeout: bool,
+}
+
+impl Given {
+    fn from_matches(serve: &ArgMatches) -> Given {
+        let given =
+            |id: &str| matches!(serve.value_source(id), Some(ValueSource::CommandLine | ValueSource::EnvVariable));
+        Given {
+            max_workers: given("max_workers"),
+            max_session_ttl: given("max_session_ttl"),
+            idle_timeout: given("idle_timeout"),
+        }
+    }
 }
 
 /// A host name or an IP address, nothing else (no port, scheme or path).
@@ -266,6 +301,26 @@ fn parse_resolve(s: &str) -> Result<(String, std::net::IpAddr), String> {
 }
 
 impl Cli {
+    /// Parses the process's arguments as [`Parser::parse`] does (a bad one exits with clap's
+    /// message), noting which settings of `serve` were given (see [`Given`]).
+    pub fn parse_noting_sources() -> Cli {
+        Cli::try_parse_noting_sources(std::env::args_os()).unwrap_or_else(|e| e.exit())
+    }
+
+    /// [`Cli::parse_noting_sources`] of `args`, returning clap's error.
+    pub fn try_parse_noting_sources<I, T>(args: I) -> Result<Cli, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        let matches = Cli::command().try_get_matches_from(args)?;
+        let mut cli = Cli::from_arg_matches(&matches)?;
+        if let (Some(Command::Serve(serve)), Some(("serve", sub))) = (cli.command.as_mut(), matches.subcommand()) {
+            serve.given = Given::from_matches(sub);
+        }
+        Ok(cli)
+    }
+
     /// Where `serve` sends traces (see [`otlp_endpoint`]); `None` for the other commands. A
     /// bad `BROWSERPOOL_*` variable is left for `serve` itself to report.
     pub fn otlp_endpoint(&self) -> Result<Option<String>, String> {
@@ -283,7 +338,7 @@ impl ServeArgs {
     /// `BROWSERPOOL_*` value is an error naming it, for the caller to report; it never exits
     /// the process.
     pub fn from_env() -> Result<ServeArgs, clap::Error> {
-        match Cli::try_parse_from(["browserpool", "serve"])?.command {
+        match Cli::try_parse_noting_sources(["browserpool", "serve"])?.command {
             Some(Command::Serve(serve)) => Ok(serve),
             _ => unreachable!("`serve` parses to Command::Serve"),
         }
@@ -300,7 +355,9 @@ impl ServeArgs {
     }
 }
 
-/// Settings of `browserpool token issue`.
+/// Settings of `browserpool token issue`. The token is signed with the data dir's key, which
+/// a server made there (a data dir without one is refused rather than given a key no server
+/// knows).
 #[derive(Debug, Clone, Args)]
 pub struct TokenIssueArgs {
     #[command(flatten)]
@@ -319,9 +376,6 @@ pub struct TokenIssueArgs {
     /// Lifetime, e.g. 30m, 1h, 7d.
     #[arg(long, env = "BROWSERPOOL_TOKEN_TTL", default_value = "1h", value_parser = humantime::parse_duration)]
     pub ttl: Duration,
-    /// JWT algorithm if the signing key does not exist yet.
-    #[arg(long, env = "BROWSERPOOL_JWT_ALG", value_enum, default_value = "hs256")]
-    pub jwt_alg: JwtAlg,
 }
 
 #[cfg(test)]
@@ -346,6 +400,20 @@ mod tests {
         assert!(parse_public_url("ftp://x").is_err());
         assert!(parse_public_url("https://x/?a=1").is_err());
         assert!(parse_public_url("pool.example.com").is_err());
+    }
+
+    #[test]
+    fn given_settings_are_told_from_defaults() {
+        let serve = |args: &[&str]| match Cli::try_parse_noting_sources(args).unwrap().command {
+            Some(Command::Serve(serve)) => serve,
+            other => panic!("{other:?}"),
+        };
+        let defaults = serve(&["browserpool", "serve"]);
+        assert_eq!(defaults.given, Given::default(), "with no BROWSERPOOL_* variables set");
+        assert_eq!(defaults.max_workers, 8);
+        let given = serve(&["browserpool", "serve", "--max-workers", "3", "--idle-timeout", "7m"]);
+        assert_eq!(given.given, Given { max_workers: true, max_session_ttl: false, idle_timeout: true });
+        assert_eq!((given.max_workers, given.idle_timeout), (3, Duration::from_secs(420)));
     }
 
     #[test]

@@ -33,8 +33,10 @@ pub enum ServiceError {
     /// Another replica the call needs did not answer (the message names it and why).
     #[error("{0}")]
     Unreachable(String),
-    #[error("no browser became free within {0} ms")]
-    WaitElapsed(u64),
+    /// `wait_ms` ran out; `cause` says what was full (the tenant's quota, the server's
+    /// workers) or what the wait was for.
+    #[error("no browser became free within {waited_ms} ms: {cause}")]
+    WaitElapsed { waited_ms: u64, cause: String },
     /// The tenant's queue is full; the message says how long it is.
     #[error("{0}")]
     QueueFull(String),
@@ -69,7 +71,7 @@ impl From<ServiceError> for Status {
             ServiceError::NotReady { .. } | ServiceError::OnAnotherReplica(_) => {
                 (Code::FailedPrecondition, e.to_string())
             }
-            ServiceError::WaitElapsed(_) => (Code::DeadlineExceeded, e.to_string()),
+            ServiceError::WaitElapsed { .. } => (Code::DeadlineExceeded, e.to_string()),
             ServiceError::QueueFull(_) => (Code::ResourceExhausted, e.to_string()),
             ServiceError::FailedPrecondition(_) => (Code::FailedPrecondition, e.to_string()),
             ServiceError::ShuttingDown
@@ -79,9 +81,11 @@ impl From<ServiceError> for Status {
             ServiceError::Pool(PoolError::Exhausted(wait)) => {
                 (Code::DeadlineExceeded, format!("no browser became free within {} ms", wait.as_millis()))
             }
+            ServiceError::Pool(PoolError::NotBooted(_)) => (Code::DeadlineExceeded, e.to_string()),
             ServiceError::Pool(PoolError::ShuttingDown) => (Code::Unavailable, "server is shutting down".into()),
             ServiceError::Pool(
                 PoolError::Launch(_)
+                | PoolError::BootFailing(_)
                 | PoolError::NoChromium { .. }
                 | PoolError::BadChromium(_)
                 | PoolError::NoFreePort(_),

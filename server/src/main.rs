@@ -1,11 +1,9 @@
 //! `browserpool`: parse, start telemetry, run the chosen command until a signal, then flush
 //! the traces.
 
-use clap::Parser;
-
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    let cli = browserpool_server::config::Cli::parse();
+    let cli = browserpool_server::config::Cli::parse_noting_sources();
     let setup = browserpool_server::telemetry::LogFormat::from_env()
         .and_then(|format| Ok((format, cli.otlp_endpoint()?)))
         .and_then(|(format, otlp)| {

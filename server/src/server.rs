@@ -90,7 +90,8 @@ pub async fn bind(args: ServeArgs) -> anyhow::Result<Bound> {
     let tls = Tls::from_files(args.tls_cert.as_deref(), args.tls_key.as_deref(), args.tls_client_ca.as_deref())?;
     let data_dir = args.store.data_dir.clone();
     create_data_dir(&data_dir)?;
-    let dir_lock = DirLock::acquire(&data_dir).context("lock the data dir")?;
+    let dir_lock = DirLock::acquire(&data_dir)?;
+    browserpool_pool::lock::check_lock_dir(&args.lock_dir)?;
     // A server killed without cleaning up leaves its Chromiums running: kill them before any
     // worker starts (they hold ports, memory and tenants' pages).
     let profiles_dir = data_dir.join("profiles");
@@ -104,8 +105,9 @@ pub async fn bind(args: ServeArgs) -> anyhow::Result<Bound> {
     }
     raise_open_files_limit();
     let chrome = find_chrome(args.chrome.as_deref())?;
-    let store = Store::open(&args.store.database_url()).await.context("open database")?;
+    let store = Store::open(&args.store.database_url()).await?;
     let default_epoch = ensure_default_tenant(&store, &args).await?;
+    apply_given_to_default_tenant(&store, &args).await?;
     let keys = Arc::new(Keys::load_or_create(&data_dir, args.jwt_alg)?);
     let admin_token_path = write_admin_token(&keys, &data_dir, DEFAULT_TENANT, &default_epoch)?;
     tracing::info!(path = %admin_token_path.display(), "admin token written");
@@ -157,8 +159,9 @@ pub async fn bind(args: ServeArgs) -> anyhow::Result<Bound> {
     sessions.recover(previous.as_deref(), addrs).await?;
     let scheme = tls.as_ref().map_or(TlsMode::Off, Tls::mode).ws_scheme();
     sessions.set_cdp_base(args.public_url.clone().unwrap_or_else(|| format!("{scheme}://{http_addr}")));
-    std::fs::write(&replica_file, sessions.replica_id())
-        .with_context(|| format!("write {}", replica_file.display()))?;
+    std::fs::write(&replica_file, sessions.replica_id()).map_err(|e| {
+        anyhow::anyhow!("write {}: {}", replica_file.display(), browserpool_pool::lock::explain_io(&e, &replica_file))
+    })?;
     Ok(Bound {
         audit,
         audit_writer,
@@ -235,7 +238,10 @@ fn raise_open_files_limit() {
 /// Creates the data dir if missing, owner only: keys, tokens and tenants' browser profiles
 /// live there.
 pub fn create_data_dir(data_dir: &Path) -> anyhow::Result<()> {
-    crate::auth::create_private_dir(data_dir).with_context(|| format!("create data dir {}", data_dir.display()))
+    crate::auth::create_private_dir(data_dir).map_err(|e| {
+        let why = browserpool_pool::lock::explain_io(&e, data_dir);
+        anyhow::anyhow!("create data dir {}: {why}", data_dir.display())
+    })
 }
 
 /// Creates the `default` tenant from `args` if it does not exist (an existing one is left as
@@ -246,14 +252,45 @@ pub async fn ensure_default_tenant(store: &Store, args: &ServeArgs) -> anyhow::R
         id: DEFAULT_TENANT.into(),
         max_slots: args.max_workers as u32,
         max_queue: 100,
-        max_session_ttl_ms: args.max_session_ttl.as_millis().min(u32::MAX as u128) as u32,
-        idle_timeout_ms: args.idle_timeout.as_millis().min(u32::MAX as u128) as u32,
+        max_session_ttl_ms: millis(args.max_session_ttl),
+        idle_timeout_ms: millis(args.idle_timeout),
         allow_hosts: Vec::new(),
         // The embedded single-user default allows loopback so local development works.
         allow_private_networks: true,
     };
     store.ensure_tenant(&default, now_ms()).await?;
     store.tenant_epoch(DEFAULT_TENANT).await?.context("the default tenant vanished right after it was ensured")
+}
+
+/// Sets the `default` tenant's quotas that `serve` was given (see [`crate::config::Given`]) and
+/// logs each change: a flag given is meant to hold now, not only on the data dir's first
+/// start. Quotas not given keep what is stored (an operator's `PutTenant` among them).
+async fn apply_given_to_default_tenant(store: &Store, args: &ServeArgs) -> anyhow::Result<()> {
+    let Some(stored) = store.tenant(DEFAULT_TENANT).await? else { return Ok(()) };
+    let mut wanted = stored.clone();
+    let mut changes = Vec::new();
+    let mut set = |given: bool, field: &mut u32, value: u32, what: &str| {
+        if given && *field != value {
+            changes.push(format!("{what} {field} -> {value}"));
+            *field = value;
+        }
+    };
+    set(args.given.max_workers, &mut wanted.max_slots, args.max_workers as u32, "max_slots (--max-workers)");
+    let ttl = millis(args.max_session_ttl);
+    set(args.given.max_session_ttl, &mut wanted.max_session_ttl_ms, ttl, "max_session_ttl_ms (--max-session-ttl)");
+    let idle = millis(args.idle_timeout);
+    set(args.given.idle_timeout, &mut wanted.idle_timeout_ms, idle, "idle_timeout_ms (--idle-timeout)");
+    if changes.is_empty() {
+        return Ok(());
+    }
+    store.put_tenant(&wanted, now_ms()).await?;
+    tracing::info!(tenant = DEFAULT_TENANT, changes = %changes.join(", "), "default tenant set from the flags given");
+    Ok(())
+}
+
+/// A duration in whole milliseconds, as the tenant records keep them (at most u32::MAX).
+fn millis(d: std::time::Duration) -> u32 {
+    d.as_millis().min(u32::MAX as u128) as u32
 }
 
 /// Binds and serves until `shutdown` resolves.
@@ -322,6 +359,13 @@ impl Bound {
                 .clone()
                 .refresh_loop(store.clone(), std::time::Duration::from_millis(500), stages.serving.clone())
                 .instrument(tracing::info_span!("tenant_epochs")),
+        );
+        // Keys rotated beside the running server (`browserpool key rotate`) are signed with
+        // within a second, no restart.
+        tasks.spawn(
+            keys.clone()
+                .refresh_loop(std::time::Duration::from_secs(1), stages.serving.clone())
+                .instrument(tracing::info_span!("signing_keys")),
         );
         let reaper = tasks.spawn(
             sessions.clone().reap_loop(stages.serving.clone()).instrument(tracing::info_span!("session_reaper")),

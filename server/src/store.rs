@@ -32,8 +32,12 @@ pub enum StoreError {
     Migrate(#[from] sqlx::migrate::MigrateError),
     #[error("corrupt record: {0}")]
     Corrupt(String),
-    #[error("database file {path}: {source}")]
+    #[error("database file {path}: {}", browserpool_pool::lock::explain_io(.source, std::path::Path::new(.path)))]
     File { path: String, source: std::io::Error },
+    /// The database could not be opened: `url` names it, without its password, and `why`
+    /// is the error that stopped it.
+    #[error("open database {url}: {why}")]
+    Open { url: String, why: String },
 }
 
 impl StoreError {
@@ -58,6 +62,22 @@ impl StoreError {
     }
 }
 
+/// `url` as messages and logs may show it: without the password of its user info, nor a
+/// query that names one (`postgres://bp:secret@db/x` is `postgres://bp@db/x`).
+pub fn url_without_password(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else { return url.to_string() };
+    let (authority, tail) = rest.split_at(rest.find(['/', '?', '#']).unwrap_or(rest.len()));
+    let authority = match authority.rsplit_once('@') {
+        Some((userinfo, host)) => format!("{}@{host}", userinfo.split(':').next().unwrap_or_default()),
+        None => authority.to_string(),
+    };
+    let tail = match tail.split_once('?') {
+        Some((path, query)) if query.to_ascii_lowercase().contains("password") => format!("{path}?..."),
+        _ => tail.to_string(),
+    };
+    format!("{scheme}://{authority}{tail}")
+}
+
 /// Which sessions a listing wants.
 #[derive(Debug, Clone, Default)]
 pub struct SessionFilter {
@@ -65,6 +85,8 @@ pub struct SessionFilter {
     pub tenant: Option<String>,
     /// Only this state; `None` = all.
     pub state: Option<SessionState>,
+    /// Only sessions acquired by this subject; `None` = every subject.
+    pub subject: Option<String>,
     /// Page size, already capped by the caller.
     pub limit: u32,
     /// Rows to skip (the page token).
@@ -187,9 +209,12 @@ impl Store {
     /// Opens (creating a SQLite file if missing) the database at `url` and applies pending
     /// migrations.
     pub async fn open(url: &str) -> Result<Store, StoreError> {
-        let store = Store::connect(url).await?;
-        store.migrate().await?;
-        Ok(store)
+        let opened = async {
+            let store = Store::connect(url).await?;
+            store.migrate().await?;
+            Ok(store)
+        };
+        opened.await.map_err(|e: StoreError| StoreError::Open { url: url_without_password(url), why: e.to_string() })
     }
 
     /// Opens without migrating.
@@ -204,6 +229,17 @@ impl Store {
             return Ok(Store::with(Backend::Sqlite(pool)));
         }
         if url.starts_with("postgres:") || url.starts_with("postgresql:") {
+            // One connection first, on its own: the pool would retry a refused connection until
+            // its acquire timeout and then report only the timeout, not why.
+            use sqlx::Connection;
+            let first = tokio::time::timeout(Duration::from_secs(5), sqlx::PgConnection::connect(url)).await;
+            match first {
+                Ok(connected) => connected?.close().await?,
+                Err(_) => {
+                    let late = std::io::Error::new(std::io::ErrorKind::TimedOut, "no connection within 5 s");
+                    return Err(StoreError::Db(sqlx::Error::Io(late)));
+                }
+            }
             let pool =
                 PgPoolOptions::new().max_connections(8).acquire_timeout(Duration::from_secs(5)).connect(url).await?;
             return Ok(Store::with(Backend::Postgres(pool)));
@@ -467,12 +503,13 @@ impl Store {
     pub async fn sessions(&self, f: &SessionFilter) -> Result<Vec<SessionRecord>, StoreError> {
         with_pool!(self, pool => sqlx::query(
             "SELECT * FROM sessions WHERE ($1 IS NULL OR tenant = $1) AND ($2 IS NULL OR state = $2) \
-             ORDER BY created_at_ms, id LIMIT $3 OFFSET $4",
+             AND ($5 IS NULL OR subject = $5) ORDER BY created_at_ms, id LIMIT $3 OFFSET $4",
         )
         .bind(f.tenant.as_deref())
         .bind(f.state.map(|s| s.as_str()))
         .bind(f.limit as i64)
         .bind(f.offset as i64)
+        .bind(f.subject.as_deref())
         .fetch_all(pool)
         .await?
         .iter()
@@ -967,6 +1004,9 @@ mod tests {
                 .await
                 .unwrap();
             assert_eq!(live.iter().map(|s| s.id.as_str()).collect::<Vec<_>>(), vec!["s-2"], "{backend}");
+            let by = |subject: &str| SessionFilter { subject: Some(subject.into()), limit: 10, ..Default::default() };
+            assert_eq!(store.sessions(&by("ci")).await.unwrap().len(), 2, "{backend}");
+            assert!(store.sessions(&by("someone-else")).await.unwrap().is_empty(), "{backend}");
             assert!(store.session("nope").await.unwrap().is_none());
             assert_eq!(store.tenant("t").await.unwrap(), Some(tenant("t", 3)), "{backend}");
             assert_eq!(store.revoked().await.unwrap(), vec!["jti-1".to_string()], "{backend}");
@@ -1171,5 +1211,22 @@ mod tests {
     async fn unsupported_urls_are_named() {
         let err = Store::open("mysql://x").await.err().unwrap();
         assert!(err.to_string().contains("mysql"), "{err}");
+    }
+
+    #[test]
+    fn urls_are_shown_without_their_password() {
+        for (url, shown) in [
+            ("postgres://bp:s3cret@db.example:5432/pool", "postgres://bp@db.example:5432/pool"),
+            (
+                "postgresql://bp:p@ss:w@rd@10.0.0.1/pool?sslmode=require",
+                "postgresql://bp@10.0.0.1/pool?sslmode=require",
+            ),
+            ("postgres://db/pool?user=bp&password=s3cret", "postgres://db/pool?..."),
+            ("postgres://bp@db/pool", "postgres://bp@db/pool"),
+            ("sqlite:///var/lib/browserpool/data/browserpool.db", "sqlite:///var/lib/browserpool/data/browserpool.db"),
+            ("sqlite://.browserpool/browserpool.db", "sqlite://.browserpool/browserpool.db"),
+        ] {
+            assert_eq!(url_without_password(url), shown, "{url}");
+        }
     }
 }

@@ -13,6 +13,18 @@ impl Sessions {
         page_size: u32,
         page_token: &str,
     ) -> Result<(Vec<SessionRecord>, String)> {
+        self.list_where(tenant, None, state, page_size, page_token).await
+    }
+
+    /// [`Sessions::list_all`], of one subject only when `subject` is given.
+    async fn list_where(
+        &self,
+        tenant: Option<String>,
+        subject: Option<String>,
+        state: Option<SessionState>,
+        page_size: u32,
+        page_token: &str,
+    ) -> Result<(Vec<SessionRecord>, String)> {
         let offset: u64 = if page_token.is_empty() {
             0
         } else {
@@ -22,7 +34,8 @@ impl Sessions {
                 as u64
         };
         let limit = if page_size == 0 { 100 } else { page_size.min(MAX_PAGE_SIZE) };
-        let mut rows = self.inner.store.sessions(&SessionFilter { tenant, state, limit: limit + 1, offset }).await?;
+        let filter = SessionFilter { tenant, state, subject, limit: limit + 1, offset };
+        let mut rows = self.inner.store.sessions(&filter).await?;
         let more = rows.len() > limit as usize;
         rows.truncate(limit as usize);
         // Live sessions carry fresher idle deadlines in memory.
@@ -66,7 +79,7 @@ impl Sessions {
         let outcome = match &result {
             Ok(_) => "ok",
             Err(ServiceError::QueueFull(_)) => "queue_full",
-            Err(ServiceError::WaitElapsed(_)) => "timeout",
+            Err(ServiceError::WaitElapsed { .. }) => "timeout",
             Err(ServiceError::Draining | ServiceError::Pool(_)) => "unavailable",
             Err(ServiceError::PermissionDenied(_) | ServiceError::InvalidArgument(_)) => "refused",
             Err(_) => "error",
@@ -111,21 +124,29 @@ impl Sessions {
         let started = Instant::now();
         let deadline = tokio::time::Instant::now() + Duration::from_millis(spec.wait_ms as u64);
         let quota = Quota { max_slots: tenant.max_slots, max_queue: tenant.max_queue };
+        let waited = |cause: String| ServiceError::WaitElapsed { waited_ms: spec.wait_ms as u64, cause };
         let slot = match tokio::time::timeout_at(deadline, self.inner.admission.admit(&claims.tenant, quota)).await {
             Ok(Ok(slot)) => slot,
             Ok(Err(e @ AdmissionError::QueueFull { .. })) => return Err(ServiceError::QueueFull(e.to_string())),
             Ok(Err(e)) => return Err(ServiceError::FailedPrecondition(e.to_string())),
-            Err(_) => return Err(ServiceError::WaitElapsed(spec.wait_ms as u64)),
+            Err(_) => return Err(waited(self.inner.admission.why_waiting(&claims.tenant, quota))),
         };
         // The local queue keeps order among this server's callers; the database counts the
         // tenant's slots across every replica sharing it.
         let id = format!("s-{}", uuid::Uuid::new_v4().simple());
         let Some(claim) = self.claim(&id, &tenant, deadline).await? else {
-            return Err(ServiceError::WaitElapsed(spec.wait_ms as u64));
+            return Err(waited(format!(
+                "tenant {} is at its quota: its max_slots {} sessions are in use across the replicas sharing the database",
+                tenant.id, tenant.max_slots
+            )));
         };
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
         let lease = self.inner.pool.lease(left, viewport).await.map_err(|e| match e {
-            PoolError::Exhausted(_) => ServiceError::WaitElapsed(spec.wait_ms as u64),
+            PoolError::Exhausted(_) => waited(format!(
+                "this server is at capacity: its --max-workers {} browsers are in use",
+                self.inner.pool.status().capacity
+            )),
+            PoolError::NotBooted(bound) => waited(format!("no worker finished booting within {bound:?}")),
             other => ServiceError::Pool(other),
         })?;
         // The tenant's navigation policy holds for every request the session's pages make.
@@ -288,7 +309,11 @@ impl Sessions {
         Ok(record)
     }
 
-    /// The caller tenant's sessions, oldest first. `page_token` is an opaque offset.
+    /// The caller's tenant's sessions that `Get` would answer for the same token, oldest
+    /// first: its own subject's, or every subject's with `sessions:shared` and
+    /// `sessions:write` (or `admin`). Another subject's sessions stay hidden because a listed
+    /// session carries its `cdp_url`, a ticket to drive it. Filtered in the database, so a
+    /// page is never short for rows the caller may not see. `page_token` is an opaque offset.
     pub async fn list(
         &self,
         claims: &Claims,
@@ -297,7 +322,8 @@ impl Sessions {
         page_token: &str,
     ) -> Result<(Vec<SessionRecord>, String)> {
         require(claims, Scope::SessionsRead)?;
-        let (rows, next) = self.list_all(Some(claims.tenant.clone()), state, page_size, page_token).await?;
+        let subject = (!uses_every_subject(claims)).then(|| claims.sub.clone());
+        let (rows, next) = self.list_where(Some(claims.tenant.clone()), subject, state, page_size, page_token).await?;
         Ok((rows.into_iter().filter(|r| may_use(claims, r)).collect(), next))
     }
 

@@ -340,9 +340,13 @@ pub fn may_use_session(claims: &Claims, tenant: &str, subject: &str) -> bool {
     if claims.is_admin() {
         return true;
     }
-    // Another subject of the tenant needs sessions:shared plus sessions:write.
-    tenant == claims.tenant
-        && (subject == claims.sub || (claims.has(Scope::SessionsShared) && claims.has(Scope::SessionsWrite)))
+    tenant == claims.tenant && (subject == claims.sub || uses_every_subject(claims))
+}
+
+/// Whether `claims` may use the sessions of every subject of its tenant: another subject's
+/// session needs sessions:shared plus sessions:write (`admin` carries both).
+fn uses_every_subject(claims: &Claims) -> bool {
+    claims.has(Scope::SessionsShared) && claims.has(Scope::SessionsWrite)
 }
 
 /// RPC-level scope check.

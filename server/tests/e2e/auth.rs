@@ -5,7 +5,9 @@ use browserpool_client::{action, pb, Client};
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde_json::json;
 
-use crate::helpers::{err_code, ok, TestServer};
+use std::time::Duration;
+
+use crate::helpers::{err_code, eventually, ok, BinaryServer, TestServer};
 
 fn secret(server: &TestServer) -> Vec<u8> {
     let text = std::fs::read_to_string(server.data_dir.path().join("jwt-hs256.key")).unwrap();
@@ -284,24 +286,47 @@ async fn every_admin_rpc_needs_scope_admin_and_refusals_are_audited() {
     server.stop().await;
 }
 
-/// `browserpool token issue` offline, as an operator runs it: `default` works on a fresh data
-/// dir (the tenant is created as `serve` would), an unknown tenant is a clear error.
+/// `browserpool token issue` offline, as an operator runs it: a data dir no server made (a
+/// typo, another directory) is refused, naming it, and left as it was, rather than given a
+/// new key no server knows; on the server's data dir `default` works (the tenant is created
+/// as `serve` would when missing), an unknown tenant is a clear error.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn offline_token_issue_needs_the_tenant_and_its_tokens_work() {
-    let dir = tempfile::tempdir().unwrap();
+async fn offline_token_issue_needs_the_servers_key_and_the_tenant_and_its_tokens_work() {
+    let parent = tempfile::tempdir().unwrap();
+    let dir = parent.path().join("data");
     let database_url = crate::helpers::test_database()
         .await
-        .unwrap_or_else(|| format!("sqlite://{}", dir.path().join("browserpool.db").display()));
-    let issue = |tenant: &str| {
+        .unwrap_or_else(|| format!("sqlite://{}", dir.join("browserpool.db").display()));
+    let browserpool = |args: &[&str]| {
         std::process::Command::new(env!("CARGO_BIN_EXE_browserpool"))
-            .args(["token", "issue", "--subject", "ci", "--scopes", "sessions:read", "--tenant", tenant])
+            .args(args)
             .arg("--data-dir")
-            .arg(dir.path())
+            .arg(&dir)
             .arg("--database-url")
             .arg(&database_url)
             .output()
             .unwrap()
     };
+    let issue = |tenant: &str| {
+        browserpool(&["token", "issue", "--subject", "ci", "--scopes", "sessions:read", "--tenant", tenant])
+    };
+    let keyless = issue("default");
+    assert!(!keyless.status.success());
+    assert!(keyless.stdout.is_empty());
+    let stderr = String::from_utf8_lossy(&keyless.stderr);
+    assert!(stderr.contains(&format!("no signing key in {}", dir.display())), "{stderr}");
+    assert!(stderr.contains("start `browserpool serve` on this one once"), "{stderr}");
+    let rotate = browserpool(&["key", "rotate"]);
+    assert!(!rotate.status.success());
+    assert!(String::from_utf8_lossy(&rotate.stderr).contains("no signing key in"));
+    assert!(!dir.exists(), "nothing was made in a data dir without a key");
+
+    let server = TestServer::start_with(|a| {
+        a.warm = 0;
+        a.store.data_dir = dir.clone();
+        a.store.database_url = Some(database_url.clone());
+    })
+    .await;
     let ghost = issue("ghost");
     assert!(!ghost.status.success());
     let stderr = String::from_utf8_lossy(&ghost.stderr);
@@ -311,13 +336,67 @@ async fn offline_token_issue_needs_the_tenant_and_its_tokens_work() {
     let issued = issue("default");
     assert!(issued.status.success(), "{}", String::from_utf8_lossy(&issued.stderr));
     let token = String::from_utf8(issued.stdout).unwrap().trim().to_string();
-    let server = TestServer::start_with(|a| {
-        a.warm = 0;
-        a.store.data_dir = dir.path().into();
-        a.store.database_url = Some(database_url.clone());
-    })
-    .await;
     let listed = server.client(&token).await.sessions().list(pb::ListSessionsRequest::default()).await;
     assert!(listed.is_ok(), "the offline token works on the server of that data dir: {listed:?}");
     server.stop().await;
+}
+
+/// `browserpool key rotate` beside a running server: a token minted with the new key
+/// (`token issue`) is accepted at once, the server signs with the new key within a second,
+/// and the retired key's tokens still work, all without a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_server_takes_a_rotated_key_without_a_restart() {
+    let server = BinaryServer::spawn_with(&["--warm", "0"]).await;
+    let kid = |token: &str| -> String {
+        let header = token.split('.').next().unwrap();
+        let header = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(header).unwrap();
+        serde_json::from_slice::<serde_json::Value>(&header).unwrap()["kid"].as_str().unwrap().to_string()
+    };
+    let browserpool = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_browserpool"))
+            .args(args)
+            .arg("--data-dir")
+            .arg(server.dir.path())
+            .arg("--database-url")
+            .arg(&server.database_url)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        out
+    };
+    let old_kid = kid(&server.token);
+    let rotated = String::from_utf8(browserpool(&["key", "rotate"]).stderr).unwrap();
+    assert!(rotated.contains(&format!("retired key {old_kid}; signing key is now ")), "{rotated}");
+    assert!(rotated.contains("signs with it within a second"), "{rotated}");
+
+    let issued =
+        browserpool(&["token", "issue", "--tenant", "default", "--subject", "ci", "--scopes", "sessions:read"]);
+    let token = String::from_utf8(issued.stdout).unwrap().trim().to_string();
+    let new_kid = kid(&token);
+    assert_ne!(new_kid, old_kid);
+    let listed = server_client(&server, &token).await.sessions().list(pb::ListSessionsRequest::default()).await;
+    assert!(listed.is_ok(), "a token of the new key is accepted at once: {listed:?}");
+
+    let admin = server.client().await;
+    assert!(admin.sessions().list(pb::ListSessionsRequest::default()).await.is_ok(), "the retired key still verifies");
+    let old_kid = &old_kid;
+    let signed_with = eventually("the server to sign with the new key", Duration::from_secs(10), || {
+        let mut console = admin.admin();
+        async move {
+            let req = pb::IssueTokenRequest {
+                tenant: "default".into(),
+                subject: "job".into(),
+                scopes: vec!["sessions:read".into()],
+                ttl_s: 60,
+            };
+            let token = console.issue_token(req).await.unwrap().into_inner().token;
+            Some(kid(&token)).filter(|k| k != old_kid)
+        }
+    })
+    .await;
+    assert_eq!(signed_with, new_kid);
+}
+
+async fn server_client(server: &BinaryServer, token: &str) -> Client {
+    Client::connect(format!("http://{}", server.grpc), token).await.unwrap()
 }

@@ -507,3 +507,35 @@ async fn a_drain_that_runs_out_kills_what_is_left_and_exits_zero() {
     assert!(record.end_reason.as_deref().unwrap_or_default().contains("drain timeout"), "{:?}", record.end_reason);
     store.close().await;
 }
+
+/// A Chromium that cannot start (here a script that exits 1): `Acquire` answers UNAVAILABLE
+/// with the boot's error once its wait is over, and boots back off instead of relaunching in
+/// a loop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chromium_that_cannot_start_is_named_and_not_relaunched_in_a_loop() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let launches = dir.path().join("launches");
+    let chrome = dir.path().join("chromium");
+    let script = format!(
+        "#!/bin/sh\necho launched >> '{}'\necho 'error while loading shared libraries: libbroken.so' >&2\nexit 1\n",
+        launches.display()
+    );
+    std::fs::write(&chrome, script).unwrap();
+    std::fs::set_permissions(&chrome, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let server = TestServer::start_with(|a| a.chrome = Some(chrome.clone())).await;
+    let client = server.admin().await;
+
+    let started = Instant::now();
+    let browserpool_client::Error::Status(status) = client.acquire(4_000).await.unwrap_err() else { panic!() };
+    let waited = started.elapsed();
+    assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+    assert!(status.message().contains("workers fail to boot"), "{status:?}");
+    assert!(status.message().contains("libbroken.so"), "the boot's own error: {status:?}");
+    assert!(waited >= Duration::from_secs(4), "a retry might have worked until wait_ms: {waited:?}");
+    // Backing off from 0.5 s, doubling, one boot at a time: about 4 launches in 4 s (at 0,
+    // 0.5, 1.5 and 3.5 s). Relaunching every second, two at a time, made 8 or more.
+    let launched = std::fs::read_to_string(&launches).unwrap().lines().count();
+    assert!((2..=5).contains(&launched), "{launched} launches in {waited:?}");
+    server.stop().await;
+}

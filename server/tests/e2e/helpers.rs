@@ -153,6 +153,8 @@ pub struct BinaryServer {
     pub token: String,
     child: std::process::Child,
     log: std::sync::mpsc::Receiver<String>,
+    /// What it logged up to `serving`.
+    pub startup_log: Vec<String>,
     exited: bool,
     /// Flags given after the defaults (kept for [`BinaryServer::restart`]).
     extra: Vec<String>,
@@ -186,9 +188,19 @@ impl BinaryServer {
 
     /// A new server on the same data dir, database and flags (after a kill).
     pub fn restart(mut self) -> BinaryServer {
+        let extra = std::mem::take(&mut self.extra);
+        self.restart_as(extra)
+    }
+
+    /// A new server on the same data dir and database with other flags (after an exit).
+    pub fn restart_with(self, extra: &[&str]) -> BinaryServer {
+        self.restart_as(extra.iter().map(|s| s.to_string()).collect())
+    }
+
+    fn restart_as(mut self, extra: Vec<String>) -> BinaryServer {
         assert!(self.exited, "restart after the server exited");
         let dir = std::mem::replace(&mut self.dir, tempfile::tempdir().unwrap());
-        BinaryServer::spawn_in(dir, self.database_url.clone(), std::mem::take(&mut self.extra))
+        BinaryServer::spawn_in(dir, self.database_url.clone(), extra)
     }
 
     /// A second replica of `first`: the same database and signing key, its own data dir.
@@ -207,21 +219,18 @@ impl BinaryServer {
         BinaryServer::spawn_in(dir, first.database_url.clone(), extra.iter().map(|s| s.to_string()).collect())
     }
 
-    /// A server in `dir` on the database at `database_url`, with `extra` flags.
+    /// A server in `dir` on the database at `database_url`, with `extra` flags (`--warm 1` and
+    /// `--max-workers 2` unless they say otherwise).
     pub fn spawn_in(dir: tempfile::TempDir, database_url: String, extra: Vec<String>) -> BinaryServer {
         use std::io::{BufRead, BufReader};
+        let small: Vec<&str> = [("--warm", "1"), ("--max-workers", "2")]
+            .into_iter()
+            .filter(|(flag, _)| !extra.iter().any(|e| e == flag))
+            .flat_map(|(flag, value)| [flag, value])
+            .collect();
         let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_browserpool"))
-            .args([
-                "serve",
-                "--listen",
-                "127.0.0.1:0",
-                "--http-listen",
-                "127.0.0.1:0",
-                "--warm",
-                "1",
-                "--max-workers",
-                "2",
-            ])
+            .args(["serve", "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0"])
+            .args(&small)
             .arg("--data-dir")
             .arg(dir.path())
             .arg("--database-url")
@@ -240,9 +249,11 @@ impl BinaryServer {
             }
         });
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        let mut startup_log = Vec::new();
         let (grpc, http) = loop {
             let line = log.recv_timeout(deadline - std::time::Instant::now()).expect("server logs `serving`");
             assert!(!line.contains("eyJ"), "a token leaked into the log: {line}");
+            startup_log.push(line.clone());
             if line.contains("serving") {
                 let field = |name: &str| {
                     line.split(&format!("{name}=")).nth(1).unwrap().split_whitespace().next().unwrap().to_string()
@@ -251,7 +262,7 @@ impl BinaryServer {
             }
         };
         let token = std::fs::read_to_string(dir.path().join("admin.token")).unwrap().trim().to_string();
-        BinaryServer { dir, database_url, grpc, http, token, child, log, exited: false, extra }
+        BinaryServer { dir, database_url, grpc, http, token, child, log, startup_log, exited: false, extra }
     }
 
     pub async fn client(&self) -> Client {

@@ -172,3 +172,97 @@ async fn version_revision_and_json_logs() {
     let status = child.wait().unwrap();
     assert!(status.success(), "{status:?}: {rest:#?}");
 }
+
+/// Runs `browserpool serve` (both listeners on port 0, no worker kept warm) with `args` until
+/// it exits, at most a minute, without root's power over file modes: CAP_DAC_OVERRIDE,
+/// CAP_DAC_READ_SEARCH and CAP_FOWNER leave its bounding set, so a directory's mode holds for
+/// it as for any other user (as another user, the modes hold anyway). Returns its exit
+/// status and what it wrote to stderr.
+fn serve_until_exit(args: &[&str]) -> (std::process::ExitStatus, String) {
+    use std::io::Read;
+    use std::os::unix::process::CommandExt;
+    let mut command = Command::new(env!("CARGO_BIN_EXE_browserpool"));
+    command
+        .args(["serve", "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--warm", "0"])
+        .args(args)
+        .stderr(std::process::Stdio::piped());
+    // SAFETY: prctl only, between fork and exec.
+    unsafe {
+        command.pre_exec(|| {
+            for cap in [1, 2, 3] {
+                // CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_FOWNER; refused (EPERM) when not root.
+                libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0);
+            }
+            Ok(())
+        });
+    }
+    let mut child = command.spawn().unwrap();
+    let mut stderr = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stderr.read_to_string(&mut text);
+        text
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("browserpool serve {args:?} did not exit within a minute");
+        }
+        // Polling a child process for its exit: there is nothing else to wait on here.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    (status, reader.join().unwrap())
+}
+
+/// A server that cannot start says what about: the data dir or lock dir by path, with
+/// "permission denied" said plainly and who may write it, and the database by its URL
+/// without the password.
+#[test]
+fn start_errors_name_the_path_or_database_and_say_permission_denied_plainly() {
+    use std::os::unix::fs::PermissionsExt;
+    let read_only = |dir: &tempfile::TempDir| {
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o500)).unwrap();
+        dir.path().display().to_string()
+    };
+    let data = tempfile::tempdir().unwrap();
+    let locked_data = read_only(&data);
+    let (status, stderr) = serve_until_exit(&["--data-dir", &locked_data]);
+    assert!(!status.success());
+    assert!(
+        stderr.contains(&format!(
+            "error: data dir {locked_data}: cannot open server.lock: permission denied: {locked_data} is owned by uid"
+        )),
+        "{stderr}"
+    );
+    assert!(stderr.contains("with mode 500, and this server runs as uid"), "{stderr}");
+
+    let data = tempfile::tempdir().unwrap();
+    let locks = tempfile::tempdir().unwrap();
+    let locked_locks = read_only(&locks);
+    let data_dir = data.path().display().to_string();
+    let (status, stderr) = serve_until_exit(&["--data-dir", &data_dir, "--lock-dir", &locked_locks]);
+    assert!(!status.success());
+    assert!(stderr.contains(&format!("error: lock dir {locked_locks} (--lock-dir): permission denied: ")), "{stderr}");
+
+    let free = tempfile::tempdir().unwrap();
+    let free_locks = free.path().display().to_string();
+    let unwritable = tempfile::tempdir().unwrap();
+    let sqlite = format!("sqlite://{}/browserpool.db", read_only(&unwritable));
+    let (status, stderr) =
+        serve_until_exit(&["--data-dir", &data_dir, "--lock-dir", &free_locks, "--database-url", &sqlite]);
+    assert!(!status.success());
+    assert!(stderr.contains(&format!("error: open database {sqlite}: database file ")), "{stderr}");
+    assert!(stderr.contains("/browserpool.db: permission denied: "), "{stderr}");
+
+    // Nothing listens on port 1: the answer names the database's host, never its password.
+    let postgres = "postgres://bp:s3cret-pw@127.0.0.1:1/pool";
+    let (status, stderr) =
+        serve_until_exit(&["--data-dir", &data_dir, "--lock-dir", &free_locks, "--database-url", postgres]);
+    assert!(!status.success());
+    assert!(stderr.contains("error: open database postgres://bp@127.0.0.1:1/pool: "), "{stderr}");
+    assert!(!stderr.contains("s3cret"), "the password leaked: {stderr}");
+}

@@ -238,6 +238,46 @@ async fn drive_answers_before_the_first_message() {
     server.stop().await;
 }
 
+/// `List` answers what `Get` would for the same token: a subject without sessions:shared
+/// (with sessions:write) sees its own sessions only, never another subject's (a listed session
+/// carries its `cdp_url`, a ticket to drive it), and its pages are not padded with sessions it
+/// may not see.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_shows_a_subject_only_its_own_sessions_without_sessions_shared() {
+    let server = TestServer::start_with(|a| a.warm = 0).await;
+    let client = |subject: &'static str, scopes: &'static [&'static str]| {
+        let server = &server;
+        async move { server.client(&server.token("default", subject, scopes).await).await }
+    };
+    let alice = client("alice", &["sessions:read", "sessions:write"]).await;
+    let bob = client("bob", &["sessions:read", "sessions:write"]).await;
+    let hers = alice.acquire(30_000).await.unwrap().session_id;
+    let his = bob.acquire(30_000).await.unwrap().session_id;
+    let list = |client: browserpool_client::Client, page_size: u32| async move {
+        let page = client
+            .sessions()
+            .list(pb::ListSessionsRequest { page_size, ..Default::default() })
+            .await
+            .unwrap()
+            .into_inner();
+        (page.sessions.into_iter().map(|s| s.session_id).collect::<Vec<_>>(), page.next_page_token)
+    };
+
+    // Alice's session is the older one, yet Bob's first page of one is his own, and the last.
+    assert_eq!(list(bob.clone(), 1).await, (vec![his.clone()], String::new()));
+    assert_eq!(list(alice.clone(), 0).await, (vec![hers.clone()], String::new()));
+    // sessions:shared alone does not show the others: using them needs sessions:write too.
+    let shared_reader = client("carol", &["sessions:read", "sessions:shared"]).await;
+    assert_eq!(list(shared_reader, 0).await, (vec![], String::new()));
+    let shared = client("dave", &["sessions:read", "sessions:write", "sessions:shared"]).await;
+    assert_eq!(list(shared, 0).await, (vec![hers.clone(), his.clone()], String::new()));
+    assert_eq!(list(server.admin().await, 0).await.0, [hers.clone(), his.clone()]);
+
+    alice.release(&hers).await.unwrap();
+    bob.release(&his).await.unwrap();
+    server.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exhausted_pool_times_out_then_serves_after_release() {
     let server = TestServer::start_with(|a| a.max_workers = 1).await;
@@ -249,6 +289,13 @@ async fn exhausted_pool_times_out_then_serves_after_release() {
     let browserpool_client::Error::Status(status) = err else { panic!("expected a status") };
     assert_eq!(status.code(), tonic::Code::DeadlineExceeded, "{status}");
     assert!(started.elapsed() < Duration::from_secs(5));
+    // It says what is full: here both the default tenant's quota (seeded from --max-workers)
+    // and the server.
+    assert_eq!(
+        status.message(),
+        "no browser became free within 300 ms: tenant default is at its quota: 1 of its max_slots 1 sessions \
+         in use, and this server is at capacity: 1 of its --max-workers 1 browsers in use"
+    );
 
     // A waiter is served once the holder releases.
     let waiter = {
@@ -263,6 +310,24 @@ async fn exhausted_pool_times_out_then_serves_after_release() {
     let second = waiter.await.unwrap().expect("waiter served after release");
     assert_ne!(second.session_id, first.session_id);
     assert!(second.queue_wait_ms > 0);
+    client.release(&second.session_id).await.unwrap();
+    server.stop().await;
+}
+
+/// `wait_ms: 0` on a server with a slot free but no worker warm waits for the worker booting
+/// for it instead of failing at once: here no worker is kept warm, and after a release the
+/// only slot's next worker boots on demand.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acquire_without_waiting_takes_the_worker_booting_for_it() {
+    let server = TestServer::start_with(|a| {
+        a.warm = 0;
+        a.max_workers = 1;
+    })
+    .await;
+    let client = server.admin().await;
+    let first = client.acquire(0).await.expect("the worker booted for the call");
+    client.release(&first.session_id).await.unwrap();
+    let second = client.acquire(0).await.expect("right after a release, the worker booted for the call");
     client.release(&second.session_id).await.unwrap();
     server.stop().await;
 }

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use browserpool_client::{pb, Client};
 
-use crate::helpers::{clock_passes, eventually, now_ms, queued, status_code, TestServer};
+use crate::helpers::{clock_passes, eventually, now_ms, queued, status_code, BinaryServer, TestServer};
 
 fn tenant(id: &str, max_slots: u32, max_queue: u32) -> pb::Tenant {
     pb::Tenant {
@@ -40,8 +40,14 @@ async fn tenant_slots_queue_overflow_renew_and_forced_delete() {
     let first = a.acquire(30_000).await.unwrap();
     assert_eq!(first.tenant, "team-a");
 
-    // The server has room, the tenant does not: its next request waits, then times out.
-    assert_eq!(status_code(a.acquire(300).await.unwrap_err()), tonic::Code::DeadlineExceeded);
+    // The server has room, the tenant does not: its next request waits, then times out,
+    // saying it is the tenant's quota.
+    let browserpool_client::Error::Status(status) = a.acquire(300).await.unwrap_err() else { panic!() };
+    assert_eq!(status.code(), tonic::Code::DeadlineExceeded);
+    assert_eq!(
+        status.message(),
+        "no browser became free within 300 ms: tenant team-a is at its quota: 1 of its max_slots 1 sessions in use"
+    );
     // One waiter fills max_queue=1; the next is refused at once with the queue length.
     let waiter = {
         let a = a.clone();
@@ -205,4 +211,41 @@ async fn a_deleted_tenants_tokens_die_and_stay_dead_when_it_is_created_again() {
     assert!(new.sessions().list(pb::ListSessionsRequest::default()).await.is_ok(), "a new token works");
     assert_eq!(get(&new).await, tonic::Code::NotFound);
     server.stop().await;
+}
+
+/// --max-workers, --idle-timeout and --max-session-ttl give the `default` tenant its quotas
+/// when it is created; one given again at a later start sets them again (logged), one not
+/// given leaves what is stored, an operator's `PutTenant` included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_default_tenant_takes_the_flags_given_at_every_start() {
+    async fn default_tenant(server: &BinaryServer) -> (u32, u32, u32) {
+        let listed = server.client().await.admin().list_tenants(pb::ListTenantsRequest {}).await.unwrap();
+        let t = listed.into_inner().tenants.into_iter().find(|t| t.id == "default").unwrap();
+        (t.max_slots, t.idle_timeout_ms, t.max_session_ttl_ms)
+    }
+    let mut first = BinaryServer::spawn_with(&["--warm", "0", "--idle-timeout", "7m"]).await;
+    assert_eq!(default_tenant(&first).await, (2, 420_000, 3_600_000), "seeded from the first start's flags");
+    let mine = pb::Tenant {
+        id: "default".into(),
+        max_slots: 5,
+        max_queue: 100,
+        max_session_ttl_ms: 600_000,
+        idle_timeout_ms: 60_000,
+        allow_private_networks: true,
+        ..Default::default()
+    };
+    first.client().await.admin().put_tenant(pb::PutTenantRequest { tenant: Some(mine) }).await.unwrap();
+    let (status, _) = first.terminate();
+    assert!(status.success(), "{status:?}");
+
+    let mut second = first.restart_with(&["--warm", "0", "--max-workers", "3"]);
+    assert_eq!(
+        default_tenant(&second).await,
+        (3, 60_000, 600_000),
+        "--max-workers given sets max_slots; the idle timeout and TTL, not given, stay as put"
+    );
+    let logged = second.startup_log.iter().find(|l| l.contains("default tenant set from the flags given"));
+    let logged = logged.unwrap_or_else(|| panic!("no log line of the change: {:#?}", second.startup_log));
+    assert!(logged.contains("max_slots (--max-workers) 5 -> 3"), "{logged}");
+    second.terminate();
 }
