@@ -26,6 +26,9 @@
 //! # Ok(()) }
 //! ```
 
+#[cfg(feature = "cli")]
+pub mod cli;
+
 pub use browserpool_proto::json::{from_json, to_json};
 use browserpool_proto::tonic::metadata::{Ascii, MetadataValue};
 use browserpool_proto::tonic::service::interceptor::InterceptedService;
