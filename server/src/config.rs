@@ -9,7 +9,12 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 /// A pool of warm headless Chromium workers leased over gRPC.
 #[derive(Debug, Parser)]
-#[command(name = "browserpool", version = crate::LONG_VERSION, about = "A pool of warm headless Chromium workers, leased over gRPC")]
+#[command(
+    name = "browserpool",
+    version = crate::LONG_VERSION,
+    about = "A pool of warm headless Chromium workers, leased over gRPC",
+    after_help = "`browserpool session --help` and `browserpool admin --help` list the client commands and their exit codes."
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Option<Command>,
@@ -30,6 +35,12 @@ pub enum Command {
     /// Signing keys.
     #[command(subcommand)]
     Key(KeyCommand),
+    /// Lease and drive browsers on a running server: acquire, act, batch, release, list,
+    /// get, export, import.
+    Session(browserpool_client::cli::SessionArgs),
+    /// Operate a running server: status, sessions, kill, drain, tenants, tokens, audit,
+    /// verify (a token with scope admin).
+    Admin(browserpool_client::cli::AdminArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -266,6 +277,12 @@ fn parse_resolve(s: &str) -> Result<(String, std::net::IpAddr), String> {
 }
 
 impl Cli {
+    /// Whether the command is a client of a running server (`session`, `admin`): it starts no
+    /// telemetry and installs no signal handler.
+    pub fn is_client(&self) -> bool {
+        matches!(self.command, Some(Command::Session(_) | Command::Admin(_)))
+    }
+
     /// Where `serve` sends traces (see [`otlp_endpoint`]); `None` for the other commands. A
     /// bad `BROWSERPOOL_*` variable is left for `serve` itself to report.
     pub fn otlp_endpoint(&self) -> Result<Option<String>, String> {
