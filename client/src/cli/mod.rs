@@ -29,8 +29,8 @@ Exit codes:
   1  the server answered with a failure: a failed action or step, NOT_FOUND, PERMISSION_DENIED,
      UNAUTHENTICATED, DEADLINE_EXCEEDED (no browser within --wait), a broken audit chain...
   2  usage: bad arguments, an unreadable or malformed file, no token found
-  3  the server could not be reached: connection refused or timed out, TLS handshake failed,
-     the connection lost (UNAVAILABLE from the transport)";
+  3  the server could not be reached: connection refused or timed out (--connect-timeout),
+     TLS handshake failed, or the connection lost mid-call";
 
 /// A command that did not succeed: what to tell the user and the process's exit code.
 #[derive(Debug)]
@@ -185,20 +185,9 @@ struct Ctx {
 }
 
 impl Ctx {
-    /// A refused call: 3 when the transport failed (nothing answered), else 1 with the code.
+    /// A refused call; see [`status_error`].
     fn status(&self, s: Status) -> CliError {
-        if s.code() == Code::Unavailable && std::error::Error::source(&s).is_some() {
-            return CliError::unreachable(format!(
-                "could not reach {}: {}",
-                self.server,
-                with_sources(s.message(), std::error::Error::source(&s))
-            ));
-        }
-        let mut message = format!("{}: {}", code_name(s.code()), s.message());
-        if s.code() == Code::Unauthenticated {
-            message.push_str(&format!(" (token from {})", self.token_from));
-        }
-        CliError::failed(message)
+        status_error(&self.server, &self.token_from, s)
     }
 
     /// Prints `text` on stdout as is.
@@ -301,6 +290,24 @@ impl ConnectArgs {
         };
         Ok(Ctx { client, server, token_from, json: self.json })
     }
+}
+
+/// A call that failed: exit code 3 when the transport failed (the server's own answers carry
+/// no source error; a connection refused on reconnect is UNAVAILABLE, one lost mid-call
+/// UNKNOWN), else 1 with the code, naming the token's origin when it was refused.
+fn status_error(server: &str, token_from: &str, s: Status) -> CliError {
+    let source = std::error::Error::source(&s);
+    if source.is_some() && matches!(s.code(), Code::Unavailable | Code::Unknown) {
+        return CliError::unreachable(format!(
+            "lost the connection to {server}: {}",
+            with_sources(s.message(), source)
+        ));
+    }
+    let mut message = format!("{}: {}", code_name(s.code()), s.message());
+    if s.code() == Code::Unauthenticated {
+        message.push_str(&format!(" (token from {token_from})"));
+    }
+    CliError::failed(message)
 }
 
 fn read_token(path: &Path) -> Result<String, CliError> {
@@ -423,6 +430,19 @@ mod tests {
         let empty = args(&["--token-file", dir.join("empty").to_str().unwrap()]).token().unwrap_err();
         assert!(empty.message().contains("is empty"), "{empty}");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn transport_failures_are_unreachable_and_answers_are_failures() {
+        let lost = Status::from_error(Box::new(std::io::Error::other("connection reset")));
+        let e = status_error("http://x:1", "--token", lost);
+        assert_eq!(e.exit_code(), 3, "{e}");
+        assert!(e.message().starts_with("lost the connection to http://x:1: ") && e.message().contains("reset"), "{e}");
+        let draining = status_error("http://x:1", "--token", Status::unavailable("server is draining"));
+        assert_eq!((draining.exit_code(), draining.message()), (1, "UNAVAILABLE: server is draining"));
+        let refused = status_error("http://x:1", "BROWSERPOOL_TOKEN", Status::unauthenticated("invalid token"));
+        assert_eq!(refused.message(), "UNAUTHENTICATED: invalid token (token from BROWSERPOOL_TOKEN)");
+        assert_eq!(status_error("s", "t", Status::not_found("session")).exit_code(), 1);
     }
 
     #[test]
