@@ -64,6 +64,13 @@ pub use retry::Retry;
 pub use session::{AcquireBuilder, DriveSender, Session};
 pub use steps::{kind, ActionError, Button, Navigated, Output, Step, StepKind, TabIndex, TabInfo, WaitUntil};
 
+/// The `browserpool session|admin` command line, for the `browserpool` binary: not part of
+/// the SDK (its argument structs are documented as `--help` text, not as Rust items).
+#[cfg(feature = "cli")]
+#[doc(hidden)]
+#[allow(missing_docs)]
+pub mod cli;
+
 pub use browserpool_proto::json::{from_json, to_json};
 use browserpool_proto::tonic::metadata::{Ascii, MetadataValue};
 use browserpool_proto::tonic::service::interceptor::InterceptedService;

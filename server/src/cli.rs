@@ -1,4 +1,6 @@
-//! Dispatch of the command line: `serve` (default), `token issue`, `migrate`.
+//! Dispatch of the command line: `serve` (default), `token issue`, `migrate`, `key rotate`,
+//! and the client commands `session` and `admin` (in `browserpool_client::cli`), whose
+//! failures are a `CliError` carrying the exit code.
 
 use std::future::Future;
 
@@ -33,6 +35,8 @@ pub async fn run(cli: Cli, shutdown: impl Future<Output = ()> + Send + 'static) 
             );
             Ok(())
         }
+        Some(Command::Session(args)) => Ok(args.run().await?),
+        Some(Command::Admin(args)) => Ok(args.run().await?),
         Some(Command::Migrate(store)) => {
             create_data_dir(&store.data_dir)?;
             let db = Store::open(&store.database_url()).await?;

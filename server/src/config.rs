@@ -10,7 +10,12 @@ use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand,
 
 /// A pool of warm headless Chromium workers leased over gRPC.
 #[derive(Debug, Parser)]
-#[command(name = "browserpool", version = crate::LONG_VERSION, about = "A pool of warm headless Chromium workers, leased over gRPC")]
+#[command(
+    name = "browserpool",
+    version = crate::LONG_VERSION,
+    about = "A pool of warm headless Chromium workers, leased over gRPC",
+    after_help = "`browserpool session --help` and `browserpool admin --help` list the client commands and their exit codes."
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Option<Command>,
@@ -32,6 +37,12 @@ pub enum Command {
     /// Signing keys.
     #[command(subcommand)]
     Key(KeyCommand),
+    /// Lease and drive browsers on a running server: acquire, act, batch, release, list,
+    /// get, export, import.
+    Session(browserpool_client::cli::SessionArgs),
+    /// Operate a running server: status, sessions, kill, drain, tenants, tokens, audit,
+    /// verify (a token with scope admin).
+    Admin(browserpool_client::cli::AdminArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -319,6 +330,12 @@ impl Cli {
             serve.given = Given::from_matches(sub);
         }
         Ok(cli)
+    }
+
+    /// Whether the command is a client of a running server (`session`, `admin`): it starts no
+    /// telemetry and installs no signal handler.
+    pub fn is_client(&self) -> bool {
+        matches!(self.command, Some(Command::Session(_) | Command::Admin(_)))
     }
 
     /// Where `serve` sends traces (see [`otlp_endpoint`]); `None` for the other commands. A

@@ -5,6 +5,7 @@ mod actions;
 mod auth;
 mod cdp;
 mod chaos;
+mod cli;
 mod clients;
 mod context;
 mod dialogs;

@@ -1,0 +1,305 @@
+//! The `browserpool session|admin` command line, run as a user runs it (the built binary, its
+//! stdout, stderr and exit code) against a real server and a real Chromium: a session driven
+//! from acquire to release, batches with a failing step, envelopes through files, the admin
+//! commands, and the exit codes of an unreachable server and a refused token.
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::helpers::{fixture_site, TestServer};
+
+/// What one command did.
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    fn json(&self) -> Value {
+        serde_json::from_str(self.stdout.trim()).unwrap_or_else(|e| panic!("{e}: {:?}\n{}", self.stdout, self.stderr))
+    }
+
+    fn json_lines(&self) -> Vec<Value> {
+        self.stdout.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l:?}"))).collect()
+    }
+
+    /// Asserts the exit code, showing the output when it differs.
+    fn expect(self, code: i32) -> Run {
+        assert_eq!(self.code, code, "exit code\nstdout: {}\nstderr: {}", self.stdout, self.stderr);
+        self
+    }
+}
+
+/// The binary, pointed at a server by its environment, run in a directory of its own (so no
+/// `.browserpool/admin.token` is found by accident).
+struct Cli {
+    server: String,
+    token: String,
+    dir: tempfile::TempDir,
+}
+
+impl Cli {
+    fn new(server: &TestServer) -> Cli {
+        Cli { server: server.endpoint(), token: server.admin_token.clone(), dir: tempfile::tempdir().unwrap() }
+    }
+
+    fn path(&self, name: &str) -> String {
+        self.dir.path().join(name).display().to_string()
+    }
+
+    async fn run(&self, args: &[&str]) -> Run {
+        self.run_with(args, None).await
+    }
+
+    async fn run_with(&self, args: &[&str], stdin: Option<&str>) -> Run {
+        use tokio::io::AsyncWriteExt;
+        let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_browserpool"));
+        cmd.args(args)
+            .current_dir(self.dir.path())
+            .env_remove("BROWSERPOOL_DATA_DIR")
+            .env("BROWSERPOOL_SERVER", &self.server)
+            .env("BROWSERPOOL_TOKEN", &self.token)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = cmd.spawn().unwrap();
+        let mut input = child.stdin.take().unwrap();
+        input.write_all(stdin.unwrap_or_default().as_bytes()).await.unwrap();
+        drop(input);
+        let out = tokio::time::timeout(Duration::from_secs(120), child.wait_with_output())
+            .await
+            .unwrap_or_else(|_| panic!("browserpool {args:?} did not finish within 2 minutes"))
+            .unwrap();
+        Run {
+            code: out.status.code().expect("exited, not killed by a signal"),
+            stdout: String::from_utf8(out.stdout).expect("stdout is text"),
+            stderr: String::from_utf8(out.stderr).expect("stderr is text"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cli_drives_a_session_from_acquire_to_release() {
+    let server = TestServer::start().await;
+    let site = fixture_site().await;
+    let cli = Cli::new(&server);
+
+    let acquired = cli.run(&["session", "acquire", "--json", "--label", "job=cli-e2e"]).await.expect(0).json();
+    assert_eq!(acquired["state"], "SESSION_STATE_READY", "{acquired}");
+    assert_eq!(acquired["labels"], json!({"job": "cli-e2e"}));
+    let s = acquired["session_id"].as_str().unwrap().to_string();
+    assert!(acquired["cdp_url"].as_str().unwrap().starts_with("ws://"), "{acquired}");
+
+    // One action at a time: the payload is a string when it is not JSON.
+    let nav = cli.run(&["session", "act", &s, "navigate", "", &format!("{site}/")]).await.expect(0);
+    assert!(nav.stdout.starts_with("ok  navigate  {"), "{}", nav.stdout);
+    assert!(nav.stdout.contains(r#""status":200"#), "{}", nav.stdout);
+    let text = cli.run(&["session", "act", &s, "extract", "#greeting", "--json"]).await.expect(0).json();
+    assert_eq!((text["ok"].clone(), text["value"].clone()), (json!(true), json!("Hello, nobody")), "{text}");
+    let sum = cli.run(&["session", "act", &s, "evaluate", "", "[1, 2].length + 1"]).await.expect(0);
+    assert_eq!(sum.stdout, "ok  evaluate  3\n");
+
+    // Bytes go to --out, never to the terminal or the report.
+    let shot = cli.path("shot.png");
+    let taken = cli.run(&["session", "act", &s, "screenshot", "--out", &shot]).await.expect(0);
+    assert!(taken.stdout.starts_with("ok  screenshot  image/png, "), "{}", taken.stdout);
+    assert!(taken.stdout.trim_end().ends_with(&format!("-> {shot}")), "{}", taken.stdout);
+    assert_eq!(&std::fs::read(&shot).unwrap()[..8], b"\x89PNG\r\n\x1a\n");
+    let unwritten = cli.run(&["session", "act", &s, "screenshot", "--json"]).await.expect(0).json();
+    assert!(unwritten["data_bytes"].as_u64().unwrap() > 8 && unwritten["out"].is_null(), "{unwritten}");
+
+    // A failed action is exit code 1, with the code and the names it may have meant.
+    let missing = cli.run(&["session", "act", &s, "click", "#nope", "--timeout-ms", "300"]).await.expect(1);
+    assert!(missing.stdout.starts_with("ERR click  ELEMENT_NOT_FOUND: "), "{}", missing.stdout);
+    let typo = cli.run(&["session", "act", &s, "naviagte", "", &site]).await.expect(1);
+    assert!(
+        typo.stdout.contains("UNKNOWN_ACTION") && typo.stdout.contains("did you mean: navigate"),
+        "{}",
+        typo.stdout
+    );
+
+    // A batch from a file: one line per step, every step run, exit code 1 for the failure.
+    let steps = cli.path("steps.json");
+    std::fs::write(
+        &steps,
+        json!([
+            {"action": "fill", "selector": "#name", "payload": "Ada"},
+            {"action": "click", "selector": "#go"},
+            {"action": "extract", "selector": "#greeting", "id": "greeting"},
+            {"action": "click", "selector": "#nope", "timeout_ms": 300},
+            {"action": "title"},
+        ])
+        .to_string(),
+    )
+    .unwrap();
+    let batch = cli.run(&["session", "batch", &s, "--file", &steps]).await.expect(1);
+    let lines: Vec<_> = batch.stdout.lines().collect();
+    assert_eq!(lines.len(), 5, "{}", batch.stdout);
+    assert!(lines[0].starts_with("ok  1 fill"), "{}", lines[0]);
+    assert_eq!(lines[2], r#"ok  3 extract  "Hello, Ada""#);
+    assert!(lines[3].starts_with("ERR 4 click  ELEMENT_NOT_FOUND: "), "{}", lines[3]);
+    assert_eq!(lines[4], r#"ok  5 title  "Greeter""#);
+    assert!(batch.stderr.contains("4 ok, 1 failed, 0 not run"), "{}", batch.stderr);
+
+    // From stdin, as JSON, stopping at the failure: the step after it is reported not run.
+    let stdin =
+        json!([{"action": "url"}, {"action": "click", "selector": "#nope", "timeout_ms": 300}, {"action": "title"}]);
+    let stopped = cli
+        .run_with(&["session", "batch", &s, "--file", "-", "--stop-on-error", "--json"], Some(&stdin.to_string()))
+        .await
+        .expect(1)
+        .json_lines();
+    assert_eq!(stopped.len(), 3, "{stopped:?}");
+    assert_eq!((stopped[0]["step"].clone(), stopped[0]["ok"].clone()), (json!(1), json!(true)));
+    assert_eq!(stopped[0]["value"], json!(format!("{site}/")));
+    assert_eq!(stopped[1]["error"]["code"], "ERROR_CODE_ELEMENT_NOT_FOUND");
+    assert_eq!((stopped[2]["run"].clone(), stopped[2]["action"].clone()), (json!(false), json!("title")));
+    let bad_file = cli.run_with(&["session", "batch", &s, "--file", "-"], Some(r#"[{"actoin": "url"}]"#)).await;
+    assert!(bad_file.expect(2).stderr.contains(r#"step 1: unknown key "actoin""#));
+
+    // Listing, reading, the operator's view.
+    let listed = cli.run(&["session", "list", "--json"]).await.expect(0).json_lines();
+    assert!(listed.iter().any(|l| l["session_id"] == s.as_str()), "{listed:?}");
+    let got = cli.run(&["session", "get", &s]).await.expect(0);
+    let field = |name: &str| got.stdout.lines().find_map(|l| l.strip_prefix(name)).map(str::trim).unwrap_or_default();
+    assert_eq!((field("session "), field("state ")), (s.as_str(), "READY"), "{}", got.stdout);
+    let status = cli.run(&["admin", "status", "--json"]).await.expect(0).json();
+    assert!(status["leased"].as_u64().unwrap() >= 1, "{status}");
+    assert!(status["workers"].as_array().unwrap().iter().any(|w| w["session_id"] == s.as_str()), "{status}");
+    let table = cli.run(&["admin", "status"]).await.expect(0);
+    assert!(table.stdout.contains("WORKER") && table.stdout.contains("LEASED"), "{}", table.stdout);
+    let everyone = cli.run(&["admin", "sessions", "--json", "--state", "ready"]).await.expect(0).json_lines();
+    assert!(everyone.iter().any(|l| l["session_id"] == s.as_str()), "{everyone:?}");
+
+    // Release, idempotent; the session is then CLOSED, and an unknown one NOT_FOUND.
+    let released = cli.run(&["session", "release", &s]).await.expect(0);
+    assert_eq!(released.stdout, format!("released {s} (CLOSED)\n"));
+    let again = cli.run(&["session", "release", &s]).await.expect(0);
+    assert_eq!(again.stdout, format!("{s} had already ended (CLOSED)\n"));
+    let closed = cli.run(&["session", "get", &s, "--json"]).await.expect(0).json();
+    assert_eq!(closed["state"], "SESSION_STATE_CLOSED");
+    let unknown = cli.run(&["session", "get", "no-such-session"]).await.expect(1);
+    assert!(unknown.stderr.starts_with("error: NOT_FOUND: "), "{}", unknown.stderr);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cli_carries_an_envelope_through_a_file() {
+    let server = TestServer::start().await;
+    let site = fixture_site().await;
+    let cli = Cli::new(&server);
+    let acquire = || async { cli.run(&["session", "acquire", "-q"]).await.expect(0).stdout.trim().to_string() };
+
+    let a = acquire().await;
+    cli.run(&["session", "act", &a, "navigate", "", &format!("{site}/set-cookies")]).await.expect(0);
+    let file = cli.path("ctx.json");
+    let exported = cli.run(&["session", "export", &a, "--out", &file, "--json"]).await.expect(0).json();
+    assert_eq!((exported["origin"].clone(), exported["cookies"].clone()), (json!(site), json!(2)), "{exported}");
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(std::fs::metadata(&file).unwrap().permissions().mode() & 0o777, 0o600, "an envelope is a secret");
+    let written: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    assert!(written["capturedAtMs"].is_string() && written["cookies"][0]["httpOnly"].is_boolean(), "{written}");
+    cli.run(&["session", "release", &a]).await.expect(0);
+
+    // Imported into another session: the cookies reach the site.
+    let b = acquire().await;
+    let imported = cli.run(&["session", "import", &b, "--file", &file]).await.expect(0);
+    assert_eq!(imported.stdout, format!("imported {site}: 2 cookies, 1 storage keys\n"));
+    cli.run(&["session", "act", &b, "navigate", "", &format!("{site}/echo-cookies")]).await.expect(0);
+    let echoed = cli.run(&["session", "act", &b, "extract", "#cookies", "--json"]).await.expect(0).json();
+    let echoed = echoed["value"].as_str().unwrap();
+    assert!(echoed.contains("session=abc123") && echoed.contains("user=alice"), "{echoed}");
+
+    // A file edited by hand fails the integrity check: exit code 1, nothing applied.
+    let tampered = std::fs::read_to_string(&file).unwrap().replace("abc123", "abc124");
+    let tampered_file = cli.path("tampered.json");
+    std::fs::write(&tampered_file, tampered).unwrap();
+    let refused = cli.run(&["session", "import", &b, "--file", &tampered_file]).await.expect(1);
+    assert!(refused.stderr.contains("integrity mismatch"), "{}", refused.stderr);
+    cli.run(&["session", "release", &b]).await.expect(0);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cli_admin_commands_and_exit_codes() {
+    let server = TestServer::start().await;
+    let cli = Cli::new(&server);
+
+    // Tenants and tokens: create, list, mint a token for it, use it, revoke it.
+    let put = cli.run(&["admin", "tenants", "put", "ci", "--max-slots", "2", "--json"]).await.expect(0).json();
+    assert_eq!(put["created"], true);
+    assert_eq!((put["tenant"]["max_slots"].clone(), put["tenant"]["max_queue"].clone()), (json!(2), json!(100)));
+    let changed = cli.run(&["admin", "tenants", "put", "ci", "--max-queue", "5", "--json"]).await.expect(0).json();
+    assert_eq!((changed["tenant"]["max_slots"].clone(), changed["tenant"]["max_queue"].clone()), (json!(2), json!(5)));
+    let tenants = cli.run(&["admin", "tenants", "--json"]).await.expect(0).json_lines();
+    assert_eq!(tenants.iter().map(|t| t["id"].as_str().unwrap()).collect::<Vec<_>>(), ["ci", "default"]);
+    let issued = cli
+        .run(&["admin", "tokens", "issue", "--tenant", "ci", "--subject", "job", "--scopes", "sessions:read", "--json"])
+        .await
+        .expect(0)
+        .json();
+    let (ci_token, jti) = (issued["token"].as_str().unwrap(), issued["jti"].as_str().unwrap());
+    let listed = cli.run(&["session", "list", "--json", "--token", ci_token]).await.expect(0);
+    assert_eq!(listed.stdout, "", "the new tenant has no sessions");
+    // A token without scope admin: PERMISSION_DENIED, exit code 1.
+    let denied = cli.run(&["admin", "status", "--token", ci_token]).await.expect(1);
+    assert!(denied.stderr.starts_with("error: PERMISSION_DENIED: "), "{}", denied.stderr);
+    assert_eq!(cli.run(&["admin", "tokens", "revoke", jti]).await.expect(0).stdout, format!("revoked {jti}\n"));
+    // Revocations reach the auth layer within a second (its deny-list cache).
+    let refused = {
+        let cli = &cli;
+        crate::helpers::eventually("the revoked token to be refused", Duration::from_secs(5), || async move {
+            let run = cli.run(&["session", "list", "--token", ci_token]).await;
+            (run.code == 1).then_some(run)
+        })
+        .await
+    };
+    assert!(refused.stderr.starts_with("error: UNAUTHENTICATED: "), "{}", refused.stderr);
+    let deleted = cli.run(&["admin", "tenants", "delete", "ci"]).await.expect(0);
+    assert_eq!(deleted.stdout, "deleted tenant ci\n");
+
+    // The audit trail saw all of it, and its chain holds.
+    let records = cli.run(&["admin", "audit", "--json", "--limit", "5"]).await.expect(0).json_lines();
+    assert_eq!(records.len(), 5);
+    assert!(records.windows(2).all(|w| w[0]["seq"].as_u64() > w[1]["seq"].as_u64()), "newest first");
+    let verified = cli.run(&["admin", "verify"]).await.expect(0);
+    assert!(verified.stdout.starts_with("audit chain ok: "), "{}", verified.stdout);
+
+    // A token the server refuses: UNAUTHENTICATED, exit code 1, naming where it came from.
+    let forged = cli.run(&["admin", "status", "--token", "not-a-jwt"]).await.expect(1);
+    assert!(forged.stderr.starts_with("error: UNAUTHENTICATED: "), "{}", forged.stderr);
+    assert!(forged.stderr.contains("(token from --token)"), "{}", forged.stderr);
+
+    // Nothing listening: exit code 3 with the cause.
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap()
+    };
+    let down = cli.run(&["admin", "status", "--server", &format!("http://{closed}")]).await.expect(3);
+    assert!(
+        down.stderr.starts_with(&format!("error: could not reach http://{closed}: "))
+            && down.stderr.contains("refused"),
+        "{}",
+        down.stderr
+    );
+
+    // No token anywhere (the environment's removed, no data dir here): a usage error.
+    let mut bare = tokio::process::Command::new(env!("CARGO_BIN_EXE_browserpool"));
+    bare.args(["session", "list", "--server", &server.endpoint()])
+        .current_dir(cli.dir.path())
+        .env_remove("BROWSERPOOL_TOKEN")
+        .env_remove("BROWSERPOOL_DATA_DIR");
+    let out = bare.output().await.unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).starts_with("error: no token"));
+    // The data dir's admin token is the default.
+    let data_dir = server.data_dir.path().display().to_string();
+    bare.args(["--data-dir", &data_dir]);
+    assert_eq!(bare.output().await.unwrap().status.code(), Some(0));
+    assert!(Path::new(&data_dir).join("admin.token").exists());
+    server.stop().await;
+}
