@@ -100,9 +100,10 @@ class SessionsServicer:
     """
 
     def Acquire(self, request, context):
-        """Lease a warm browser. Waits in the tenant's fair queue up to wait_ms, then DEADLINE_EXCEEDED;
-        RESOURCE_EXHAUSTED at once when the queue is full; UNAVAILABLE while draining.
-        Scope sessions:write.
+        """Lease a warm browser. Waits in the tenant's fair queue up to wait_ms, then DEADLINE_EXCEEDED
+        naming what is full (the tenant's max_slots, the server's --max-workers); RESOURCE_EXHAUSTED
+        at once when the queue is full; UNAVAILABLE while draining, and when workers fail to boot
+        (with the boot's error). Scope sessions:write.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -131,7 +132,10 @@ class SessionsServicer:
         raise NotImplementedError('Method not implemented!')
 
     def List(self, request, context):
-        """List the caller's tenant's sessions, paginated. Scope sessions:read.
+        """List the caller's tenant's sessions that Get answers for the same token, paginated: the
+        caller's own subject's, or every subject's with sessions:shared and sessions:write (or
+        admin); another subject's sessions carry a cdp_url, a ticket to drive them. Scope
+        sessions:read.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

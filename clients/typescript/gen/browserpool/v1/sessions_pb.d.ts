@@ -22,7 +22,9 @@ export declare const file_browserpool_v1_sessions: GenFile;
 export declare type AcquireRequest = Message<"browserpool.v1.AcquireRequest"> & {
   /**
    * Longest time to wait in the tenant queue for a free slot, in ms; 0 = do not wait
-   * (DEADLINE_EXCEEDED at once when no slot is free). The call's gRPC deadline also applies.
+   * (DEADLINE_EXCEEDED at once when no slot is free). With a slot free but no browser warm,
+   * the one booting for the call is waited for however small wait_ms is (a boot's own limits
+   * bound it). The call's gRPC deadline also applies.
    *
    * @generated from field: uint32 wait_ms = 1;
    */
@@ -167,7 +169,7 @@ export declare type GetSessionRequest = Message<"browserpool.v1.GetSessionReques
 export declare const GetSessionRequestSchema: GenMessage<GetSessionRequest>;
 
 /**
- * List the caller's tenant's sessions.
+ * List the caller's tenant's sessions (its own subject's without sessions:shared).
  *
  * @generated from message browserpool.v1.ListSessionsRequest
  */
@@ -554,9 +556,10 @@ export declare const ImportContextResponseSchema: GenMessage<ImportContextRespon
  */
 export declare const Sessions: GenService<{
   /**
-   * Lease a warm browser. Waits in the tenant's fair queue up to wait_ms, then DEADLINE_EXCEEDED;
-   * RESOURCE_EXHAUSTED at once when the queue is full; UNAVAILABLE while draining.
-   * Scope sessions:write.
+   * Lease a warm browser. Waits in the tenant's fair queue up to wait_ms, then DEADLINE_EXCEEDED
+   * naming what is full (the tenant's max_slots, the server's --max-workers); RESOURCE_EXHAUSTED
+   * at once when the queue is full; UNAVAILABLE while draining, and when workers fail to boot
+   * (with the boot's error). Scope sessions:write.
    *
    * @generated from rpc browserpool.v1.Sessions.Acquire
    */
@@ -597,7 +600,10 @@ export declare const Sessions: GenService<{
     output: typeof SessionSchema;
   },
   /**
-   * List the caller's tenant's sessions, paginated. Scope sessions:read.
+   * List the caller's tenant's sessions that Get answers for the same token, paginated: the
+   * caller's own subject's, or every subject's with sessions:shared and sessions:write (or
+   * admin); another subject's sessions carry a cdp_url, a ticket to drive them. Scope
+   * sessions:read.
    *
    * @generated from rpc browserpool.v1.Sessions.List
    */
