@@ -1,0 +1,443 @@
+//! Compare: one browser workload through browserpool and through Chromium directly, on this
+//! machine, in one run, so the figures can be compared with each other.
+//!
+//! `cargo run --release -p browserpool-server --example compare [-- SESSIONS [JSON_PATH]]`
+//! (defaults: 16 sessions per measurement, JSON written to `compare.json`).
+//!
+//! The workload, one session: acquire a browser, navigate to a page served on loopback, type
+//! into a field, click a button, read the heading it changed, take a PNG screenshot, release.
+//! The systems:
+//! - `browserpool/process`: this repository's server in-process (SQLite, loopback gRPC), each
+//!   session a Chromium of its own from the warm pool (the default isolation);
+//! - `direct/launch`: chromiumoxide launching a Chromium per session (what a Puppeteer script
+//!   doing `launch()` per test does);
+//! - `direct/context`: one Chromium, a fresh browser context per session, disposed after (the
+//!   in-process best case: no isolation between sessions but the context).
+//!
+//! Each system runs SESSIONS sessions one after another (latency p50/p95 and each step's
+//! p50), then SESSIONS sessions at 1, 4 and 8 clients at once (sessions per second). While it
+//! runs, the proportional set size (PSS, shared pages split between the processes sharing
+//! them) of this process and of the Chromium processes it started is sampled every 100 ms; the
+//! peaks are printed. A table goes to stdout, the same figures as JSON to JSON_PATH.
+//! `browserpool/context` (tenant-density isolation) is not built yet, so it is not measured.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use browserpool_client::Client;
+use chromiumoxide::browser::{Browser, BrowserConfig};
+use chromiumoxide::cdp::browser_protocol::page::CaptureScreenshotFormat;
+use chromiumoxide::cdp::browser_protocol::target::{CreateBrowserContextParams, CreateTargetParams};
+use chromiumoxide::page::ScreenshotParams;
+use futures::StreamExt;
+use serde_json::json;
+
+mod common;
+use common::{serve_page, InProcess};
+
+const FORM: &str = r#"<!doctype html><title>Compare</title><h1 id="h">Hello</h1>
+<input id="name"><button id="go" onclick="document.getElementById('h').textContent = 'Hello, ' + document.getElementById('name').value">Go</button>"#;
+
+const STEPS: [&str; 7] = ["acquire", "navigate", "type", "click", "extract", "screenshot", "release"];
+const CLIENTS: [usize; 3] = [1, 4, 8];
+
+/// The time each step of one session took, in `STEPS` order.
+type Times = [Duration; 7];
+
+/// A clock for the steps of one session.
+struct Lap {
+    at: Instant,
+    times: Times,
+    next: usize,
+}
+
+impl Lap {
+    fn start() -> Lap {
+        Lap { at: Instant::now(), times: [Duration::ZERO; 7], next: 0 }
+    }
+
+    fn step(&mut self) {
+        let now = Instant::now();
+        self.times[self.next] = now - self.at;
+        self.at = now;
+        self.next += 1;
+    }
+}
+
+/// One system under test, started for at most `clients` sessions at once.
+// One value per measurement: boxing the large variant buys nothing.
+#[allow(clippy::large_enum_variant)]
+enum System {
+    Pool { server: InProcess, client: Client },
+    Launch { chrome: PathBuf, dir: tempfile::TempDir },
+    Contexts { browser: Arc<Browser>, handler: tokio::task::JoinHandle<()>, _dir: tempfile::TempDir },
+}
+
+/// Flags for a Chromium run as root on a closed network (as the pool's workers get).
+fn chrome_config(chrome: &Path, profile: &Path) -> anyhow::Result<BrowserConfig> {
+    BrowserConfig::builder()
+        .chrome_executable(chrome)
+        .user_data_dir(profile)
+        .no_sandbox()
+        .args([
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+        ])
+        .window_size(1280, 720)
+        .build()
+        .map_err(anyhow::Error::msg)
+}
+
+async fn launch(chrome: &Path, profile: &Path) -> anyhow::Result<(Browser, tokio::task::JoinHandle<()>)> {
+    let (browser, mut handler) = Browser::launch(chrome_config(chrome, profile)?).await?;
+    let handler = tokio::spawn(async move { while handler.next().await.is_some() {} });
+    Ok((browser, handler))
+}
+
+impl System {
+    async fn start(name: &str, clients: usize) -> anyhow::Result<System> {
+        let chrome = browserpool_pool::find_chrome(None)?;
+        match name {
+            "browserpool/process" => {
+                let server = InProcess::start(clients, clients + 1).await?;
+                let client = Client::connect(server.endpoint.clone(), &server.token).await?;
+                // Measured from a warm pool, as a server that has been up a while is.
+                wait_warm(&server, clients).await;
+                Ok(System::Pool { server, client })
+            }
+            "direct/launch" => Ok(System::Launch { chrome, dir: tempfile::tempdir()? }),
+            "direct/context" => {
+                let dir = tempfile::tempdir()?;
+                let (browser, handler) = launch(&chrome, &dir.path().join("profile")).await?;
+                Ok(System::Contexts { browser: Arc::new(browser), handler, _dir: dir })
+            }
+            other => anyhow::bail!("no system {other}"),
+        }
+    }
+
+    /// Where this system's Chromium profiles live: its processes name it on their command line.
+    fn marker(&self) -> PathBuf {
+        match self {
+            System::Pool { server, .. } => server.dir.path().to_path_buf(),
+            System::Launch { dir, .. } => dir.path().to_path_buf(),
+            System::Contexts { _dir, .. } => _dir.path().to_path_buf(),
+        }
+    }
+
+    async fn session(&self, page: &str, n: u64) -> anyhow::Result<Times> {
+        let mut lap = Lap::start();
+        match self {
+            System::Pool { client, .. } => {
+                let session = client.session().await?;
+                lap.step();
+                session.navigate(page).await?;
+                lap.step();
+                session.type_text("#name", "Ada").await?;
+                lap.step();
+                session.click("#go").await?;
+                lap.step();
+                let heading = session.extract("#h").await?;
+                lap.step();
+                anyhow::ensure!(heading.as_deref() == Some("Hello, Ada"), "heading {heading:?}");
+                let png = session.screenshot().await?;
+                anyhow::ensure!(png.starts_with(b"\x89PNG"), "not a PNG");
+                lap.step();
+                session.release().await?;
+                lap.step();
+            }
+            System::Launch { chrome, dir } => {
+                let profile = dir.path().join(format!("s{n}"));
+                let (mut browser, handler) = launch(chrome, &profile).await?;
+                let tab = browser.new_page("about:blank").await?;
+                lap.step();
+                workload(&tab, page, &mut lap).await?;
+                browser.close().await?;
+                browser.wait().await?;
+                handler.abort();
+                std::fs::remove_dir_all(&profile)?;
+                lap.step();
+            }
+            System::Contexts { browser, .. } => {
+                let context = browser.create_browser_context(CreateBrowserContextParams::default()).await?;
+                let target = CreateTargetParams::builder()
+                    .url("about:blank")
+                    .browser_context_id(context.clone())
+                    .build()
+                    .map_err(anyhow::Error::msg)?;
+                let tab = browser.new_page(target).await?;
+                lap.step();
+                workload(&tab, page, &mut lap).await?;
+                tab.close().await?;
+                browser.dispose_browser_context(context).await?;
+                lap.step();
+            }
+        }
+        Ok(lap.times)
+    }
+
+    async fn stop(self) -> anyhow::Result<()> {
+        match self {
+            System::Pool { server, .. } => server.stop().await,
+            System::Launch { .. } => Ok(()),
+            System::Contexts { browser, handler, .. } => {
+                let mut browser = Arc::try_unwrap(browser).map_err(|_| anyhow::anyhow!("browser still shared"))?;
+                browser.close().await?;
+                browser.wait().await?;
+                handler.abort();
+                Ok(())
+            }
+        }
+    }
+}
+
+/// The workload's middle, on a chromiumoxide page, as a Puppeteer script would write it.
+async fn workload(tab: &chromiumoxide::Page, page: &str, lap: &mut Lap) -> anyhow::Result<()> {
+    tab.goto(page).await?;
+    lap.step();
+    tab.find_element("#name").await?.click().await?.type_str("Ada").await?;
+    lap.step();
+    tab.find_element("#go").await?.click().await?;
+    lap.step();
+    let heading = tab.find_element("#h").await?.inner_text().await?;
+    anyhow::ensure!(heading.as_deref() == Some("Hello, Ada"), "heading {heading:?}");
+    lap.step();
+    let png = tab.screenshot(ScreenshotParams::builder().format(CaptureScreenshotFormat::Png).build()).await?;
+    anyhow::ensure!(png.starts_with(b"\x89PNG"), "not a PNG");
+    lap.step();
+    Ok(())
+}
+
+async fn wait_warm(server: &InProcess, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while server.sessions.pool().status().warm < n && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The peak PSS, in KiB, of this process and of the processes naming `marker` on their
+/// command line, sampled every 100 ms until dropped.
+struct Sampler {
+    own: Arc<AtomicU64>,
+    chromium: Arc<AtomicU64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Sampler {
+    fn start(marker: PathBuf) -> Sampler {
+        let (own, chromium) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+        let (o, c) = (own.clone(), chromium.clone());
+        let task = tokio::spawn(async move {
+            let marker = marker.to_string_lossy().into_owned();
+            loop {
+                o.fetch_max(pss_kib("self"), Ordering::Relaxed);
+                c.fetch_max(chromium_pss_kib(&marker), Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        });
+        Sampler { own, chromium, task }
+    }
+
+    fn peaks(self) -> (u64, u64) {
+        self.task.abort();
+        (self.own.load(Ordering::Relaxed), self.chromium.load(Ordering::Relaxed))
+    }
+}
+
+fn pss_kib(pid: &str) -> u64 {
+    let rollup = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).unwrap_or_default();
+    rollup
+        .lines()
+        .find_map(|l| l.strip_prefix("Pss:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+fn chromium_pss_kib(marker: &str) -> u64 {
+    let Ok(procs) = std::fs::read_dir("/proc") else { return 0 };
+    let mut total = 0;
+    for entry in procs.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !name.chars().all(|c| c.is_ascii_digit()) {
+            continue;
+        }
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        if String::from_utf8_lossy(&cmdline).contains(marker) {
+            total += pss_kib(&name);
+        }
+    }
+    total
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+fn ms(d: Duration) -> f64 {
+    (d.as_secs_f64() * 10_000.0).round() / 10.0
+}
+
+/// What one system measured.
+struct Figures {
+    sequential_p50: Duration,
+    sequential_p95: Duration,
+    steps_p50: Vec<Duration>,
+    per_second: BTreeMap<usize, f64>,
+    peak_own_kib: u64,
+    peak_chromium_kib: u64,
+    errors: usize,
+}
+
+async fn measure(name: &str, page: &str, sessions: usize) -> anyhow::Result<Figures> {
+    let mut errors = 0;
+    // Sequential: one client, SESSIONS sessions in a row.
+    let system = System::start(name, 1).await?;
+    let sampler = Sampler::start(system.marker());
+    let mut totals = Vec::new();
+    let mut steps: Vec<Vec<Duration>> = vec![Vec::new(); STEPS.len()];
+    for n in 0..sessions as u64 {
+        match system.session(page, n).await {
+            Ok(times) => {
+                totals.push(times.iter().sum::<Duration>());
+                for (i, t) in times.iter().enumerate() {
+                    steps[i].push(*t);
+                }
+            }
+            Err(e) => {
+                eprintln!("{name}: {e:#}");
+                errors += 1;
+            }
+        }
+    }
+    let (mut own, mut chromium) = sampler.peaks();
+    system.stop().await?;
+    totals.sort();
+    let steps_p50 = steps
+        .iter_mut()
+        .map(|s| {
+            s.sort();
+            percentile(s, 0.5)
+        })
+        .collect();
+
+    // Throughput: SESSIONS sessions split over `clients` at once.
+    let mut per_second = BTreeMap::new();
+    for clients in CLIENTS {
+        let system = Arc::new(System::start(name, clients).await?);
+        let sampler = Sampler::start(system.marker());
+        let next = Arc::new(AtomicU64::new(0));
+        let started = Instant::now();
+        let mut workers = Vec::new();
+        for _ in 0..clients {
+            let (system, next, page) = (system.clone(), next.clone(), page.to_string());
+            workers.push(tokio::spawn(async move {
+                let mut failed = 0;
+                loop {
+                    let n = next.fetch_add(1, Ordering::SeqCst);
+                    if n >= sessions as u64 {
+                        return failed;
+                    }
+                    if let Err(e) = system.session(&page, 1_000 + n).await {
+                        eprintln!("{e:#}");
+                        failed += 1;
+                    }
+                }
+            }));
+        }
+        for w in workers {
+            errors += w.await?;
+        }
+        per_second.insert(clients, sessions as f64 / started.elapsed().as_secs_f64());
+        let (o, c) = sampler.peaks();
+        (own, chromium) = (own.max(o), chromium.max(c));
+        let system = Arc::try_unwrap(system).map_err(|_| anyhow::anyhow!("system still shared"))?;
+        system.stop().await?;
+    }
+    Ok(Figures {
+        sequential_p50: percentile(&totals, 0.5),
+        sequential_p95: percentile(&totals, 0.95),
+        steps_p50,
+        per_second,
+        peak_own_kib: own,
+        peak_chromium_kib: chromium,
+        errors,
+    })
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let mut argv = std::env::args().skip(1);
+    let sessions: usize = argv.next().map(|s| s.parse()).transpose()?.unwrap_or(16).max(1);
+    let json_path = argv.next().unwrap_or_else(|| "compare.json".into());
+    let page = format!("{}/", serve_page(FORM).await?);
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    println!("compare: {sessions} sessions per measurement, {cores} cores");
+
+    let systems = ["browserpool/process", "direct/launch", "direct/context"];
+    let mut results = Vec::new();
+    for name in systems {
+        eprintln!("measuring {name}...");
+        results.push((name, measure(name, &page, sessions).await?));
+    }
+
+    println!();
+    println!(
+        "{:<20} {:>8} {:>8} {:>8} {:>8} {:>8} {:>10} {:>10} {:>6}",
+        "system", "seq_p50", "seq_p95", "1c_s/s", "4c_s/s", "8c_s/s", "own_mib", "chrome_mib", "errors"
+    );
+    for (name, f) in &results {
+        println!(
+            "{:<20} {:>8.1} {:>8.1} {:>8.2} {:>8.2} {:>8.2} {:>10.1} {:>10.1} {:>6}",
+            name,
+            ms(f.sequential_p50),
+            ms(f.sequential_p95),
+            f.per_second[&1],
+            f.per_second[&4],
+            f.per_second[&8],
+            f.peak_own_kib as f64 / 1024.0,
+            f.peak_chromium_kib as f64 / 1024.0,
+            f.errors
+        );
+    }
+    println!();
+    print!("{:<20}", "step p50 (ms)");
+    for step in STEPS {
+        print!(" {step:>10}");
+    }
+    println!();
+    for (name, f) in &results {
+        print!("{name:<20}");
+        for t in &f.steps_p50 {
+            print!(" {:>10.1}", ms(*t));
+        }
+        println!();
+    }
+
+    let json = json!({
+        "sessions": sessions,
+        "cores": cores,
+        "systems": results.iter().map(|(name, f)| json!({
+            "system": name,
+            "sequential_p50_ms": ms(f.sequential_p50),
+            "sequential_p95_ms": ms(f.sequential_p95),
+            "sessions_per_second": f.per_second.iter().map(|(c, v)| (c.to_string(), json!(v))).collect::<serde_json::Map<_, _>>(),
+            "step_p50_ms": STEPS.iter().zip(&f.steps_p50).map(|(s, t)| (s.to_string(), json!(ms(*t)))).collect::<serde_json::Map<_, _>>(),
+            "peak_own_pss_mib": f.peak_own_kib as f64 / 1024.0,
+            "peak_chromium_pss_mib": f.peak_chromium_kib as f64 / 1024.0,
+            "errors": f.errors,
+        })).collect::<Vec<_>>(),
+    });
+    std::fs::write(&json_path, serde_json::to_string_pretty(&json)?)?;
+    println!("\nwrote {json_path}");
+    Ok(())
+}
