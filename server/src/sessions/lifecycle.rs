@@ -4,6 +4,10 @@
 
 use super::*;
 
+/// The longest an `Acquire` with `wait_ms: 0` waits for the sessions ending on this replica to
+/// free their slots (a worker is killed and its profile deleted in well under a second).
+const ENDING_GRACE: Duration = Duration::from_secs(5);
+
 impl Sessions {
     /// Sessions of one tenant or all (admin), oldest first; `page_token` is an opaque offset.
     pub async fn list_all(
@@ -122,7 +126,13 @@ impl Sessions {
         }
 
         let started = Instant::now();
-        let deadline = tokio::time::Instant::now() + Duration::from_millis(spec.wait_ms as u64);
+        // A session ending here frees its slot once its worker is gone, a moment after its
+        // Release answered: a caller that would not wait at all still gets that moment.
+        let wait = match spec.wait_ms {
+            0 if !self.ending_map().is_empty() => ENDING_GRACE,
+            ms => Duration::from_millis(ms as u64),
+        };
+        let deadline = tokio::time::Instant::now() + wait;
         let quota = Quota { max_slots: tenant.max_slots, max_queue: tenant.max_queue };
         let waited = |cause: String| ServiceError::WaitElapsed { waited_ms: spec.wait_ms as u64, cause };
         let slot = match tokio::time::timeout_at(deadline, self.inner.admission.admit(&claims.tenant, quota)).await {
@@ -292,7 +302,7 @@ impl Sessions {
             return Ok((false, record.state));
         }
         self.here(&record)?;
-        let ended = self.end_detached(id, SessionState::Closed, "released").await;
+        let ended = self.end_once_recorded(id, SessionState::Closed, "released").await;
         Ok((ended, SessionState::Closed))
     }
 
@@ -384,11 +394,49 @@ impl Sessions {
         }
     }
 
+    /// [`Sessions::end_detached`] that answers as soon as the end is in the store: killing the
+    /// worker and deleting its profile go on after the answer (still counted against the
+    /// tenant's and the server's capacity until done, and waited for by shutdown), so
+    /// `Release` does not keep its caller waiting for them.
+    pub async fn end_once_recorded(&self, id: &str, state: SessionState, reason: impl Into<String>) -> bool {
+        let this = self.clone();
+        let (id, reason) = (id.to_string(), reason.into());
+        let (recorded_tx, recorded) = tokio::sync::oneshot::channel();
+        let task = self.spawn(async move { this.end_reporting(&id, state, &reason, Some(recorded_tx)).await });
+        match recorded.await {
+            Ok(ended) => ended,
+            // Nothing to record (already ended), or the end failed before its record: the
+            // task's own answer says which.
+            Err(_) => match task.await {
+                Ok(Ok(ended)) => ended,
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %e, "could not record session end");
+                    true
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "session end task failed");
+                    false
+                }
+            },
+        }
+    }
+
     /// Ends a live session: out of the map, terminal state recorded, worker killed. Returns
     /// false when it had already ended.
     /// An end already under way elsewhere is waited for, so a caller that then reports the
     /// end (an action that found its browser dead, say) never runs ahead of its record.
     pub async fn end(&self, id: &str, state: SessionState, reason: &str) -> Result<bool> {
+        self.end_reporting(id, state, reason, None).await
+    }
+
+    /// [`Sessions::end`], telling `recorded` once the end is in the store.
+    async fn end_reporting(
+        &self,
+        id: &str,
+        state: SessionState,
+        reason: &str,
+        recorded_tx: Option<tokio::sync::oneshot::Sender<bool>>,
+    ) -> Result<bool> {
         let taken = {
             let mut live = self.live_map();
             let taken = live.remove(id);
@@ -418,6 +466,9 @@ impl Sessions {
         *live.ended_as.lock().unwrap_or_else(|e| e.into_inner()) = Some(state);
         live.stop.cancel();
         let recorded = self.inner.store.end_session(id, state, at, reason).await;
+        if let (Some(tx), Ok(_)) = (recorded_tx, &recorded) {
+            let _ = tx.send(true);
+        }
         let lease = live.lease.lock().await.take();
         if let Some(lease) = lease {
             // The last event readers see; they end when the worker (and its hub) is gone.

@@ -314,6 +314,33 @@ async fn exhausted_pool_times_out_then_serves_after_release() {
     server.stop().await;
 }
 
+/// Release answers once the end is recorded; the worker is killed and its profile deleted
+/// right after, and the slot stays taken until then (an Acquire that would not wait is given
+/// that moment, see below).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_answers_then_the_worker_and_profile_go() {
+    let server = TestServer::start_with(|a| a.max_workers = 1).await;
+    let client = server.admin().await;
+    let session = client.acquire(30_000).await.unwrap();
+    let status = client.admin().pool_status(pb::PoolStatusRequest {}).await.unwrap().into_inner();
+    let worker =
+        status.workers.iter().find(|w| w.worker_id == session.worker_id).expect("the session's worker").clone();
+    let released = client.release(&session.session_id).await.unwrap();
+    assert!(released.released);
+    assert_eq!(
+        pb::SessionState::try_from(client.get(&session.session_id).await.unwrap().state).unwrap(),
+        pb::SessionState::Closed
+    );
+    eventually("the released worker to be gone", Duration::from_secs(10), || async {
+        (!browserpool_pool::lock::pid_alive(worker.pid)).then_some(())
+    })
+    .await;
+    let profile = server.profiles_dir().join(format!("port-{}", worker.cdp_port));
+    eventually("its profile to be deleted", Duration::from_secs(10), || async { (!profile.exists()).then_some(()) })
+        .await;
+    server.stop().await;
+}
+
 /// `wait_ms: 0` on a server with a slot free but no worker warm waits for the worker booting
 /// for it instead of failing at once: here no worker is kept warm, and after a release the
 /// only slot's next worker boots on demand.

@@ -110,7 +110,9 @@ class SessionsServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Release(self, request, context):
-        """End a session and destroy its browser and profile. Idempotent. Scope sessions:write.
+        """End a session and destroy its browser and profile. Idempotent. Answers once the end is
+        recorded; the browser and profile are destroyed right after (the slot stays taken until
+        they are). Scope sessions:write.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

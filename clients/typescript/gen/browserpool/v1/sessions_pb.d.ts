@@ -569,7 +569,9 @@ export declare const Sessions: GenService<{
     output: typeof SessionSchema;
   },
   /**
-   * End a session and destroy its browser and profile. Idempotent. Scope sessions:write.
+   * End a session and destroy its browser and profile. Idempotent. Answers once the end is
+   * recorded; the browser and profile are destroyed right after (the slot stays taken until
+   * they are). Scope sessions:write.
    *
    * @generated from rpc browserpool.v1.Sessions.Release
    */
