@@ -4,6 +4,22 @@
 
 use super::*;
 
+/// Whether an end task ended the session: a failed record still ended it (logged), a task
+/// that failed did not.
+fn ended(task: std::result::Result<Result<bool>, tokio::task::JoinError>) -> bool {
+    match task {
+        Ok(Ok(ended)) => ended,
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "could not record session end");
+            true
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "session end task failed");
+            false
+        }
+    }
+}
+
 /// The longest an `Acquire` with `wait_ms: 0` waits for the sessions ending on this replica to
 /// free their slots (a worker is killed and its profile deleted in well under a second).
 const ENDING_GRACE: Duration = Duration::from_secs(5);
@@ -381,17 +397,7 @@ impl Sessions {
         let this = self.clone();
         let id = id.to_string();
         let reason = reason.into();
-        match self.spawn(async move { this.end(&id, state, &reason).await }).await {
-            Ok(Ok(ended)) => ended,
-            Ok(Err(e)) => {
-                tracing::warn!(error = %e, "could not record session end");
-                true
-            }
-            Err(e) => {
-                tracing::error!(error = %e, "session end task failed");
-                false
-            }
-        }
+        ended(self.spawn(async move { this.end(&id, state, &reason).await }).await)
     }
 
     /// [`Sessions::end_detached`] that answers as soon as the end is in the store: killing the
@@ -407,17 +413,7 @@ impl Sessions {
             Ok(ended) => ended,
             // Nothing to record (already ended), or the end failed before its record: the
             // task's own answer says which.
-            Err(_) => match task.await {
-                Ok(Ok(ended)) => ended,
-                Ok(Err(e)) => {
-                    tracing::warn!(error = %e, "could not record session end");
-                    true
-                }
-                Err(e) => {
-                    tracing::error!(error = %e, "session end task failed");
-                    false
-                }
-            },
+            Err(_) => ended(task.await),
         }
     }
 
