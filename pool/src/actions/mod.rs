@@ -359,12 +359,23 @@ fn suggestions(name: &str) -> Vec<String> {
     let mut scored: Vec<(usize, &str)> = ActionKind::ALL
         .iter()
         .flat_map(|k| std::iter::once(k.name()).chain(k.aliases().iter().copied()))
-        .map(|candidate| (levenshtein(name, candidate), candidate))
-        .filter(|(d, _)| *d <= 2)
+        .filter_map(|candidate| within_two(name, candidate).map(|d| (d, candidate)))
         .collect();
     scored.sort();
     scored.dedup();
     scored.into_iter().map(|(_, c)| c.to_string()).collect()
+}
+
+/// The edit distance of `a` and `b` when it is at most 2. Strings whose lengths differ by more
+/// are answered without computing it, so a huge name or key from a client costs a length
+/// count, not a table of its length times the candidate's.
+pub fn within_two(a: &str, b: &str) -> Option<usize> {
+    let b_len = b.chars().count();
+    // Counting stops past b's length: a longer `a` is only counted that far.
+    if a.chars().take(b_len + 3).count().abs_diff(b_len) > 2 {
+        return None;
+    }
+    Some(levenshtein(a, b)).filter(|d| *d <= 2)
 }
 
 /// Edit distance (insertions, deletions, substitutions) over Unicode scalar values.
@@ -637,6 +648,24 @@ mod tests {
             assert_eq!(err.message, message, "{name} {payload}");
             assert_eq!(err.did_you_mean, near, "{name} {payload}");
         }
+    }
+
+    /// A hostile client's megabyte-long key or action name is refused without an edit-distance
+    /// table of its length (`within_two` answers on lengths), and named by its start only.
+    #[test]
+    fn huge_keys_and_names_are_cheap_to_refuse_and_clipped() {
+        let huge = "k".repeat(1 << 20);
+        let err = parse("screenshot", "", json!({ huge.clone(): true })).unwrap_err();
+        assert_eq!(err.code, FailureCode::InvalidArgument);
+        assert!(err.message.len() < 300, "{} bytes", err.message.len());
+        assert!(err.message.starts_with(&format!("payload.{}...", "k".repeat(40))), "{}", &err.message[..80]);
+        assert!(err.did_you_mean.is_empty());
+        let err = parse(&huge, "", Value::Null).unwrap_err();
+        assert_eq!(err.code, FailureCode::UnknownAction);
+        assert!(err.did_you_mean.is_empty());
+        assert_eq!(within_two("full_page", "fullpage"), Some(1));
+        assert_eq!(within_two("navigate", "navigateeee"), None);
+        assert_eq!(within_two("ab", "abcd"), Some(2));
     }
 
     /// Every option the reference lists is accepted by its action's parser (a reference that

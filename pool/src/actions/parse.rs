@@ -41,10 +41,14 @@ pub(super) fn nothing(kind: ActionKind, payload: &Value) -> Result<(), ActionFai
 
 /// A short rendering of a client's value for a message.
 fn shown(v: &Value) -> String {
-    let text = v.to_string();
+    clipped(&v.to_string())
+}
+
+/// `text`, cut after 40 characters: what a client sent is named, never echoed whole.
+fn clipped(text: &str) -> String {
     match text.char_indices().nth(40) {
         Some((i, _)) => format!("{}...", &text[..i]),
-        None => text,
+        None => text.to_string(),
     }
 }
 
@@ -61,6 +65,7 @@ pub(super) fn check_keys(path: &str, what: &str, map: &Options, known: &[&str]) 
         return Ok(());
     };
     let near = near_names(key, known);
+    let key = clipped(key);
     let message = match near.first() {
         Some(best) => format!("{path}.{key}: {what} `{key}`; did you mean `{best}`?"),
         None => format!("{path}.{key}: {what} `{key}` (it has: {})", known.join(", ")),
@@ -73,13 +78,15 @@ pub(super) fn check_keys(path: &str, what: &str, map: &Options, known: &[&str]) 
 pub(super) fn near_names(key: &str, known: &[&str]) -> Vec<String> {
     let squash =
         |s: &str| -> String { s.chars().filter(|c| !matches!(c, '_' | '-')).flat_map(char::to_lowercase).collect() };
+    let squashed = squash(key);
+    let long_enough = key.chars().nth(2).is_some();
     let mut scored: Vec<(usize, &str)> = known
         .iter()
         .filter_map(|k| {
-            if squash(k) == squash(key) {
+            if squash(k) == squashed {
                 Some((0, *k))
-            } else if key.chars().count() >= 3 {
-                Some((levenshtein(key, k), *k)).filter(|(d, _)| *d <= 2)
+            } else if long_enough {
+                within_two(key, k).map(|d| (d, *k))
             } else {
                 None
             }
