@@ -7,7 +7,8 @@ pub use browserpool_proto::json::{from_json, to_json};
 use browserpool_proto::prost_types::Timestamp;
 use browserpool_proto::v1 as pb;
 
-use crate::model::{SessionRecord, TenantRecord};
+use crate::error::ServiceError;
+use crate::model::{Isolation, SessionRecord, TenantRecord};
 use crate::sessions::{ActionReport, SessionState};
 
 /// Milliseconds since the epoch to a protobuf timestamp.
@@ -166,12 +167,27 @@ pub fn tenant_to_pb(t: TenantRecord) -> pb::Tenant {
         idle_timeout_ms: t.idle_timeout_ms,
         allow_hosts: t.allow_hosts,
         allow_private_networks: t.allow_private_networks,
+        isolation: match t.isolation {
+            Isolation::Process => pb::Isolation::Process,
+            Isolation::Context => pb::Isolation::Context,
+        } as i32,
     }
 }
 
-/// A tenant from the wire; `tenants::validate` checks it when it is saved.
-pub fn tenant_from_pb(t: pb::Tenant) -> TenantRecord {
-    TenantRecord {
+/// A tenant from the wire; `tenants::validate` checks it when it is saved. An isolation the
+/// proto does not define is refused.
+pub fn tenant_from_pb(t: pb::Tenant) -> Result<TenantRecord, ServiceError> {
+    let isolation = match pb::Isolation::try_from(t.isolation) {
+        Ok(pb::Isolation::Unspecified | pb::Isolation::Process) => Isolation::Process,
+        Ok(pb::Isolation::Context) => Isolation::Context,
+        Err(_) => {
+            return Err(ServiceError::InvalidArgument(format!(
+                "tenant.isolation: {} is not an Isolation (ISOLATION_PROCESS = 1, ISOLATION_CONTEXT = 2)",
+                t.isolation
+            )))
+        }
+    };
+    Ok(TenantRecord {
         id: t.id,
         max_slots: t.max_slots,
         max_queue: t.max_queue,
@@ -179,7 +195,8 @@ pub fn tenant_from_pb(t: pb::Tenant) -> TenantRecord {
         idle_timeout_ms: t.idle_timeout_ms,
         allow_hosts: t.allow_hosts,
         allow_private_networks: t.allow_private_networks,
-    }
+        isolation,
+    })
 }
 
 #[cfg(test)]

@@ -108,4 +108,34 @@ pub struct TenantRecord {
     pub idle_timeout_ms: u32,
     pub allow_hosts: Vec<String>,
     pub allow_private_networks: bool,
+    pub isolation: Isolation,
+}
+
+/// How a tenant's sessions are kept apart from each other.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Isolation {
+    /// A Chromium per session.
+    #[default]
+    Process,
+    /// A browser context per session, in a Chromium the tenant's sessions share.
+    Context,
+}
+
+impl Isolation {
+    /// The stored spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Isolation::Process => "process",
+            Isolation::Context => "context",
+        }
+    }
+
+    /// The stored spelling back; `None` for anything else.
+    pub fn parse(s: &str) -> Option<Isolation> {
+        match s {
+            "process" => Some(Isolation::Process),
+            "context" => Some(Isolation::Context),
+            _ => None,
+        }
+    }
 }

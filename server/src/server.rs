@@ -24,7 +24,7 @@ use crate::config::ServeArgs;
 use crate::forward::{ForwardLayer, Peers};
 use crate::grpc::{admin_api::AdminApi, sessions_api::SessionsApi};
 use crate::sessions::{Limits, SessionState, Sessions};
-use crate::store::{ReplicaAddrs, Store, TenantRecord};
+use crate::store::{Isolation, ReplicaAddrs, Store, TenantRecord};
 use crate::tls::{Tls, TlsListener, TlsMode};
 
 pub use crate::model::DEFAULT_TENANT;
@@ -257,6 +257,7 @@ pub async fn ensure_default_tenant(store: &Store, args: &ServeArgs) -> anyhow::R
         allow_hosts: Vec::new(),
         // The embedded single-user default allows loopback so local development works.
         allow_private_networks: true,
+        isolation: Isolation::Process,
     };
     store.ensure_tenant(&default, now_ms()).await?;
     store.tenant_epoch(DEFAULT_TENANT).await?.context("the default tenant vanished right after it was ensured")

@@ -18,7 +18,7 @@ use sqlx::{Decode, Row, Type};
 
 use crate::audit::chain::{Entry, Record};
 pub use crate::model::{
-    ReplicaAddrs, ReplicaRecord, SessionOwner, SessionRecord, SessionState, TenantRecord, Transition,
+    Isolation, ReplicaAddrs, ReplicaRecord, SessionOwner, SessionRecord, SessionState, TenantRecord, Transition,
 };
 
 /// Store failures; mapped to gRPC `INTERNAL`/`UNAVAILABLE` by the error module.
@@ -307,7 +307,8 @@ impl Store {
                 now_ms,
                 "DO UPDATE SET max_slots = excluded.max_slots, max_queue = excluded.max_queue, \
                  max_session_ttl_ms = excluded.max_session_ttl_ms, idle_timeout_ms = excluded.idle_timeout_ms, \
-                 allow_hosts = excluded.allow_hosts, allow_private_networks = excluded.allow_private_networks",
+                 allow_hosts = excluded.allow_hosts, allow_private_networks = excluded.allow_private_networks, \
+                 isolation = excluded.isolation",
             )
             .await?
             .ok_or_else(|| StoreError::Corrupt(format!("tenant {} upsert returned no row", t.id)))?;
@@ -338,7 +339,7 @@ impl Store {
             async {
                 let sql = format!(
                     "INSERT INTO tenants (id, max_slots, max_queue, max_session_ttl_ms, idle_timeout_ms, allow_hosts, \
-                 allow_private_networks, created_at_ms, epoch) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
+                 allow_private_networks, created_at_ms, epoch, isolation) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) \
                  ON CONFLICT (id) {on_conflict} RETURNING epoch"
                 );
                 let hosts = serde_json::to_string(&t.allow_hosts).unwrap_or_else(|_| "[]".into());
@@ -352,6 +353,7 @@ impl Store {
                 .bind(t.allow_private_networks)
                 .bind(now_ms)
                 .bind(epoch)
+                .bind(t.isolation.as_str())
                 .fetch_optional(pool)
                 .await?
                 .map(|r| r.try_get::<String, _>("epoch"))
@@ -842,6 +844,7 @@ where
     fn tenant(&self) -> Result<TenantRecord, StoreError> {
         let id: String = self.get("id")?;
         let hosts: String = self.get("allow_hosts")?;
+        let isolation: String = self.get("isolation")?;
         Ok(TenantRecord {
             max_slots: self.get::<i64>("max_slots")? as u32,
             max_queue: self.get::<i64>("max_queue")? as u32,
@@ -850,6 +853,8 @@ where
             allow_hosts: serde_json::from_str(&hosts)
                 .map_err(|e| StoreError::Corrupt(format!("tenant {id} allow_hosts: {e}")))?,
             allow_private_networks: self.get("allow_private_networks")?,
+            isolation: Isolation::parse(&isolation)
+                .ok_or_else(|| StoreError::Corrupt(format!("tenant {id} isolation: {isolation:?}")))?,
             id,
         })
     }
@@ -960,6 +965,7 @@ mod tests {
             idle_timeout_ms: 0,
             allow_hosts: vec!["a.test".into()],
             allow_private_networks: true,
+            isolation: Isolation::Context,
         }
     }
 

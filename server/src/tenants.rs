@@ -155,6 +155,7 @@ mod tests {
             idle_timeout_ms: 0,
             allow_hosts: hosts.iter().map(|h| h.to_string()).collect(),
             allow_private_networks: false,
+            isolation: Default::default(),
         }
     }
 

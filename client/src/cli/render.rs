@@ -331,6 +331,7 @@ pub fn tenant_json(t: &pb::Tenant) -> Value {
         "idle_timeout_ms": t.idle_timeout_ms,
         "allow_hosts": t.allow_hosts,
         "allow_private_networks": t.allow_private_networks,
+        "isolation": isolation_text(t.isolation),
     })
 }
 
@@ -342,12 +343,30 @@ pub fn limit_text(ms: u32) -> String {
     }
 }
 
+/// A tenant's isolation as `admin tenants put --isolation` spells it.
+pub fn isolation_text(isolation: i32) -> String {
+    match pb::Isolation::try_from(isolation) {
+        Ok(pb::Isolation::Unspecified | pb::Isolation::Process) => "process".into(),
+        Ok(pb::Isolation::Context) => "context".into(),
+        Err(_) => format!("unknown ({isolation})"),
+    }
+}
+
 pub fn tenants_table(tenants: &[pb::Tenant]) -> String {
-    let mut table =
-        Table::new(["TENANT", "MAX_SLOTS", "MAX_QUEUE", "MAX_TTL", "IDLE_TIMEOUT", "PRIVATE_NETWORKS", "ALLOW_HOSTS"]);
+    let mut table = Table::new([
+        "TENANT",
+        "ISOLATION",
+        "MAX_SLOTS",
+        "MAX_QUEUE",
+        "MAX_TTL",
+        "IDLE_TIMEOUT",
+        "PRIVATE_NETWORKS",
+        "ALLOW_HOSTS",
+    ]);
     for t in tenants {
         table.row([
             t.id.clone(),
+            isolation_text(t.isolation),
             t.max_slots.to_string(),
             t.max_queue.to_string(),
             limit_text(t.max_session_ttl_ms),

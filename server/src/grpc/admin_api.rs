@@ -233,7 +233,7 @@ impl pb::admin_server::Admin for AdminApi {
             .into_inner()
             .tenant
             .ok_or_else(|| Status::from(ServiceError::InvalidArgument("tenant: required".into())))?;
-        let record = tenant_from_pb(t);
+        let record = tenant_from_pb(t)?;
         let created = self.tenants.put(&record).await?;
         Ok(Response::new(pb::PutTenantResponse { tenant: Some(tenant_to_pb(record)), created }))
     }

@@ -226,6 +226,7 @@ async fn no_page_reaches_a_private_address_or_a_devtools_port() {
         idle_timeout_ms: 60_000,
         allow_private_networks: private,
         allow_hosts: hosts.iter().map(|h| h.to_string()).collect(),
+        ..Default::default()
     };
     console.put_tenant(pb::PutTenantRequest { tenant: Some(tenant("locked", false, &[])) }).await.unwrap();
     console

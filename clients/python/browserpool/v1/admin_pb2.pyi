@@ -11,6 +11,12 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class Isolation(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ISOLATION_UNSPECIFIED: _ClassVar[Isolation]
+    ISOLATION_PROCESS: _ClassVar[Isolation]
+    ISOLATION_CONTEXT: _ClassVar[Isolation]
+
 class WorkerState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     WORKER_STATE_UNSPECIFIED: _ClassVar[WorkerState]
@@ -19,6 +25,9 @@ class WorkerState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     WORKER_STATE_LEASED: _ClassVar[WorkerState]
     WORKER_STATE_RECYCLING: _ClassVar[WorkerState]
     WORKER_STATE_DEAD: _ClassVar[WorkerState]
+ISOLATION_UNSPECIFIED: Isolation
+ISOLATION_PROCESS: Isolation
+ISOLATION_CONTEXT: Isolation
 WORKER_STATE_UNSPECIFIED: WorkerState
 WORKER_STATE_BOOTING: WorkerState
 WORKER_STATE_WARM: WorkerState
@@ -27,7 +36,7 @@ WORKER_STATE_RECYCLING: WorkerState
 WORKER_STATE_DEAD: WorkerState
 
 class Tenant(_message.Message):
-    __slots__ = ("id", "max_slots", "max_queue", "max_session_ttl_ms", "idle_timeout_ms", "allow_hosts", "allow_private_networks")
+    __slots__ = ("id", "max_slots", "max_queue", "max_session_ttl_ms", "idle_timeout_ms", "allow_hosts", "allow_private_networks", "isolation")
     ID_FIELD_NUMBER: _ClassVar[int]
     MAX_SLOTS_FIELD_NUMBER: _ClassVar[int]
     MAX_QUEUE_FIELD_NUMBER: _ClassVar[int]
@@ -35,6 +44,7 @@ class Tenant(_message.Message):
     IDLE_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     ALLOW_HOSTS_FIELD_NUMBER: _ClassVar[int]
     ALLOW_PRIVATE_NETWORKS_FIELD_NUMBER: _ClassVar[int]
+    ISOLATION_FIELD_NUMBER: _ClassVar[int]
     id: str
     max_slots: int
     max_queue: int
@@ -42,7 +52,8 @@ class Tenant(_message.Message):
     idle_timeout_ms: int
     allow_hosts: _containers.RepeatedScalarFieldContainer[str]
     allow_private_networks: bool
-    def __init__(self, id: _Optional[str] = ..., max_slots: _Optional[int] = ..., max_queue: _Optional[int] = ..., max_session_ttl_ms: _Optional[int] = ..., idle_timeout_ms: _Optional[int] = ..., allow_hosts: _Optional[_Iterable[str]] = ..., allow_private_networks: _Optional[bool] = ...) -> None: ...
+    isolation: Isolation
+    def __init__(self, id: _Optional[str] = ..., max_slots: _Optional[int] = ..., max_queue: _Optional[int] = ..., max_session_ttl_ms: _Optional[int] = ..., idle_timeout_ms: _Optional[int] = ..., allow_hosts: _Optional[_Iterable[str]] = ..., allow_private_networks: _Optional[bool] = ..., isolation: _Optional[_Union[Isolation, str]] = ...) -> None: ...
 
 class Worker(_message.Message):
     __slots__ = ("worker_id", "state", "pid", "cdp_port", "tenant", "session_id", "started_at", "rss_bytes", "pss_bytes", "replica")

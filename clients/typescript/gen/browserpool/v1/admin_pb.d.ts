@@ -69,6 +69,14 @@ export declare type Tenant = Message<"browserpool.v1.Tenant"> & {
    * @generated from field: bool allow_private_networks = 7;
    */
   allowPrivateNetworks: boolean;
+
+  /**
+   * How the tenant's sessions are kept apart from each other (never from other tenants'
+   * sessions, which always run in Chromiums of their own). Unset means ISOLATION_PROCESS.
+   *
+   * @generated from field: browserpool.v1.Isolation isolation = 8;
+   */
+  isolation: Isolation;
 };
 
 /**
@@ -999,6 +1007,42 @@ export declare type VerifyAuditResponse = Message<"browserpool.v1.VerifyAuditRes
  * Use `create(VerifyAuditResponseSchema)` to create a new message.
  */
 export declare const VerifyAuditResponseSchema: GenMessage<VerifyAuditResponse>;
+
+/**
+ * How a tenant's sessions are isolated from each other.
+ *
+ * @generated from enum browserpool.v1.Isolation
+ */
+export enum Isolation {
+  /**
+   * Unset: ISOLATION_PROCESS.
+   *
+   * @generated from enum value: ISOLATION_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * A Chromium process of its own per session, killed with its profile at release.
+   *
+   * @generated from enum value: ISOLATION_PROCESS = 1;
+   */
+  PROCESS = 1,
+
+  /**
+   * A fresh browser context per session in a warm Chromium only this tenant's sessions share;
+   * the context (cookies, storage, cache, permissions, service workers) is disposed at
+   * release. Faster to acquire and lighter, at the cost of sharing one process (and its
+   * crash) among the tenant's own sessions.
+   *
+   * @generated from enum value: ISOLATION_CONTEXT = 2;
+   */
+  CONTEXT = 2,
+}
+
+/**
+ * Describes the enum browserpool.v1.Isolation.
+ */
+export declare const IsolationSchema: GenEnum<Isolation>;
 
 /**
  * Lifecycle of a worker: BOOTING -> WARM -> LEASED -> RECYCLING (killed and deleted).
