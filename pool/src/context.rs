@@ -192,7 +192,8 @@ pub fn validate_cookie(c: &CookieRecord, i: usize) -> ActResult<()> {
 impl Driver {
     /// All cookies of this worker's browser, sorted by (domain, path, name).
     pub(crate) async fn all_cookies(&self) -> ActResult<Vec<CookieRecord>> {
-        let got = self.raw.call("", "Storage.getCookies", json!({})).await.map_err(ActionFailure::raw)?;
+        let got =
+            self.raw.call("", "Storage.getCookies", self.shared.scoped(json!({}))).await.map_err(ActionFailure::raw)?;
         let mut cookies: Vec<CookieRecord> =
             got["cookies"].as_array().map(|a| a.iter().map(cookie_from_cdp).collect()).unwrap_or_default();
         cookies.sort_by(|a, b| (&a.domain, &a.path, &a.name).cmp(&(&b.domain, &b.path, &b.name)));
@@ -201,12 +202,15 @@ impl Driver {
 
     /// Replaces the whole cookie jar.
     pub(crate) async fn replace_cookies(&self, cookies: &[(CookieRecord, String)]) -> ActResult<()> {
-        self.raw.call("", "Storage.clearCookies", json!({})).await.map_err(ActionFailure::raw)?;
+        self.raw.call("", "Storage.clearCookies", self.shared.scoped(json!({}))).await.map_err(ActionFailure::raw)?;
         if cookies.is_empty() {
             return Ok(());
         }
         let params: Vec<Value> = cookies.iter().map(|(c, origin)| cookie_to_cdp(c, origin)).collect();
-        self.raw.call("", "Storage.setCookies", json!({ "cookies": params })).await.map_err(ActionFailure::raw)?;
+        self.raw
+            .call("", "Storage.setCookies", self.shared.scoped(json!({ "cookies": params })))
+            .await
+            .map_err(ActionFailure::raw)?;
         Ok(())
     }
 

@@ -302,6 +302,10 @@ pub(crate) struct Shared {
     /// driver is dropped (`stop`).
     pub(crate) tasks: TaskTracker,
     pub(crate) stop: CancellationToken,
+    /// The browser context this driver's session is, when the session shares its browser
+    /// with others of its tenant (context isolation): only its targets are its tabs, and
+    /// every browser-wide call names it. `None`: the whole browser is the session's.
+    pub(crate) context: Option<String>,
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -322,6 +326,20 @@ impl Shared {
                 _ = stop.cancelled() => {}
             }
         });
+    }
+
+    /// `params` of a browser-wide call, scoped to this session's browser context if it has
+    /// one.
+    pub(crate) fn scoped(&self, mut params: Value) -> Value {
+        if let Some(context) = &self.context {
+            params["browserContextId"] = json!(context);
+        }
+        params
+    }
+
+    /// Whether a target of this browser context belongs to this session.
+    pub(crate) fn owns(&self, target_context: Option<&str>) -> bool {
+        self.context.as_deref().is_none_or(|ours| target_context == Some(ours))
     }
 
     /// Why the policy refuses `url`, if it does.
@@ -421,42 +439,7 @@ impl Driver {
     ) -> Result<Driver, PoolError> {
         let t = cfg.cdp_timeout;
         let timeout = |what| PoolError::CdpTimeout { what, after: t };
-        let browser = Arc::new(browser);
-        let (raw_tx, raw_rx) = mpsc::unbounded_channel();
-        let raw = RawCdp::connect(ws_url, t, raw_tx).await.map_err(PoolError::Cdp)?;
-        let shared = Arc::new(Shared {
-            tabs: Mutex::new(Tabs::default()),
-            tabs_changed: tokio::sync::Notify::new(),
-            dialog: watch::channel(None).0,
-            dialog_seq: AtomicU64::new(0),
-            events: EventHub::default(),
-            credentials: Mutex::new(HashMap::new()),
-            answered: Mutex::new(HashSet::new()),
-            loaded_html: Mutex::new(HashMap::new()),
-            lifecycle: broadcast::channel(1024).0,
-            doc_status: broadcast::channel(256).0,
-            front: Mutex::new(None),
-            net,
-            crashed: watch::channel(HashSet::new()).0,
-            tasks: TaskTracker::new(),
-            stop: CancellationToken::new(),
-        });
-        let listen = |e: CdpError| PoolError::Cdp(format!("listen targets: {e}"));
-        let created = tokio::time::timeout(t, browser.event_listener::<EventTargetCreated>())
-            .await
-            .map_err(|_| timeout("listen targets"))?
-            .map_err(listen)?;
-        let destroyed = tokio::time::timeout(t, browser.event_listener::<EventTargetDestroyed>())
-            .await
-            .map_err(|_| timeout("listen targets"))?
-            .map_err(listen)?;
-        shared.spawn(raw_events(shared.clone(), raw.clone(), raw_rx).instrument(tracing::debug_span!("raw_events")));
-        shared.spawn(
-            watch_targets(shared.clone(), raw.clone(), browser.clone(), created, destroyed, t)
-                .instrument(tracing::debug_span!("target_watcher")),
-        );
-        let driver = Driver { browser, raw, cfg, shared, viewport: Mutex::new(None) };
-
+        let driver = Driver::start(Arc::new(browser), ws_url, cfg, net, None).await?;
         let page = tokio::time::timeout(t, driver.browser.new_page("about:blank"))
             .await
             .map_err(|_| timeout("new page"))?
@@ -481,13 +464,100 @@ impl Driver {
             tabs.pending.clear();
             tabs.active = 0;
         }
-        lock(&driver.shared.tabs).cap = Some(driver.cfg.max_tabs);
+        driver.ready().await
+    }
+
+    /// A driver for one session that is the browser context `context` of a browser shared
+    /// with other sessions of its tenant: its own CDP connection for Fetch and lifecycle, and
+    /// one blank tab opened in the context. Nothing outside the context is its tab.
+    pub(crate) async fn attach_context(
+        browser: Arc<Browser>,
+        ws_url: &str,
+        context: String,
+        cfg: DriverConfig,
+        net: Arc<WorkerNet>,
+    ) -> Result<Driver, PoolError> {
+        let t = cfg.cdp_timeout;
+        let driver = Driver::start(browser, ws_url, cfg, net, Some(context.clone())).await?;
+        let params = chromiumoxide::cdp::browser_protocol::target::CreateTargetParams::builder()
+            .url("about:blank")
+            .browser_context_id(chromiumoxide::cdp::browser_protocol::browser::BrowserContextId::from(context))
+            .build()
+            .map_err(PoolError::Cdp)?;
+        let page = tokio::time::timeout(t, driver.browser.new_page(params))
+            .await
+            .map_err(|_| PoolError::CdpTimeout { what: "new page", after: t })?
+            .map_err(|e| PoolError::Cdp(format!("new page: {e}")))?;
+        driver.wait_tab(page.target_id(), Instant::now() + t).await.map_err(|f| PoolError::Cdp(f.message))?;
+        driver.ready().await
+    }
+
+    /// The tab cap on, and the default screen emulated.
+    async fn ready(self) -> Result<Driver, PoolError> {
+        lock(&self.shared.tabs).cap = Some(self.cfg.max_tabs);
         // Warm workers already emulate the default screen, so most leases skip this call.
-        driver
-            .set_viewport(Viewport::default(), t)
+        self.set_viewport(Viewport::default(), self.cfg.cdp_timeout)
             .await
             .map_err(|f| PoolError::Cdp(format!("set viewport: {}", f.message)))?;
-        Ok(driver)
+        Ok(self)
+    }
+
+    /// Its own raw connection, the shared state and the watchers; no tab yet.
+    async fn start(
+        browser: Arc<Browser>,
+        ws_url: &str,
+        cfg: DriverConfig,
+        net: Arc<WorkerNet>,
+        context: Option<String>,
+    ) -> Result<Driver, PoolError> {
+        let t = cfg.cdp_timeout;
+        let timeout = |what| PoolError::CdpTimeout { what, after: t };
+        let (raw_tx, raw_rx) = mpsc::unbounded_channel();
+        let raw = RawCdp::connect(ws_url, t, raw_tx).await.map_err(PoolError::Cdp)?;
+        let shared = Arc::new(Shared {
+            tabs: Mutex::new(Tabs::default()),
+            tabs_changed: tokio::sync::Notify::new(),
+            dialog: watch::channel(None).0,
+            dialog_seq: AtomicU64::new(0),
+            events: EventHub::default(),
+            credentials: Mutex::new(HashMap::new()),
+            answered: Mutex::new(HashSet::new()),
+            loaded_html: Mutex::new(HashMap::new()),
+            lifecycle: broadcast::channel(1024).0,
+            doc_status: broadcast::channel(256).0,
+            front: Mutex::new(None),
+            net,
+            crashed: watch::channel(HashSet::new()).0,
+            tasks: TaskTracker::new(),
+            stop: CancellationToken::new(),
+            context,
+        });
+        let listen = |e: CdpError| PoolError::Cdp(format!("listen targets: {e}"));
+        let created = tokio::time::timeout(t, browser.event_listener::<EventTargetCreated>())
+            .await
+            .map_err(|_| timeout("listen targets"))?
+            .map_err(listen)?;
+        let destroyed = tokio::time::timeout(t, browser.event_listener::<EventTargetDestroyed>())
+            .await
+            .map_err(|_| timeout("listen targets"))?
+            .map_err(listen)?;
+        shared.spawn(raw_events(shared.clone(), raw.clone(), raw_rx).instrument(tracing::debug_span!("raw_events")));
+        shared.spawn(
+            watch_targets(shared.clone(), raw.clone(), browser.clone(), created, destroyed, t)
+                .instrument(tracing::debug_span!("target_watcher")),
+        );
+        Ok(Driver { browser, raw, cfg, shared, viewport: Mutex::new(None) })
+    }
+
+    /// Ends the driver's watchers now, before it is dropped: a warm worker turned into a
+    /// tenant's shared browser keeps its process but no longer serves a session itself.
+    pub(crate) fn stop(&self) {
+        self.shared.stop.cancel();
+    }
+
+    /// The browser context this driver's session is, when it shares its browser.
+    pub fn context(&self) -> Option<&str> {
+        self.shared.context.as_deref()
     }
 
     /// Sets the navigation policy of the session this worker serves.
@@ -777,7 +847,11 @@ impl Driver {
                     };
                     if let Err(e) = self
                         .raw
-                        .call("", "Browser.grantPermissions", json!({ "origin": origin, "permissions": [name] }))
+                        .call(
+                            "",
+                            "Browser.grantPermissions",
+                            self.shared.scoped(json!({ "origin": origin, "permissions": [name] })),
+                        )
                         .await
                     {
                         tracing::debug!(error = %e, permission = %name, "grant failed; the page's own answer still says granted");

@@ -50,6 +50,27 @@ pub struct PoolConfig {
     pub egress: EgressConfig,
     /// Most tabs a session may have open, popups included.
     pub max_tabs: usize,
+    /// When a tenant's shared browser (context isolation) is replaced.
+    pub shared: SharedConfig,
+}
+
+/// When a Chromium that a tenant's context sessions share is replaced by a fresh one. A
+/// browser being replaced takes no new session and is killed once its last session ends.
+#[derive(Debug, Clone)]
+pub struct SharedConfig {
+    /// Sessions it serves before it is replaced (its heap and caches only grow).
+    pub recycle_after: u64,
+    /// Its memory (PSS over its processes) past which it is replaced, read as each session
+    /// ends.
+    pub memory_ceiling: u64,
+    /// How long it is kept with no session before it is killed.
+    pub idle: Duration,
+}
+
+impl Default for SharedConfig {
+    fn default() -> Self {
+        SharedConfig { recycle_after: 200, memory_ceiling: 2 << 30, idle: Duration::from_secs(300) }
+    }
 }
 
 /// Where a worker is in its life.
@@ -140,6 +161,9 @@ const DEATH_POLL: Duration = Duration::from_millis(200);
 #[derive(Default)]
 struct State {
     warm: VecDeque<Worker>,
+    /// Each context-isolated tenant's current shared browser (one being replaced is no
+    /// longer here; its sessions hold it until they end).
+    shared: HashMap<String, Arc<SharedBrowser>>,
     booting: usize,
     /// Callers holding a slot but not yet a worker.
     pending: usize,
@@ -239,6 +263,22 @@ impl Pool {
             Ok(Err(_)) => return Err(PoolError::ShuttingDown),
             Err(_) => return Err(PoolError::Exhausted(wait)),
         };
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let worker = self.take_warm(left).await?;
+        let lease = Lease { pool: self.clone(), held: Some(Held::Own(Box::new(worker))), _permit: permit };
+        // Apply the session's viewport; a worker that cannot take it is not usable.
+        lease
+            .driver()
+            .set_viewport(viewport, self.inner.cfg.launch.cdp_timeout)
+            .await
+            .map_err(|e| PoolError::Cdp(format!("set viewport: {}", e.message)))?;
+        Ok(lease)
+    }
+
+    /// Takes a warm worker (counted as leased from then on), waiting up to `wait` for one,
+    /// and past it for one booting for the caller. The caller holds a slot.
+    async fn take_warm(&self, wait: Duration) -> Result<Worker, PoolError> {
+        let deadline = tokio::time::Instant::now() + wait;
         // Counted as pending (so refill boots one for us) only once no warm worker is there;
         // counting earlier would make refill boot a spare on every lease.
         let mut pending: Option<Pending<'_>> = None;
@@ -271,14 +311,7 @@ impl Pool {
             };
             if let Some(worker) = worker {
                 self.inner.refill.notify_one();
-                let lease = Lease { pool: self.clone(), worker: Some(worker), _permit: permit };
-                // Apply the session's viewport; a worker that cannot take it is not usable.
-                lease
-                    .driver()
-                    .set_viewport(viewport, self.inner.cfg.launch.cdp_timeout)
-                    .await
-                    .map_err(|e| PoolError::Cdp(format!("set viewport: {}", e.message)))?;
-                return Ok(lease);
+                return Ok(worker);
             }
             if pending.is_none() {
                 pending = Some(Pending::new(&self.inner));
@@ -339,11 +372,15 @@ impl Pool {
     /// Leases still held are killed when their holders release or drop them.
     pub async fn shutdown(&self) {
         self.inner.slots.close();
-        let warm: Vec<Worker> = {
+        let (warm, shared): (Vec<Worker>, Vec<Arc<SharedBrowser>>) = {
             let mut state = self.inner.state();
             state.closed = true;
-            state.warm.drain(..).collect()
+            (state.warm.drain(..).collect(), state.shared.drain().map(|(_, b)| b).collect())
         };
+        // Shared browsers without a session go now; the others with their last session.
+        for browser in shared {
+            self.retire(&browser, "the server stops");
+        }
         self.inner.warm_ready.notify_waiters();
         // The refill loop sees `closed` and ends.
         self.inner.refill.notify_one();
@@ -376,6 +413,14 @@ impl Pool {
                     Some(at) => (0, Some(at)),
                     None => {
                         let max = self.inner.cfg.max_workers;
+                        // A caller waits for a worker while idle shared browsers hold every
+                        // place: the longest idle one gives its place up.
+                        if state.pending > state.warm.len() + state.booting && state.leased.len() >= max {
+                            if let Some(idle) = take_idle_shared(&mut state) {
+                                let pool = self.clone();
+                                self.inner.tasks.spawn(async move { pool.retire(&idle, "its place is needed") });
+                            }
+                        }
                         let target = (self.inner.cfg.warm + state.pending).min(max.saturating_sub(state.leased.len()));
                         let have = state.warm.len() + state.booting;
                         let mut n = target.saturating_sub(have);
@@ -473,11 +518,7 @@ async fn boot_worker(cfg: &PoolConfig, egress: &Arc<Egress>, id: WorkerId) -> Re
     .map_err(|e| PoolError::Launch(format!("network namespace task: {e}")))??;
     let proxy = Proxy::start(net.clone(), listener, netns.is_none(), &id.0)?;
     let launched = launch(&cfg.launch, &id.0, &proxy.url(), netns, egress).await?;
-    let driver_cfg = DriverConfig {
-        cdp_timeout: cfg.launch.cdp_timeout,
-        max_html_bytes: cfg.max_html_bytes,
-        max_tabs: cfg.max_tabs,
-    };
+    let driver_cfg = driver_config(cfg);
     let devtools_url = launched.ws_url.clone();
     let driver = match Driver::attach(launched.browser, &launched.ws_url, driver_cfg, net).await {
         Ok(driver) => driver,
@@ -521,6 +562,16 @@ fn worker_netns() -> Option<NetNs> {
     }
 }
 
+fn driver_config(cfg: &PoolConfig) -> DriverConfig {
+    DriverConfig { cdp_timeout: cfg.launch.cdp_timeout, max_html_bytes: cfg.max_html_bytes, max_tabs: cfg.max_tabs }
+}
+
+/// Removes from the map a shared browser no session uses, if there is one.
+fn take_idle_shared(state: &mut State) -> Option<Arc<SharedBrowser>> {
+    let tenant = state.shared.iter().find(|(_, b)| b.usage().contexts == 0).map(|(t, _)| t.clone())?;
+    state.shared.remove(&tenant)
+}
+
 /// Counts a caller holding a slot without a worker yet; the count drops with the guard, so a
 /// cancelled `lease` future un-counts itself.
 struct Pending<'a>(&'a Inner);
@@ -538,71 +589,410 @@ impl Drop for Pending<'_> {
     }
 }
 
-/// A worker handed to one session. [`Lease::release`] kills it and frees the slot; dropping a
-/// lease does the same synchronously, so no code path can leak a Chromium.
+/// A worker handed to one session. [`Lease::release`] kills it (or, for a session that is a
+/// browser context of its tenant's shared browser, disposes the context) and frees the slot;
+/// dropping a lease does the same, so no code path can leak a Chromium or a context.
 pub struct Lease {
     pool: Pool,
-    worker: Option<Worker>,
+    held: Option<Held>,
     _permit: OwnedSemaphorePermit,
 }
 
+enum Held {
+    /// A Chromium of the session's own (process isolation).
+    Own(Box<Worker>),
+    /// A browser context in the tenant's shared Chromium (context isolation).
+    Context(ContextLease),
+}
+
+struct ContextLease {
+    browser: Arc<SharedBrowser>,
+    context: String,
+    driver: Driver,
+}
+
 impl Lease {
-    /// The worker's id.
-    pub fn worker_id(&self) -> &WorkerId {
-        &self.worker.as_ref().expect("lease holds its worker until release").id
+    fn held(&self) -> &Held {
+        self.held.as_ref().expect("lease holds its worker until release")
     }
 
-    /// The driver for this worker's pages.
+    /// The worker's id (for a context session, its shared browser's).
+    pub fn worker_id(&self) -> &WorkerId {
+        match self.held() {
+            Held::Own(w) => &w.id,
+            Held::Context(c) => &c.browser.id,
+        }
+    }
+
+    /// The driver for this session's pages.
     pub fn driver(&self) -> &Driver {
-        &self.worker.as_ref().expect("lease holds its worker until release").driver
+        match self.held() {
+            Held::Own(w) => &w.driver,
+            Held::Context(c) => &c.driver,
+        }
+    }
+
+    /// The session's browser context when it shares its tenant's browser; `None` when the
+    /// whole browser is the session's.
+    pub fn context(&self) -> Option<&str> {
+        match self.held() {
+            Held::Own(_) => None,
+            Held::Context(c) => Some(&c.context),
+        }
     }
 
     /// Whether Chromium has exited under this lease.
     pub fn crashed(&mut self) -> bool {
-        self.worker.as_mut().map(|w| w.process.exited() || w.died.borrow().is_some()).unwrap_or(true)
+        match self.held.as_mut() {
+            Some(Held::Own(w)) => w.process.exited() || w.died.borrow().is_some(),
+            Some(Held::Context(c)) => c.browser.dead(),
+            None => true,
+        }
     }
 
     /// The browser's own DevTools websocket, for the server's CDP proxy alone: never hand it
-    /// out (it is reachable only from this host, and only through the worker's gate).
+    /// out (it is reachable only from this host, and only through the worker's gate). A
+    /// context session's proxy must keep its client to [`Lease::context`].
     pub fn devtools_url(&self) -> &str {
-        &self.worker.as_ref().expect("lease holds its worker until release").devtools_url
+        match self.held() {
+            Held::Own(w) => &w.devtools_url,
+            Held::Context(c) => &c.browser.devtools_url,
+        }
     }
 
     /// The directory the session's downloads go to (inside the worker's profile, deleted with
-    /// it); not created until asked for.
+    /// it, or with the context); not created until asked for.
     pub fn download_dir(&self) -> std::path::PathBuf {
-        self.worker.as_ref().expect("lease holds its worker until release").process.profile.join("downloads")
+        match self.held() {
+            Held::Own(w) => w.process.profile.join("downloads"),
+            Held::Context(c) => c.browser.profile.join("downloads").join(&c.context),
+        }
     }
 
     /// Turns `Some(why)` as soon as the worker's browser dies (its process exits or its
-    /// DevTools connection closes); a release is not a death.
+    /// DevTools connection closes); a release is not a death. A shared browser's death ends
+    /// every session of its tenant in it, and no other.
     pub fn died(&self) -> watch::Receiver<Option<String>> {
-        self.worker.as_ref().expect("lease holds its worker until release").died.clone()
+        match self.held() {
+            Held::Own(w) => w.died.clone(),
+            Held::Context(c) => c.browser.died.clone(),
+        }
     }
 
-    /// Kills the worker's process group, deletes its profile and lets the pool refill.
+    /// Kills the worker's process group and deletes its profile (or disposes the session's
+    /// browser context and its downloads) and lets the pool refill.
     pub async fn release(mut self) {
-        if let Some(worker) = self.worker.take() {
-            let id = worker.id.clone();
-            worker.kill().await;
-            self.pool.finish_lease(&id);
+        match self.held.take() {
+            Some(Held::Own(worker)) => {
+                let id = worker.id.clone();
+                worker.kill().await;
+                self.pool.finish_lease(&id);
+            }
+            Some(Held::Context(c)) => self.pool.clone().end_context(c).await,
+            None => {}
         }
     }
 }
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        if let Some(worker) = self.worker.take() {
-            let id = worker.id.clone();
-            worker.death_watch.abort();
-            worker.handler_task.abort();
-            // Process's own Drop kills the group and removes the profile synchronously.
-            drop(worker);
-            self.pool.finish_lease(&id);
+        match self.held.take() {
+            Some(Held::Own(worker)) => {
+                let id = worker.id.clone();
+                worker.death_watch.abort();
+                worker.handler_task.abort();
+                // Process's own Drop kills the group and removes the profile synchronously.
+                drop(worker);
+                self.pool.finish_lease(&id);
+            }
+            Some(Held::Context(c)) => {
+                // Disposing takes a CDP call: done aside, on the pool's tracker.
+                let pool = self.pool.clone();
+                if tokio::runtime::Handle::try_current().is_ok() {
+                    self.pool.inner.tasks.spawn(pool.end_context(c));
+                } else {
+                    // No runtime left: the server is gone, and the shared browser with it.
+                    pool.context_gone(&c.browser);
+                }
+            }
+            None => {}
         }
     }
 }
 
+/// A Chromium that one tenant's context sessions share (context isolation). It came from the
+/// warm pool, so it was booted like any worker; its own driver is stopped, and each session
+/// has a driver of its own, scoped to its browser context.
+struct SharedBrowser {
+    tenant: String,
+    id: WorkerId,
+    browser: Arc<chromiumoxide::Browser>,
+    devtools_url: String,
+    profile: std::path::PathBuf,
+    pid: u32,
+    net: Arc<WorkerNet>,
+    died: watch::Receiver<Option<String>>,
+    /// Taken when it is killed.
+    worker: Mutex<Option<Worker>>,
+    usage: Mutex<Usage>,
+}
+
+#[derive(Default)]
+struct Usage {
+    /// Sessions in it now.
+    contexts: usize,
+    /// Sessions it was handed, ever.
+    served: u64,
+    /// No longer the tenant's current browser: killed once `contexts` is 0.
+    retiring: bool,
+    /// Bumped whenever a session starts, so an idle timer started before knows it is stale.
+    generation: u64,
+}
+
+impl SharedBrowser {
+    fn usage(&self) -> MutexGuard<'_, Usage> {
+        self.usage.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn dead(&self) -> bool {
+        self.died.borrow().is_some() || Process::pid_exited(self.pid)
+    }
+
+    async fn kill(&self) {
+        let worker = self.worker.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(worker) = worker {
+            tracing::info!(worker = %self.id, tenant = %self.tenant, "shared browser killed");
+            worker.kill().await;
+        }
+    }
+}
+
+impl Pool {
+    /// Leases a fresh browser context in `tenant`'s shared Chromium (context isolation),
+    /// taking a warm worker as that Chromium when the tenant has none (or has one being
+    /// replaced), waiting up to `wait` as [`Pool::lease`] does.
+    pub async fn lease_context(&self, tenant: &str, wait: Duration, viewport: Viewport) -> Result<Lease, PoolError> {
+        tokio::select! {
+            result = self.lease_context_inner(tenant, wait, viewport) => result,
+            _ = self.inner.shutdown.cancelled() => Err(PoolError::ShuttingDown),
+        }
+    }
+
+    async fn lease_context_inner(&self, tenant: &str, wait: Duration, viewport: Viewport) -> Result<Lease, PoolError> {
+        let deadline = tokio::time::Instant::now() + wait;
+        let permit = match tokio::time::timeout_at(deadline, self.inner.slots.clone().acquire_owned()).await {
+            Ok(Ok(permit)) => permit,
+            Ok(Err(_)) => return Err(PoolError::ShuttingDown),
+            Err(_) => return Err(PoolError::Exhausted(wait)),
+        };
+        let browser = match self.current_shared(tenant) {
+            Some(browser) => browser,
+            None => {
+                // A warm worker becomes the tenant's browser; leasing it waits like any lease.
+                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                let worker = self.take_warm(left).await?;
+                // Another session of the tenant may have made one meanwhile: use it, and give
+                // the worker back.
+                if let Some(browser) = self.current_shared(tenant) {
+                    self.inner.state().warm.push_front(worker);
+                    self.inner.warm_ready.notify_waiters();
+                    browser
+                } else {
+                    worker.driver.stop();
+                    let browser = Arc::new(SharedBrowser {
+                        tenant: tenant.to_string(),
+                        id: worker.id.clone(),
+                        browser: worker.driver.browser.clone(),
+                        devtools_url: worker.devtools_url.clone(),
+                        profile: worker.process.profile.clone(),
+                        pid: worker.process.pid(),
+                        net: worker.driver.net(),
+                        died: worker.died.clone(),
+                        worker: Mutex::new(Some(worker)),
+                        usage: Mutex::new(Usage { contexts: 1, served: 1, generation: 1, ..Usage::default() }),
+                    });
+                    self.inner.state().shared.insert(tenant.to_string(), browser.clone());
+                    tracing::info!(tenant, worker = %browser.id, "a warm worker became the tenant's shared browser");
+                    browser
+                }
+            }
+        };
+        match self.open_context(&browser).await {
+            // (the slot is the lease's from here)
+            Ok((context, driver)) => {
+                let lease = Lease {
+                    pool: self.clone(),
+                    held: Some(Held::Context(ContextLease { browser, context, driver })),
+                    _permit: permit,
+                };
+                lease
+                    .driver()
+                    .set_viewport(viewport, self.inner.cfg.launch.cdp_timeout)
+                    .await
+                    .map_err(|e| PoolError::Cdp(format!("set viewport: {}", e.message)))?;
+                Ok(lease)
+            }
+            Err(e) => {
+                self.context_gone(&browser);
+                Err(e)
+            }
+        }
+    }
+
+    /// The tenant's current shared browser with one more session counted in it, if it has
+    /// one still usable. The session that reaches `recycle_after` is its last.
+    fn current_shared(&self, tenant: &str) -> Option<Arc<SharedBrowser>> {
+        let mut state = self.inner.state();
+        let browser = state.shared.get(tenant)?.clone();
+        if browser.dead() {
+            state.shared.remove(tenant);
+            drop(state);
+            self.retire(&browser, "it died");
+            return None;
+        }
+        let mut usage = browser.usage();
+        usage.contexts += 1;
+        usage.served += 1;
+        usage.generation += 1;
+        if usage.served >= self.inner.cfg.shared.recycle_after {
+            usage.retiring = true;
+            state.shared.remove(tenant);
+            tracing::info!(tenant, worker = %browser.id, served = usage.served, "shared browser replaced after its last session");
+        }
+        drop(usage);
+        Some(browser)
+    }
+
+    /// A fresh browser context in `browser`, and a driver scoped to it.
+    async fn open_context(&self, browser: &SharedBrowser) -> Result<(String, Driver), PoolError> {
+        use chromiumoxide::cdp::browser_protocol::target::{CreateBrowserContextParams, DisposeBrowserContextParams};
+        let t = self.inner.cfg.launch.cdp_timeout;
+        let created = tokio::time::timeout(t, browser.browser.execute(CreateBrowserContextParams::default()))
+            .await
+            .map_err(|_| PoolError::CdpTimeout { what: "create browser context", after: t })?
+            .map_err(|e| PoolError::Cdp(format!("create browser context: {e}")))?;
+        let context: String = created.result.browser_context_id.into();
+        match Driver::attach_context(
+            browser.browser.clone(),
+            &browser.devtools_url,
+            context.clone(),
+            driver_config(&self.inner.cfg),
+            browser.net.clone(),
+        )
+        .await
+        {
+            Ok(driver) => Ok((context, driver)),
+            Err(e) => {
+                let dispose = browser.browser.execute(DisposeBrowserContextParams::new(context));
+                let _ = tokio::time::timeout(t, dispose).await;
+                Err(e)
+            }
+        }
+    }
+
+    /// Disposes a session's browser context (its pages, cookies, storage, cache, service
+    /// workers and permissions go with it) and its downloads; the shared browser is replaced
+    /// once past its memory ceiling.
+    async fn end_context(self, c: ContextLease) {
+        use chromiumoxide::cdp::browser_protocol::target::DisposeBrowserContextParams;
+        let ContextLease { browser, context, driver } = c;
+        drop(driver);
+        let t = self.inner.cfg.launch.cdp_timeout;
+        if !browser.dead() {
+            let dispose = browser.browser.execute(DisposeBrowserContextParams::new(context.clone()));
+            match tokio::time::timeout(t, dispose).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => {
+                    tracing::warn!(worker = %browser.id, error = %e, "a browser context could not be disposed; replacing its browser");
+                    browser.usage().retiring = true;
+                }
+                Err(_) => {
+                    tracing::warn!(worker = %browser.id, "a browser context was not disposed in time; replacing its browser");
+                    browser.usage().retiring = true;
+                }
+            }
+        }
+        let downloads = browser.profile.join("downloads").join(&context);
+        let (pid, ceiling) = (browser.pid, self.inner.cfg.shared.memory_ceiling);
+        let pss = tokio::task::spawn_blocking(move || {
+            let _ = std::fs::remove_dir_all(downloads);
+            crate::launcher::group_memory(pid).pss_bytes
+        })
+        .await
+        .unwrap_or(0);
+        if pss > ceiling {
+            tracing::info!(worker = %browser.id, pss_mib = pss >> 20, ceiling_mib = ceiling >> 20, "shared browser past its memory ceiling; replacing it");
+            browser.usage().retiring = true;
+        }
+        self.context_gone(&browser);
+    }
+
+    /// One session fewer in `browser`: a browser being replaced (or dead) goes with its last
+    /// session; the tenant's current one is kept, and killed after `idle` without a session.
+    fn context_gone(&self, browser: &Arc<SharedBrowser>) {
+        let (last, retiring, generation) = {
+            let mut usage = browser.usage();
+            usage.contexts = usage.contexts.saturating_sub(1);
+            if browser.dead() {
+                usage.retiring = true;
+            }
+            (usage.contexts == 0, usage.retiring, usage.generation)
+        };
+        if retiring {
+            let mut state = self.inner.state();
+            if state.shared.get(&browser.tenant).is_some_and(|b| Arc::ptr_eq(b, browser)) {
+                state.shared.remove(&browser.tenant);
+            }
+        }
+        if !last {
+            return;
+        }
+        if retiring {
+            self.retire(browser, "replaced");
+            return;
+        }
+        let (pool, browser, idle) = (self.clone(), browser.clone(), self.inner.cfg.shared.idle);
+        let shutdown = self.inner.shutdown.clone();
+        self.inner.tasks.spawn(async move {
+            tokio::select! {
+                _ = tokio::time::sleep(idle) => {}
+                _ = shutdown.cancelled() => {}
+            }
+            let idle = {
+                let mut state = pool.inner.state();
+                let usage = browser.usage();
+                let current = state.shared.get(&browser.tenant).is_some_and(|b| Arc::ptr_eq(b, &browser));
+                let idle = usage.contexts == 0 && usage.generation == generation;
+                if idle && current {
+                    state.shared.remove(&browser.tenant);
+                }
+                idle
+            };
+            if idle {
+                pool.retire(&browser, "idle");
+            }
+        });
+    }
+
+    /// Kills a shared browser that no session uses any more (aside, on the pool's tracker) and
+    /// frees its place among the workers; one still in use is marked to go with its last
+    /// session.
+    fn retire(&self, browser: &Arc<SharedBrowser>, why: &'static str) {
+        {
+            let mut usage = browser.usage();
+            usage.retiring = true;
+            if usage.contexts > 0 {
+                return;
+            }
+        }
+        tracing::debug!(worker = %browser.id, tenant = %browser.tenant, why, "retiring a shared browser");
+        let (pool, browser) = (self.clone(), browser.clone());
+        self.inner.tasks.spawn(async move {
+            browser.kill().await;
+            pool.finish_lease(&browser.id);
+        });
+    }
+}
 #[cfg(test)]
 mod tests {
     use super::*;

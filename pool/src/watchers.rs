@@ -38,7 +38,7 @@ pub(crate) async fn watch_targets(
         tokio::select! {
             ev = created.next() => {
                 let Some(ev) = ev else { break };
-                if ev.target_info.r#type != "page" {
+                if ev.target_info.r#type != "page" || !shared.owns(ev.target_info.browser_context_id.as_ref().map(|c| c.as_ref())) {
                     continue;
                 }
                 let target = ev.target_info.target_id.clone();

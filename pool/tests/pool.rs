@@ -20,6 +20,7 @@ fn config(dir: &std::path::Path, warm: usize, max: usize) -> PoolConfig {
         max_html_bytes: 10 << 20,
         egress: Default::default(),
         max_tabs: 20,
+        shared: Default::default(),
     }
 }
 

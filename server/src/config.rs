@@ -206,6 +206,18 @@ pub struct ServeArgs {
     /// are closed at once).
     #[arg(long, env = "BROWSERPOOL_MAX_TABS", default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_tabs: u32,
+    /// Sessions a context-isolated tenant's shared Chromium serves before a fresh one takes
+    /// its place (it is killed once its last session ends).
+    #[arg(long, env = "BROWSERPOOL_CONTEXT_RECYCLE_AFTER", default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..))]
+    pub context_recycle_after: u64,
+    /// Memory (PSS over its processes, in MiB) past which a context-isolated tenant's shared
+    /// Chromium is replaced; read as each of its sessions ends.
+    #[arg(long, env = "BROWSERPOOL_CONTEXT_MEMORY_CEILING_MIB", default_value_t = 2048, value_parser = clap::value_parser!(u64).range(64..))]
+    pub context_memory_ceiling_mib: u64,
+    /// How long a context-isolated tenant's shared Chromium is kept without a session before
+    /// it is killed (it also gives its place up at once when a caller needs it).
+    #[arg(long, env = "BROWSERPOOL_CONTEXT_IDLE", default_value = "5m", value_parser = humantime::parse_duration)]
+    pub context_idle: Duration,
     /// How long Chromium may take to start.
     #[arg(long, env = "BROWSERPOOL_LAUNCH_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
     pub launch_timeout: Duration,

@@ -8,7 +8,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Context;
-use browserpool_pool::{find_chrome, reap_orphans, DirLock, EgressConfig, LaunchConfig, Pool, PoolConfig};
+use browserpool_pool::{
+    find_chrome, reap_orphans, DirLock, EgressConfig, LaunchConfig, Pool, PoolConfig, SharedConfig,
+};
 use browserpool_proto::v1::{admin_server::AdminServer, sessions_server::SessionsServer};
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
@@ -137,6 +139,11 @@ pub async fn bind(args: ServeArgs) -> anyhow::Result<Bound> {
                 hosts: args.resolve.iter().cloned().collect(),
             },
             max_tabs: args.max_tabs as usize,
+            shared: SharedConfig {
+                recycle_after: args.context_recycle_after,
+                memory_ceiling: args.context_memory_ceiling_mib << 20,
+                idle: args.context_idle,
+            },
         },
         stages.serving.clone(),
     );

@@ -28,7 +28,9 @@ impl Driver {
             return Err(crate::driver::tab_cap(cap));
         }
         // A popup may take the last place meanwhile; the watcher then closes this page.
-        let page = match self.browser.new_page("about:blank").await {
+        let mut params = chromiumoxide::cdp::browser_protocol::target::CreateTargetParams::new("about:blank");
+        params.browser_context_id = self.shared.context.clone().map(Into::into);
+        let page = match self.browser.new_page(params).await {
             Ok(page) => page,
             Err(_) if lock(&self.shared.tabs).open() >= cap => return Err(crate::driver::tab_cap(cap)),
             Err(e) => return Err(ActionFailure::cdp(e)),

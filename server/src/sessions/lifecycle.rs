@@ -167,7 +167,11 @@ impl Sessions {
             )));
         };
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        let lease = self.inner.pool.lease(left, viewport).await.map_err(|e| match e {
+        let leased = match tenant.isolation {
+            Isolation::Process => self.inner.pool.lease(left, viewport).await,
+            Isolation::Context => self.inner.pool.lease_context(&tenant.id, left, viewport).await,
+        };
+        let lease = leased.map_err(|e| match e {
             PoolError::Exhausted(_) => waited(format!(
                 "this server is at capacity: its --max-workers {} browsers are in use",
                 self.inner.pool.status().capacity
@@ -208,6 +212,7 @@ impl Sessions {
                 devtools_url: lease.devtools_url().to_string(),
                 download_dir: lease.download_dir(),
                 net: lease.driver().net(),
+                context: lease.context().map(str::to_string),
                 ticket: new_ticket()?,
                 clients: std::sync::atomic::AtomicUsize::new(0),
             };
@@ -588,6 +593,11 @@ impl CdpAccess {
 
     pub fn net(&self) -> Arc<browserpool_pool::egress::WorkerNet> {
         self.live.cdp.net.clone()
+    }
+
+    /// The session's browser context when it shares its tenant's browser (context isolation).
+    pub fn context(&self) -> Option<String> {
+        self.live.cdp.context.clone()
     }
 
     /// Cancelled when the session ends.

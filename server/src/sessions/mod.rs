@@ -27,7 +27,7 @@ use crate::clock::{now_ms, Clock};
 use crate::deadlines::{self, Deadlines};
 use crate::error::{Result, ServiceError};
 pub use crate::model::SessionState;
-use crate::model::{ReplicaAddrs, SessionRecord, TenantRecord};
+use crate::model::{Isolation, ReplicaAddrs, SessionRecord, TenantRecord};
 use crate::store::{SessionFilter, Store};
 
 mod act;
@@ -117,6 +117,9 @@ struct CdpTarget {
     devtools_url: String,
     download_dir: std::path::PathBuf,
     net: Arc<browserpool_pool::egress::WorkerNet>,
+    /// The session's browser context when it shares its tenant's browser: the proxy keeps
+    /// its clients to it.
+    context: Option<String>,
     /// The capability in `cdp_url`: 256 random bits, bound to this session, gone with it.
     ticket: String,
     /// CDP connections open now.

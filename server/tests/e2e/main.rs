@@ -13,6 +13,7 @@ mod egress;
 mod faults;
 mod forwarding;
 mod helpers;
+mod isolation;
 mod lifecycle;
 mod ops;
 mod replicas;

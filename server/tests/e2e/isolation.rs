@@ -1,0 +1,180 @@
+//! Context isolation: a tenant's sessions are browser contexts of one Chromium only that
+//! tenant's sessions share. What one session leaves behind (cookies, storage, IndexedDB, the
+//! HTTP cache, service workers, permissions, tabs) must never reach another, whether they
+//! run side by side or one after the other; a crash of the shared Chromium ends that
+//! tenant's sessions and no one else's.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::response::{Html, IntoResponse};
+use axum::routing::get;
+use browserpool_client::{action, pb, Client};
+use serde_json::{json, Value};
+
+use crate::helpers::{act, eventually, ok, TestServer};
+
+const PAGE: &str = r#"<!doctype html><title>Isolation</title><p id="out">none</p>
+<button id="notify" onclick="Notification.requestPermission().then(p => document.getElementById('out').textContent = 'perm=' + p)">notify</button>"#;
+
+/// A site of its own: a page, a service worker script, and a response the HTTP cache keeps
+/// for an hour, counting how often it is really fetched.
+async fn site() -> (String, Arc<AtomicUsize>) {
+    let hits = Arc::new(AtomicUsize::new(0));
+    let counted = hits.clone();
+    let app = axum::Router::new()
+        .route("/", get(|| async { Html(PAGE) }))
+        .route(
+            "/sw.js",
+            get(|| async {
+                ([("content-type", "text/javascript")], "self.addEventListener('fetch', () => {});").into_response()
+            }),
+        )
+        .route(
+            "/cached",
+            get(move || {
+                let n = counted.fetch_add(1, Ordering::SeqCst) + 1;
+                async move { ([("cache-control", "max-age=3600")], format!("fetch {n}")).into_response() }
+            }),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (format!("http://{addr}"), hits)
+}
+
+async fn eval(client: &Client, id: &str, js: &str) -> Value {
+    ok(&act(client, id, action("evaluate", "", js)).await)
+}
+
+/// Everything a session can leave behind in its browser, as its pages see it.
+const TRACES: &str = r#"(async () => ({
+    cookie: document.cookie,
+    local: localStorage.getItem('k'),
+    idb: (await indexedDB.databases()).map(d => d.name),
+    workers: (await navigator.serviceWorker.getRegistrations()).length,
+    notifications: Notification.permission,
+}))()"#;
+
+fn clean() -> Value {
+    json!({ "cookie": "", "local": null, "idb": [], "workers": 0, "notifications": "default" })
+}
+
+/// Leaves every kind of trace in session `id`'s context, and checks each is really there.
+async fn leave_traces(client: &Client, id: &str, site: &str) {
+    ok(&act(client, id, action("navigate", "", format!("{site}/"))).await);
+    eval(client, id, "document.cookie = 'c=1; max-age=3600'; localStorage.setItem('k', 'v'); 1").await;
+    eval(
+        client,
+        id,
+        "new Promise((ok, no) => { const r = indexedDB.open('left-behind'); r.onupgradeneeded = () => r.result.createObjectStore('s'); r.onsuccess = () => { r.result.close(); ok(1) }; r.onerror = no })",
+    )
+    .await;
+    eval(
+        client,
+        id,
+        "navigator.serviceWorker.register('/sw.js').then(() => navigator.serviceWorker.ready).then(() => 1)",
+    )
+    .await;
+    // The permission prompt surfaces as a dialog, on the click or on the next action.
+    let click = act(client, id, action("click", "#notify", json!(null))).await;
+    if click.ok {
+        eventually("the permission prompt to surface", Duration::from_secs(5), || async {
+            let r = act(client, id, action("title", "", json!(null))).await;
+            (!r.ok).then_some(())
+        })
+        .await;
+    }
+    ok(&act(client, id, action("click", "dialog::accept", json!(null))).await);
+    ok(&act(client, id, action("wait_for", "", json!({"text": "perm=granted"}))).await);
+    ok(&act(client, id, action("new_tab", "", json!(null))).await);
+    ok(&act(client, id, action("switch_tab", "", json!(0))).await);
+    let traces = eval(client, id, TRACES).await;
+    assert_eq!(
+        traces,
+        json!({ "cookie": "c=1", "local": "v", "idb": ["left-behind"], "workers": 1, "notifications": "granted" }),
+        "the traces were left"
+    );
+}
+
+fn tabs(r: &Value) -> usize {
+    r.as_array().map(Vec::len).unwrap_or_else(|| panic!("list_tabs answered {r}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn context_sessions_share_a_browser_and_nothing_else() {
+    let server = TestServer::start_with(|a| a.max_workers = 3).await;
+    let (site, hits) = site().await;
+    let admin = server.admin().await;
+    let dense = pb::Tenant {
+        id: "dense".into(),
+        max_slots: 3,
+        max_queue: 3,
+        allow_private_networks: true,
+        isolation: pb::Isolation::Context as i32,
+        ..Default::default()
+    };
+    admin.admin().put_tenant(pb::PutTenantRequest { tenant: Some(dense) }).await.unwrap();
+    let listed = admin.admin().list_tenants(pb::ListTenantsRequest {}).await.unwrap().into_inner();
+    let stored = listed.tenants.iter().find(|t| t.id == "dense").unwrap();
+    assert_eq!(stored.isolation, pb::Isolation::Context as i32);
+    let token = server.token("dense", "ci", &["sessions:read", "sessions:write", "context:export"]).await;
+    let client = server.client(&token).await;
+    // Another tenant's session, in a Chromium of its own: the shared browser's crash below
+    // must not touch it.
+    let bystander = admin.acquire(30_000).await.unwrap();
+
+    let a = client.acquire(30_000).await.unwrap();
+    let b = client.acquire(30_000).await.unwrap();
+    assert_eq!(a.worker_id, b.worker_id, "the tenant's sessions share one browser");
+    assert_ne!(a.worker_id, bystander.worker_id, "never another tenant's");
+
+    // Side by side: A leaves traces, B sees none of them.
+    leave_traces(&client, &a.session_id, &site).await;
+    assert_eq!(eval(&client, &a.session_id, "fetch('/cached').then(r => r.text())").await, json!("fetch 1"));
+    assert_eq!(eval(&client, &a.session_id, "fetch('/cached').then(r => r.text())").await, json!("fetch 1"), "cached");
+    ok(&act(&client, &b.session_id, action("navigate", "", format!("{site}/"))).await);
+    assert_eq!(eval(&client, &b.session_id, TRACES).await, clean());
+    assert_eq!(eval(&client, &b.session_id, "fetch('/cached').then(r => r.text())").await, json!("fetch 2"));
+    assert_eq!(tabs(&ok(&act(&client, &b.session_id, action("list_tabs", "", json!(null))).await)), 1);
+    assert_eq!(tabs(&ok(&act(&client, &a.session_id, action("list_tabs", "", json!(null))).await)), 2);
+    // Cookies read through the session's own API are its own too.
+    let jar = ok(&act(&client, &b.session_id, action("cookies", "", json!({"op": "get"}))).await);
+    assert_eq!(jar, json!([]), "B's cookie jar");
+
+    // One after the other: A's context is disposed at release; the next session gets the same
+    // browser and a clean context.
+    client.release(&a.session_id).await.unwrap();
+    let c = client.acquire(30_000).await.unwrap();
+    assert_eq!(c.worker_id, b.worker_id, "the shared browser is reused");
+    ok(&act(&client, &c.session_id, action("navigate", "", format!("{site}/"))).await);
+    assert_eq!(eval(&client, &c.session_id, TRACES).await, clean());
+    assert_eq!(eval(&client, &c.session_id, "fetch('/cached').then(r => r.text())").await, json!("fetch 3"));
+    assert_eq!(tabs(&ok(&act(&client, &c.session_id, action("list_tabs", "", json!(null))).await)), 1);
+    assert_eq!(hits.load(Ordering::SeqCst), 3);
+
+    // The shared browser crashes: the tenant's sessions end CRASHED, the bystander lives on.
+    let status = admin.admin().pool_status(pb::PoolStatusRequest {}).await.unwrap().into_inner();
+    let shared = status.workers.iter().find(|w| w.worker_id == b.worker_id).expect("the shared browser is listed");
+    // SAFETY: kill has no memory preconditions; the pid is the shared browser's.
+    unsafe { libc::kill(shared.pid as i32, libc::SIGKILL) };
+    for id in [&b.session_id, &c.session_id] {
+        eventually("the tenant's sessions to end CRASHED", Duration::from_secs(15), || async {
+            let s = client.get(id).await.unwrap();
+            (s.state == pb::SessionState::Crashed as i32).then_some(())
+        })
+        .await;
+    }
+    assert_eq!(admin.get(&bystander.session_id).await.unwrap().state, pb::SessionState::Ready as i32);
+    ok(&act(&admin, &bystander.session_id, action("title", "", json!(null))).await);
+    // The tenant gets a fresh shared browser.
+    let d = client.acquire(30_000).await.unwrap();
+    assert_ne!(d.worker_id, b.worker_id);
+    assert_eq!(eval(&client, &d.session_id, "1 + 1").await, json!(2));
+    client.release(&d.session_id).await.unwrap();
+    admin.release(&bystander.session_id).await.unwrap();
+    server.stop().await;
+}
