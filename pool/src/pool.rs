@@ -735,6 +735,9 @@ struct SharedBrowser {
     /// Taken when it is killed.
     worker: Mutex<Option<Worker>>,
     usage: Mutex<Usage>,
+    /// A context made ahead, blank, with its driver attached: the next session takes it, so
+    /// creating one is off the caller's path.
+    spare: Mutex<Option<(String, Driver)>>,
 }
 
 #[derive(Default)]
@@ -747,6 +750,8 @@ struct Usage {
     retiring: bool,
     /// Bumped whenever a session starts, so an idle timer started before knows it is stale.
     generation: u64,
+    /// A spare context is being made.
+    preparing: bool,
 }
 
 impl SharedBrowser {
@@ -758,7 +763,12 @@ impl SharedBrowser {
         self.died.borrow().is_some() || Process::pid_exited(self.pid)
     }
 
+    fn take_spare(&self) -> Option<(String, Driver)> {
+        self.spare.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+
     async fn kill(&self) {
+        drop(self.take_spare());
         let worker = self.worker.lock().unwrap_or_else(|e| e.into_inner()).take();
         if let Some(worker) = worker {
             tracing::info!(worker = %self.id, tenant = %self.tenant, "shared browser killed");
@@ -810,6 +820,7 @@ impl Pool {
                         died: worker.died.clone(),
                         worker: Mutex::new(Some(worker)),
                         usage: Mutex::new(Usage { contexts: 1, served: 1, generation: 1, ..Usage::default() }),
+                        spare: Mutex::new(None),
                     });
                     self.inner.state().shared.insert(tenant.to_string(), browser.clone());
                     tracing::info!(tenant, worker = %browser.id, "a warm worker became the tenant's shared browser");
@@ -817,8 +828,12 @@ impl Pool {
                 }
             }
         };
-        match self.open_context(&browser).await {
-            // (the slot is the lease's from here)
+        let opened = match browser.take_spare() {
+            Some(spare) => Ok(spare),
+            None => self.open_context(&browser).await,
+        };
+        self.prepare_spare(&browser);
+        match opened {
             Ok((context, driver)) => {
                 let lease = Lease {
                     pool: self.clone(),
@@ -861,6 +876,43 @@ impl Pool {
         }
         drop(usage);
         Some(browser)
+    }
+
+    /// Makes the next session's context ahead, aside, unless one is there or being made, or
+    /// the browser is being replaced.
+    fn prepare_spare(&self, browser: &Arc<SharedBrowser>) {
+        {
+            let mut usage = browser.usage();
+            if usage.preparing || usage.retiring || browser.spare.lock().unwrap_or_else(|e| e.into_inner()).is_some() {
+                return;
+            }
+            usage.preparing = true;
+        }
+        let (pool, browser) = (self.clone(), browser.clone());
+        self.inner.tasks.spawn(async move {
+            let made = pool.open_context(&browser).await;
+            let keep = {
+                let mut usage = browser.usage();
+                usage.preparing = false;
+                !usage.retiring && !browser.dead()
+            };
+            match made {
+                Ok(spare) if keep => *browser.spare.lock().unwrap_or_else(|e| e.into_inner()) = Some(spare),
+                Ok((context, driver)) => pool.dispose(&browser, context, driver).await,
+                Err(e) => tracing::warn!(worker = %browser.id, error = %e, "a spare browser context could not be made"),
+            }
+        });
+    }
+
+    /// Disposes a context nobody holds (no session counted in it).
+    async fn dispose(&self, browser: &SharedBrowser, context: String, driver: Driver) {
+        use chromiumoxide::cdp::browser_protocol::target::DisposeBrowserContextParams;
+        drop(driver);
+        if browser.dead() {
+            return;
+        }
+        let t = self.inner.cfg.launch.cdp_timeout;
+        let _ = tokio::time::timeout(t, browser.browser.execute(DisposeBrowserContextParams::new(context))).await;
     }
 
     /// A fresh browser context in `browser`, and a driver scoped to it.

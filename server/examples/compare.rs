@@ -1,14 +1,17 @@
 //! Compare: one browser workload through browserpool and through Chromium directly, on this
 //! machine, in one run, so the figures can be compared with each other.
 //!
-//! `cargo run --release -p browserpool-server --example compare [-- SESSIONS [JSON_PATH]]`
-//! (defaults: 16 sessions per measurement, JSON written to `compare.json`).
+//! `cargo run --release -p browserpool-server --example compare [-- SESSIONS [JSON_PATH
+//! [SYSTEM,...]]]` (defaults: 16 sessions per measurement, JSON written to `compare.json`,
+//! every system below).
 //!
 //! The workload, one session: acquire a browser, navigate to a page served on loopback, type
 //! into a field, click a button, read the heading it changed, take a PNG screenshot, release.
 //! The systems:
 //! - `browserpool/process`: this repository's server in-process (SQLite, loopback gRPC), each
 //!   session a Chromium of its own from the warm pool (the default isolation);
+//! - `browserpool/context`: the same server with the tenant in context isolation: each
+//!   session a fresh browser context in a Chromium only the tenant's sessions share;
 //! - `direct/launch`: chromiumoxide launching a Chromium per session (what a Puppeteer script
 //!   doing `launch()` per test does);
 //! - `direct/context`: one Chromium, a fresh browser context per session, disposed after (the
@@ -19,7 +22,6 @@
 //! runs, the proportional set size (PSS, shared pages split between the processes sharing
 //! them) of this process and of the Chromium processes it started is sampled every 100 ms; the
 //! peaks are printed. A table goes to stdout, the same figures as JSON to JSON_PATH.
-//! `browserpool/context` (tenant-density isolation) is not built yet, so it is not measured.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -27,6 +29,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use anyhow::Context as _;
 use browserpool_client::Client;
 use chromiumoxide::browser::{Browser, BrowserConfig};
 use chromiumoxide::cdp::browser_protocol::page::CaptureScreenshotFormat;
@@ -110,6 +113,21 @@ impl System {
                 let client = Client::connect(server.endpoint.clone(), &server.token).await?;
                 // Measured from a warm pool, as a server that has been up a while is.
                 wait_warm(&server, clients).await;
+                Ok(System::Pool { server, client })
+            }
+            "browserpool/context" => {
+                let server = InProcess::start(1, clients + 1).await?;
+                let client = Client::connect(server.endpoint.clone(), &server.token).await?;
+                let mut admin = client.admin();
+                let tenants = admin.list_tenants(browserpool_client::pb::ListTenantsRequest {}).await?.into_inner();
+                let mut default =
+                    tenants.tenants.into_iter().find(|t| t.id == "default").context("no default tenant")?;
+                default.isolation = browserpool_client::pb::Isolation::Context as i32;
+                admin.put_tenant(browserpool_client::pb::PutTenantRequest { tenant: Some(default) }).await?;
+                // Measured with the tenant's browser up, as on a server that has been up a
+                // while: one session makes it.
+                wait_warm(&server, 1).await;
+                client.session().await?.release().await?;
                 Ok(System::Pool { server, client })
             }
             "direct/launch" => Ok(System::Launch { chrome, dir: tempfile::tempdir()? }),
@@ -383,7 +401,14 @@ async fn main() -> anyhow::Result<()> {
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     println!("compare: {sessions} sessions per measurement, {cores} cores");
 
-    let systems = ["browserpool/process", "direct/launch", "direct/context"];
+    let all = ["browserpool/process", "browserpool/context", "direct/launch", "direct/context"];
+    let systems: Vec<&str> = match argv.next() {
+        Some(list) => list
+            .split(',')
+            .map(|s| all.iter().find(|a| **a == s).copied().context(format!("no system {s}; the systems: {all:?}")))
+            .collect::<anyhow::Result<_>>()?,
+        None => all.to_vec(),
+    };
     let mut results = Vec::new();
     for name in systems {
         eprintln!("measuring {name}...");
