@@ -278,27 +278,50 @@ pub struct GroupMemory {
     pub pss_bytes: u64,
 }
 
+/// Puts every thread of process group `pgid` back at normal priority (`SCHED_OTHER`; see
+/// [`launch`]). Twice over, for threads started while the first pass ran. Blocking: it reads
+/// `/proc`.
+pub(crate) fn raise_priority(pgid: u32) {
+    let param = libc::sched_param { sched_priority: 0 };
+    for _ in 0..2 {
+        for pid in group_pids(pgid) {
+            let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { continue };
+            for task in tasks.flatten() {
+                if let Some(tid) = task.file_name().to_str().and_then(|t| t.parse::<libc::pid_t>().ok()) {
+                    // SAFETY: sched_setscheduler has no memory preconditions; a thread gone
+                    // meanwhile only makes it fail.
+                    unsafe { libc::sched_setscheduler(tid, libc::SCHED_OTHER, &param) };
+                }
+            }
+        }
+    }
+}
+
+/// The processes of group `pgid`.
+fn group_pids(pgid: u32) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    entries
+        .flatten()
+        .filter_map(|entry| {
+            let pid = entry.file_name().to_str()?.parse::<u32>().ok()?;
+            let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
+            // Fields after the parenthesised command: state, ppid, pgrp, ...
+            let rest = stat.rsplit_once(')').map(|(_, r)| r)?;
+            (rest.split_whitespace().nth(2)?.parse::<u32>().ok()? == pgid).then_some(pid)
+        })
+        .collect()
+}
+
 /// [`GroupMemory`] of process group `pgid`.
 pub fn group_memory(pgid: u32) -> GroupMemory {
     // SAFETY: sysconf has no preconditions.
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u64;
-    let Ok(entries) = std::fs::read_dir("/proc") else { return GroupMemory::default() };
     let mut memory = GroupMemory::default();
-    for entry in entries.flatten() {
-        if !entry.file_name().to_string_lossy().bytes().all(|b| b.is_ascii_digit()) {
-            continue;
-        }
-        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
-        // Fields after the parenthesised command: state, ppid, pgrp, ...
-        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else { continue };
-        let pgrp = rest.split_whitespace().nth(2).and_then(|f| f.parse::<u32>().ok());
-        if pgrp != Some(pgid) {
-            continue;
-        }
-        if let Ok(statm) = std::fs::read_to_string(entry.path().join("statm")) {
+    for pid in group_pids(pgid) {
+        if let Ok(statm) = std::fs::read_to_string(format!("/proc/{pid}/statm")) {
             memory.rss_bytes += page * statm.split_whitespace().nth(1).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0);
         }
-        if let Ok(rollup) = std::fs::read_to_string(entry.path().join("smaps_rollup")) {
+        if let Ok(rollup) = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")) {
             memory.pss_bytes += 1024 * rollup_kib(&rollup, "Pss:");
         }
     }
@@ -339,6 +362,7 @@ pub(crate) async fn launch(
     proxy: &str,
     netns: Option<NetNs>,
     egress: &std::sync::Arc<crate::egress::Egress>,
+    spawned: &(dyn Fn(u32) + Send + Sync),
 ) -> Result<Launched, PoolError> {
     let lock = take_port(cfg).await?;
     let port = lock.port();
@@ -391,6 +415,19 @@ pub(crate) async fn launch(
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
+    // Every boot starts at idle priority (SCHED_IDLE, which every process and thread Chromium
+    // starts inherits, and which its own nice values do not undo): a spare booting on a busy
+    // host takes only CPU the sessions leave. The pool raises it when a caller waits for it,
+    // and when it is leased ([`raise_priority`]).
+    // SAFETY: sched_setscheduler is async-signal-safe; it runs in the child before exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            let param = libc::sched_param { sched_priority: 0 };
+            // Where the policy may not be set, the boot simply runs at normal priority.
+            let _ = libc::sched_setscheduler(0, libc::SCHED_IDLE, &param);
+            Ok(())
+        });
+    }
     if let Some(ns) = &netns {
         let fd = ns.raw_fd();
         // SAFETY: setns is async-signal-safe; it runs in the child between fork and exec, on
@@ -406,6 +443,7 @@ pub(crate) async fn launch(
     }
     let mut child = cmd.spawn().map_err(|e| PoolError::Launch(format!("spawn {}: {e}", cfg.chrome.display())))?;
     let pgid = child.id().map(|p| p as libc::pid_t).unwrap_or(0);
+    spawned(pgid as u32);
     let stderr = child.stderr.take();
     let mut process = Process { child, pgid, lock: Some(lock), gate: None, stderr: None, profile, tmp, killed: false };
 

@@ -167,6 +167,9 @@ struct State {
     booting: usize,
     /// Callers holding a slot but not yet a worker.
     pending: usize,
+    /// Process groups of the boots in flight, once spawned: raised from idle priority when a
+    /// caller waits for them.
+    booting_groups: HashMap<WorkerId, u32>,
     leased: HashMap<WorkerId, WorkerStatus>,
     closed: bool,
     /// Why the last boot failed, while boots fail (cleared by the next that succeeds).
@@ -311,10 +314,15 @@ impl Pool {
             };
             if let Some(worker) = worker {
                 self.inner.refill.notify_one();
+                // It booted at idle priority; serving a session, it runs at normal.
+                raise_aside(worker.process.pid());
                 return Ok(worker);
             }
             if pending.is_none() {
                 pending = Some(Pending::new(&self.inner));
+                // A caller waits: the boots in flight are no longer spares.
+                let groups: Vec<u32> = self.inner.state().booting_groups.values().copied().collect();
+                groups.into_iter().for_each(raise_aside);
                 self.inner.refill.notify_one();
             }
             let now = tokio::time::Instant::now();
@@ -424,8 +432,10 @@ impl Pool {
                         let target = (self.inner.cfg.warm + state.pending).min(max.saturating_sub(state.leased.len()));
                         let have = state.warm.len() + state.booting;
                         let mut n = target.saturating_sub(have);
-                        // While boots fail, one boot at a time finds out whether they work again.
-                        if state.failed_boots > 0 {
+                        // Spares nobody waits for boot one at a time (and at idle priority, see
+                        // `launch`), so refilling never crowds the sessions running; while boots
+                        // fail, one at a time finds out whether they work again.
+                        if state.failed_boots > 0 || state.pending == 0 {
                             n = n.min(1usize.saturating_sub(state.booting));
                         }
                         state.booting += n;
@@ -456,10 +466,24 @@ impl Pool {
 
     async fn boot(self, id: WorkerId) {
         let started = Instant::now();
-        let result = boot_worker(&self.inner.cfg, &self.inner.egress, id.clone()).await;
+        let spawned = {
+            let (pool, id) = (self.clone(), id.clone());
+            move |pgid: u32| {
+                let waited_for = {
+                    let mut state = pool.inner.state();
+                    state.booting_groups.insert(id.clone(), pgid);
+                    state.pending > 0
+                };
+                if waited_for {
+                    raise_aside(pgid);
+                }
+            }
+        };
+        let result = boot_worker(&self.inner.cfg, &self.inner.egress, id.clone(), &spawned).await;
         // Decide under the lock, act (await) after it is released.
         let orphan = {
             let mut state = self.inner.state();
+            state.booting_groups.remove(&id);
             match result {
                 Ok(worker) if !state.closed => {
                     state.booting -= 1;
@@ -501,7 +525,18 @@ impl Pool {
     }
 }
 
-async fn boot_worker(cfg: &PoolConfig, egress: &Arc<Egress>, id: WorkerId) -> Result<Worker, PoolError> {
+/// Raises a process group from the idle priority it booted at, on a blocking thread (it reads
+/// `/proc`), without waiting for it.
+fn raise_aside(pgid: u32) {
+    tokio::task::spawn_blocking(move || crate::launcher::raise_priority(pgid));
+}
+
+async fn boot_worker(
+    cfg: &PoolConfig,
+    egress: &Arc<Egress>,
+    id: WorkerId,
+    spawned: &(dyn Fn(u32) + Send + Sync),
+) -> Result<Worker, PoolError> {
     // The proxy reads the policy per connection, so `Driver::set_policy` at lease time holds
     // for every connection opened after it; until then, nothing private.
     let net = WorkerNet::new(egress.clone());
@@ -517,7 +552,7 @@ async fn boot_worker(cfg: &PoolConfig, egress: &Arc<Egress>, id: WorkerId) -> Re
     .await
     .map_err(|e| PoolError::Launch(format!("network namespace task: {e}")))??;
     let proxy = Proxy::start(net.clone(), listener, netns.is_none(), &id.0)?;
-    let launched = launch(&cfg.launch, &id.0, &proxy.url(), netns, egress).await?;
+    let launched = launch(&cfg.launch, &id.0, &proxy.url(), netns, egress, spawned).await?;
     let driver_cfg = driver_config(cfg);
     let devtools_url = launched.ws_url.clone();
     let driver = match Driver::attach(launched.browser, &launched.ws_url, driver_cfg, net).await {

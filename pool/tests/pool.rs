@@ -95,3 +95,59 @@ async fn dropped_lease_kills_its_worker() {
     assert!(!browserpool_pool::lock::pid_alive(pid));
     pool.shutdown().await;
 }
+
+/// The scheduling policy of every thread of process group `pgid`, by thread id.
+fn policies(pgid: u32) -> Vec<(i32, i32)> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|p| p.parse::<u32>().ok()) else { continue };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
+        let group = stat.rsplit_once(')').and_then(|(_, r)| r.split_whitespace().nth(2)?.parse::<u32>().ok());
+        if group != Some(pgid) {
+            continue;
+        }
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { continue };
+        for task in tasks.flatten() {
+            let tid: i32 = task.file_name().to_str().unwrap().parse().unwrap();
+            // SAFETY: no memory preconditions; a thread gone meanwhile answers -1.
+            let policy = unsafe { libc::sched_getscheduler(tid) };
+            if policy >= 0 {
+                found.push((tid, policy));
+            }
+        }
+    }
+    found
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spares_boot_at_idle_priority_and_leases_run_at_normal() {
+    let dir = tempfile::tempdir().unwrap();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let pool = Pool::start(config(dir.path(), 1, 2), stop.clone());
+    assert!(pool.wait_warm(1, Duration::from_secs(30)).await, "a worker must turn warm");
+    let spare = pool.status().workers[0].pid;
+    let threads = policies(spare);
+    assert!(threads.len() > 5, "a booted Chromium has threads: {threads:?}");
+    assert!(threads.iter().all(|(_, p)| *p == libc::SCHED_IDLE), "a spare is idle-priority: {threads:?}");
+
+    let lease = pool.lease(Duration::from_secs(30), Viewport::default()).await.unwrap();
+    let pid = pool.status().workers.into_iter().find(|w| &w.id == lease.worker_id()).unwrap().pid;
+    assert_eq!(pid, spare);
+    // Raised aside, right after the lease: wait for it (no sleep decides the outcome).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let threads = policies(pid);
+        if threads.iter().all(|(_, p)| *p == libc::SCHED_OTHER) {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "still idle-priority after the lease: {threads:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // A page the session opens now runs at normal priority too.
+    lease.driver().run(&call("new_tab", "", json!(null))).await.unwrap();
+    let threads = policies(pid);
+    assert!(threads.iter().all(|(_, p)| *p == libc::SCHED_OTHER), "{threads:?}");
+    lease.release().await;
+    pool.shutdown().await;
+    stop.cancel();
+}

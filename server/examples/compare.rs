@@ -94,6 +94,9 @@ fn chrome_config(chrome: &Path, profile: &Path) -> anyhow::Result<BrowserConfig>
             "--disable-sync",
         ])
         .window_size(1280, 720)
+        // The same screen as a browserpool session's default (chromiumoxide's own is 800x600,
+        // which would make its screenshots cheaper than ours for fewer pixels).
+        .viewport(chromiumoxide::handler::viewport::Viewport { width: 1280, height: 720, ..Default::default() })
         .build()
         .map_err(anyhow::Error::msg)
 }
@@ -165,7 +168,7 @@ impl System {
                 lap.step();
                 anyhow::ensure!(heading.as_deref() == Some("Hello, Ada"), "heading {heading:?}");
                 let png = session.screenshot().await?;
-                anyhow::ensure!(png.starts_with(b"\x89PNG"), "not a PNG");
+                check_png(&png)?;
                 lap.step();
                 session.release().await?;
                 lap.step();
@@ -227,8 +230,16 @@ async fn workload(tab: &chromiumoxide::Page, page: &str, lap: &mut Lap) -> anyho
     anyhow::ensure!(heading.as_deref() == Some("Hello, Ada"), "heading {heading:?}");
     lap.step();
     let png = tab.screenshot(ScreenshotParams::builder().format(CaptureScreenshotFormat::Png).build()).await?;
-    anyhow::ensure!(png.starts_with(b"\x89PNG"), "not a PNG");
+    check_png(&png)?;
     lap.step();
+    Ok(())
+}
+
+/// Every system's screenshot is a PNG of the same 1280x720 screen.
+fn check_png(png: &[u8]) -> anyhow::Result<()> {
+    anyhow::ensure!(png.len() > 24 && png.starts_with(b"\x89PNG"), "not a PNG");
+    let side = |at: usize| u32::from_be_bytes([png[at], png[at + 1], png[at + 2], png[at + 3]]);
+    anyhow::ensure!((side(16), side(20)) == (1280, 720), "a {}x{} screenshot, not 1280x720", side(16), side(20));
     Ok(())
 }
 
