@@ -166,6 +166,10 @@ pub struct Conn {
     pub on_activity: Box<dyn Fn() + Send + Sync>,
     pub limits: CdpLimits,
     pub stats: Arc<CdpStats>,
+    /// The session's browserContextId when it is one context of a browser shared with other
+    /// sessions of its tenant (isolation mode `context`); `None` when the browser is the
+    /// session's alone.
+    pub context: Option<String>,
 }
 
 /// Counters for `/metrics`.
