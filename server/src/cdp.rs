@@ -9,6 +9,8 @@
 //! relayed as they are. Both directions apply backpressure: nothing is buffered beyond a few
 //! messages and the socket buffers, each bounded.
 
+pub mod scope;
+
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -21,6 +23,8 @@ use futures::{SinkExt, StreamExt};
 use serde_json::{json, Value};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
+
+pub use scope::Scope;
 
 /// Paths under it need a verified client certificate while mutual TLS is on (probes and
 /// metrics stay open to kubelet and Prometheus).
