@@ -383,9 +383,9 @@ pub async fn relay(client: WebSocket, conn: Conn) -> Summary {
                     Upstream::Send(out) => out,
                     Upstream::NotJson => return End::Fail(UNSUPPORTED, "a message is not JSON".into()),
                     Upstream::Refuse { method, why, reply } => {
+                        let method = note_refused(&mut refused, &method);
                         tracing::info!(method = %method, reason = %why, "cdp proxy: method refused");
                         conn.stats.refused.fetch_add(1, Ordering::Relaxed);
-                        refused.insert(method);
                         if replies.send((Message::Text(reply.into()), None)).await.is_err() {
                             return End::ClientClosed;
                         }
@@ -498,6 +498,26 @@ pub async fn relay(client: WebSocket, conn: Conn) -> Summary {
     summary.failed = !matches!(code, 1000 | GOING_AWAY);
     summary.close = format!("{code} {reason}");
     summary
+}
+
+/// Most refused methods a summary names, and the most characters of each: a client is refused
+/// whatever method names it makes up (in a shared browser, any at the browser level), and the
+/// summary goes whole into an audit record.
+const REFUSED_NAMES: usize = 32;
+const NAME_CHARS: usize = 64;
+
+/// Adds a refused method to the summary's set, bounded, and returns the name as noted.
+fn note_refused(refused: &mut BTreeSet<String>, method: &str) -> String {
+    let name = match method.char_indices().nth(NAME_CHARS) {
+        Some((at, _)) => format!("{}...", &method[..at]),
+        None => method.to_string(),
+    };
+    if refused.len() < REFUSED_NAMES || refused.contains(&name) {
+        refused.insert(name.clone());
+    } else {
+        refused.insert("(more)".into());
+    }
+    name
 }
 
 fn client_error(e: axum::Error) -> End {
@@ -706,6 +726,23 @@ mod tests {
         for msg in [Message::Text("not json".into()), Message::Binary(vec![b'{', b'}'].into())] {
             assert_eq!(downstream(msg, Some(&mut scope)), Downstream::Drop);
         }
+    }
+
+    #[test]
+    fn refused_names_are_bounded_in_number_and_length() {
+        let mut refused = BTreeSet::new();
+        assert_eq!(note_refused(&mut refused, "Browser.close"), "Browser.close");
+        let long = format!("Extensions.{}", "x".repeat(1 << 20));
+        let noted = note_refused(&mut refused, &long);
+        assert_eq!(noted.chars().count(), NAME_CHARS + 3);
+        assert!(refused.contains(&noted));
+        for i in 0..1000 {
+            note_refused(&mut refused, &format!("Made.up{i}"));
+        }
+        assert_eq!(refused.len(), REFUSED_NAMES + 1);
+        assert!(refused.contains("(more)") && refused.contains("Browser.close"));
+        note_refused(&mut refused, "Browser.close");
+        assert_eq!(refused.len(), REFUSED_NAMES + 1, "a name already noted is not more");
     }
 
     #[test]
