@@ -8,6 +8,14 @@
 //! request the client sets up any other way is refused there). Messages from the browser are
 //! relayed as they are. Both directions apply backpressure: nothing is buffered beyond a few
 //! messages and the socket buffers, each bounded.
+//!
+//! When the session is one browser context of a browser shared with other sessions of its
+//! tenant ([`Conn::context`]), a [`Scope`] keeps the client to that context: its messages are
+//! judged by it too (after `judge`) and sent as parsed, and the browser's are parsed and judged
+//! by it: other contexts' targets, sessions and listings never reach the client, and an
+//! auto-attach to another session's target is detached by the proxy itself. A client that
+//! leaves messages unread for 30 s is then closed, since the proxy reading no further would
+//! stop those detaches. Without a context nothing of the browser's is parsed.
 
 pub mod scope;
 
