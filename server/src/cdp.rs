@@ -8,6 +8,16 @@
 //! request the client sets up any other way is refused there). Messages from the browser are
 //! relayed as they are. Both directions apply backpressure: nothing is buffered beyond a few
 //! messages and the socket buffers, each bounded.
+//!
+//! When the session is one browser context of a browser shared with other sessions of its
+//! tenant ([`Conn::context`]), a [`Scope`] keeps the client to that context: its messages are
+//! judged by it too (after `judge`) and sent as parsed, and the browser's are parsed and judged
+//! by it: other contexts' targets, sessions and listings never reach the client, and an
+//! auto-attach to another session's target is detached by the proxy itself. A client that
+//! leaves messages unread for 30 s is then closed, since the proxy reading no further would
+//! stop those detaches. Without a context nothing of the browser's is parsed.
+
+pub mod scope;
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -21,6 +31,8 @@ use futures::{SinkExt, StreamExt};
 use serde_json::{json, Value};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
+
+pub use scope::Scope;
 
 /// Paths under it need a verified client certificate while mutual TLS is on (probes and
 /// metrics stay open to kubelet and Prometheus).
@@ -166,6 +178,10 @@ pub struct Conn {
     pub on_activity: Box<dyn Fn() + Send + Sync>,
     pub limits: CdpLimits,
     pub stats: Arc<CdpStats>,
+    /// The session's browserContextId when it is one context of a browser shared with other
+    /// sessions of its tenant (isolation mode `context`); `None` when the browser is the
+    /// session's alone.
+    pub context: Option<String>,
 }
 
 /// Counters for `/metrics`.
@@ -193,8 +209,14 @@ pub struct Summary {
 /// Close codes (RFC 6455).
 const GOING_AWAY: u16 = 1001;
 const UNSUPPORTED: u16 = 1003;
+const POLICY: u16 = 1008;
 const TOO_BIG: u16 = 1009;
 const INTERNAL: u16 = 1011;
+
+/// How long a client in a shared browser may leave the proxy's messages unread. While it does,
+/// the proxy stops reading the browser (backpressure), and with it stops detaching the client's
+/// auto-attach from other sessions' new targets, which wait paused for that detach.
+const STALL_LIMIT: Duration = Duration::from_secs(30);
 
 enum End {
     ClientClosed,
@@ -202,6 +224,87 @@ enum End {
     Stopped,
     /// Close the client with this code and reason.
     Fail(u16, String),
+}
+
+/// What becomes of one text message from the client.
+#[derive(Debug, PartialEq)]
+enum Upstream {
+    /// Send this to the browser.
+    Send(String),
+    /// Answer the client with `reply`; the browser never sees the message.
+    Refuse {
+        method: String,
+        why: String,
+        reply: String,
+    },
+    NotJson,
+}
+
+/// Judges one client message ([`judge`], then the scope's rules when there is one) and says
+/// what the browser or the client gets.
+fn upstream(
+    text: &str,
+    download_dir: &str,
+    check_url: &dyn Fn(&str) -> Result<(), String>,
+    scope: Option<&mut Scope>,
+) -> Upstream {
+    let Ok(mut msg) = serde_json::from_str::<Value>(text) else { return Upstream::NotJson };
+    let method = msg.get("method").and_then(Value::as_str).unwrap_or_default().to_string();
+    let mut verdict = judge(&method, msg.get("params"), download_dir, check_url);
+    let scoped = scope.is_some();
+    if let Some(scope) = scope {
+        verdict = scope.on_client(&msg, verdict);
+    }
+    match verdict {
+        Verdict::Forward if !scoped => Upstream::Send(text.to_string()),
+        // In a shared browser what was judged is what goes: the message as parsed, written
+        // anew, so a key given twice (which another parser may read the other way) cannot show
+        // the proxy one target or context and the browser another.
+        Verdict::Forward => Upstream::Send(msg.to_string()),
+        Verdict::Rewrite(params) => {
+            if let Some(fields) = msg.as_object_mut() {
+                fields.insert("params".into(), params);
+            }
+            Upstream::Send(msg.to_string())
+        }
+        Verdict::Refuse(why) => {
+            let mut reply = json!({
+                "id": msg.get("id").cloned().unwrap_or(Value::Null),
+                "error": { "code": -32000, "message": format!("browserpool refuses {method}: {why}") },
+            });
+            if let Some(session) = msg.get("sessionId") {
+                reply["sessionId"] = session.clone();
+            }
+            Upstream::Refuse { method, why, reply: reply.to_string() }
+        }
+    }
+}
+
+/// What becomes of one message from the browser.
+#[derive(Debug, PartialEq)]
+enum Downstream {
+    /// Send this to the client.
+    Send(Message),
+    Drop,
+    /// Send these to the browser (the proxy's own); the client gets nothing.
+    Inject(Vec<String>),
+    /// End the connection with this reason.
+    Close(String),
+}
+
+/// Without a scope, the browser's messages go to the client as they are, unread. With one,
+/// each is parsed and judged by it; anything it cannot read is dropped.
+fn downstream(msg: Message, scope: Option<&mut Scope>) -> Downstream {
+    let Some(scope) = scope else { return Downstream::Send(msg) };
+    let Message::Text(text) = &msg else { return Downstream::Drop };
+    let Ok(mut value) = serde_json::from_str::<Value>(text.as_str()) else { return Downstream::Drop };
+    match scope.on_browser(&mut value) {
+        scope::Down::Forward => Downstream::Send(msg),
+        scope::Down::Rewritten => Downstream::Send(Message::Text(value.to_string().into())),
+        scope::Down::Drop => Downstream::Drop,
+        scope::Down::Inject(out) => Downstream::Inject(out.iter().map(Value::to_string).collect()),
+        scope::Down::Close(why) => Downstream::Close(why),
+    }
 }
 
 /// Relays `client` to the session's browser until either side closes or the session ends.
@@ -216,7 +319,7 @@ pub async fn relay(client: WebSocket, conn: Conn) -> Summary {
         _ = conn.stop.cancelled() => None,
         browser = async_tungstenite::tokio::connect_async_with_config(conn.devtools_url.as_str(), Some(config)) => Some(browser),
     };
-    let (mut browser_tx, mut browser_rx) = match browser {
+    let (browser_tx, mut browser_rx) = match browser {
         Some(Ok((ws, _))) => ws.split(),
         failed => {
             // The session ending (its browser killed) is the usual reason; say so when it is.
@@ -260,6 +363,12 @@ pub async fn relay(client: WebSocket, conn: Conn) -> Summary {
     };
     let (mut frames_in, mut frames_out) = (0u64, 0u64);
     let mut refused = BTreeSet::new();
+    // Shared by both directions (never locked across an await): what the browser tells it, the
+    // client's messages are judged by.
+    let scope = conn.context.clone().map(|context| std::sync::Mutex::new(Scope::new(context)));
+    let scope_of = || scope.as_ref().map(|s| s.lock().unwrap_or_else(|e| e.into_inner()));
+    // Both directions write to the browser: the client's messages, and the proxy's own detaches.
+    let browser_tx = tokio::sync::Mutex::new(browser_tx);
     let main = async {
         let up = async {
             let replies = to_client.clone();
@@ -276,35 +385,22 @@ pub async fn relay(client: WebSocket, conn: Conn) -> Summary {
                 frames_in += 1;
                 conn.stats.frames_in.fetch_add(1, Ordering::Relaxed);
                 activity();
-                let Ok(mut msg) = serde_json::from_str::<Value>(text.as_str()) else {
-                    return End::Fail(UNSUPPORTED, "a message is not JSON".into());
-                };
-                let method = msg.get("method").and_then(Value::as_str).unwrap_or_default().to_string();
                 let check = |url: &str| conn.net.check_as_written(url);
-                let out = match judge(&method, msg.get("params"), &conn.download_dir, &check) {
-                    Verdict::Forward => text.to_string(),
-                    Verdict::Rewrite(params) => {
-                        msg["params"] = params;
-                        msg.to_string()
-                    }
-                    Verdict::Refuse(why) => {
+                let step = upstream(text.as_str(), &conn.download_dir, &check, scope_of().as_deref_mut());
+                let out = match step {
+                    Upstream::Send(out) => out,
+                    Upstream::NotJson => return End::Fail(UNSUPPORTED, "a message is not JSON".into()),
+                    Upstream::Refuse { method, why, reply } => {
+                        let method = note_refused(&mut refused, &method);
                         tracing::info!(method = %method, reason = %why, "cdp proxy: method refused");
                         conn.stats.refused.fetch_add(1, Ordering::Relaxed);
-                        let mut reply = json!({
-                            "id": msg.get("id").cloned().unwrap_or(Value::Null),
-                            "error": { "code": -32000, "message": format!("browserpool refuses {method}: {why}") },
-                        });
-                        if let Some(session) = msg.get("sessionId") {
-                            reply["sessionId"] = session.clone();
-                        }
-                        refused.insert(method);
-                        if replies.send((Message::Text(reply.to_string().into()), None)).await.is_err() {
+                        if replies.send((Message::Text(reply.into()), None)).await.is_err() {
                             return End::ClientClosed;
                         }
                         continue;
                     }
                 };
-                if browser_tx.send(tungstenite::Message::text(out)).await.is_err() {
+                if browser_tx.lock().await.send(tungstenite::Message::text(out)).await.is_err() {
                     return End::BrowserClosed;
                 }
             }
@@ -321,6 +417,22 @@ pub async fn relay(client: WebSocket, conn: Conn) -> Summary {
                     }
                     Some(Err(_)) => return End::BrowserClosed,
                 };
+                let step = downstream(msg, scope_of().as_deref_mut());
+                let msg = match step {
+                    Downstream::Send(msg) => msg,
+                    // Other sessions' traffic is not this session's activity.
+                    Downstream::Drop => continue,
+                    Downstream::Inject(out) => {
+                        let mut browser_tx = browser_tx.lock().await;
+                        for out in out {
+                            if browser_tx.send(tungstenite::Message::text(out)).await.is_err() {
+                                return End::BrowserClosed;
+                            }
+                        }
+                        continue;
+                    }
+                    Downstream::Close(why) => return End::Fail(POLICY, why),
+                };
                 frames_out += 1;
                 conn.stats.frames_out.fetch_add(1, Ordering::Relaxed);
                 activity();
@@ -330,10 +442,27 @@ pub async fn relay(client: WebSocket, conn: Conn) -> Summary {
                     _ => 0,
                 };
                 let bytes = size.clamp(1, conn.limits.max_message).min(u32::MAX as usize) as u32;
-                let Ok(permit) = budget.clone().acquire_many_owned(bytes).await else {
-                    return End::ClientClosed;
+                let deliver = async {
+                    let Ok(permit) = budget.clone().acquire_many_owned(bytes).await else { return false };
+                    to_client.send((msg, Some(permit))).await.is_ok()
                 };
-                if to_client.send((msg, Some(permit))).await.is_err() {
+                let delivered = if scope.is_some() {
+                    match tokio::time::timeout(STALL_LIMIT, deliver).await {
+                        Ok(delivered) => delivered,
+                        Err(_) => {
+                            return End::Fail(
+                                POLICY,
+                                format!(
+                                    "the client left messages unread for {} s, holding up the shared browser",
+                                    STALL_LIMIT.as_secs()
+                                ),
+                            )
+                        }
+                    }
+                } else {
+                    deliver.await
+                };
+                if !delivered {
                     return End::ClientClosed;
                 }
             }
@@ -356,7 +485,7 @@ pub async fn relay(client: WebSocket, conn: Conn) -> Summary {
         };
         let _ = to_client.send((close(code, &reason), None)).await;
         drop(to_client);
-        let _ = SinkExt::close(&mut browser_tx).await;
+        let _ = SinkExt::close(&mut *browser_tx.lock().await).await;
         (code, reason)
     };
     let ((code, reason), ()) = tokio::join!(main, writer);
@@ -377,6 +506,26 @@ pub async fn relay(client: WebSocket, conn: Conn) -> Summary {
     summary.failed = !matches!(code, 1000 | GOING_AWAY);
     summary.close = format!("{code} {reason}");
     summary
+}
+
+/// Most refused methods a summary names, and the most characters of each: a client is refused
+/// whatever method names it makes up (in a shared browser, any at the browser level), and the
+/// summary goes whole into an audit record.
+const REFUSED_NAMES: usize = 32;
+const NAME_CHARS: usize = 64;
+
+/// Adds a refused method to the summary's set, bounded, and returns the name as noted.
+fn note_refused(refused: &mut BTreeSet<String>, method: &str) -> String {
+    let name = match method.char_indices().nth(NAME_CHARS) {
+        Some((at, _)) => format!("{}...", &method[..at]),
+        None => method.to_string(),
+    };
+    if refused.len() < REFUSED_NAMES || refused.contains(&name) {
+        refused.insert(name.clone());
+    } else {
+        refused.insert("(more)".into());
+    }
+    name
 }
 
 fn client_error(e: axum::Error) -> End {
@@ -463,6 +612,145 @@ mod tests {
         assert!(matches!(judge("Page.setDownloadBehavior", Some(&no_path), "/d", &allow_all), Verdict::Rewrite(_)));
         let deny = json!({"behavior": "deny"});
         assert_eq!(judge("Browser.setDownloadBehavior", Some(&deny), "/d", &allow_all), Verdict::Forward);
+    }
+
+    /// Messages a scope would refuse or rewrite, each with its text as a client wrote it.
+    fn scoped_away() -> Vec<&'static str> {
+        vec![
+            r#"{"id":1,"method":"Target.createBrowserContext","params":{}}"#,
+            r#"{"id":2,"method":"Target.attachToTarget","params":{"targetId":"SOMEONE-ELSES","flatten":true}}"#,
+            r#"{"id":3,"sessionId":"SOMEONE-ELSES","method":"Runtime.evaluate","params":{"expression":"1"}}"#,
+            r#"{"id":4,  "method":"Target.createTarget","params":{"url":"https://example.com/"}}"#,
+            r#"{"id":5,"method":"Fetch.enable"}"#,
+            r#"{"id":2000000001,"method":"Browser.getVersion"}"#,
+        ]
+    }
+
+    #[test]
+    fn without_a_context_every_message_passes_as_today() {
+        for text in scoped_away() {
+            assert_eq!(upstream(text, "/d", &allow_all, None), Upstream::Send(text.to_string()), "{text}");
+        }
+        // judge's own refusals and rewrites are unchanged.
+        let close = r#"{"id":7,"sessionId":"S","method":"Browser.close"}"#;
+        match upstream(close, "/d", &allow_all, None) {
+            Upstream::Refuse { method, reply, .. } => {
+                assert_eq!(method, "Browser.close");
+                let reply: Value = serde_json::from_str(&reply).unwrap();
+                assert_eq!(reply["id"], 7);
+                assert_eq!(reply["sessionId"], "S");
+                assert!(reply["error"]["message"].as_str().unwrap().starts_with("browserpool refuses Browser.close: "));
+            }
+            other => panic!("{other:?}"),
+        }
+        let download =
+            r#"{"id":8,"method":"Browser.setDownloadBehavior","params":{"behavior":"allow","downloadPath":"/x"}}"#;
+        let Upstream::Send(out) = upstream(download, "/srv/d", &allow_all, None) else { panic!("sent") };
+        let out: Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(out["params"], json!({"behavior": "allow", "downloadPath": "/srv/d"}), "no context put in");
+        assert_eq!(upstream("{", "/d", &allow_all, None), Upstream::NotJson);
+        // The browser's messages go through unread, whatever they say.
+        let foreign = r#"{"method":"Target.attachedToTarget","params":{"sessionId":"X","targetInfo":{"targetId":"F","browserContextId":"OTHER"},"waitingForDebugger":true}}"#;
+        for msg in [Message::Text(foreign.into()), Message::Text("not json".into()), Message::Binary(vec![1, 2].into())]
+        {
+            assert_eq!(downstream(msg.clone(), None), Downstream::Send(msg));
+        }
+    }
+
+    #[test]
+    fn in_a_context_the_scope_judges_after_judge() {
+        let mut scope = Scope::new("CTX");
+        for text in scoped_away() {
+            let step = upstream(text, "/d", &allow_all, Some(&mut scope));
+            match step {
+                // The one rewrite: the new page lands in the session's context.
+                Upstream::Send(out) if text.contains("createTarget") => {
+                    let out: Value = serde_json::from_str(&out).unwrap();
+                    assert_eq!(
+                        out,
+                        json!({"id": 4, "method": "Target.createTarget",
+                        "params": {"url": "https://example.com/", "browserContextId": "CTX"}})
+                    );
+                }
+                Upstream::Refuse { reply, .. } if !text.contains("createTarget") => {
+                    let reply: Value = serde_json::from_str(&reply).unwrap();
+                    assert_eq!(reply["id"], serde_json::from_str::<Value>(text).unwrap()["id"], "{text}");
+                    assert!(reply["error"]["message"].as_str().unwrap().starts_with("browserpool refuses "), "{reply}");
+                }
+                other => panic!("{text}: {other:?}"),
+            }
+        }
+        // The policy still judges the URLs a client names.
+        let blocked = r#"{"id":9,"method":"Target.createTarget","params":{"url":"http://127.0.0.1:8080/"}}"#;
+        match upstream(blocked, "/d", &no_loopback, Some(&mut scope)) {
+            Upstream::Refuse { why, .. } => assert!(why.contains("blocked by policy"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// A key given twice is read one way by serde (the last) and maybe another by the browser:
+    /// in a context, the message sent is the one judged, written anew.
+    #[test]
+    fn in_a_context_what_was_judged_is_what_is_sent() {
+        let mut scope = Scope::new("CTX");
+        let listing =
+            r#"{"id":1,"result":{"targetInfos":[{"targetId":"MINE","browserContextId":"CTX","type":"page"}]}}"#;
+        assert!(matches!(downstream(Message::Text(listing.into()), Some(&mut scope)), Downstream::Send(_)));
+        let twice = r#"{"id":2,"method":"Target.attachToTarget","params":{"targetId":"THEIRS","targetId":"MINE"}}"#;
+        let Upstream::Send(out) = upstream(twice, "/d", &allow_all, Some(&mut scope)) else { panic!("sent") };
+        assert!(!out.contains("THEIRS"), "{out}");
+        assert_eq!(
+            serde_json::from_str::<Value>(&out).unwrap(),
+            json!({"id": 2, "method": "Target.attachToTarget", "params": {"targetId": "MINE"}})
+        );
+    }
+
+    #[test]
+    fn in_a_context_the_browser_messages_are_judged() {
+        let mut scope = Scope::new("CTX");
+        let foreign = r#"{"method":"Target.attachedToTarget","params":{"sessionId":"X","targetInfo":{"targetId":"F","browserContextId":"OTHER"},"waitingForDebugger":false}}"#;
+        match downstream(Message::Text(foreign.into()), Some(&mut scope)) {
+            Downstream::Inject(out) => {
+                assert_eq!(out.len(), 1);
+                let detach: Value = serde_json::from_str(&out[0]).unwrap();
+                assert_eq!(detach["method"], "Target.detachFromTarget");
+                assert_eq!(detach["params"]["sessionId"], "X");
+            }
+            other => panic!("{other:?}"),
+        }
+        let own =
+            r#"{"method":"Target.targetCreated","params":{"targetInfo":{"targetId":"P","browserContextId":"CTX"}}}"#;
+        let msg = Message::Text(own.into());
+        assert_eq!(downstream(msg.clone(), Some(&mut scope)), Downstream::Send(msg), "forwarded as it came");
+        let contexts = r#"{"id":3,"result":{"browserContextIds":["OTHER","CTX"]}}"#;
+        let Downstream::Send(Message::Text(out)) = downstream(Message::Text(contexts.into()), Some(&mut scope)) else {
+            panic!("sent")
+        };
+        assert_eq!(
+            serde_json::from_str::<Value>(out.as_str()).unwrap(),
+            json!({"id": 3, "result": {"browserContextIds": ["CTX"]}})
+        );
+        // Nothing unreadable passes unread.
+        for msg in [Message::Text("not json".into()), Message::Binary(vec![b'{', b'}'].into())] {
+            assert_eq!(downstream(msg, Some(&mut scope)), Downstream::Drop);
+        }
+    }
+
+    #[test]
+    fn refused_names_are_bounded_in_number_and_length() {
+        let mut refused = BTreeSet::new();
+        assert_eq!(note_refused(&mut refused, "Browser.close"), "Browser.close");
+        let long = format!("Extensions.{}", "x".repeat(1 << 20));
+        let noted = note_refused(&mut refused, &long);
+        assert_eq!(noted.chars().count(), NAME_CHARS + 3);
+        assert!(refused.contains(&noted));
+        for i in 0..1000 {
+            note_refused(&mut refused, &format!("Made.up{i}"));
+        }
+        assert_eq!(refused.len(), REFUSED_NAMES + 1);
+        assert!(refused.contains("(more)") && refused.contains("Browser.close"));
+        note_refused(&mut refused, "Browser.close");
+        assert_eq!(refused.len(), REFUSED_NAMES + 1, "a name already noted is not more");
     }
 
     #[test]

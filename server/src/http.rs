@@ -132,6 +132,7 @@ async fn cdp(
                 }),
                 limits,
                 stats: stats.clone(),
+                context: None,
             };
             let summary = relay(socket, conn).await;
             stats.open.fetch_sub(1, Ordering::SeqCst);
