@@ -132,7 +132,7 @@ async fn cdp(
                 }),
                 limits,
                 stats: stats.clone(),
-                context: None,
+                context: access.context(),
             };
             let summary = relay(socket, conn).await;
             stats.open.fetch_sub(1, Ordering::SeqCst);

@@ -13,7 +13,7 @@ use axum::routing::get;
 use browserpool_client::{action, pb, Client};
 use serde_json::{json, Value};
 
-use crate::helpers::{act, eventually, ok, TestServer};
+use crate::helpers::{act, eventually, fixture_site, ok, TestServer};
 
 const PAGE: &str = r#"<!doctype html><title>Isolation</title><p id="out">none</p>
 <button id="notify" onclick="Notification.requestPermission().then(p => document.getElementById('out').textContent = 'perm=' + p)">notify</button>"#;
@@ -176,5 +176,75 @@ async fn context_sessions_share_a_browser_and_nothing_else() {
     assert_eq!(eval(&client, &d.session_id, "1 + 1").await, json!(2));
     client.release(&d.session_id).await.unwrap();
     admin.release(&bystander.session_id).await.unwrap();
+    server.stop().await;
+}
+
+/// Runs a Node script of `server/tests/cdp` against `cdp_url`; returns the JSON line it printed.
+async fn node(script: &str, cdp_url: &str, site: &str) -> Value {
+    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/cdp");
+    let out = tokio::process::Command::new("node")
+        .arg(script)
+        .current_dir(&dir)
+        .env("CDP_URL", cdp_url)
+        .env("SITE", site)
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(90), out).await.expect("node finished").unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{script} failed: {stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_str(stdout.lines().last().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("{script}: {e}: {stdout}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cdp_client_sees_only_its_own_context() {
+    let server = TestServer::start_with(|a| a.max_workers = 3).await;
+    let site = fixture_site().await;
+    let admin = server.admin().await;
+    let dense = pb::Tenant {
+        id: "dense".into(),
+        max_slots: 2,
+        max_queue: 2,
+        allow_private_networks: true,
+        isolation: pb::Isolation::Context as i32,
+        ..Default::default()
+    };
+    admin.admin().put_tenant(pb::PutTenantRequest { tenant: Some(dense) }).await.unwrap();
+    let token = server.token("dense", "ci", &["sessions:read", "sessions:write"]).await;
+    let client = server.client(&token).await;
+    let a = client.acquire(30_000).await.unwrap();
+    let b = client.acquire(30_000).await.unwrap();
+    assert_eq!(a.worker_id, b.worker_id);
+    // A's page is at /about with a cookie: B's client must see neither.
+    ok(&act(&client, &a.session_id, action("navigate", "", format!("{site}/about"))).await);
+    eval(&client, &a.session_id, "document.cookie = 'mine=a'; 1").await;
+
+    // Puppeteer and Playwright work on B as on a browser of its own.
+    let seen = node("puppeteer_flow.mjs", &b.cdp_url, &site).await;
+    assert_eq!(seen["heading"], "Hello, puppeteer", "{seen}");
+    let seen = node("playwright_flow.mjs", &b.cdp_url, &site).await;
+    assert_eq!(seen["heading"], "Hello, playwright", "{seen}");
+
+    let seen = node("scope_probe.mjs", &b.cdp_url, &site).await;
+    let text = seen.to_string();
+    assert!(!text.contains("/about"), "B's client saw A's page: {seen}");
+    assert!(
+        seen["targets"].as_array().unwrap().iter().all(|t| !t.as_str().unwrap().starts_with("page ")
+            || t.as_str().unwrap().contains(&site)
+            || t.as_str().unwrap().ends_with("about:blank")),
+        "{seen}"
+    );
+    assert!(seen["newContext"].as_str().unwrap().contains("browserpool refuses Target.createBrowserContext"), "{seen}");
+    assert_eq!(seen["cookie"], "", "{seen}");
+    assert!(seen["after"].as_array().unwrap().iter().any(|u| u.as_str().unwrap().ends_with("/second")), "{seen}");
+
+    // The pages B's clients opened are B's tabs; A still has its one tab, untouched.
+    let b_tabs = ok(&act(&client, &b.session_id, action("list_tabs", "", json!(null))).await);
+    assert_eq!(tabs(&b_tabs), 4, "B's blank tab and the three its clients opened: {b_tabs}");
+    let a_tabs = ok(&act(&client, &a.session_id, action("list_tabs", "", json!(null))).await);
+    assert_eq!(tabs(&a_tabs), 1, "{a_tabs}");
+    assert!(a_tabs[0]["url"].as_str().unwrap().ends_with("/about"), "{a_tabs}");
+    client.release(&a.session_id).await.unwrap();
+    client.release(&b.session_id).await.unwrap();
     server.stop().await;
 }
