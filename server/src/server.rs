@@ -480,7 +480,16 @@ impl Bound {
             .add_service(AdminServer::new(admin_api));
         let stopping = async move { serving.cancelled().await };
         let served = match &tls {
-            None => grpc_router.serve_with_incoming_shutdown(TcpListenerStream::new(grpc), stopping).await,
+            None => {
+                // Without TCP_NODELAY a response's frames (headers, data, trailers) wait on
+                // the client's delayed ACK: about 40 ms added to a call that took 2.
+                let incoming = tokio_stream::StreamExt::map(TcpListenerStream::new(grpc), |accepted| {
+                    accepted.inspect(|tcp| {
+                        let _ = tcp.set_nodelay(true);
+                    })
+                });
+                grpc_router.serve_with_incoming_shutdown(incoming, stopping).await
+            }
             Some(tls) => {
                 let incoming = crate::tls::incoming(TlsListener::new(grpc, tls.grpc_acceptor()));
                 grpc_router.serve_with_incoming_shutdown(incoming, stopping).await
