@@ -389,7 +389,14 @@ pub async fn serve_http(
 ) -> std::io::Result<()> {
     let router = WithClientCert(router);
     match acceptor {
-        None => axum::serve(listener, router).with_graceful_shutdown(shutdown).await,
+        None => {
+            use axum::serve::ListenerExt;
+            // CDP is many small frames each way: none may wait on a delayed ACK.
+            let listener = listener.tap_io(|tcp| {
+                let _ = tcp.set_nodelay(true);
+            });
+            axum::serve(listener, router).with_graceful_shutdown(shutdown).await
+        }
         Some(acceptor) => {
             axum::serve(TlsListener::new(listener, acceptor), router).with_graceful_shutdown(shutdown).await
         }
