@@ -16,7 +16,7 @@ mod netns;
 mod ops;
 pub mod policy;
 pub mod pool;
-mod rawcdp;
+pub mod rawcdp;
 mod task;
 mod watchers;
 

@@ -45,6 +45,28 @@ pub(crate) struct RawCdp {
     _conn: Arc<OwnedTask>,
 }
 
+/// A websocket to `url` (`ws://host:port/...`) over a TCP connection with Nagle off: CDP is
+/// small messages, often several in a row, and none may wait on the peer's delayed ACK
+/// (40 ms on Linux).
+pub async fn connect_websocket(
+    url: &str,
+    config: Option<async_tungstenite::tungstenite::protocol::WebSocketConfig>,
+) -> Result<
+    (
+        async_tungstenite::WebSocketStream<async_tungstenite::tokio::TokioAdapter<tokio::net::TcpStream>>,
+        async_tungstenite::tungstenite::handshake::client::Response,
+    ),
+    async_tungstenite::tungstenite::Error,
+> {
+    use async_tungstenite::tungstenite::client::IntoClientRequest;
+    let request = url.into_client_request()?;
+    let host = request.uri().host().unwrap_or("127.0.0.1").to_string();
+    let port = request.uri().port_u16().unwrap_or(80);
+    let tcp = tokio::net::TcpStream::connect((host.as_str(), port)).await?;
+    tcp.set_nodelay(true)?;
+    async_tungstenite::tokio::client_async_with_config(request, tcp, config).await
+}
+
 impl RawCdp {
     /// Connects to the browser endpoint (within `timeout`); events go to `events`. Calls wait
     /// at most [`CALL_CEILING`]: an action's own deadline bounds them, and callers outside an
@@ -54,7 +76,7 @@ impl RawCdp {
         timeout: Duration,
         events: mpsc::UnboundedSender<RawEvent>,
     ) -> Result<RawCdp, String> {
-        let (ws, _) = tokio::time::timeout(timeout, async_tungstenite::tokio::connect_async(ws_url))
+        let (ws, _) = tokio::time::timeout(timeout, connect_websocket(ws_url, None))
             .await
             .map_err(|_| "raw cdp connect timed out".to_string())?
             .map_err(|e| format!("raw cdp connect: {e}"))?;

@@ -317,7 +317,7 @@ pub async fn relay(client: WebSocket, conn: Conn) -> Summary {
     let browser = tokio::select! {
         biased;
         _ = conn.stop.cancelled() => None,
-        browser = connect_browser(&conn.devtools_url, config) => Some(browser),
+        browser = browserpool_pool::rawcdp::connect_websocket(&conn.devtools_url, Some(config)) => Some(browser),
     };
     let (browser_tx, mut browser_rx) = match browser {
         Some(Ok((ws, _))) => ws.split(),
@@ -526,27 +526,6 @@ fn note_refused(refused: &mut BTreeSet<String>, method: &str) -> String {
         refused.insert("(more)".into());
     }
     name
-}
-
-/// The browser's DevTools websocket over a TCP connection with Nagle off (CDP is many small
-/// frames; none waits on a delayed ACK).
-async fn connect_browser(
-    url: &str,
-    config: WebSocketConfig,
-) -> Result<
-    (
-        async_tungstenite::WebSocketStream<async_tungstenite::tokio::TokioAdapter<tokio::net::TcpStream>>,
-        tungstenite::handshake::client::Response,
-    ),
-    tungstenite::Error,
-> {
-    use tungstenite::client::IntoClientRequest;
-    let request = url.into_client_request()?;
-    let host = request.uri().host().unwrap_or("127.0.0.1").to_string();
-    let port = request.uri().port_u16().unwrap_or(80);
-    let tcp = tokio::net::TcpStream::connect((host.as_str(), port)).await?;
-    tcp.set_nodelay(true)?;
-    async_tungstenite::tokio::client_async_with_config(request, tcp, Some(config)).await
 }
 
 fn client_error(e: axum::Error) -> End {
