@@ -5,13 +5,14 @@
 //! outside the session are refused with a CDP error, download paths are rewritten into the
 //! session's own directory, and the URLs a client names are checked against the tenant's
 //! policy (the worker's egress proxy still judges every connection the browser opens, so a
-//! request the client sets up any other way is refused there). Messages from the browser are
-//! relayed as they are. Both directions apply backpressure: nothing is buffered beyond a few
+//! request the client sets up any other way is refused there); what goes on is the message as
+//! judged, written anew (a key given twice cannot read one way here and another in Chromium).
+//! Messages from the browser are relayed as they are. Both directions apply backpressure: nothing is buffered beyond a few
 //! messages and the socket buffers, each bounded.
 //!
 //! When the session is one browser context of a browser shared with other sessions of its
 //! tenant ([`Conn::context`]), a [`Scope`] keeps the client to that context: its messages are
-//! judged by it too (after `judge`) and sent as parsed, and the browser's are parsed and judged
+//! judged by it too (after `judge`), and the browser's are parsed and judged
 //! by it: other contexts' targets, sessions and listings never reach the client, and an
 //! auto-attach to another session's target is detached by the proxy itself. A client that
 //! leaves messages unread for 30 s is then closed, since the proxy reading no further would
@@ -251,15 +252,14 @@ fn upstream(
     let Ok(mut msg) = serde_json::from_str::<Value>(text) else { return Upstream::NotJson };
     let method = msg.get("method").and_then(Value::as_str).unwrap_or_default().to_string();
     let mut verdict = judge(&method, msg.get("params"), download_dir, check_url);
-    let scoped = scope.is_some();
     if let Some(scope) = scope {
         verdict = scope.on_client(&msg, verdict);
     }
     match verdict {
-        Verdict::Forward if !scoped => Upstream::Send(text.to_string()),
-        // In a shared browser what was judged is what goes: the message as parsed, written
-        // anew, so a key given twice (which another parser may read the other way) cannot show
-        // the proxy one target or context and the browser another.
+        // What was judged is what goes: the message as parsed, written anew, so a key given
+        // twice (which Chromium's parser may read the other way) cannot show the proxy one
+        // thing and the browser another: `"proxyServer": "http://x", "proxyServer": null`
+        // would otherwise pass as a context without its own proxy.
         Verdict::Forward => Upstream::Send(msg.to_string()),
         Verdict::Rewrite(params) => {
             if let Some(fields) = msg.as_object_mut() {
@@ -629,8 +629,14 @@ mod tests {
     #[test]
     fn without_a_context_every_message_passes_as_today() {
         for text in scoped_away() {
-            assert_eq!(upstream(text, "/d", &allow_all, None), Upstream::Send(text.to_string()), "{text}");
+            let Upstream::Send(sent) = upstream(text, "/d", &allow_all, None) else { panic!("{text} refused") };
+            assert_eq!(serde_json::from_str::<Value>(&sent).unwrap(), serde_json::from_str::<Value>(text).unwrap());
         }
+        // A key given twice is sent once, as judged.
+        let twice = r#"{"id":9,"method":"Target.createBrowserContext","params":{"proxyServer":"http://x","proxyServer":null}}"#;
+        let Upstream::Send(sent) = upstream(twice, "/d", &allow_all, None) else { panic!("refused") };
+        assert_eq!(sent.matches("proxyServer").count(), 1, "{sent}");
+        assert_eq!(serde_json::from_str::<Value>(&sent).unwrap()["params"]["proxyServer"], Value::Null);
         // judge's own refusals and rewrites are unchanged.
         let close = r#"{"id":7,"sessionId":"S","method":"Browser.close"}"#;
         match upstream(close, "/d", &allow_all, None) {

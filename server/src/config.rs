@@ -122,6 +122,11 @@ pub struct ServeArgs {
     /// is given, again at every start (logged); left as stored when it is not given.
     #[arg(long, env = "BROWSERPOOL_MAX_WORKERS", default_value_t = 8)]
     pub max_workers: usize,
+    /// The `default` tenant's isolation: `process` (a Chromium per session) or `context` (a
+    /// browser context per session in a Chromium its sessions share). Set when the tenant is
+    /// created (`process` when not given) and, when given, again at every start.
+    #[arg(long, env = "BROWSERPOOL_DEFAULT_ISOLATION", value_parser = ["process", "context"])]
+    pub default_isolation: Option<String>,
     /// CDP ports for workers, START-END; each is bound on 127.0.0.1 only.
     #[arg(long, env = "BROWSERPOOL_PORT_RANGE", default_value = "9300-9399")]
     pub port_range: PortRange,

@@ -264,7 +264,7 @@ pub async fn ensure_default_tenant(store: &Store, args: &ServeArgs) -> anyhow::R
         allow_hosts: Vec::new(),
         // The embedded single-user default allows loopback so local development works.
         allow_private_networks: true,
-        isolation: Isolation::Process,
+        isolation: default_isolation(args).unwrap_or_default(),
     };
     store.ensure_tenant(&default, now_ms()).await?;
     store.tenant_epoch(DEFAULT_TENANT).await?.context("the default tenant vanished right after it was ensured")
@@ -288,12 +288,25 @@ async fn apply_given_to_default_tenant(store: &Store, args: &ServeArgs) -> anyho
     set(args.given.max_session_ttl, &mut wanted.max_session_ttl_ms, ttl, "max_session_ttl_ms (--max-session-ttl)");
     let idle = millis(args.idle_timeout);
     set(args.given.idle_timeout, &mut wanted.idle_timeout_ms, idle, "idle_timeout_ms (--idle-timeout)");
+    if let Some(isolation) = default_isolation(args).filter(|i| *i != wanted.isolation) {
+        changes.push(format!(
+            "isolation {} -> {} (--default-isolation)",
+            wanted.isolation.as_str(),
+            isolation.as_str()
+        ));
+        wanted.isolation = isolation;
+    }
     if changes.is_empty() {
         return Ok(());
     }
     store.put_tenant(&wanted, now_ms()).await?;
     tracing::info!(tenant = DEFAULT_TENANT, changes = %changes.join(", "), "default tenant set from the flags given");
     Ok(())
+}
+
+/// `--default-isolation`, when given.
+fn default_isolation(args: &ServeArgs) -> Option<Isolation> {
+    args.default_isolation.as_deref().and_then(Isolation::parse)
 }
 
 /// A duration in whole milliseconds, as the tenant records keep them (at most u32::MAX).
