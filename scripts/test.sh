@@ -36,6 +36,12 @@ if ensure_postgres; then
     echo "== the server's tests again on PostgreSQL ($(echo "$BROWSERPOOL_TEST_POSTGRES" | sed 's#//[^@]*@#//#'))"
     TMPDIR="$suite_tmp" cargo test -p browserpool-server --locked -- --test-threads=2 2>&1 | tee -a "$log"
 fi
+# The feature modules again with every session of the `default` tenant a browser context of
+# one shared Chromium: actions, dialogs, envelopes, the policy and the CDP proxy must work the
+# same in context isolation (the modules about worker processes themselves are not rerun).
+echo "== actions, dialogs, envelopes, egress and CDP again in context isolation"
+BROWSERPOOL_DEFAULT_ISOLATION=context BROWSERPOOL_TEST_POSTGRES= TMPDIR="$suite_tmp" \
+    cargo test -p browserpool-server --locked --test e2e -- --test-threads=2 actions:: dialogs:: context:: egress:: cdp:: 2>&1 | tee -a "$log"
 
 # Every worker the suite started must be gone (zombies awaiting their reaper do not count).
 for _ in $(seq 1 50); do

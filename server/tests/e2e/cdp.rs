@@ -423,10 +423,18 @@ async fn limits_metrics_public_url_downloads_and_actions_beside_a_client() {
     ok(&act(&client, &id, action("click", "#d", json!(null))).await);
     let deadline = Instant::now() + Duration::from_secs(10);
     let landed = loop {
+        // The session's dir is its profile's `downloads` (process isolation), or a directory
+        // per context in it (context isolation, see the e2e run with
+        // BROWSERPOOL_DEFAULT_ISOLATION=context).
         let found = std::fs::read_dir(server.profiles_dir())
             .unwrap()
             .flatten()
-            .map(|profile| profile.path().join("downloads/report.txt"))
+            .flat_map(|profile| {
+                let downloads = profile.path().join("downloads");
+                let per_context = std::fs::read_dir(&downloads).into_iter().flatten().flatten().map(|d| d.path());
+                std::iter::once(downloads.clone()).chain(per_context).collect::<Vec<_>>()
+            })
+            .map(|dir| dir.join("report.txt"))
             .find(|p| p.exists());
         if let Some(found) = found {
             break found;
