@@ -633,7 +633,8 @@ mod tests {
             assert_eq!(serde_json::from_str::<Value>(&sent).unwrap(), serde_json::from_str::<Value>(text).unwrap());
         }
         // A key given twice is sent once, as judged.
-        let twice = r#"{"id":9,"method":"Target.createBrowserContext","params":{"proxyServer":"http://x","proxyServer":null}}"#;
+        let twice =
+            r#"{"id":9,"method":"Target.createBrowserContext","params":{"proxyServer":"http://x","proxyServer":null}}"#;
         let Upstream::Send(sent) = upstream(twice, "/d", &allow_all, None) else { panic!("refused") };
         assert_eq!(sent.matches("proxyServer").count(), 1, "{sent}");
         assert_eq!(serde_json::from_str::<Value>(&sent).unwrap()["params"]["proxyServer"], Value::Null);

@@ -248,3 +248,79 @@ async fn a_cdp_client_sees_only_its_own_context() {
     client.release(&b.session_id).await.unwrap();
     server.stop().await;
 }
+
+/// The pid of worker `id`, while the pool lists it.
+async fn worker_pid(admin: &Client, id: &str) -> Option<u32> {
+    let status = admin.admin().pool_status(pb::PoolStatusRequest {}).await.unwrap().into_inner();
+    status.workers.iter().find(|w| w.worker_id == id).map(|w| w.pid)
+}
+
+async fn context_tenant(server: &TestServer, admin: &Client) -> Client {
+    let dense = pb::Tenant {
+        id: "dense".into(),
+        max_slots: 3,
+        max_queue: 3,
+        isolation: pb::Isolation::Context as i32,
+        ..Default::default()
+    };
+    admin.admin().put_tenant(pb::PutTenantRequest { tenant: Some(dense) }).await.unwrap();
+    let token = server.token("dense", "ci", &["sessions:read", "sessions:write"]).await;
+    server.client(&token).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_shared_browser_is_replaced_after_its_sessions_and_goes_when_idle() {
+    let server = TestServer::start_with(|a| {
+        a.max_workers = 3;
+        a.context_recycle_after = 2;
+        a.context_idle = Duration::from_secs(1);
+    })
+    .await;
+    let admin = server.admin().await;
+    let client = context_tenant(&server, &admin).await;
+    let first = client.acquire(30_000).await.unwrap();
+    let second = client.acquire(30_000).await.unwrap();
+    assert_eq!(first.worker_id, second.worker_id);
+    let old = worker_pid(&admin, &first.worker_id).await.expect("the shared browser is listed");
+    // Its second session was its last: the third gets a fresh browser, and the old one goes
+    // once its sessions have ended, not before.
+    let third = client.acquire(30_000).await.unwrap();
+    assert_ne!(third.worker_id, first.worker_id, "replaced after 2 sessions");
+    client.release(&first.session_id).await.unwrap();
+    assert_eq!(eval(&client, &second.session_id, "1 + 1").await, json!(2), "still serving its last session");
+    assert!(worker_pid(&admin, &first.worker_id).await.is_some());
+    client.release(&second.session_id).await.unwrap();
+    eventually("the replaced browser to be killed", Duration::from_secs(15), || async {
+        (worker_pid(&admin, &first.worker_id).await.is_none() && !browserpool_pool::lock::pid_alive(old)).then_some(())
+    })
+    .await;
+    // With no session for --context-idle, the current one goes too.
+    client.release(&third.session_id).await.unwrap();
+    eventually("the idle shared browser to be killed", Duration::from_secs(15), || async {
+        worker_pid(&admin, &third.worker_id).await.is_none().then_some(())
+    })
+    .await;
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_shared_browser_is_replaced_past_its_memory_ceiling() {
+    // Any Chromium is past 64 MiB: the first session to end sends its browser away.
+    let server = TestServer::start_with(|a| {
+        a.max_workers = 3;
+        a.context_memory_ceiling_mib = 64;
+    })
+    .await;
+    let admin = server.admin().await;
+    let client = context_tenant(&server, &admin).await;
+    let first = client.acquire(30_000).await.unwrap();
+    client.release(&first.session_id).await.unwrap();
+    eventually("the browser past its ceiling to be killed", Duration::from_secs(15), || async {
+        worker_pid(&admin, &first.worker_id).await.is_none().then_some(())
+    })
+    .await;
+    let next = client.acquire(30_000).await.unwrap();
+    assert_ne!(next.worker_id, first.worker_id);
+    client.release(&next.session_id).await.unwrap();
+    server.stop().await;
+}
