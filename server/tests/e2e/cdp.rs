@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 use crate::helpers::{act, fixture_site, ok, TestServer};
 
 /// Runs one of the Node scripts next to `package.json`; returns the JSON line it printed.
-async fn node(script: &str, cdp_url: &str, token: Option<&str>, site: &str) -> Value {
+pub async fn node(script: &str, cdp_url: &str, token: Option<&str>, site: &str) -> Value {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/cdp");
     assert!(
         dir.join("node_modules/puppeteer-core").exists() && dir.join("node_modules/playwright-core").exists(),

@@ -13,6 +13,7 @@ use axum::routing::get;
 use browserpool_client::{action, pb, Client};
 use serde_json::{json, Value};
 
+use crate::cdp::node;
 use crate::helpers::{act, eventually, fixture_site, ok, TestServer};
 
 const PAGE: &str = r#"<!doctype html><title>Isolation</title><p id="out">none</p>
@@ -100,15 +101,9 @@ async fn leave_traces(client: &Client, id: &str, site: &str) {
     );
 }
 
-fn tabs(r: &Value) -> usize {
-    r.as_array().map(Vec::len).unwrap_or_else(|| panic!("list_tabs answered {r}"))
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn context_sessions_share_a_browser_and_nothing_else() {
-    let server = TestServer::start_with(|a| a.max_workers = 3).await;
-    let (site, hits) = site().await;
-    let admin = server.admin().await;
+/// Makes tenant `dense` (3 slots, loopback allowed, context isolation) and a client of it
+/// with `sessions:read`, `sessions:write` and `scopes`.
+async fn context_tenant(server: &TestServer, admin: &Client, scopes: &[&str]) -> Client {
     let dense = pb::Tenant {
         id: "dense".into(),
         max_slots: 3,
@@ -118,11 +113,24 @@ async fn context_sessions_share_a_browser_and_nothing_else() {
         ..Default::default()
     };
     admin.admin().put_tenant(pb::PutTenantRequest { tenant: Some(dense) }).await.unwrap();
+    let scopes: Vec<&str> = ["sessions:read", "sessions:write"].iter().chain(scopes).copied().collect();
+    let token = server.token("dense", "ci", &scopes).await;
+    server.client(&token).await
+}
+
+fn tabs(r: &Value) -> usize {
+    r.as_array().map(Vec::len).unwrap_or_else(|| panic!("list_tabs answered {r}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn context_sessions_share_a_browser_and_nothing_else() {
+    let server = TestServer::start_with(|a| a.max_workers = 3).await;
+    let (site, hits) = site().await;
+    let admin = server.admin().await;
+    let client = context_tenant(&server, &admin, &["context:export"]).await;
     let listed = admin.admin().list_tenants(pb::ListTenantsRequest {}).await.unwrap().into_inner();
     let stored = listed.tenants.iter().find(|t| t.id == "dense").unwrap();
     assert_eq!(stored.isolation, pb::Isolation::Context as i32);
-    let token = server.token("dense", "ci", &["sessions:read", "sessions:write", "context:export"]).await;
-    let client = server.client(&token).await;
     // Another tenant's session, in a Chromium of its own: the shared browser's crash below
     // must not touch it.
     let bystander = admin.acquire(30_000).await.unwrap();
@@ -179,39 +187,12 @@ async fn context_sessions_share_a_browser_and_nothing_else() {
     server.stop().await;
 }
 
-/// Runs a Node script of `server/tests/cdp` against `cdp_url`; returns the JSON line it printed.
-async fn node(script: &str, cdp_url: &str, site: &str) -> Value {
-    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/cdp");
-    let out = tokio::process::Command::new("node")
-        .arg(script)
-        .current_dir(&dir)
-        .env("CDP_URL", cdp_url)
-        .env("SITE", site)
-        .kill_on_drop(true)
-        .output();
-    let out = tokio::time::timeout(Duration::from_secs(90), out).await.expect("node finished").unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{script} failed: {stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_str(stdout.lines().last().unwrap_or_default())
-        .unwrap_or_else(|e| panic!("{script}: {e}: {stdout}"))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cdp_client_sees_only_its_own_context() {
     let server = TestServer::start_with(|a| a.max_workers = 3).await;
     let site = fixture_site().await;
     let admin = server.admin().await;
-    let dense = pb::Tenant {
-        id: "dense".into(),
-        max_slots: 2,
-        max_queue: 2,
-        allow_private_networks: true,
-        isolation: pb::Isolation::Context as i32,
-        ..Default::default()
-    };
-    admin.admin().put_tenant(pb::PutTenantRequest { tenant: Some(dense) }).await.unwrap();
-    let token = server.token("dense", "ci", &["sessions:read", "sessions:write"]).await;
-    let client = server.client(&token).await;
+    let client = context_tenant(&server, &admin, &[]).await;
     let a = client.acquire(30_000).await.unwrap();
     let b = client.acquire(30_000).await.unwrap();
     assert_eq!(a.worker_id, b.worker_id);
@@ -220,12 +201,12 @@ async fn a_cdp_client_sees_only_its_own_context() {
     eval(&client, &a.session_id, "document.cookie = 'mine=a'; 1").await;
 
     // Puppeteer and Playwright work on B as on a browser of its own.
-    let seen = node("puppeteer_flow.mjs", &b.cdp_url, &site).await;
+    let seen = node("puppeteer_flow.mjs", &b.cdp_url, None, &site).await;
     assert_eq!(seen["heading"], "Hello, puppeteer", "{seen}");
-    let seen = node("playwright_flow.mjs", &b.cdp_url, &site).await;
+    let seen = node("playwright_flow.mjs", &b.cdp_url, None, &site).await;
     assert_eq!(seen["heading"], "Hello, playwright", "{seen}");
 
-    let seen = node("scope_probe.mjs", &b.cdp_url, &site).await;
+    let seen = node("scope_probe.mjs", &b.cdp_url, None, &site).await;
     let text = seen.to_string();
     assert!(!text.contains("/about"), "B's client saw A's page: {seen}");
     assert!(
@@ -255,19 +236,6 @@ async fn worker_pid(admin: &Client, id: &str) -> Option<u32> {
     status.workers.iter().find(|w| w.worker_id == id).map(|w| w.pid)
 }
 
-async fn context_tenant(server: &TestServer, admin: &Client) -> Client {
-    let dense = pb::Tenant {
-        id: "dense".into(),
-        max_slots: 3,
-        max_queue: 3,
-        isolation: pb::Isolation::Context as i32,
-        ..Default::default()
-    };
-    admin.admin().put_tenant(pb::PutTenantRequest { tenant: Some(dense) }).await.unwrap();
-    let token = server.token("dense", "ci", &["sessions:read", "sessions:write"]).await;
-    server.client(&token).await
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_shared_browser_is_replaced_after_its_sessions_and_goes_when_idle() {
     let server = TestServer::start_with(|a| {
@@ -277,7 +245,7 @@ async fn the_shared_browser_is_replaced_after_its_sessions_and_goes_when_idle() 
     })
     .await;
     let admin = server.admin().await;
-    let client = context_tenant(&server, &admin).await;
+    let client = context_tenant(&server, &admin, &[]).await;
     let first = client.acquire(30_000).await.unwrap();
     let second = client.acquire(30_000).await.unwrap();
     assert_eq!(first.worker_id, second.worker_id);
@@ -312,7 +280,7 @@ async fn the_shared_browser_is_replaced_past_its_memory_ceiling() {
     })
     .await;
     let admin = server.admin().await;
-    let client = context_tenant(&server, &admin).await;
+    let client = context_tenant(&server, &admin, &[]).await;
     let first = client.acquire(30_000).await.unwrap();
     client.release(&first.session_id).await.unwrap();
     eventually("the browser past its ceiling to be killed", Duration::from_secs(15), || async {
