@@ -219,6 +219,30 @@ async fn a_cdp_client_sees_only_its_own_context() {
     assert_eq!(seen["cookie"], "", "{seen}");
     assert!(seen["after"].as_array().unwrap().iter().any(|u| u.as_str().unwrap().ends_with("/second")), "{seen}");
 
+    // A client of B that auto-attaches (waiting for the debugger on new targets) and stays
+    // attached does not hold A's new pages back: the proxy detaches it from them.
+    let mut hold = tokio::process::Command::new("node")
+        .arg("hold.mjs")
+        .current_dir(std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/cdp"))
+        .env("CDP_URL", &b.cdp_url)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(hold.stdout.take().unwrap()));
+    let ready = tokio::time::timeout(Duration::from_secs(60), lines.next_line()).await.unwrap().unwrap();
+    assert!(ready.as_deref().is_some_and(|l| l.contains("\"ready\":true")), "{ready:?}");
+    let mut opened = action("new_tab", "", format!("{site}/second"));
+    opened.timeout_ms = 10_000;
+    let opened = act(&client, &a.session_id, opened).await;
+    ok(&opened);
+    assert_eq!(ok(&act(&client, &a.session_id, action("title", "", json!(null))).await), json!("Second"));
+    ok(&act(&client, &a.session_id, action("close_tab", "", json!(1))).await);
+    drop(hold.stdin.take());
+    let held = tokio::time::timeout(Duration::from_secs(30), hold.wait()).await.unwrap().unwrap();
+    assert!(held.success(), "hold.mjs ended with {held}");
+
     // The pages B's clients opened are B's tabs; A still has its one tab, untouched.
     let b_tabs = ok(&act(&client, &b.session_id, action("list_tabs", "", json!(null))).await);
     assert_eq!(tabs(&b_tabs), 4, "B's blank tab and the three its clients opened: {b_tabs}");
