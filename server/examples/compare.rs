@@ -112,10 +112,13 @@ impl System {
         let chrome = browserpool_pool::find_chrome(None)?;
         match name {
             "browserpool/process" => {
-                let server = InProcess::start(clients, clients + 1).await?;
+                // At least the server's default `--warm` (2): one worker for the next session
+                // and one spare, as a server started with its defaults keeps.
+                let warm = clients.max(2);
+                let server = InProcess::start(warm, warm + 1).await?;
                 let client = Client::connect(server.endpoint.clone(), &server.token).await?;
                 // Measured from a warm pool, as a server that has been up a while is.
-                wait_warm(&server, clients).await;
+                wait_warm(&server, warm).await;
                 Ok(System::Pool { server, client })
             }
             "browserpool/context" => {
