@@ -207,6 +207,9 @@ struct Inner {
     refill: Notify,
     /// Turns true when the server stops; waiting leases give up at once.
     shutdown: CancellationToken,
+    /// Cancelled by [`Pool::shutdown`] too (a child of `shutdown`): ends the shared browsers'
+    /// idle timers, so shutdown does not wait them out.
+    closing: CancellationToken,
     /// The refill loop and every boot: shutdown waits for them.
     tasks: TaskTracker,
 }
@@ -238,6 +241,7 @@ impl Pool {
             slots: Arc::new(Semaphore::new(max)),
             warm_ready: Notify::new(),
             refill: Notify::new(),
+            closing: shutdown.child_token(),
             shutdown: shutdown.clone(),
             tasks: TaskTracker::new(),
         });
@@ -385,6 +389,7 @@ impl Pool {
     /// Leases still held are killed when their holders release or drop them.
     pub async fn shutdown(&self) {
         self.inner.slots.close();
+        self.inner.closing.cancel();
         let (warm, shared): (Vec<Worker>, Vec<Arc<SharedBrowser>>) = {
             let mut state = self.inner.state();
             state.closed = true;
@@ -849,9 +854,12 @@ impl Pool {
                 let left = deadline.saturating_duration_since(tokio::time::Instant::now());
                 let worker = self.take_warm(left).await?;
                 // Another session of the tenant may have made one meanwhile: use it, and give
-                // the worker back.
+                // the worker back, no longer counted as leased.
                 if let Some(browser) = self.current_shared(tenant) {
-                    self.inner.state().warm.push_front(worker);
+                    let mut state = self.inner.state();
+                    state.leased.remove(&worker.id);
+                    state.warm.push_front(worker);
+                    drop(state);
                     self.inner.warm_ready.notify_waiters();
                     browser
                 } else {
@@ -1051,11 +1059,11 @@ impl Pool {
             return;
         }
         let (pool, browser, idle) = (self.clone(), browser.clone(), self.inner.cfg.shared.idle);
-        let shutdown = self.inner.shutdown.clone();
+        let closing = self.inner.closing.clone();
         self.inner.tasks.spawn(async move {
             tokio::select! {
                 _ = tokio::time::sleep(idle) => {}
-                _ = shutdown.cancelled() => {}
+                _ = closing.cancelled() => {}
             }
             let idle = {
                 let mut state = pool.inner.state();

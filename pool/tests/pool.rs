@@ -10,8 +10,10 @@ fn config(dir: &std::path::Path, warm: usize, max: usize) -> PoolConfig {
         launch: LaunchConfig {
             chrome: find_chrome(None).expect("chromium must be installed for these tests"),
             profiles_dir: dir.join("profiles"),
-            lock_dir: dir.join("locks"),
-            ports: PortRange { start: 19300, end: 19399 },
+            // Host-wide, as in production: the tests run at once, and each port's temp dir
+            // (`/tmp/browserpool-w<port>`) must be one test's only.
+            lock_dir: std::env::temp_dir().join("browserpool-pool-test-locks"),
+            ports: PortRange { start: 19350, end: 19399 },
             launch_timeout: Duration::from_secs(30),
             cdp_timeout: Duration::from_secs(10),
         },
@@ -38,7 +40,11 @@ fn call(action: &str, selector: &str, payload: serde_json::Value) -> ActionCall 
 async fn lease_act_release_leaves_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let stop = tokio_util::sync::CancellationToken::new();
-    let pool = Pool::start(config(dir.path(), 1, 2), stop.clone());
+    // Its own lock dir, to see every lock go, and so ports of its own.
+    let mut cfg = config(dir.path(), 1, 2);
+    cfg.launch.lock_dir = dir.path().join("locks");
+    cfg.launch.ports = PortRange { start: 19300, end: 19349 };
+    let pool = Pool::start(cfg, stop.clone());
     assert!(pool.wait_warm(1, Duration::from_secs(30)).await, "a worker must turn warm");
 
     let lease = pool.lease(Duration::from_secs(30), Viewport::default()).await.unwrap();
@@ -156,4 +162,33 @@ async fn spares_boot_at_idle_priority_and_leases_run_at_normal() {
     second.release().await;
     pool.shutdown().await;
     stop.cancel();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn context_leases_of_one_tenant_share_one_browser_and_count_it_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let pool = Pool::start(config(dir.path(), 2, 4), stop.clone());
+    assert!(pool.wait_warm(2, Duration::from_secs(30)).await, "two workers must turn warm");
+    // At once, so both may find no shared browser yet and take a warm worker each.
+    let wait = Duration::from_secs(30);
+    let (a, b) = tokio::join!(
+        pool.lease_context("t", wait, Viewport::default()),
+        pool.lease_context("t", wait, Viewport::default())
+    );
+    let (a, b) = (a.unwrap(), b.unwrap());
+    assert!(a.context().is_some() && b.context().is_some() && a.context() != b.context());
+    let browsers: std::collections::HashSet<_> = [a.worker_id().clone(), b.worker_id().clone()].into();
+    let status = pool.status();
+    // Whatever the race did, each browser is counted once, and a worker given back is warm.
+    assert_eq!(status.leased, browsers.len(), "{status:?}");
+    assert!(status.leased + status.warm + status.booting <= status.capacity, "{status:?}");
+    let out = a.driver().run(&call("evaluate", "", json!("1 + 2"))).await.unwrap();
+    assert_eq!(out.value, json!(3));
+    a.release().await;
+    b.release().await;
+    pool.shutdown().await;
+    stop.cancel();
+    let profiles: Vec<_> = std::fs::read_dir(dir.path().join("profiles")).unwrap().collect();
+    assert!(profiles.is_empty(), "profiles left: {profiles:?}");
 }
