@@ -555,11 +555,6 @@ impl Driver {
         self.shared.stop.cancel();
     }
 
-    /// The browser context this driver's session is, when it shares its browser.
-    pub fn context(&self) -> Option<&str> {
-        self.shared.context.as_deref()
-    }
-
     /// Sets the navigation policy of the session this worker serves.
     pub fn set_policy(&self, policy: NavPolicy) {
         *self.shared.net.policy.write().unwrap_or_else(|e| e.into_inner()) = policy;
