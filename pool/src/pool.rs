@@ -158,6 +158,9 @@ async fn watch_death(pid: u32, mut connection: watch::Receiver<Option<String>>, 
 /// How often a worker's process is looked at for an exit its connection did not report.
 const DEATH_POLL: Duration = Duration::from_millis(200);
 
+/// How often, at most, a shared browser's memory is read against its ceiling.
+const MEMORY_READ_EVERY: Duration = Duration::from_secs(1);
+
 #[derive(Default)]
 struct State {
     warm: VecDeque<Worker>,
@@ -804,6 +807,8 @@ struct Usage {
     generation: u64,
     /// A spare context is being made.
     preparing: bool,
+    /// When its memory was last read against the ceiling.
+    memory_read: Option<Instant>,
 }
 
 impl SharedBrowser {
@@ -1021,9 +1026,23 @@ impl Pool {
         }
         let downloads = browser.profile.join("downloads").join(&context);
         let (pid, ceiling) = (browser.pid, self.inner.cfg.shared.memory_ceiling);
+        // Reading PSS walks every page table of every process of the browser (about 10 ms of
+        // CPU for a busy one), so it is read at most once a second, not at every session end.
+        let read_memory = {
+            let mut usage = browser.usage();
+            let due = usage.memory_read.is_none_or(|at| at.elapsed() >= MEMORY_READ_EVERY);
+            if due {
+                usage.memory_read = Some(Instant::now());
+            }
+            due
+        };
         let pss = tokio::task::spawn_blocking(move || {
             let _ = std::fs::remove_dir_all(downloads);
-            crate::launcher::group_memory(pid).pss_bytes
+            if read_memory {
+                crate::launcher::group_memory(pid).pss_bytes
+            } else {
+                0
+            }
         })
         .await
         .unwrap_or(0);

@@ -20,8 +20,12 @@
 //! Each system runs SESSIONS sessions one after another (latency p50/p95 and each step's
 //! p50), then SESSIONS sessions at 1, 4 and 8 clients at once (sessions per second). While it
 //! runs, the proportional set size (PSS, shared pages split between the processes sharing
-//! them) of this process and of the Chromium processes it started is sampled every 100 ms; the
-//! peaks are printed. A table goes to stdout, the same figures as JSON to JSON_PATH.
+//! them) of this process and of the Chromium processes it started is sampled every 250 ms (a
+//! read walks their page tables, so sampling more often takes CPU from the workload); the
+//! peaks are printed. At 8 clients, the CPU time per session is printed too (ms): this
+//! process's (`own_cpu`: the server and its client, or chromiumoxide) and the whole host's
+//! (`host_cpu`: Chromium's processes included), the figure that bounds throughput on a busy
+//! host. A table goes to stdout, the same figures as JSON to JSON_PATH.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -254,7 +258,7 @@ async fn wait_warm(server: &InProcess, n: usize) {
 }
 
 /// The peak PSS, in KiB, of this process and of the processes naming `marker` on their
-/// command line, sampled every 100 ms until dropped.
+/// command line, sampled every 250 ms until dropped.
 struct Sampler {
     own: Arc<AtomicU64>,
     chromium: Arc<AtomicU64>,
@@ -270,7 +274,7 @@ impl Sampler {
             loop {
                 o.fetch_max(pss_kib("self"), Ordering::Relaxed);
                 c.fetch_max(chromium_pss_kib(&marker), Ordering::Relaxed);
-                tokio::time::sleep(Duration::from_millis(100)).await;
+                tokio::time::sleep(Duration::from_millis(250)).await;
             }
         });
         Sampler { own, chromium, task }
@@ -327,7 +331,27 @@ struct Figures {
     per_second: BTreeMap<usize, f64>,
     peak_own_kib: u64,
     peak_chromium_kib: u64,
+    /// CPU time per session at 8 clients: this process's, and the whole host's.
+    cpu_own_ms: f64,
+    cpu_host_ms: f64,
     errors: usize,
+}
+
+/// CPU time used so far, in ms: this process's (its threads, not its children) and the whole
+/// host's (every process, so Chromium's renderers are counted even after they exit).
+fn cpu_ms() -> (f64, f64) {
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage writes into the struct it is given.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
+    let tv = |t: libc::timeval| t.tv_sec as f64 * 1000.0 + t.tv_usec as f64 / 1000.0;
+    let own = tv(usage.ru_utime) + tv(usage.ru_stime);
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let ticks: Vec<f64> =
+        stat.lines().next().unwrap_or_default().split_whitespace().skip(1).filter_map(|v| v.parse().ok()).collect();
+    // user nice system idle iowait irq softirq steal: busy is all but idle and iowait.
+    let busy: f64 = ticks.iter().take(8).enumerate().filter(|(i, _)| *i != 3 && *i != 4).map(|(_, v)| v).sum();
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    (own, busy * 1000.0 / hz)
 }
 
 async fn measure(name: &str, page: &str, sessions: usize) -> anyhow::Result<Figures> {
@@ -364,10 +388,12 @@ async fn measure(name: &str, page: &str, sessions: usize) -> anyhow::Result<Figu
 
     // Throughput: SESSIONS sessions split over `clients` at once.
     let mut per_second = BTreeMap::new();
+    let (mut cpu_own_ms, mut cpu_host_ms) = (0.0, 0.0);
     for clients in CLIENTS {
         let system = Arc::new(System::start(name, clients).await?);
         let sampler = Sampler::start(system.marker());
         let next = Arc::new(AtomicU64::new(0));
+        let cpu_before = cpu_ms();
         let started = Instant::now();
         let mut workers = Vec::new();
         for _ in 0..clients {
@@ -390,6 +416,9 @@ async fn measure(name: &str, page: &str, sessions: usize) -> anyhow::Result<Figu
             errors += w.await?;
         }
         per_second.insert(clients, sessions as f64 / started.elapsed().as_secs_f64());
+        let cpu_after = cpu_ms();
+        (cpu_own_ms, cpu_host_ms) =
+            ((cpu_after.0 - cpu_before.0) / sessions as f64, (cpu_after.1 - cpu_before.1) / sessions as f64);
         let (o, c) = sampler.peaks();
         (own, chromium) = (own.max(o), chromium.max(c));
         let system = Arc::try_unwrap(system).map_err(|_| anyhow::anyhow!("system still shared"))?;
@@ -402,6 +431,8 @@ async fn measure(name: &str, page: &str, sessions: usize) -> anyhow::Result<Figu
         per_second,
         peak_own_kib: own,
         peak_chromium_kib: chromium,
+        cpu_own_ms,
+        cpu_host_ms,
         errors,
     })
 }
@@ -431,12 +462,22 @@ async fn main() -> anyhow::Result<()> {
 
     println!();
     println!(
-        "{:<20} {:>8} {:>8} {:>8} {:>8} {:>8} {:>10} {:>10} {:>6}",
-        "system", "seq_p50", "seq_p95", "1c_s/s", "4c_s/s", "8c_s/s", "own_mib", "chrome_mib", "errors"
+        "{:<20} {:>8} {:>8} {:>8} {:>8} {:>8} {:>10} {:>10} {:>9} {:>9} {:>6}",
+        "system",
+        "seq_p50",
+        "seq_p95",
+        "1c_s/s",
+        "4c_s/s",
+        "8c_s/s",
+        "own_mib",
+        "chrome_mib",
+        "own_cpu",
+        "host_cpu",
+        "errors"
     );
     for (name, f) in &results {
         println!(
-            "{:<20} {:>8.1} {:>8.1} {:>8.2} {:>8.2} {:>8.2} {:>10.1} {:>10.1} {:>6}",
+            "{:<20} {:>8.1} {:>8.1} {:>8.2} {:>8.2} {:>8.2} {:>10.1} {:>10.1} {:>9.1} {:>9.1} {:>6}",
             name,
             ms(f.sequential_p50),
             ms(f.sequential_p95),
@@ -445,6 +486,8 @@ async fn main() -> anyhow::Result<()> {
             f.per_second[&8],
             f.peak_own_kib as f64 / 1024.0,
             f.peak_chromium_kib as f64 / 1024.0,
+            f.cpu_own_ms,
+            f.cpu_host_ms,
             f.errors
         );
     }
@@ -473,6 +516,7 @@ async fn main() -> anyhow::Result<()> {
             "step_p50_ms": STEPS.iter().zip(&f.steps_p50).map(|(s, t)| (s.to_string(), json!(ms(*t)))).collect::<serde_json::Map<_, _>>(),
             "peak_own_pss_mib": f.peak_own_kib as f64 / 1024.0,
             "peak_chromium_pss_mib": f.peak_chromium_kib as f64 / 1024.0,
+            "cpu_ms_per_session_8_clients": { "own": f.cpu_own_ms, "host": f.cpu_host_ms },
             "errors": f.errors,
         })).collect::<Vec<_>>(),
     });
