@@ -159,27 +159,42 @@ impl Process {
 
     /// Kills the group and strays, reaps the child, deletes the profile, frees the port.
     pub(crate) async fn kill(mut self) {
-        self.signal_all();
+        self.kill_group();
         if tokio::time::timeout(Duration::from_secs(5), self.child.wait()).await.is_err() {
             tracing::warn!(pid = self.pgid, "chromium did not exit after sigkill");
         }
-        for dir in [self.profile.clone(), self.tmp.clone()] {
-            if let Err(e) = tokio::fs::remove_dir_all(&dir).await {
-                if e.kind() != std::io::ErrorKind::NotFound {
-                    tracing::warn!(dir = %dir.display(), error = %e, "could not remove worker directory");
+        // Finding strays reads every process's command line, and a profile is thousands of
+        // files: cleanup nobody waits for, so on a thread at the lowest priority. Without a
+        // thread for it, dropping `self` does it inline.
+        let (profile, tmp) = (self.profile.clone(), self.tmp.clone());
+        self.killed = at_lowest_priority(move || {
+            kill_strays(&profile);
+            for dir in [profile, tmp] {
+                if let Err(e) = std::fs::remove_dir_all(&dir) {
+                    if e.kind() != std::io::ErrorKind::NotFound {
+                        tracing::warn!(dir = %dir.display(), error = %e, "could not remove worker directory");
+                    }
                 }
             }
-        }
-        self.killed = true;
+        })
+        .await;
         self.gate.take();
         self.lock.take();
     }
 
-    fn signal_all(&self) {
-        // SAFETY: killpg on the group we created with process_group(0); ESRCH is harmless.
+    /// SIGKILL to the group, at the lowest priority first: exiting frees the memory of every
+    /// process, which should not take CPU from the sessions running meanwhile.
+    fn kill_group(&self) {
+        // SAFETY: setpriority and killpg on the group we created with process_group(0) (every
+        // thread of every process in it); ESRCH is harmless.
         unsafe {
+            libc::setpriority(libc::PRIO_PGRP, self.pgid as libc::id_t, 19);
             libc::killpg(self.pgid, libc::SIGKILL);
         }
+    }
+
+    fn signal_all(&self) {
+        self.kill_group();
         kill_strays(&self.profile);
     }
 }
@@ -264,6 +279,23 @@ fn kill_strays(profile: &Path) {
     let mut needle = profile.as_os_str().as_encoded_bytes().to_vec();
     needle.push(b'/');
     kill_naming(&needle);
+}
+
+/// Runs `f` on a thread of its own at the lowest CPU priority (nice 19) and waits for it;
+/// false if no thread could be started or `f` panicked.
+async fn at_lowest_priority(f: impl FnOnce() + Send + 'static) -> bool {
+    let (done_tx, done) = tokio::sync::oneshot::channel();
+    let job = move || {
+        // SAFETY: setpriority on the calling thread (`who` 0) has no memory preconditions.
+        unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 19) };
+        f();
+        let _ = done_tx.send(());
+    };
+    if let Err(e) = std::thread::Builder::new().name("worker-cleanup".into()).spawn(job) {
+        tracing::warn!(error = %e, "no thread for a worker's cleanup; doing it inline");
+        return false;
+    }
+    done.await.is_ok()
 }
 
 /// Memory of a whole process group (Chromium's browser, renderers, GPU and utility

@@ -117,9 +117,11 @@ impl System {
         match name {
             "browserpool/process" => {
                 // At least the server's default `--warm` (2): one worker for the next session
-                // and one spare, as a server started with its defaults keeps.
+                // and one spare, as a server started with its defaults keeps; and at least its
+                // default `--max-workers` (8), so a released browser still being killed (it
+                // counts until gone) does not hold up the boots.
                 let warm = clients.max(2);
-                let server = InProcess::start(warm, warm + 1).await?;
+                let server = InProcess::start(warm, (warm + 1).max(8)).await?;
                 let client = Client::connect(server.endpoint.clone(), &server.token).await?;
                 // Measured from a warm pool, as a server that has been up a while is.
                 wait_warm(&server, warm).await;

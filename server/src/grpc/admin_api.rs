@@ -57,11 +57,18 @@ impl AdminApi {
         }
         let owners = self.sessions.worker_owners();
         let replica = self.sessions.replica_id().to_string();
+        // Reading memory walks every worker's page tables: off the runtime's threads.
+        let pids: Vec<u32> = status.workers.iter().map(|w| w.pid).collect();
+        let memories = tokio::task::spawn_blocking(move || {
+            pids.into_iter().map(browserpool_pool::launcher::group_memory).collect::<Vec<_>>()
+        })
+        .await
+        .map_err(|e| Status::internal(format!("reading worker memory: {e}")))?;
         let workers = status
             .workers
             .iter()
-            .map(|w| {
-                let memory = browserpool_pool::launcher::group_memory(w.pid);
+            .zip(memories)
+            .map(|(w, memory)| {
                 let (tenant, session_id) = owners.get(&w.id.0).cloned().unwrap_or_default();
                 pb::Worker {
                     worker_id: w.id.to_string(),
