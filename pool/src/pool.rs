@@ -958,26 +958,34 @@ impl Pool {
             };
             match made {
                 Ok(spare) if keep => *browser.spare.lock().unwrap_or_else(|e| e.into_inner()) = Some(spare),
-                Ok((context, driver)) => pool.dispose(&browser, context, driver).await,
+                Ok((context, driver)) => {
+                    drop(driver);
+                    let _ = pool.dispose(&browser, &context).await;
+                }
                 Err(e) => tracing::warn!(worker = %browser.id, error = %e, "a spare browser context could not be made"),
             }
         });
     }
 
-    /// Disposes a context nobody holds (no session counted in it).
-    async fn dispose(&self, browser: &SharedBrowser, context: String, driver: Driver) {
+    /// Disposes `context` in `browser` (nothing to do in a dead one); why not, if it could not.
+    async fn dispose(&self, browser: &SharedBrowser, context: &str) -> Result<(), String> {
         use chromiumoxide::cdp::browser_protocol::target::DisposeBrowserContextParams;
-        drop(driver);
         if browser.dead() {
-            return;
+            return Ok(());
         }
         let t = self.inner.cfg.launch.cdp_timeout;
-        let _ = tokio::time::timeout(t, browser.browser.execute(DisposeBrowserContextParams::new(context))).await;
+        match tokio::time::timeout(t, browser.browser.execute(DisposeBrowserContextParams::new(context.to_string())))
+            .await
+        {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(format!("could not be disposed: {e}")),
+            Err(_) => Err(format!("was not disposed within {t:?}")),
+        }
     }
 
     /// A fresh browser context in `browser`, and a driver scoped to it.
     async fn open_context(&self, browser: &SharedBrowser) -> Result<(String, Driver), PoolError> {
-        use chromiumoxide::cdp::browser_protocol::target::{CreateBrowserContextParams, DisposeBrowserContextParams};
+        use chromiumoxide::cdp::browser_protocol::target::CreateBrowserContextParams;
         let t = self.inner.cfg.launch.cdp_timeout;
         let created = tokio::time::timeout(t, browser.browser.execute(CreateBrowserContextParams::default()))
             .await
@@ -995,8 +1003,7 @@ impl Pool {
         {
             Ok(driver) => Ok((context, driver)),
             Err(e) => {
-                let dispose = browser.browser.execute(DisposeBrowserContextParams::new(context));
-                let _ = tokio::time::timeout(t, dispose).await;
+                let _ = self.dispose(browser, &context).await;
                 Err(e)
             }
         }
@@ -1006,23 +1013,11 @@ impl Pool {
     /// workers and permissions go with it) and its downloads; the shared browser is replaced
     /// once past its memory ceiling.
     async fn end_context(self, c: ContextLease) {
-        use chromiumoxide::cdp::browser_protocol::target::DisposeBrowserContextParams;
         let ContextLease { browser, context, driver } = c;
         drop(driver);
-        let t = self.inner.cfg.launch.cdp_timeout;
-        if !browser.dead() {
-            let dispose = browser.browser.execute(DisposeBrowserContextParams::new(context.clone()));
-            match tokio::time::timeout(t, dispose).await {
-                Ok(Ok(_)) => {}
-                Ok(Err(e)) => {
-                    tracing::warn!(worker = %browser.id, error = %e, "a browser context could not be disposed; replacing its browser");
-                    browser.usage().retiring = true;
-                }
-                Err(_) => {
-                    tracing::warn!(worker = %browser.id, "a browser context was not disposed in time; replacing its browser");
-                    browser.usage().retiring = true;
-                }
-            }
+        if let Err(why) = self.dispose(&browser, &context).await {
+            tracing::warn!(worker = %browser.id, "a browser context {why}; replacing its browser");
+            browser.usage().retiring = true;
         }
         let downloads = browser.profile.join("downloads").join(&context);
         let (pid, ceiling) = (browser.pid, self.inner.cfg.shared.memory_ceiling);
