@@ -25,7 +25,8 @@ use crate::egress::ERROR_HEADER;
 use crate::events::{DialogInfo, DialogKind, EventKind};
 use crate::rawcdp::{RawCdp, RawEvent};
 
-/// Registers every page target as a tab, and drops tabs whose target is destroyed.
+/// Registers every page target as a tab, drops tabs whose target is destroyed, and makes sure
+/// every new service worker runs (see [`resume_worker`]).
 pub(crate) async fn watch_targets(
     shared: Arc<Shared>,
     raw: RawCdp,
@@ -38,7 +39,14 @@ pub(crate) async fn watch_targets(
         tokio::select! {
             ev = created.next() => {
                 let Some(ev) = ev else { break };
-                if ev.target_info.r#type != "page" || !shared.owns(ev.target_info.browser_context_id.as_ref().map(|c| c.as_ref())) {
+                if !shared.owns(ev.target_info.browser_context_id.as_ref().map(|c| c.as_ref())) {
+                    continue;
+                }
+                if ev.target_info.r#type == "service_worker" {
+                    shared.spawn(resume_worker(raw.clone(), ev.target_info.target_id.clone(), cdp_timeout).in_current_span());
+                    continue;
+                }
+                if ev.target_info.r#type != "page" {
                     continue;
                 }
                 let target = ev.target_info.target_id.clone();
@@ -100,6 +108,30 @@ pub(crate) async fn watch_targets(
                 }
             }
         }
+    }
+}
+
+/// Resumes a service worker that may have been left paused at its start.
+///
+/// chromiumoxide's page sessions auto-attach new workers paused (waiting for a debugger), and
+/// from a service worker they send `Runtime.runIfWaitingForDebugger` and detach at once, on two
+/// sessions; when Chromium takes the detach first, the resume is dropped and the worker never
+/// runs (`navigator.serviceWorker.ready` never settles). A session of our own resumes it,
+/// waiting for the answer before it detaches; on a worker already running the call is a no-op.
+async fn resume_worker(raw: RawCdp, target: TargetId, cdp_timeout: Duration) {
+    let resumed = tokio::time::timeout(cdp_timeout, async {
+        let attached =
+            raw.call("", "Target.attachToTarget", json!({ "targetId": target.as_ref(), "flatten": true })).await?;
+        let session = attached["sessionId"].as_str().ok_or("attach answered no session id")?.to_string();
+        let resumed = raw.call(&session, "Runtime.runIfWaitingForDebugger", json!({})).await;
+        raw.call("", "Target.detachFromTarget", json!({ "sessionId": session })).await?;
+        resumed.map(drop)
+    });
+    match resumed.await {
+        Ok(Ok(())) => {}
+        // A worker that ended first (its context disposed, its registration dropped) is gone.
+        Ok(Err(e)) => tracing::debug!(target = ?target, error = %e, "service worker not resumed"),
+        Err(_) => tracing::debug!(target = ?target, "service worker not resumed in time"),
     }
 }
 

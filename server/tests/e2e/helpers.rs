@@ -68,9 +68,12 @@ impl TestServer {
     }
 
     pub async fn start_with(tune: impl FnOnce(&mut ServeArgs)) -> TestServer {
-        // Warnings only, through the test writer so passing tests stay quiet.
+        // Warnings only (or RUST_LOG), through the test writer so passing tests stay quiet; a CDP
+        // message chromiumoxide cannot parse is shown whole, so a failure it causes can be read.
         let _ = tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::new("warn"))
+            .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+                tracing_subscriber::EnvFilter::new("warn,chromiumoxide::conn::raw_ws::parse_errors=debug")
+            }))
             .with_test_writer()
             .try_init();
         let data_dir = tempfile::tempdir().unwrap();

@@ -316,3 +316,36 @@ async fn the_shared_browser_is_replaced_past_its_memory_ceiling() {
     client.release(&next.session_id).await.unwrap();
     server.stop().await;
 }
+
+/// Registers six service workers one after another and waits for each to be activated: each
+/// start is a chance for the worker to be left paused by a dropped resume (see
+/// `resume_worker` in the pool), which hung about one registration in four before.
+const SIX_WORKERS: &str = r#"(async () => {
+    for (let i = 0; i < 6; i++) {
+        const r = await navigator.serviceWorker.register('/sw.js?n=' + i, { scope: '/s' + i + '/' });
+        const w = r.installing || r.waiting || r.active;
+        if (w.state !== 'activated') {
+            await new Promise(ok => w.addEventListener('statechange', () => w.state === 'activated' && ok()));
+        }
+    }
+    return (await navigator.serviceWorker.getRegistrations()).length;
+})()"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_service_worker_starts_in_either_isolation() {
+    let server = TestServer::start_with(|a| a.max_workers = 3).await;
+    let (site, _) = site().await;
+    let admin = server.admin().await;
+    let client = context_tenant(&server, &admin, &[]).await;
+    let own = admin.acquire(30_000).await.unwrap();
+    let shared = client.acquire(30_000).await.unwrap();
+    for (client, id) in [(&admin, &own.session_id), (&client, &shared.session_id)] {
+        ok(&act(client, id, action("navigate", "", format!("{site}/"))).await);
+        let mut run = action("evaluate", "", SIX_WORKERS);
+        run.timeout_ms = 15_000;
+        assert_eq!(ok(&act(client, id, run).await), json!(6), "every worker activated");
+    }
+    admin.release(&own.session_id).await.unwrap();
+    client.release(&shared.session_id).await.unwrap();
+    server.stop().await;
+}
