@@ -58,8 +58,9 @@ apt_install() {
 
 ensure_host_tools() {
     local missing=() cmd
+    # `type -P`: only a file on PATH counts (`podman` is also the function above).
     for cmd in podman runc debootstrap curl; do
-        command -v "$cmd" >/dev/null 2>&1 || missing+=("$cmd")
+        type -P "$cmd" >/dev/null 2>&1 || missing+=("$cmd")
     done
     command -v python3 >/dev/null 2>&1 || missing+=(python3 python3-venv)
     [ "${#missing[@]}" -eq 0 ] || apt_install "${missing[@]}"
