@@ -5,8 +5,8 @@
 //! Starts a server in-process on 127.0.0.1:0 with a fresh data dir, waits until the pool is
 //! warm before every round (so each acquire finds a booted browser), and prints the
 //! distribution of `Acquire` round-trip times as the client sees them, plus the first action,
-//! a navigation to a page served on loopback (through the worker's egress proxy), and how long
-//! a `confirm()` opened by a click takes to end that click with DIALOG_OPEN.
+//! a navigation to a page served on loopback (through the worker's egress proxy), how long
+//! a `confirm()` opened by a click takes to end that click with DIALOG_OPEN, and `Release`.
 
 use std::time::{Duration, Instant};
 
@@ -29,6 +29,7 @@ async fn main() -> anyhow::Result<()> {
     let mut first_action = Vec::with_capacity(rounds);
     let mut navigate = Vec::with_capacity(rounds);
     let mut dialog = Vec::with_capacity(rounds);
+    let mut release = Vec::with_capacity(rounds);
     for _ in 0..rounds {
         wait_warm(&client, WARM).await?;
         // A Chromium that just printed its endpoint keeps starting up for a moment; measure the
@@ -54,12 +55,15 @@ async fn main() -> anyhow::Result<()> {
         dialog.push(t.elapsed());
         let code = r.error.as_ref().map(|e| e.code).unwrap_or_default();
         anyhow::ensure!(code == pb::ErrorCode::DialogOpen as i32, "click did not surface the dialog: {:?}", r.error);
+        let t = Instant::now();
         client.release(&session.session_id).await?;
+        release.push(t.elapsed());
     }
     report("acquire (warm pool)", &mut acquire);
     report("first action (evaluate)", &mut first_action);
     report("navigate to a loopback page (via the egress proxy)", &mut navigate);
     report("confirm() surfaced as DIALOG_OPEN (click)", &mut dialog);
+    report("release (the worker killed after the answer)", &mut release);
 
     server.stop().await?;
     Ok(())

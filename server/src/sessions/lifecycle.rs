@@ -324,6 +324,7 @@ impl Sessions {
         }
         self.here(&record)?;
         let ended = self.end_once_recorded(id, SessionState::Closed, "released").await;
+
         Ok((ended, SessionState::Closed))
     }
 
@@ -469,6 +470,9 @@ impl Sessions {
         let recorded = self.inner.store.end_session(id, state, at, reason).await;
         if let (Some(tx), Ok(_)) = (recorded_tx, &recorded) {
             let _ = tx.send(true);
+            // The caller waiting for the record was woken onto this thread's next-task slot,
+            // which no other thread may take: let it answer before the worker's kill runs here.
+            tokio::task::yield_now().await;
         }
         let lease = live.lease.lock().await.take();
         if let Some(lease) = lease {
