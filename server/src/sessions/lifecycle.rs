@@ -324,7 +324,6 @@ impl Sessions {
         }
         self.here(&record)?;
         let ended = self.end_once_recorded(id, SessionState::Closed, "released").await;
-
         Ok((ended, SessionState::Closed))
     }
 
