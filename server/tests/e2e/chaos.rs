@@ -10,7 +10,7 @@ use axum::routing::get;
 use browserpool_client::{action, pb, Client};
 use serde_json::json;
 
-use crate::helpers::{act, err_code, eventually, ok, BinaryServer, TestServer};
+use crate::helpers::{act, err_code, eventually, group_members, ok, BinaryServer, TestServer};
 
 /// The URIs `/slow/<ms>` was asked for, by every chaos site of the process (tests tell theirs
 /// apart by a query string).
@@ -69,23 +69,6 @@ async fn browser_pid(client: &Client, session_id: &str) -> i32 {
     assert_eq!(worker.tenant, "default");
     assert!(worker.pss_bytes > 0 && worker.pss_bytes <= worker.rss_bytes, "{worker:?}");
     worker.pid as i32
-}
-
-/// Pids of a process group's members whose command line contains `needle`.
-fn group_members(pgid: i32, needle: &str) -> Vec<i32> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else { continue };
-        // SAFETY: getpgid has no preconditions; a vanished pid answers -1.
-        if unsafe { libc::getpgid(pid) } != pgid {
-            continue;
-        }
-        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
-        if String::from_utf8_lossy(&cmdline).contains(needle) {
-            found.push(pid);
-        }
-    }
-    found
 }
 
 /// Polls `state` of a session until it is `want`; returns how long that took.

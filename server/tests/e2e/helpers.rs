@@ -515,3 +515,20 @@ pub fn err_code(r: &pb::ActionResult) -> pb::ErrorCode {
     assert!(!r.ok, "action {} unexpectedly succeeded", r.action);
     pb::ErrorCode::try_from(r.error.as_ref().expect("failed result has an error").code).unwrap()
 }
+
+/// Pids of a process group's members whose command line contains `needle`.
+pub fn group_members(pgid: i32, needle: &str) -> Vec<i32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else { continue };
+        // SAFETY: getpgid has no preconditions; a vanished pid answers -1.
+        if unsafe { libc::getpgid(pid) } != pgid {
+            continue;
+        }
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        if String::from_utf8_lossy(&cmdline).contains(needle) {
+            found.push(pid);
+        }
+    }
+    found
+}

@@ -14,7 +14,7 @@ use browserpool_client::{action, pb, Client};
 use serde_json::{json, Value};
 
 use crate::cdp::node;
-use crate::helpers::{act, eventually, fixture_site, ok, TestServer};
+use crate::helpers::{act, eventually, fixture_site, group_members, ok, TestServer};
 
 const PAGE: &str = r#"<!doctype html><title>Isolation</title><p id="out">none</p>
 <button id="notify" onclick="Notification.requestPermission().then(p => document.getElementById('out').textContent = 'perm=' + p)">notify</button>"#;
@@ -347,5 +347,48 @@ async fn every_service_worker_starts_in_either_isolation() {
     }
     admin.release(&own.session_id).await.unwrap();
     client.release(&shared.session_id).await.unwrap();
+    server.stop().await;
+}
+
+/// The renderer processes of process group `pgid` once their set has stayed the same for a
+/// second (a spare context's tab may still be starting one).
+async fn settled_renderers(pgid: i32) -> Vec<i32> {
+    let mut last = group_members(pgid, "--type=renderer");
+    let mut since = tokio::time::Instant::now();
+    let deadline = since + Duration::from_secs(20);
+    while since.elapsed() < Duration::from_secs(1) {
+        assert!(tokio::time::Instant::now() < deadline, "the renderers of {pgid} never settled: {last:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let now = group_members(pgid, "--type=renderer");
+        if now != last {
+            (last, since) = (now, tokio::time::Instant::now());
+        }
+    }
+    last
+}
+
+/// A session's Chromium runs renderers for its pages only: no omnibox popup WebUI for each
+/// window (a context session opens one; about 300 ms of CPU each, more than the page), and
+/// the first navigation runs in the renderer its tab already has, with no spare renderer
+/// started beside it (thrown away when the next session's context navigates).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_starts_no_renderer_but_its_pages() {
+    let server = TestServer::start_with(|a| a.max_workers = 3).await;
+    let site = fixture_site().await;
+    let admin = server.admin().await;
+    let client = context_tenant(&server, &admin, &[]).await;
+    let own = admin.acquire(30_000).await.unwrap();
+    let first = client.acquire(30_000).await.unwrap();
+    let second = client.acquire(30_000).await.unwrap();
+    for (client, lease) in [(&admin, &own), (&client, &first), (&client, &second)] {
+        let pgid = worker_pid(&admin, &lease.worker_id).await.expect("the worker is listed") as i32;
+        let before = settled_renderers(pgid).await;
+        ok(&act(client, &lease.session_id, action("navigate", "", format!("{site}/"))).await);
+        assert_eq!(settled_renderers(pgid).await, before, "the navigation started a renderer");
+        assert_eq!(group_members(pgid, "--top-chrome-webui"), Vec::<i32>::new(), "a WebUI renderer runs");
+    }
+    for (client, lease) in [(&admin, &own), (&client, &first), (&client, &second)] {
+        client.release(&lease.session_id).await.unwrap();
+    }
     server.stop().await;
 }
