@@ -1,6 +1,6 @@
-//! Logging to stderr: a `RUST_LOG`-style filter from `BROWSERPOOL_LOG` (default `info`), in
-//! the format `BROWSERPOOL_LOG_FORMAT` names: `text` (default) or `json` (one object a line,
-//! for cluster log pipelines).
+//! Logging to stderr: a `RUST_LOG`-style filter from `BROWSERPOOL_LOG` (default
+//! [`DEFAULT_LOG`]), in the format `BROWSERPOOL_LOG_FORMAT` names: `text` (default) or `json`
+//! (one object a line, for cluster log pipelines).
 //!
 //! Traces, when an OTLP endpoint is configured (`--otlp-endpoint`, else the standard
 //! `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` / `OTEL_EXPORTER_OTLP_ENDPOINT`): a span per RPC
@@ -79,13 +79,19 @@ pub fn init(format: LogFormat, otlp_endpoint: Option<&str>) -> anyhow::Result<Te
     Ok(Telemetry { provider: provider.filter(|_| installed) })
 }
 
+/// The filter when `BROWSERPOOL_LOG` is unset. chromiumoxide warns of every CDP message it
+/// cannot parse, and it cannot parse one Chromium sends for nearly every request
+/// (`Network.requestWillBeSentExtraInfo`, whose fields newer Chromiums renamed; the pool does
+/// not use it): at `info`, an operator's log would be mostly that line.
+const DEFAULT_LOG: &str = "info,chromiumoxide::handler=error";
+
 /// Log lines to stderr, filtered by `BROWSERPOOL_LOG`.
 fn log_layer<S>(format: LogFormat) -> anyhow::Result<Box<dyn Layer<S> + Send + Sync>>
 where
     S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
 {
     let filter = tracing_subscriber::EnvFilter::try_from_env("BROWSERPOOL_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"))
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_LOG))
         // The exported spans stay out of log lines (they would prefix every line of an RPC).
         .add_directive(format!("{SPAN_TARGET}=off").parse()?);
     use std::io::IsTerminal;

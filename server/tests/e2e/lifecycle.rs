@@ -2,9 +2,9 @@
 
 use std::process::Command;
 
-use browserpool_client::{pb, Client};
+use browserpool_client::{action, pb, Client};
 
-use crate::helpers::{BinaryServer, TestServer};
+use crate::helpers::{act, fixture_site, ok, BinaryServer, TestServer};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_closes_sessions_kills_workers_and_exits_zero() {
@@ -166,11 +166,24 @@ async fn version_revision_and_json_logs() {
     let metrics = http_get(&format!("http://{http}/metrics")).await;
     let info = format!("browserpool_build_info{{version=\"{}\",revision=\"{revision}\"}} 1", env!("CARGO_PKG_VERSION"));
     assert!(metrics.contains(&info), "{metrics}");
+    // With the default filter, a session's page loads leave no line per CDP message the CDP
+    // library cannot parse (one for nearly every request with current Chromium).
+    let token = std::fs::read_to_string(dir.path().join("admin.token")).unwrap();
+    let grpc = serving["fields"]["grpc_addr"].as_str().unwrap();
+    let client = Client::connect(format!("http://{grpc}"), token.trim()).await.unwrap();
+    let session = client.acquire(60_000).await.unwrap();
+    let site = fixture_site().await;
+    for page in ["/", "/about", "/second"] {
+        ok(&act(&client, &session.session_id, action("navigate", "", format!("{site}{page}"))).await);
+    }
+    client.release(&session.session_id).await.unwrap();
     // SAFETY: signalling our own child.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let rest: Vec<String> = lines.map_while(Result::ok).collect();
     let status = child.wait().unwrap();
     assert!(status.success(), "{status:?}: {rest:#?}");
+    let unparsed: Vec<&String> = rest.iter().filter(|l| l.contains("Invalid message")).collect();
+    assert!(unparsed.is_empty(), "{unparsed:#?}");
 }
 
 /// Runs `browserpool serve` (both listeners on port 0, no worker kept warm) with `args` until
