@@ -20,6 +20,23 @@ use crate::task::OwnedTask;
 /// Executable names tried on PATH when `--chrome` is not given, in order.
 pub const CHROME_NAMES: &[&str] = &["chromium", "chromium-browser", "google-chrome"];
 
+/// The literal of [`DISABLED_FEATURES`], for `concat!` in [`CHROME_FLAGS`].
+macro_rules! disabled_features {
+    () => {
+        "WebUIOmniboxPopup,WebUIOmniboxAimPopup,WebUIOmniboxFullPopup,SpareRendererForSitePerProcess"
+    };
+}
+
+/// The Chromium features every worker runs without (its `--disable-features`). Headless
+/// Chromium is the whole browser with its windows unseen: every window (each browser context
+/// of a shared browser opens one, as does every worker at boot) preloads the omnibox's WebUI
+/// popups in a renderer of their own, about 300 ms of CPU on a 2-core host, more than the
+/// page itself; nobody can type into that omnibox. The spare renderer Chromium keeps ready
+/// for the next navigation is thrown away whenever the next navigation is in another browser
+/// context, as it is from one session to the next; a session's tab is opened ahead, so its
+/// first navigation has a renderer already.
+pub const DISABLED_FEATURES: &str = disabled_features!();
+
 /// Flags every worker gets. The background-networking ones keep Chromium from calling out
 /// (these machines have no network, and a pool must not phone home anyway).
 pub const CHROME_FLAGS: &[&str] = &[
@@ -32,15 +49,8 @@ pub const CHROME_FLAGS: &[&str] = &[
     "--disable-sync",
     "--no-default-browser-check",
     "--disable-dev-shm-usage",
-    // Headless Chromium is the whole browser with its windows unseen: every window (each
-    // browser context of a shared browser opens one, as does every worker at boot) preloads
-    // the omnibox's WebUI popups in a renderer of their own, which cost about 300 ms of CPU
-    // on a 2-core host, more than the page itself. Nobody can type into that omnibox. The
-    // spare renderer Chromium keeps ready for the next navigation is thrown away whenever
-    // the next navigation is in another browser context, as it is from one session to the
-    // next; a session's tab is opened ahead, so its first navigation has a renderer already.
     // Chromium keeps only the last `--disable-features`: this is the only one.
-    "--disable-features=WebUIOmniboxPopup,WebUIOmniboxAimPopup,WebUIOmniboxFullPopup,SpareRendererForSitePerProcess",
+    concat!("--disable-features=", disabled_features!()),
 ];
 
 /// Written into every profile before launch: no preconnect or DNS prefetch (a page must not

@@ -15,7 +15,14 @@
 //! - `direct/launch`: chromiumoxide launching a Chromium per session (what a Puppeteer script
 //!   doing `launch()` per test does);
 //! - `direct/context`: one Chromium, a fresh browser context per session, disposed after (the
-//!   in-process best case: no isolation between sessions but the context).
+//!   in-process best case: no isolation between sessions but the context);
+//! - `direct/context-tuned`: the same, with the Chromium features browserpool's workers run
+//!   without switched off too (`browserpool_pool::launcher::DISABLED_FEATURES`: most of what a
+//!   context costs Chromium otherwise is a renderer for each window's omnibox popups), to
+//!   tell what our own code costs from what those features cost.
+//!
+//! The direct systems run with chromiumoxide's default flags (much what Puppeteer's are) and
+//! the ones this machine needs.
 //!
 //! Each system runs SESSIONS sessions one after another (latency p50/p95 and each step's
 //! p50), then SESSIONS sessions at 1, 4 and 8 clients at once (sessions per second). While it
@@ -83,20 +90,25 @@ enum System {
     Contexts { browser: Arc<Browser>, handler: tokio::task::JoinHandle<()>, _dir: tempfile::TempDir },
 }
 
-/// Flags for a Chromium run as root on a closed network (as the pool's workers get).
-fn chrome_config(chrome: &Path, profile: &Path) -> anyhow::Result<BrowserConfig> {
+/// Flags for a Chromium run as root on a closed network (as the pool's workers get), and
+/// with `tuned`, without the features the pool's workers run without.
+fn chrome_config(chrome: &Path, profile: &Path, tuned: bool) -> anyhow::Result<BrowserConfig> {
+    // chromiumoxide takes flag names without their dashes (it adds them), and merges the
+    // values of a flag given twice (its defaults disable `TranslateUI`).
+    let features = if tuned { browserpool_pool::launcher::DISABLED_FEATURES } else { "TranslateUI" };
     BrowserConfig::builder()
         .chrome_executable(chrome)
         .user_data_dir(profile)
         .no_sandbox()
         .args([
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
+            "disable-gpu",
+            "disable-quic",
+            "no-first-run",
+            "disable-background-networking",
+            "disable-component-update",
+            "disable-sync",
         ])
+        .arg(("disable-features", features))
         .window_size(1280, 720)
         // The same screen as a browserpool session's default (chromiumoxide's own is 800x600,
         // which would make its screenshots cheaper than ours for fewer pixels).
@@ -105,8 +117,8 @@ fn chrome_config(chrome: &Path, profile: &Path) -> anyhow::Result<BrowserConfig>
         .map_err(anyhow::Error::msg)
 }
 
-async fn launch(chrome: &Path, profile: &Path) -> anyhow::Result<(Browser, tokio::task::JoinHandle<()>)> {
-    let (browser, mut handler) = Browser::launch(chrome_config(chrome, profile)?).await?;
+async fn launch(chrome: &Path, profile: &Path, tuned: bool) -> anyhow::Result<(Browser, tokio::task::JoinHandle<()>)> {
+    let (browser, mut handler) = Browser::launch(chrome_config(chrome, profile, tuned)?).await?;
     let handler = tokio::spawn(async move { while handler.next().await.is_some() {} });
     Ok((browser, handler))
 }
@@ -143,9 +155,10 @@ impl System {
                 Ok(System::Pool { server, client })
             }
             "direct/launch" => Ok(System::Launch { chrome, dir: tempfile::tempdir()? }),
-            "direct/context" => {
+            "direct/context" | "direct/context-tuned" => {
                 let dir = tempfile::tempdir()?;
-                let (browser, handler) = launch(&chrome, &dir.path().join("profile")).await?;
+                let tuned = name == "direct/context-tuned";
+                let (browser, handler) = launch(&chrome, &dir.path().join("profile"), tuned).await?;
                 Ok(System::Contexts { browser: Arc::new(browser), handler, _dir: dir })
             }
             other => anyhow::bail!("no system {other}"),
@@ -184,7 +197,7 @@ impl System {
             }
             System::Launch { chrome, dir } => {
                 let profile = dir.path().join(format!("s{n}"));
-                let (mut browser, handler) = launch(chrome, &profile).await?;
+                let (mut browser, handler) = launch(chrome, &profile, false).await?;
                 let tab = browser.new_page("about:blank").await?;
                 lap.step();
                 workload(&tab, page, &mut lap).await?;
@@ -448,7 +461,7 @@ async fn main() -> anyhow::Result<()> {
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     println!("compare: {sessions} sessions per measurement, {cores} cores");
 
-    let all = ["browserpool/process", "browserpool/context", "direct/launch", "direct/context"];
+    let all = ["browserpool/process", "browserpool/context", "direct/launch", "direct/context", "direct/context-tuned"];
     let systems: Vec<&str> = match argv.next() {
         Some(list) => list
             .split(',')
