@@ -436,13 +436,15 @@ async fn limits_metrics_public_url_downloads_and_actions_beside_a_client() {
             })
             .map(|dir| dir.join("report.txt"))
             .find(|p| p.exists());
-        if let Some(found) = found {
-            break found;
+        // Chromium reserves the name with an empty file first, then moves the finished
+        // download over it.
+        match found.map(|p| (std::fs::read_to_string(&p).unwrap_or_default(), p)) {
+            Some((content, p)) if !content.is_empty() => break (content, p),
+            found => assert!(Instant::now() < deadline, "no finished download in the session's dir: {found:?}"),
         }
-        assert!(Instant::now() < deadline, "no download in the session's dir");
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    assert_eq!(std::fs::read_to_string(landed).unwrap(), "hello");
+    assert_eq!(landed.0, "hello", "{}", landed.1.display());
     assert_eq!(std::fs::read_dir(elsewhere.path()).unwrap().count(), 0, "the client's path stayed empty");
     drop(ws);
     client.release(&id).await.unwrap();
