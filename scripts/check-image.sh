@@ -388,8 +388,10 @@ for line in open(sys.argv[1]):
 PY2
 )"
 [ -z "$left" ] || fail "processes of the container left on the host: $left"
-profiles="$(find "$work/state/data/profiles" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l)"
-[ "$profiles" -eq 0 ] || fail "$profiles worker profiles left in the data dir"
-say "no Chromium process and no profile left"
+# Workers' profiles live in the container's /tmp (a tmpfs, gone with it), never in the state
+# volume, which holds only the server's own files.
+strays="$(find "$work/state" -mindepth 2 -maxdepth 2 -path '*/data/profiles*' 2>/dev/null | wc -l)"
+[ "$strays" -eq 0 ] || fail "worker profiles in the state volume"
+say "no Chromium process left, no profile in the state volume"
 
 say "image check passed in $((SECONDS - started)) s"

@@ -19,6 +19,9 @@ ensure_client_deps
 # Every data dir, profile and lock of the suite lives under one directory, so the checks
 # below see only what the suite started (other Chromiums on the host are not ours).
 suite_tmp="$(mktemp -d /tmp/browserpool-suite.XXXXXX)"
+# Workers run as uids of their own (the suite runs as root) and pass through it to their
+# profiles (`<TMPDIR>/browserpool-profiles-*`): others may pass, not list.
+chmod 0711 "$suite_tmp"
 log="$suite_tmp.log"
 trap 'rm -rf "$suite_tmp" "$log"; drop_scratch_databases' EXIT
 # Style and lints first: they take seconds, and a red one needs no browser to find.
@@ -54,10 +57,10 @@ if [ "$left" -ne 0 ]; then
     pgrep -a -r R,S,D,T -f -- "$suite_tmp" >&2 || true
     exit 1
 fi
-profiles=$(find "$suite_tmp" -mindepth 3 -maxdepth 4 -path '*/profiles/*' 2>/dev/null | wc -l)
+profiles=$(find "$suite_tmp" -mindepth 2 -maxdepth 2 -path '*/browserpool-profiles-*/*' 2>/dev/null | wc -l)
 if [ "$profiles" -ne 0 ]; then
     echo "FAIL: $profiles worker profile directories left behind:" >&2
-    find "$suite_tmp" -mindepth 3 -maxdepth 4 -path '*/profiles/*' >&2
+    find "$suite_tmp" -mindepth 2 -maxdepth 2 -path '*/browserpool-profiles-*/*' >&2
     exit 1
 fi
 echo "no chromium process and no profile directory left behind"

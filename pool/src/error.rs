@@ -32,6 +32,10 @@ pub enum PoolError {
     /// A slot was free, but no worker finished booting within a boot's time limits.
     #[error("no worker finished booting within {0:?}")]
     NotBooted(Duration),
+    /// The first worker's check found Chromium's sandbox off, and `--allow-unsandboxed` was
+    /// not given: no worker is run.
+    #[error("workers would run without chromium's sandbox ({0}); refusing to run them (--allow-unsandboxed runs them anyway, see the README's Security section)")]
+    Unsandboxed(String),
     /// The pool is shutting down.
     #[error("pool is shutting down")]
     ShuttingDown,

@@ -15,6 +15,7 @@ use tracing::Instrument;
 use crate::error::PoolError;
 use crate::lock::PortLock;
 use crate::netns::{Gate, NetNs};
+use crate::sandbox::{kill_uid, UidRange};
 use crate::task::OwnedTask;
 
 /// Executable names tried on PATH when `--chrome` is not given, in order.
@@ -131,6 +132,12 @@ pub struct LaunchConfig {
     pub launch_timeout: Duration,
     /// Deadline for each CDP call made by the pool itself.
     pub cdp_timeout: Duration,
+    /// Each worker's own uid (and gid), by its port; `None` runs workers as the server's uid
+    /// (a server that is not root cannot switch).
+    pub worker_uids: Option<UidRange>,
+    /// Launch Chromium with `--no-sandbox` (`--allow-unsandboxed`): for hosts where its
+    /// sandbox cannot start; a renderer exploit then runs with the worker's uid's rights.
+    pub allow_unsandboxed: bool,
 }
 
 /// A running Chromium process: its group, its port lock and its profile. Dropping it kills
@@ -146,6 +153,9 @@ pub(crate) struct Process {
     stderr: Option<OwnedTask>,
     pub(crate) profile: PathBuf,
     tmp: PathBuf,
+    /// The worker's own uid, when it has one: every process left running as it is killed
+    /// before the port (and with it the uid) is free again.
+    pub(crate) uid: Option<u32>,
     killed: bool,
 }
 
@@ -190,9 +200,12 @@ impl Process {
         // Finding strays reads every process's command line, and a profile is thousands of
         // files: cleanup nobody waits for, so on a thread at the lowest priority. Without a
         // thread for it, dropping `self` does it inline.
-        let (profile, tmp) = (self.profile.clone(), self.tmp.clone());
+        let (profile, tmp, uid) = (self.profile.clone(), self.tmp.clone(), self.uid);
         self.killed = at_lowest_priority(move || {
             kill_strays(&profile);
+            if let Some(uid) = uid {
+                kill_uid(uid, true);
+            }
             for dir in [profile, tmp] {
                 if let Err(e) = std::fs::remove_dir_all(&dir) {
                     if e.kind() != std::io::ErrorKind::NotFound {
@@ -220,6 +233,9 @@ impl Process {
     fn signal_all(&self) {
         self.kill_group();
         kill_strays(&self.profile);
+        if let Some(uid) = self.uid {
+            kill_uid(uid, false);
+        }
     }
 }
 
@@ -360,7 +376,7 @@ fn set_group_policy(pgid: u32, policy: libc::c_int, passes: usize) {
 }
 
 /// The processes of group `pgid`.
-fn group_pids(pgid: u32) -> Vec<u32> {
+pub(crate) fn group_pids(pgid: u32) -> Vec<u32> {
     let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
     entries
         .flatten()
@@ -426,8 +442,10 @@ pub(crate) async fn launch(
     egress: &std::sync::Arc<crate::egress::Egress>,
     spawned: &(dyn Fn(u32) + Send + Sync),
 ) -> Result<Launched, PoolError> {
+    crate::sandbox::prepare_profiles_dir(&cfg.profiles_dir, cfg.worker_uids.is_some()).map_err(PoolError::Launch)?;
     let lock = take_port(cfg).await?;
     let port = lock.port();
+    let uid = cfg.worker_uids.map(|uids| uids.uid_for_port(port));
     let profile = cfg.profiles_dir.join(format!("port-{port}"));
     // A profile left by a crashed server that held this port is stale: start clean.
     if profile.exists() {
@@ -451,11 +469,16 @@ pub(crate) async fn launch(
         tokio::fs::remove_dir_all(&tmp).await?;
     }
     private().create(&tmp).await?;
+    // Everything the worker writes is its own uid's, and nobody else's (owner only, above).
+    if let Some(uid) = uid {
+        let chrome = profile.join("chrome");
+        for path in [&profile, &home, &chrome, &default_profile, &default_profile.join("Preferences"), &tmp] {
+            std::os::unix::fs::chown(path, Some(uid), Some(uid))?;
+        }
+    }
 
     let mut cmd = Command::new(&cfg.chrome);
-    // Chromium refuses to start its sandbox as root; as any other user it keeps it.
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } == 0 {
+    if cfg.allow_unsandboxed {
         cmd.arg("--no-sandbox");
     }
     cmd.args(CHROME_FLAGS)
@@ -503,11 +526,28 @@ pub(crate) async fn launch(
             });
         }
     }
+    if let Some(uid) = uid {
+        // SAFETY: setgroups, setgid and setuid are async-signal-safe; they run in the child
+        // between fork and exec, after it joined its namespace (which needs root), in the
+        // order that leaves no supplementary group and no way back to root.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::setgroups(0, std::ptr::null()) != 0
+                    || libc::setgid(uid as libc::gid_t) != 0
+                    || libc::setuid(uid as libc::uid_t) != 0
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
     let mut child = cmd.spawn().map_err(|e| PoolError::Launch(format!("spawn {}: {e}", cfg.chrome.display())))?;
     let pgid = child.id().map(|p| p as libc::pid_t).unwrap_or(0);
     spawned(pgid as u32);
     let stderr = child.stderr.take();
-    let mut process = Process { child, pgid, lock: Some(lock), gate: None, stderr: None, profile, tmp, killed: false };
+    let mut process =
+        Process { child, pgid, lock: Some(lock), gate: None, stderr: None, profile, tmp, uid, killed: false };
 
     let Some(stderr) = stderr else {
         process.kill().await;
@@ -618,6 +658,13 @@ async fn take_port(cfg: &LaunchConfig) -> Result<PortLock, PoolError> {
             // A server that died without cleaning up leaves its Chromium running on this port:
             // kill what still names this port's profile, then give the port a moment to free.
             kill_strays(&cfg.profiles_dir.join(format!("port-{port}")));
+            // Its uid too: a uid is handed out again only once no process of it is left.
+            if let Some(uids) = cfg.worker_uids {
+                if !kill_uid(uids.uid_for_port(port), true) {
+                    drop(lock);
+                    continue;
+                }
+            }
             let free = (0..20).any(|_| {
                 let ok = std::net::TcpListener::bind(("127.0.0.1", port)).is_ok();
                 if !ok {

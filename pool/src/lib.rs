@@ -17,6 +17,7 @@ mod ops;
 pub mod policy;
 pub mod pool;
 pub mod rawcdp;
+pub mod sandbox;
 mod task;
 mod watchers;
 

@@ -16,6 +16,7 @@ use crate::egress::{Egress, EgressConfig, Proxy, WorkerNet};
 use crate::error::PoolError;
 use crate::launcher::{launch, LaunchConfig, Process};
 use crate::netns::NetNs;
+use crate::sandbox::SandboxReport;
 use crate::task::OwnedTask;
 
 /// Identifies one Chromium worker for its whole life (boot to kill).
@@ -215,6 +216,8 @@ struct Inner {
     closing: CancellationToken,
     /// The refill loop and every boot: shutdown waits for them.
     tasks: TaskTracker,
+    /// What the check of the first worker booted found (`None` until one has booted).
+    sandbox: watch::Sender<Option<SandboxReport>>,
 }
 
 impl Inner {
@@ -247,6 +250,7 @@ impl Pool {
             closing: shutdown.child_token(),
             shutdown: shutdown.clone(),
             tasks: TaskTracker::new(),
+            sandbox: watch::channel(None).0,
         });
         let pool = Pool { inner };
         let looped = pool.clone();
@@ -349,6 +353,33 @@ impl Pool {
             // Woken by every boot that ends, warm or failed.
             let _ = tokio::time::timeout_at(if now < deadline { deadline } else { boot_deadline }, notified).await;
         }
+    }
+
+    /// What the check of the first worker booted found, once one has booted.
+    pub fn sandbox(&self) -> Option<SandboxReport> {
+        self.inner.sandbox.borrow().clone()
+    }
+
+    /// Waits up to `within` for [`Pool::sandbox`], or for a boot to fail; for startup.
+    pub async fn sandbox_checked(&self, within: Duration) -> Option<SandboxReport> {
+        let mut report = self.inner.sandbox.subscribe();
+        let failed = async {
+            loop {
+                let notified = self.inner.warm_ready.notified();
+                if self.last_boot_error().is_some() {
+                    return;
+                }
+                notified.await;
+            }
+        };
+        let _ = tokio::time::timeout(within, async {
+            tokio::select! {
+                _ = report.wait_for(Option::is_some) => {}
+                _ = failed => {}
+            }
+        })
+        .await;
+        self.sandbox()
     }
 
     /// Why the last boot failed, if the last boot failed (for readiness and logs).
@@ -491,7 +522,7 @@ impl Pool {
                 }
             }
         };
-        let result = boot_worker(&self.inner.cfg, &self.inner.egress, id.clone(), &spawned).await;
+        let result = boot_worker(&self.inner.cfg, &self.inner.egress, &self.inner.sandbox, id.clone(), &spawned).await;
         // Decide under the lock, act (await) after it is released.
         let orphan = {
             let mut state = self.inner.state();
@@ -554,9 +585,14 @@ fn raise_aside(pgid: u32) {
 async fn boot_worker(
     cfg: &PoolConfig,
     egress: &Arc<Egress>,
+    sandbox: &watch::Sender<Option<SandboxReport>>,
     id: WorkerId,
     spawned: &(dyn Fn(u32) + Send + Sync),
 ) -> Result<Worker, PoolError> {
+    let checked = sandbox.borrow().clone();
+    if let Some(report) = checked.as_ref().filter(|r| !r.sandboxed && !cfg.launch.allow_unsandboxed) {
+        return Err(PoolError::Unsandboxed(report.detail.clone()));
+    }
     // The proxy reads the policy per connection, so `Driver::set_policy` at lease time holds
     // for every connection opened after it; until then, nothing private.
     let net = WorkerNet::new(egress.clone());
@@ -573,6 +609,25 @@ async fn boot_worker(
     .map_err(|e| PoolError::Launch(format!("network namespace task: {e}")))??;
     let proxy = Proxy::start(net.clone(), listener, netns.is_none(), &id.0)?;
     let launched = launch(&cfg.launch, &id.0, &proxy.url(), netns, egress, spawned).await?;
+    // The first worker is looked at in /proc (its uid, a renderer's seccomp filter and user
+    // namespace): the flags say the sandbox is on, this sees whether it is.
+    if checked.is_none() {
+        let (pgid, uid) = (launched.process.pid(), launched.process.uid);
+        let report = tokio::task::spawn_blocking(move || crate::sandbox::inspect(pgid, uid))
+            .await
+            .map_err(|e| PoolError::Launch(format!("sandbox check task: {e}")))?;
+        if report.sandboxed {
+            tracing::info!(detail = %report.detail, "chromium's sandbox is on");
+        } else if cfg.launch.allow_unsandboxed {
+            tracing::error!(detail = %report.detail, "WORKERS RUN WITHOUT CHROMIUM'S SANDBOX (--allow-unsandboxed): a renderer exploit runs with the worker's rights");
+        }
+        sandbox.send_replace(Some(report.clone()));
+        if !report.sandboxed && !cfg.launch.allow_unsandboxed {
+            launched.handler_task.abort();
+            launched.process.kill().await;
+            return Err(PoolError::Unsandboxed(report.detail));
+        }
+    }
     let driver_cfg = driver_config(cfg);
     let devtools_url = launched.ws_url.clone();
     let driver = match Driver::attach(launched.browser, &launched.ws_url, driver_cfg, net).await {

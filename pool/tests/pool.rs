@@ -2,10 +2,16 @@
 
 use std::time::Duration;
 
+use browserpool_pool::sandbox::DEFAULT_WORKER_UIDS;
 use browserpool_pool::{canonicalize, find_chrome, ActionCall, LaunchConfig, Pool, PoolConfig, PortRange, Viewport};
 use serde_json::json;
 
 fn config(dir: &std::path::Path, warm: usize, max: usize) -> PoolConfig {
+    // As root, workers run as uids of their own, which must pass through `dir` to their profiles.
+    <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o711);
+    std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o711)).unwrap();
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
     PoolConfig {
         launch: LaunchConfig {
             chrome: find_chrome(None).expect("chromium must be installed for these tests"),
@@ -16,6 +22,8 @@ fn config(dir: &std::path::Path, warm: usize, max: usize) -> PoolConfig {
             ports: PortRange { start: 19350, end: 19399 },
             launch_timeout: Duration::from_secs(30),
             cdp_timeout: Duration::from_secs(10),
+            worker_uids: root.then(|| DEFAULT_WORKER_UIDS.parse().unwrap()),
+            allow_unsandboxed: false,
         },
         warm,
         max_workers: max,

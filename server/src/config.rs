@@ -4,6 +4,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use browserpool_pool::sandbox::{UidRange, DEFAULT_WORKER_UIDS};
 use browserpool_pool::PortRange;
 use clap::parser::ValueSource;
 use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
@@ -130,6 +131,18 @@ pub struct ServeArgs {
     /// CDP ports for workers, START-END; each is bound on 127.0.0.1 only.
     #[arg(long, env = "BROWSERPOOL_PORT_RANGE", default_value = "9300-9399")]
     pub port_range: PortRange,
+    /// Uids (each also the gid) that workers run as when the server runs as root, START-END:
+    /// a worker runs as START plus its CDP port, so END must be at least START plus the last
+    /// port of --port-range. The server refuses a range that holds a user or group of this
+    /// host, anyone's subordinate ids, or its own uid. A server that is not root runs workers
+    /// as itself.
+    #[arg(long, env = "BROWSERPOOL_WORKER_UIDS", default_value = DEFAULT_WORKER_UIDS)]
+    pub worker_uids: UidRange,
+    /// Run workers without Chromium's sandbox (--no-sandbox), for hosts where it cannot
+    /// start. Never on a host that serves untrusted pages: a renderer exploit then runs with
+    /// every right of the worker's uid. Loud in the log, /readyz and PoolStatus.
+    #[arg(long, env = "BROWSERPOOL_ALLOW_UNSANDBOXED")]
+    pub allow_unsandboxed: bool,
     /// Host-wide directory of port lock files, shared by every browserpool on the host.
     #[arg(long, env = "BROWSERPOOL_LOCK_DIR", default_value = "/tmp/browserpool-locks")]
     pub lock_dir: PathBuf,

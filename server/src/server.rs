@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use browserpool_pool::{
-    find_chrome, reap_orphans, DirLock, EgressConfig, LaunchConfig, Pool, PoolConfig, SharedConfig,
+    find_chrome, reap_orphans, sandbox::UidRange, DirLock, EgressConfig, LaunchConfig, Pool, PoolConfig, SharedConfig,
 };
 use browserpool_proto::v1::{admin_server::AdminServer, sessions_server::SessionsServer};
 use tokio::net::TcpListener;
@@ -96,7 +96,8 @@ pub async fn bind(args: ServeArgs) -> anyhow::Result<Bound> {
     browserpool_pool::lock::check_lock_dir(&args.lock_dir)?;
     // A server killed without cleaning up leaves its Chromiums running: kill them before any
     // worker starts (they hold ports, memory and tenants' pages).
-    let profiles_dir = data_dir.join("profiles");
+    let profiles_dir = profiles_dir(&data_dir);
+    let worker_uids = worker_uids(&args)?;
     let reaped = tokio::task::spawn_blocking({
         let dir = profiles_dir.clone();
         move || reap_orphans(&dir)
@@ -129,6 +130,8 @@ pub async fn bind(args: ServeArgs) -> anyhow::Result<Bound> {
                 ports: args.port_range,
                 launch_timeout: args.launch_timeout,
                 cdp_timeout: std::time::Duration::from_secs(10),
+                worker_uids,
+                allow_unsandboxed: args.allow_unsandboxed,
             },
             warm: args.warm,
             max_workers: args.max_workers,
@@ -169,6 +172,7 @@ pub async fn bind(args: ServeArgs) -> anyhow::Result<Bound> {
     std::fs::write(&replica_file, sessions.replica_id()).map_err(|e| {
         anyhow::anyhow!("write {}: {}", replica_file.display(), browserpool_pool::lock::explain_io(&e, &replica_file))
     })?;
+    check_sandbox(&args, sessions.pool(), &stages).await?;
     Ok(Bound {
         audit,
         audit_writer,
@@ -194,6 +198,52 @@ pub async fn bind(args: ServeArgs) -> anyhow::Result<Bound> {
         tls,
         _dir_lock: dir_lock,
     })
+}
+
+/// Where the profiles of a data dir's workers live: a directory of the temp dir named by the
+/// data dir, not the data dir itself, which workers running as uids of their own must not
+/// reach (and whose parents, `/root` say, they often cannot pass).
+pub fn profiles_dir(data_dir: &Path) -> PathBuf {
+    use sha2::Digest;
+    let real = data_dir.canonicalize().unwrap_or_else(|_| data_dir.to_path_buf());
+    let name = hex::encode(&sha2::Sha256::digest(real.as_os_str().as_encoded_bytes())[..6]);
+    std::env::temp_dir().join(format!("browserpool-profiles-{name}"))
+}
+
+/// The uids workers run as: `--worker-uids`, checked, when the server is root; none otherwise
+/// (only root can switch).
+fn worker_uids(args: &ServeArgs) -> anyhow::Result<Option<UidRange>> {
+    // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    if euid != 0 {
+        tracing::info!(
+            uid = euid,
+            "workers run as the server's own uid (only a root server gives them uids of their own)"
+        );
+        return Ok(None);
+    }
+    args.worker_uids.check(args.port_range, euid, Path::new("/etc")).map_err(anyhow::Error::msg)?;
+    Ok(Some(args.worker_uids))
+}
+
+/// Refuses to serve when the first worker booted runs without Chromium's sandbox, unless
+/// `--allow-unsandboxed` says to. With no warm worker to look at, the first one booted for a
+/// session is checked instead (and fails to boot without the sandbox).
+async fn check_sandbox(args: &ServeArgs, pool: &Pool, stages: &Stages) -> anyhow::Result<()> {
+    if args.warm == 0 {
+        return Ok(());
+    }
+    let within = args.launch_timeout + std::time::Duration::from_secs(20);
+    match pool.sandbox_checked(within).await {
+        Some(report) if !report.sandboxed && !args.allow_unsandboxed => {
+            stages.serving.cancel();
+            pool.shutdown().await;
+            anyhow::bail!("{}", browserpool_pool::PoolError::Unsandboxed(report.detail))
+        }
+        Some(_) => Ok(()),
+        // Boots fail (said in the log and /readyz); the first that succeeds is checked.
+        None => Ok(()),
+    }
 }
 
 /// The host other replicas reach this one at: `--advertise-host`, else the listen address's
@@ -242,13 +292,23 @@ fn raise_open_files_limit() {
     }
 }
 
-/// Creates the data dir if missing, owner only: keys, tokens and tenants' browser profiles
-/// live there.
+/// Creates the data dir if missing, owner only: the database, keys and tokens live there
+/// (workers' profiles do not: see [`profiles_dir`]).
 pub fn create_data_dir(data_dir: &Path) -> anyhow::Result<()> {
-    crate::auth::create_private_dir(data_dir).map_err(|e| {
+    use std::os::unix::fs::PermissionsExt;
+    let failed = |what: &str, e: std::io::Error| {
         let why = browserpool_pool::lock::explain_io(&e, data_dir);
-        anyhow::anyhow!("create data dir {}: {why}", data_dir.display())
-    })
+        anyhow::anyhow!("{what} data dir {}: {why}", data_dir.display())
+    };
+    crate::auth::create_private_dir(data_dir).map_err(|e| failed("create", e))?;
+    // One made before (by hand, or a tool's 0755 temp dir) is made owner only too: workers and
+    // other local users must not even list it.
+    let mode = std::fs::metadata(data_dir).map_err(|e| failed("stat", e))?.permissions().mode() & 0o7777;
+    if mode & 0o077 != 0 {
+        std::fs::set_permissions(data_dir, std::fs::Permissions::from_mode(0o700)).map_err(|e| failed("chmod", e))?;
+        tracing::info!(dir = %data_dir.display(), was = format!("{mode:o}"), "made the data dir owner-only (0700)");
+    }
+    Ok(())
 }
 
 /// Creates the `default` tenant from `args` if it does not exist (an existing one is left as

@@ -93,6 +93,9 @@ impl AdminApi {
             .collect();
         let (warm, leased, capacity, draining) =
             (status.warm as u32, status.leased as u32, status.capacity as u32, self.sessions.draining());
+        let report = self.sessions.pool().sandbox();
+        let unsandboxed = report.as_ref().is_some_and(|r| !r.sandboxed);
+        let sandbox = report.map(|r| r.detail).unwrap_or_default();
         Ok(pb::PoolStatusResponse {
             workers,
             warm,
@@ -100,6 +103,7 @@ impl AdminApi {
             capacity,
             draining,
             tenants,
+            unsandboxed,
             replicas: vec![pb::ReplicaStatus {
                 replica,
                 grpc_addr: self.sessions.addrs().grpc,
@@ -108,6 +112,8 @@ impl AdminApi {
                 leased,
                 capacity,
                 error: String::new(),
+                sandbox,
+                unsandboxed,
             }],
         })
     }
@@ -127,7 +133,7 @@ impl AdminApi {
                 warm: status.warm as u32,
                 leased,
                 capacity: status.capacity as u32,
-                error: String::new(),
+                ..Default::default()
             }],
         }
     }

@@ -54,6 +54,7 @@ pub fn merge_status(
                 whole.leased += part.leased;
                 whole.capacity += part.capacity;
                 whole.draining &= part.draining;
+                whole.unsandboxed |= part.unsandboxed;
                 for t in part.tenants {
                     let usage = tenants.entry(t.tenant.clone()).or_insert_with(|| pb::TenantUsage {
                         active: 0,
@@ -155,6 +156,7 @@ mod tests {
             leased,
             capacity: warm + leased,
             draining,
+            unsandboxed: false,
             tenants: tenants
                 .iter()
                 .map(|(t, active, queued)| pb::TenantUsage {

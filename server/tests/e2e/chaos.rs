@@ -369,7 +369,7 @@ async fn a_restart_after_a_server_crash_reaps_its_browsers_and_sessions_at_once(
     let mut server = BinaryServer::spawn().await;
     let client = server.client().await;
     let ids = [client.acquire(30_000).await.unwrap().session_id, client.acquire(30_000).await.unwrap().session_id];
-    let profiles = format!("{}/", server.dir.path().join("profiles").display());
+    let profiles = format!("{}/", browserpool_server::server::profiles_dir(server.dir.path()).display());
     server.kill_server_only();
     let orphans = pids_naming(&profiles);
     assert!(orphans.len() >= 2, "the killed server's browsers live on: {orphans:?}");
@@ -506,6 +506,10 @@ async fn a_chromium_that_cannot_start_is_named_and_not_relaunched_in_a_loop() {
     );
     std::fs::write(&chrome, script).unwrap();
     std::fs::set_permissions(&chrome, std::fs::Permissions::from_mode(0o755)).unwrap();
+    // The script runs as the worker's uid (a root server): it must pass, and write its count.
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(&launches, "").unwrap();
+    std::fs::set_permissions(&launches, std::fs::Permissions::from_mode(0o666)).unwrap();
     let server = TestServer::start_with(|a| a.chrome = Some(chrome.clone())).await;
     let client = server.admin().await;
 

@@ -118,7 +118,7 @@ impl TestServer {
     }
 
     pub fn profiles_dir(&self) -> PathBuf {
-        self.data_dir.path().join("profiles")
+        browserpool_server::server::profiles_dir(self.data_dir.path())
     }
 
     /// Stops the server and checks it left no profile behind.
@@ -283,7 +283,7 @@ impl BinaryServer {
         let _ = self.child.kill();
         let _ = self.child.wait();
         self.exited = true;
-        let profiles = self.dir.path().join("profiles");
+        let profiles = browserpool_server::server::profiles_dir(self.dir.path());
         let _ = std::process::Command::new("pkill").arg("-9").arg("-f").arg(profiles.as_os_str()).status();
     }
 

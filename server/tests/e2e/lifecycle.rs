@@ -28,7 +28,8 @@ async fn sigterm_closes_sessions_kills_workers_and_exits_zero() {
         assert!(!line.contains("eyJ"), "a token leaked into the log: {line}");
     }
 
-    let profiles: Vec<_> = std::fs::read_dir(dir.join("profiles")).unwrap().flatten().collect();
+    let profiles: Vec<_> =
+        std::fs::read_dir(browserpool_server::server::profiles_dir(&dir)).unwrap().flatten().collect();
     assert!(profiles.is_empty(), "profiles removed: {profiles:?}");
     let store = browserpool_server::store::Store::open(&server.database_url).await.unwrap();
     let record = store.session(&session.session_id).await.unwrap().unwrap();
@@ -126,7 +127,7 @@ fn a_bad_environment_value_is_an_error_naming_it() {
     assert!(!out.status.success(), "{stderr}");
     assert!(stderr.contains("--shutdown-grace") && stderr.contains("soon"), "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
-    assert!(!dir.path().join("profiles").exists(), "nothing started");
+    assert!(!browserpool_server::server::profiles_dir(dir.path()).exists(), "nothing started");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -11,6 +11,7 @@ mod context;
 mod dialogs;
 mod egress;
 mod faults;
+mod fences;
 mod forwarding;
 mod helpers;
 mod isolation;

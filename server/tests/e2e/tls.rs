@@ -477,7 +477,7 @@ async fn bad_tls_files_stop_the_binary_at_start_naming_the_file() {
         assert!(!output.status.success(), "{name}: started anyway");
         assert!(stderr.contains(name) && stderr.contains(problem), "{name}/{problem}: {stderr}");
         // It stopped before taking the data dir or starting a browser.
-        assert!(!data.path().join("profiles").exists(), "{name}: the server went on to start");
+        assert!(!browserpool_server::server::profiles_dir(data.path()).exists(), "{name}: the server went on to start");
     }
 
     // Only one of cert/key, or a client CA alone: refused by bind, naming what is missing.

@@ -80,7 +80,7 @@ class Worker(_message.Message):
     def __init__(self, worker_id: _Optional[str] = ..., state: _Optional[_Union[WorkerState, str]] = ..., pid: _Optional[int] = ..., cdp_port: _Optional[int] = ..., tenant: _Optional[str] = ..., session_id: _Optional[str] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., rss_bytes: _Optional[int] = ..., pss_bytes: _Optional[int] = ..., replica: _Optional[str] = ...) -> None: ...
 
 class ReplicaStatus(_message.Message):
-    __slots__ = ("replica", "grpc_addr", "draining", "warm", "leased", "capacity", "error")
+    __slots__ = ("replica", "grpc_addr", "draining", "warm", "leased", "capacity", "error", "sandbox", "unsandboxed")
     REPLICA_FIELD_NUMBER: _ClassVar[int]
     GRPC_ADDR_FIELD_NUMBER: _ClassVar[int]
     DRAINING_FIELD_NUMBER: _ClassVar[int]
@@ -88,6 +88,8 @@ class ReplicaStatus(_message.Message):
     LEASED_FIELD_NUMBER: _ClassVar[int]
     CAPACITY_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    SANDBOX_FIELD_NUMBER: _ClassVar[int]
+    UNSANDBOXED_FIELD_NUMBER: _ClassVar[int]
     replica: str
     grpc_addr: str
     draining: bool
@@ -95,7 +97,9 @@ class ReplicaStatus(_message.Message):
     leased: int
     capacity: int
     error: str
-    def __init__(self, replica: _Optional[str] = ..., grpc_addr: _Optional[str] = ..., draining: _Optional[bool] = ..., warm: _Optional[int] = ..., leased: _Optional[int] = ..., capacity: _Optional[int] = ..., error: _Optional[str] = ...) -> None: ...
+    sandbox: str
+    unsandboxed: bool
+    def __init__(self, replica: _Optional[str] = ..., grpc_addr: _Optional[str] = ..., draining: _Optional[bool] = ..., warm: _Optional[int] = ..., leased: _Optional[int] = ..., capacity: _Optional[int] = ..., error: _Optional[str] = ..., sandbox: _Optional[str] = ..., unsandboxed: _Optional[bool] = ...) -> None: ...
 
 class TenantUsage(_message.Message):
     __slots__ = ("tenant", "active", "queued", "max_slots")
@@ -148,7 +152,7 @@ class PoolStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class PoolStatusResponse(_message.Message):
-    __slots__ = ("workers", "warm", "leased", "capacity", "draining", "tenants", "replicas")
+    __slots__ = ("workers", "warm", "leased", "capacity", "draining", "tenants", "replicas", "unsandboxed")
     WORKERS_FIELD_NUMBER: _ClassVar[int]
     WARM_FIELD_NUMBER: _ClassVar[int]
     LEASED_FIELD_NUMBER: _ClassVar[int]
@@ -156,6 +160,7 @@ class PoolStatusResponse(_message.Message):
     DRAINING_FIELD_NUMBER: _ClassVar[int]
     TENANTS_FIELD_NUMBER: _ClassVar[int]
     REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    UNSANDBOXED_FIELD_NUMBER: _ClassVar[int]
     workers: _containers.RepeatedCompositeFieldContainer[Worker]
     warm: int
     leased: int
@@ -163,7 +168,8 @@ class PoolStatusResponse(_message.Message):
     draining: bool
     tenants: _containers.RepeatedCompositeFieldContainer[TenantUsage]
     replicas: _containers.RepeatedCompositeFieldContainer[ReplicaStatus]
-    def __init__(self, workers: _Optional[_Iterable[_Union[Worker, _Mapping]]] = ..., warm: _Optional[int] = ..., leased: _Optional[int] = ..., capacity: _Optional[int] = ..., draining: _Optional[bool] = ..., tenants: _Optional[_Iterable[_Union[TenantUsage, _Mapping]]] = ..., replicas: _Optional[_Iterable[_Union[ReplicaStatus, _Mapping]]] = ...) -> None: ...
+    unsandboxed: bool
+    def __init__(self, workers: _Optional[_Iterable[_Union[Worker, _Mapping]]] = ..., warm: _Optional[int] = ..., leased: _Optional[int] = ..., capacity: _Optional[int] = ..., draining: _Optional[bool] = ..., tenants: _Optional[_Iterable[_Union[TenantUsage, _Mapping]]] = ..., replicas: _Optional[_Iterable[_Union[ReplicaStatus, _Mapping]]] = ..., unsandboxed: _Optional[bool] = ...) -> None: ...
 
 class AdminListSessionsRequest(_message.Message):
     __slots__ = ("tenant", "state", "page_size", "page_token")

@@ -227,6 +227,22 @@ export declare type ReplicaStatus = Message<"browserpool.v1.ReplicaStatus"> & {
    * @generated from field: string error = 7;
    */
   error: string;
+
+  /**
+   * How its workers are fenced, as the check of its first booted worker found: "sandboxed:
+   * workers run as uid ...", or why the sandbox is off (only with --allow-unsandboxed).
+   * Empty until a worker has booted.
+   *
+   * @generated from field: string sandbox = 8;
+   */
+  sandbox: string;
+
+  /**
+   * True when its workers run without Chromium's sandbox (--allow-unsandboxed).
+   *
+   * @generated from field: bool unsandboxed = 9;
+   */
+  unsandboxed: boolean;
 };
 
 /**
@@ -463,6 +479,14 @@ export declare type PoolStatusResponse = Message<"browserpool.v1.PoolStatusRespo
    * @generated from field: repeated browserpool.v1.ReplicaStatus replicas = 7;
    */
   replicas: ReplicaStatus[];
+
+  /**
+   * True when the workers of any replica that answered run without Chromium's sandbox
+   * (--allow-unsandboxed): a renderer exploit there runs with the worker's rights.
+   *
+   * @generated from field: bool unsandboxed = 8;
+   */
+  unsandboxed: boolean;
 };
 
 /**

@@ -1,0 +1,578 @@
+//! The fences that hold whatever a CDP method list forgot, seen from `/proc` and from a
+//! worker's own uid: workers run as uids of their own (a root server) with Chromium's sandbox
+//! on, own their profiles and can read nothing of the server.
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
+use std::process::Command;
+
+use browserpool_client::{pb, Client};
+
+use crate::helpers::{group_members, TestServer};
+use crate::lifecycle::http_get;
+
+fn euid() -> u32 {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() }
+}
+
+/// A `/proc/<pid>/status` field (after its name), trimmed.
+fn proc_status(pid: i32, name: &str) -> String {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    text.lines().find_map(|l| l.strip_prefix(name)).unwrap_or("").trim().to_string()
+}
+
+fn real_uid(pid: i32) -> u32 {
+    proc_status(pid, "Uid:").split_whitespace().next().and_then(|u| u.parse().ok()).unwrap_or(u32::MAX)
+}
+
+/// Runs `argv` as uid (and gid) `uid` with no groups; whether it succeeded, and its stderr.
+fn as_uid(uid: u32, argv: &[&str]) -> (bool, String) {
+    let out = Command::new("setpriv")
+        .args(["--reuid", &uid.to_string(), "--regid", &uid.to_string(), "--clear-groups", "--"])
+        .args(argv)
+        .output()
+        .expect("setpriv (util-linux) runs");
+    (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+async fn worker(admin: &Client, id: &str) -> pb::Worker {
+    let status = admin.admin().pool_status(pb::PoolStatusRequest {}).await.unwrap().into_inner();
+    status.workers.into_iter().find(|w| w.worker_id == id).expect("the session's worker is listed")
+}
+
+/// Checks every fence of the worker serving `session` and returns its uid.
+fn check_worker(server: &TestServer, w: &pb::Worker) -> u32 {
+    let pgid = w.pid as i32;
+    let members = group_members(pgid, "");
+    assert!(members.len() >= 3, "the worker's group: {members:?}");
+    let uid = real_uid(pgid);
+    if euid() == 0 {
+        assert_eq!(
+            uid,
+            1_800_000_000 + w.cdp_port,
+            "a root server runs a worker as the first worker uid plus its port"
+        );
+        for pid in &members {
+            assert_eq!(real_uid(*pid), uid, "process {pid} of the worker runs as another uid");
+        }
+    } else {
+        assert_eq!(uid, euid(), "a server that is not root runs workers as itself");
+    }
+    let own_ns = std::fs::read_link("/proc/self/ns/user").unwrap();
+    let renderers = group_members(pgid, "--type=renderer");
+    assert!(!renderers.is_empty(), "the worker has a renderer");
+    for pid in renderers {
+        assert_eq!(proc_status(pid, "Seccomp:"), "2", "renderer {pid} runs under a seccomp filter");
+        assert_ne!(
+            std::fs::read_link(format!("/proc/{pid}/ns/user")).unwrap(),
+            own_ns,
+            "renderer {pid}'s user namespace"
+        );
+    }
+    for pid in &members {
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        assert!(!String::from_utf8_lossy(&cmdline).contains("--no-sandbox"), "process {pid} runs with --no-sandbox");
+    }
+    let profile = server.profiles_dir().join(format!("port-{}", w.cdp_port));
+    let meta = std::fs::metadata(&profile).unwrap();
+    assert_eq!((meta.uid(), meta.permissions().mode() & 0o777), (uid, 0o700), "{}", profile.display());
+    let root_mode = std::fs::metadata(server.profiles_dir()).unwrap().permissions().mode() & 0o777;
+    assert_eq!(root_mode, 0o711, "workers pass through the profiles dir but cannot list it");
+    uid
+}
+
+/// Nothing of the server is readable, writable or listable by a worker's uid, nor another
+/// worker's profile.
+fn check_uid_reaches_nothing(server: &TestServer, uid: u32, other_profile: &Path) {
+    let data = server.data_dir.path();
+    let key = std::fs::read_dir(data)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("jwt-")))
+        .expect("the signing key is in the data dir");
+    let db = data.join("browserpool.db");
+    let token = data.join("admin.token");
+    for (what, argv) in [
+        ("the signing key", vec!["cat", key.to_str().unwrap()]),
+        ("the admin token", vec!["cat", token.to_str().unwrap()]),
+        ("the database", vec!["cat", db.to_str().unwrap()]),
+        ("the data dir", vec!["ls", data.to_str().unwrap()]),
+        ("the profiles dir", vec!["ls", server.profiles_dir().to_str().unwrap()]),
+        ("another worker's profile", vec!["ls", other_profile.to_str().unwrap()]),
+        ("a file in the data dir", vec!["touch", data.join("planted").to_str().unwrap()]),
+    ] {
+        let (ok, stderr) = as_uid(uid, &argv);
+        assert!(!ok, "uid {uid} could use {what}: {argv:?}");
+        assert!(stderr.contains("Permission denied"), "{what}: {stderr}");
+    }
+    assert!(!data.join("planted").exists());
+}
+
+/// Both isolations: a session's Chromium (its own, or the tenant's shared one) runs as a uid of
+/// its own, sandboxed, owning its profile, blind to the server and to other workers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_run_as_their_own_uids_with_the_sandbox_on_and_reach_nothing_of_the_server() {
+    let server = TestServer::start_with(|a| a.max_workers = 3).await;
+    let admin = server.admin().await;
+    let dense = pb::Tenant {
+        id: "dense".into(),
+        max_slots: 1,
+        max_queue: 1,
+        isolation: pb::Isolation::Context as i32,
+        ..Default::default()
+    };
+    admin.admin().put_tenant(pb::PutTenantRequest { tenant: Some(dense) }).await.unwrap();
+    let context_client = server.client(&server.token("dense", "ci", &["sessions:read", "sessions:write"]).await).await;
+    let own = admin.acquire(30_000).await.unwrap();
+    let shared = context_client.acquire(30_000).await.unwrap();
+    let (own_worker, shared_worker) = (worker(&admin, &own.worker_id).await, worker(&admin, &shared.worker_id).await);
+    assert_ne!(own_worker.cdp_port, shared_worker.cdp_port);
+    let own_uid = check_worker(&server, &own_worker);
+    let shared_uid = check_worker(&server, &shared_worker);
+    if euid() == 0 {
+        assert_ne!(own_uid, shared_uid, "two workers never share a uid");
+        let profile = |w: &pb::Worker| server.profiles_dir().join(format!("port-{}", w.cdp_port));
+        check_uid_reaches_nothing(&server, own_uid, &profile(&shared_worker));
+        check_uid_reaches_nothing(&server, shared_uid, &profile(&own_worker));
+    }
+
+    let status = admin.admin().pool_status(pb::PoolStatusRequest {}).await.unwrap().into_inner();
+    assert!(!status.unsandboxed);
+    assert!(status.replicas[0].sandbox.starts_with("sandboxed: workers run as"), "{:?}", status.replicas[0].sandbox);
+    let ready = http_get(&format!("http://{}/readyz", server.http)).await;
+    assert!(ready.starts_with("HTTP/1.1 200") && !ready.contains("warning"), "{ready}");
+
+    admin.release(&own.session_id).await.unwrap();
+    context_client.release(&shared.session_id).await.unwrap();
+    // A released worker's uid has nothing left running.
+    crate::helpers::eventually("the released uid's processes end", std::time::Duration::from_secs(10), || async {
+        let left: Vec<i32> = std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+            .filter(|pid| real_uid(*pid) == own_uid && !proc_status(*pid, "State:").starts_with('Z'))
+            .collect();
+        (euid() != 0 || left.is_empty()).then_some(())
+    })
+    .await;
+    server.stop().await;
+}
+
+/// A Chromium that runs without its sandbox (here a wrapper adding `--no-sandbox`, as some
+/// distributions' and images' wrappers do) stops the server at start, unless
+/// `--allow-unsandboxed` is given: then it serves, and says so in `/readyz` and `PoolStatus`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chromium_without_its_sandbox_is_refused_unless_allowed() {
+    let bin = tempfile::tempdir().unwrap();
+    // The worker's uid runs the wrapper: it must reach it.
+    std::fs::set_permissions(bin.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let chrome = browserpool_pool::find_chrome(None).unwrap();
+    let wrapper = bin.path().join("chromium-no-sandbox");
+    std::fs::write(&wrapper, format!("#!/bin/sh\nexec {} --no-sandbox \"$@\"\n", chrome.display())).unwrap();
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+
+    let data_dir = tempfile::tempdir().unwrap();
+    let mut args = browserpool_server::config::ServeArgs::for_tests(data_dir.path());
+    args.warm = 1;
+    args.max_workers = 1;
+    args.chrome = Some(wrapper.clone());
+    args.store.database_url = crate::helpers::test_database().await;
+    let err = match browserpool_server::bind(args).await {
+        Ok(_) => panic!("a server whose workers run without the sandbox started"),
+        Err(e) => e.to_string(),
+    };
+    assert!(err.contains("--no-sandbox") && err.contains("--allow-unsandboxed"), "{err}");
+    let left =
+        std::fs::read_dir(browserpool_server::server::profiles_dir(data_dir.path())).map(|d| d.count()).unwrap_or(0);
+    assert_eq!(left, 0, "the refused worker's profile is gone");
+
+    let server = TestServer::start_with(|a| {
+        a.chrome = Some(wrapper.clone());
+        a.allow_unsandboxed = true;
+    })
+    .await;
+    let admin = server.admin().await;
+    let status = admin.admin().pool_status(pb::PoolStatusRequest {}).await.unwrap().into_inner();
+    assert!(status.unsandboxed, "PoolStatus says so");
+    assert!(
+        status.replicas[0].unsandboxed && status.replicas[0].sandbox.contains("--no-sandbox"),
+        "{:?}",
+        status.replicas
+    );
+    let ready = http_get(&format!("http://{}/readyz", server.http)).await;
+    assert!(ready.starts_with("HTTP/1.1 200") && ready.contains("without chromium's sandbox"), "{ready}");
+    let session = admin.acquire(30_000).await.unwrap();
+    admin.release(&session.session_id).await.unwrap();
+    server.stop().await;
+}
+
+/// The protocol description (`/json/protocol`) of the Chromium the suite runs: from a
+/// throwaway browser of the test's own (as a uid of its own when the test is root, sandbox
+/// on), killed before this returns.
+async fn chromium_protocol() -> serde_json::Value {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
+    let profile = dir.path().join("p");
+    std::fs::create_dir(&profile).unwrap();
+    let mut cmd = tokio::process::Command::new("setpriv");
+    if euid() == 0 {
+        // Below --worker-uids, named by no user.
+        let uid = "1799999999";
+        std::os::unix::fs::chown(&profile, Some(1_799_999_999), Some(1_799_999_999)).unwrap();
+        cmd.args(["--reuid", uid, "--regid", uid, "--clear-groups"]);
+    } else {
+        cmd.arg("--reset-env");
+    }
+    let chrome = browserpool_pool::find_chrome(None).unwrap();
+    cmd.arg("--")
+        .arg(chrome)
+        .args(browserpool_pool::launcher::CHROME_FLAGS)
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .arg("--remote-debugging-port=0")
+        .arg("about:blank")
+        .env("HOME", &profile)
+        .env("TMPDIR", &profile)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .process_group(0)
+        .kill_on_drop(true);
+    let child = cmd.spawn().unwrap();
+    let pgid = child.id().unwrap() as i32;
+    let port_file = profile.join("DevToolsActivePort");
+    let port: u16 =
+        crate::helpers::eventually("chromium's DevToolsActivePort", std::time::Duration::from_secs(30), || async {
+            std::fs::read_to_string(&port_file).ok()?.lines().next()?.parse().ok()
+        })
+        .await;
+    let body = get_with_length(port, "/json/protocol").await;
+    // SAFETY: the group of the browser this test started.
+    unsafe { libc::killpg(pgid, libc::SIGKILL) };
+    drop(child);
+    serde_json::from_slice(&body).expect("the protocol is JSON")
+}
+
+/// A GET to 127.0.0.1:`port` whose body is read by its Content-Length (DevTools' HTTP server
+/// keeps the connection open).
+async fn get_with_length(port: u16, path: &str) -> Vec<u8> {
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    stream.write_all(format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n").as_bytes()).await.unwrap();
+    let mut reader = tokio::io::BufReader::new(stream);
+    let mut length = None;
+    loop {
+        let mut line = String::new();
+        reader.read_line(&mut line).await.unwrap();
+        let line = line.trim_end();
+        if line.is_empty() {
+            break;
+        }
+        if let Some((name, value)) = line.split_once(':') {
+            if name.eq_ignore_ascii_case("content-length") {
+                length = value.trim().parse::<usize>().ok();
+            }
+        }
+    }
+    let mut body = vec![0; length.expect("a Content-Length")];
+    reader.read_exact(&mut body).await.unwrap();
+    body
+}
+
+/// Every command parameter (and field of its object types) named like a path, file or
+/// directory, as `Domain.command` and a dotted parameter name.
+fn file_like_params(protocol: &serde_json::Value) -> std::collections::BTreeSet<(String, String)> {
+    use serde_json::Value;
+    let named = |n: &str| {
+        let n = n.to_ascii_lowercase();
+        n.contains("path") || n.contains("file") || n.contains("dir")
+    };
+    let mut types = std::collections::HashMap::new();
+    for domain in protocol["domains"].as_array().unwrap() {
+        let name = domain["domain"].as_str().unwrap();
+        for t in domain["types"].as_array().into_iter().flatten() {
+            types.insert(format!("{name}.{}", t["id"].as_str().unwrap()), t.clone());
+        }
+    }
+    fn walk(
+        domain: &str,
+        params: &Value,
+        prefix: &str,
+        seen: &mut Vec<String>,
+        types: &std::collections::HashMap<String, Value>,
+        named: &dyn Fn(&str) -> bool,
+        out: &mut Vec<String>,
+    ) {
+        for param in params.as_array().into_iter().flatten() {
+            let full = format!("{prefix}{}", param["name"].as_str().unwrap());
+            if named(param["name"].as_str().unwrap()) {
+                out.push(full.clone());
+            }
+            let reference = param["$ref"].as_str().or(param["items"]["$ref"].as_str());
+            let Some(reference) = reference else { continue };
+            let key = if reference.contains('.') { reference.to_string() } else { format!("{domain}.{reference}") };
+            if seen.contains(&key) {
+                continue;
+            }
+            if let Some(t) = types.get(&key) {
+                seen.push(key.clone());
+                let of = key.split('.').next().unwrap().to_string();
+                walk(&of, &t["properties"], &format!("{full}."), seen, types, named, out);
+                seen.pop();
+            }
+        }
+    }
+    let mut found = std::collections::BTreeSet::new();
+    for domain in protocol["domains"].as_array().unwrap() {
+        let name = domain["domain"].as_str().unwrap();
+        for command in domain["commands"].as_array().into_iter().flatten() {
+            let mut out = Vec::new();
+            walk(name, &command["parameters"], "", &mut Vec::new(), &types, &named, &mut out);
+            for param in out {
+                found.insert((format!("{name}.{}", command["name"].as_str().unwrap()), param));
+            }
+        }
+    }
+    found
+}
+
+/// Params with `value` at the dotted `path`.
+fn params_at(path: &str, value: serde_json::Value) -> serde_json::Value {
+    path.rsplit('.').fold(value, |inner, key| serde_json::json!({ key: inner }))
+}
+
+/// Not a list found one method at a time: every parameter the browser's own protocol shows
+/// that can name a host file is in `cdp::FILE_PARAMS`, refused or rewritten into the
+/// session's own directory (or named as no host path, with why). A Chromium upgrade that adds
+/// one fails here.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_cdp_parameter_that_can_name_a_host_file_is_judged() {
+    use browserpool_server::cdp::{judge, FileParam, Verdict, FILE_PARAMS};
+    let protocol = chromium_protocol().await;
+    let found = file_like_params(&protocol);
+    assert!(found.contains(&("DOM.setFileInputFiles".to_string(), "files".to_string())), "{found:?}");
+    let known: std::collections::BTreeSet<(String, String)> =
+        FILE_PARAMS.iter().map(|(m, p, _)| (m.to_string(), p.to_string())).collect();
+    let unjudged: Vec<_> = found.difference(&known).collect();
+    assert!(unjudged.is_empty(), "parameters that may name a host file, not in cdp::FILE_PARAMS: {unjudged:?}");
+    let stale: Vec<_> = known.difference(&found).collect();
+    assert!(stale.is_empty(), "cdp::FILE_PARAMS names parameters this Chromium does not have: {stale:?}");
+    let allow = |_: &str| Ok(());
+    for (method, path, how) in FILE_PARAMS {
+        let params = params_at(path, serde_json::json!(["/var/lib/browserpool/jwt-hs256.key"]));
+        match (how, judge(method, Some(&params), "/session/downloads", &allow)) {
+            (FileParam::Refused, Verdict::Refuse(_)) | (FileParam::NotAHostPath(_), _) => {}
+            (FileParam::SessionDir, Verdict::Rewrite(p)) => assert_eq!(p[path], "/session/downloads", "{method}"),
+            (how, verdict) => panic!("{method} {path} ({how:?}) was judged {verdict:?}"),
+        }
+    }
+    eprintln!("{} file-like parameters in the protocol, every one judged", found.len());
+}
+
+/// Sends `msg` and returns the answer with its id, error or not.
+async fn reply_to(ws: &mut crate::cdp::Ws, msg: serde_json::Value) -> serde_json::Value {
+    use futures::StreamExt;
+    let id = msg["id"].clone();
+    ws.send(async_tungstenite::tungstenite::Message::text(msg.to_string())).await.unwrap();
+    loop {
+        let frame =
+            tokio::time::timeout(std::time::Duration::from_secs(10), ws.next()).await.unwrap().unwrap().unwrap();
+        let v: serde_json::Value = serde_json::from_str(frame.to_text().unwrap()).unwrap();
+        if v["id"] == id {
+            return v;
+        }
+    }
+}
+
+/// The attack of issue 25, through a session's `cdp_url`: a drop of the server's signing key
+/// onto the page is refused before the browser sees it, as are listeners on the browser's
+/// host (`Tethering.bind`), and `SystemInfo.getInfo` answers without the command line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cdp_client_cannot_drop_host_files_listen_or_read_the_command_line() {
+    let server = TestServer::start().await;
+    let client = server.admin().await;
+    let session = client.acquire(30_000).await.unwrap();
+    let mut ws = crate::cdp::connect(&session.cdp_url).await;
+    let targets = reply_to(&mut ws, serde_json::json!({"id": 1, "method": "Target.getTargets"})).await;
+    let page = targets["result"]["targetInfos"].as_array().unwrap().iter().find(|t| t["type"] == "page").unwrap()
+        ["targetId"]
+        .clone();
+    let attach =
+        serde_json::json!({"id": 2, "method": "Target.attachToTarget", "params": {"targetId": page, "flatten": true}});
+    let attached = reply_to(&mut ws, attach).await;
+    let sid = attached["result"]["sessionId"].clone();
+    let key = server.data_dir.path().join("jwt-hs256.key");
+    let dropped = serde_json::json!({"id": 3, "sessionId": sid, "method": "Input.dispatchDragEvent", "params": {
+        "type": "drop", "x": 10, "y": 10,
+        "data": {"items": [], "files": [key.to_str().unwrap()], "dragOperationsMask": 1}}});
+    let answer = reply_to(&mut ws, dropped).await;
+    let message = answer["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("browserpool refuses Input.dispatchDragEvent") && message.contains("file"), "{answer}");
+    let bind = serde_json::json!({"id": 4, "method": "Tethering.bind", "params": {"port": 5432}});
+    let answer = reply_to(&mut ws, bind).await;
+    assert!(
+        answer["error"]["message"].as_str().unwrap_or_default().contains("browserpool refuses Tethering.bind"),
+        "{answer}"
+    );
+    let info = reply_to(&mut ws, serde_json::json!({"id": 5, "method": "SystemInfo.getInfo"})).await;
+    assert!(info["result"]["gpu"].is_object(), "the rest of the answer is kept: {info}");
+    assert_eq!(info["result"]["commandLine"], "", "{info}");
+    // A text drag (no files) still reaches the page.
+    let text = serde_json::json!({"id": 6, "sessionId": sid, "method": "Input.dispatchDragEvent", "params": {
+        "type": "dragEnter", "x": 10, "y": 10,
+        "data": {"items": [{"mimeType": "text/plain", "data": "hello"}], "dragOperationsMask": 1}}});
+    let answer = reply_to(&mut ws, text).await;
+    assert!(answer.get("error").is_none(), "{answer}");
+    drop(ws);
+    client.release(&session.session_id).await.unwrap();
+    server.stop().await;
+}
+
+/// A capability is shown only to whoever could use it: `cdp_url` (its ticket drives the
+/// browser) reaches `sessions:write` callers only, never a read token of the same owner.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_token_sees_no_cdp_url() {
+    let server = TestServer::start().await;
+    let writer = server.client(&server.token("default", "ci", &["sessions:read", "sessions:write"]).await).await;
+    let reader = server.client(&server.token("default", "ci", &["sessions:read"]).await).await;
+    let session = writer.acquire(30_000).await.unwrap();
+    assert!(session.cdp_url.contains("ticket="), "the owner with sessions:write gets it: {session:?}");
+    assert!(writer.get(&session.session_id).await.unwrap().cdp_url.contains("ticket="));
+    let got = reader.get(&session.session_id).await.unwrap();
+    assert_eq!((got.session_id.as_str(), got.cdp_url.as_str()), (session.session_id.as_str(), ""));
+    let listed = reader.sessions().list(pb::ListSessionsRequest::default()).await.unwrap().into_inner().sessions;
+    let mine = listed.iter().find(|s| s.session_id == session.session_id).expect("listed");
+    assert_eq!(mine.cdp_url, "", "List shows no ticket to a read token");
+    writer.release(&session.session_id).await.unwrap();
+    server.stop().await;
+}
+
+/// What the database holds for a server's audit trail, in bytes (SQLite: the file and its WAL;
+/// PostgreSQL: the table with its indexes).
+async fn audit_bytes(server: &TestServer) -> u64 {
+    if let Some(path) = server.database_url.strip_prefix("sqlite://") {
+        let size = |p: String| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+        return size(path.to_string()) + size(format!("{path}-wal"));
+    }
+    let pool = sqlx::PgPool::connect(&server.database_url).await.unwrap();
+    let (bytes,): (i64,) = sqlx::query_as("SELECT pg_total_relation_size('audit')").fetch_one(&pool).await.unwrap();
+    pool.close().await;
+    bytes as u64
+}
+
+/// Unauthenticated calls cost bounded rows: a flood of calls with 8 KiB paths and no token,
+/// for 10 s, grows the store by at most a few MB, and a legitimate caller meanwhile is never
+/// refused for want of room in the audit queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unauthenticated_flood_costs_bounded_rows_and_legitimate_callers_are_served() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+    let server = TestServer::start_with(|a| a.warm = 0).await;
+    let admin = server.admin().await;
+    let before = audit_bytes(&server).await;
+    let sent = Arc::new(AtomicU64::new(0));
+    let until = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut flood = Vec::new();
+    for worker in 0..4 {
+        let channel = tonic::transport::Endpoint::from_shared(server.endpoint()).unwrap().connect().await.unwrap();
+        let sent = sent.clone();
+        flood.push(tokio::spawn(async move {
+            let mut n = 0u64;
+            while tokio::time::Instant::now() < until {
+                let mut grpc = tonic::client::Grpc::new(channel.clone());
+                grpc.ready().await.unwrap();
+                let path = format!("/browserpool.v1.Admin/{}{worker}{n}", "A".repeat(8192));
+                let path = http::uri::PathAndQuery::try_from(path.as_str()).unwrap();
+                let codec = tonic_prost::ProstCodec::<(), ()>::default();
+                let status = grpc.unary(tonic::Request::new(()), path, codec).await.expect_err("refused");
+                assert_eq!(status.code(), tonic::Code::Unauthenticated, "{status:?}");
+                n += 1;
+                sent.fetch_add(1, Ordering::Relaxed);
+            }
+        }));
+    }
+    let mut served = 0u32;
+    while tokio::time::Instant::now() < until {
+        admin
+            .admin()
+            .pool_status(pb::PoolStatusRequest {})
+            .await
+            .expect("a legitimate call is served during the flood");
+        served += 1;
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    for task in flood {
+        task.await.unwrap();
+    }
+    let sent = sent.load(Ordering::Relaxed);
+    assert!(sent > 1000, "the flood sent only {sent} calls");
+    // The window closes within WINDOW_MS, then its closing record names the count.
+    let closing =
+        crate::helpers::eventually("the flood's closing record", std::time::Duration::from_secs(20), || async {
+            let req = pb::QueryAuditRequest { limit: 10_000, ..Default::default() };
+            let mut stream = admin.admin().query_audit(req).await.unwrap().into_inner();
+            let mut denied = Vec::new();
+            while let Some(r) = stream.message().await.unwrap() {
+                if r.code == "Unauthenticated" {
+                    denied.push(r);
+                }
+            }
+            denied.iter().any(|r| r.target.contains("more refused calls from 127.0.0.1")).then_some(denied)
+        })
+        .await;
+    for r in &closing {
+        assert!(r.rpc.len() < 100, "a refused call's rpc is bounded: {} bytes", r.rpc.len());
+        assert!(r.rpc.starts_with("unknown ("), "{:?}", r.rpc);
+    }
+    let counted: u64 =
+        closing.iter().filter_map(|r| r.target.split_whitespace().next()?.parse::<u64>().ok()).sum::<u64>()
+            + closing.iter().filter(|r| r.target.starts_with("refused call")).count() as u64;
+    assert_eq!(counted, sent, "every refused call is counted: {closing:?}");
+    let grown = audit_bytes(&server).await.saturating_sub(before);
+    eprintln!(
+        "flood: {sent} unauthenticated calls with 8 KiB paths in 10 s -> {} audit records, store grew {grown} bytes; {served} legitimate calls served, none refused",
+        closing.len()
+    );
+    assert!(grown < 4 << 20, "the store grew {grown} bytes");
+    server.stop().await;
+}
+
+/// Revoking a token closes the CDP connections it opened within about a second (the bound of
+/// gRPC revocation), and the session's ticket dies with the token that acquired it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoked_token_s_cdp_connections_close_and_its_session_s_ticket_dies() {
+    let server = TestServer::start().await;
+    let admin = server.admin().await;
+    let issue = |subject: &str| pb::IssueTokenRequest {
+        tenant: "default".into(),
+        subject: subject.into(),
+        scopes: vec!["sessions:read".into(), "sessions:write".into()],
+        ttl_s: 600,
+    };
+    let owner = admin.admin().issue_token(issue("ci")).await.unwrap().into_inner();
+    let client = server.client(&owner.token).await;
+    let session = client.acquire(30_000).await.unwrap();
+    let mut by_ticket = crate::cdp::connect(&session.cdp_url).await;
+    let bare = session.cdp_url.split('?').next().unwrap().to_string();
+    let mut request =
+        async_tungstenite::tungstenite::client::IntoClientRequest::into_client_request(bare.as_str()).unwrap();
+    request.headers_mut().insert("authorization", format!("Bearer {}", owner.token).parse().unwrap());
+    let (mut by_token, _) = async_tungstenite::tokio::connect_async(request).await.unwrap();
+    reply_to(&mut by_token, serde_json::json!({"id": 1, "method": "Browser.getVersion"})).await;
+
+    let revoked = std::time::Instant::now();
+    admin.admin().revoke_token(pb::RevokeTokenRequest { jti: owner.jti.clone() }).await.unwrap();
+    for ws in [&mut by_ticket, &mut by_token] {
+        let (code, reason) = crate::cdp::close_of(ws, std::time::Duration::from_secs(5)).await;
+        assert_eq!(code, 1008, "{reason}");
+        assert!(reason.contains("revoked"), "{reason}");
+    }
+    eprintln!("revoke -> the token's CDP connections closed in {:?}", revoked.elapsed());
+    assert!(revoked.elapsed() < std::time::Duration::from_secs(3), "{:?}", revoked.elapsed());
+    match async_tungstenite::tokio::connect_async(session.cdp_url.as_str()).await {
+        Err(async_tungstenite::tungstenite::Error::Http(response)) => assert_eq!(response.status(), 401),
+        other => panic!("the ticket of a revoked token's session opened: {:?}", other.map(|_| ())),
+    }
+    admin.release(&session.session_id).await.unwrap();
+    server.stop().await;
+}
