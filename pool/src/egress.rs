@@ -435,19 +435,23 @@ fn rewrite(start: &str, head: &Head, response: bool) -> Vec<u8> {
 }
 
 /// How many body bytes follow a request head: its `Content-Length`, or none. `None` for a
-/// body this proxy does not relay (chunked, which Chromium does not send over HTTP/1.1, or a
-/// malformed length).
+/// body this proxy does not relay (chunked, which Chromium does not send over HTTP/1.1, a
+/// malformed length, or `Content-Length` given twice: upstream might read the other one, and
+/// take what follows the body as a request of its own).
 fn request_body_len(head: &Head) -> Option<u64> {
-    let mut len = 0;
+    let mut len = None;
     for (name, value) in &head.headers {
         if name.eq_ignore_ascii_case("transfer-encoding") {
             return None;
         }
         if name.eq_ignore_ascii_case("content-length") {
-            len = std::str::from_utf8(value).ok()?.trim().parse().ok()?;
+            if len.is_some() {
+                return None;
+            }
+            len = Some(std::str::from_utf8(value).ok()?.trim().parse().ok()?);
         }
     }
-    Some(len)
+    Some(len.unwrap_or(0))
 }
 
 /// Serves one client connection: a CONNECT tunnel (https, ws, wss) or one plain-HTTP request
@@ -581,6 +585,22 @@ mod tests {
 
     fn addr(s: &str) -> SocketAddr {
         s.parse().unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_request_whose_body_length_is_ambiguous_is_not_relayed() {
+        async fn len(head: &str) -> Option<u64> {
+            request_body_len(&read_head(&mut head.as_bytes()).await.unwrap())
+        }
+        assert_eq!(len("POST http://a/ HTTP/1.1\r\nContent-Length: 5\r\n\r\n").await, Some(5));
+        assert_eq!(len("GET http://a/ HTTP/1.1\r\nHost: a\r\n\r\n").await, Some(0));
+        let twice = "POST http://a/ HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 40\r\n\r\n";
+        assert_eq!(len(twice).await, None, "conflicting lengths");
+        let same = "POST http://a/ HTTP/1.1\r\nContent-Length: 5\r\ncontent-length: 5\r\n\r\n";
+        assert_eq!(len(same).await, None, "a length given twice");
+        let both = "POST http://a/ HTTP/1.1\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n";
+        assert_eq!(len(both).await, None, "a length and chunked");
+        assert_eq!(len("POST http://a/ HTTP/1.1\r\nContent-Length: x\r\n\r\n").await, None);
     }
 
     #[test]

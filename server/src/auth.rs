@@ -97,6 +97,9 @@ impl Claims {
     }
 }
 
+/// The longest subject a token may name, in bytes.
+pub const MAX_SUBJECT: usize = 128;
+
 /// Why a token was refused. Messages are safe to send: they never echo the token.
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum AuthError {
@@ -310,6 +313,13 @@ impl Keys {
         }
         if tenant.is_empty() || subject.is_empty() || tenant_epoch.is_empty() {
             return Err(AuthError::BadRequest("tenant, tenant epoch and subject must not be empty".into()));
+        }
+        // A subject goes into every record and log line of its calls: bounded, one line.
+        if subject.len() > MAX_SUBJECT || subject.chars().any(char::is_control) {
+            return Err(AuthError::BadRequest(format!(
+                "subject: at most {MAX_SUBJECT} bytes and no control characters (got {} bytes)",
+                subject.len()
+            )));
         }
         let now = now_s();
         let claims = Claims {
@@ -744,12 +754,22 @@ impl TokenCheck {
     /// The claims of an `Authorization: Bearer <jwt>` header value.
     pub fn verify_header(&self, header: Option<&str>) -> Result<Claims, AuthError> {
         let claims = self.keys.verify_header(header)?;
-        if self.revoked.contains(&claims.jti) {
-            Err(AuthError::Invalid("token revoked".into()))
-        } else if !self.epochs.is_current(&claims.tenant, &claims.tenant_epoch) {
-            Err(AuthError::TenantGone)
+        match self.withdrawn(&claims.jti, Some((&claims.tenant, &claims.tenant_epoch))) {
+            Some(e) => Err(e),
+            None => Ok(claims),
+        }
+    }
+
+    /// Why a token verified earlier no longer holds: its `jti` revoked, or (given its tenant
+    /// and epoch) its tenant deleted or made again. Read from the in-memory caches, so cheap
+    /// enough to ask often (a CDP connection asks twice a second).
+    pub fn withdrawn(&self, jti: &str, tenant: Option<(&str, &str)>) -> Option<AuthError> {
+        if self.revoked.contains(jti) {
+            Some(AuthError::Invalid("token revoked".into()))
+        } else if tenant.is_some_and(|(tenant, epoch)| !self.epochs.is_current(tenant, epoch)) {
+            Some(AuthError::TenantGone)
         } else {
-            Ok(claims)
+            None
         }
     }
 }
@@ -799,26 +819,30 @@ where
     }
 
     fn call(&mut self, mut req: http::Request<ReqBody>) -> Self::Future {
-        let path = req.uri().path().to_string();
-        if is_public(&path) {
+        // The path as a record or a log line may hold it: an rpc of this service, or a fixed
+        // word with the length (a client chooses the path, 8 KiB of it if it likes).
+        let path = crate::audit::rpc_name(req.uri().path());
+        if is_public(req.uri().path()) {
             let fut = self.inner.call(req);
             return Box::pin(async move { Ok(fut.await?.map(AuditedBody::unaudited)) });
         }
         let header = req.headers().get(http::header::AUTHORIZATION).and_then(|v| v.to_str().ok());
         let verified = self.tokens.verify_header(header);
         match verified {
-            Ok(claims) if is_admin_rpc(&path) && !claims.is_admin() => {
+            Ok(claims) if is_admin_rpc(req.uri().path()) && !claims.is_admin() => {
                 crate::telemetry::record_tenant(&claims.tenant);
-                tracing::info!(path = %path, tenant = %claims.tenant, subject = %claims.sub, "request refused: needs scope admin");
-                self.audit.record_refusal(crate::audit::Entry {
+                let entry = crate::audit::Entry {
                     tenant: claims.tenant.clone(),
                     subject: claims.sub.clone(),
                     jti_hash: claims.jti_hash(),
-                    rpc: path,
+                    rpc: path.clone(),
                     outcome: "denied".into(),
                     code: "PermissionDenied".into(),
                     ..Default::default()
-                });
+                };
+                if self.audit.record_refusal(&source_of(&req), entry) {
+                    tracing::info!(path = %path, tenant = %claims.tenant, subject = %claims.sub, "request refused: needs scope admin");
+                }
                 refuse(crate::error::ServiceError::PermissionDenied(format!(
                     "this call needs scope {}",
                     Scope::Admin.as_str()
@@ -854,17 +878,31 @@ where
                 })
             }
             Err(e) => {
-                tracing::info!(path = %path, reason = %e, "request refused: unauthenticated");
-                self.audit.record_refusal(crate::audit::Entry {
-                    rpc: path,
+                let entry = crate::audit::Entry {
+                    rpc: path.clone(),
                     outcome: "denied".into(),
                     code: "Unauthenticated".into(),
                     ..Default::default()
-                });
+                };
+                if self.audit.record_refusal(&source_of(&req), entry) {
+                    tracing::info!(path = %path, reason = %e, "request refused: unauthenticated (more from its address within 10 s are counted, not logged)");
+                }
                 refuse(crate::error::ServiceError::Unauthenticated(e.to_string()))
             }
         }
     }
+}
+
+/// The address a call came from, for counting its refusals: the peer of its connection (TCP,
+/// or TCP under TLS).
+fn source_of<B>(req: &http::Request<B>) -> String {
+    use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
+    let ext = req.extensions();
+    let addr = ext
+        .get::<TcpConnectInfo>()
+        .and_then(TcpConnectInfo::remote_addr)
+        .or_else(|| ext.get::<TlsConnectInfo<TcpConnectInfo>>().and_then(|i| i.get_ref().remote_addr()));
+    addr.map_or_else(|| "an unknown address".to_string(), |a| a.ip().to_string())
 }
 
 /// The answer to a call refused in the layer, before any handler.

@@ -62,6 +62,8 @@ pub enum CdpError {
     Scope,
     #[error("no live session {0} here")]
     NotFound(String),
+    #[error("the token that acquired this session was revoked: its cdp_url no longer opens")]
+    TicketRevoked,
     #[error("session {0} is served by another replica")]
     OtherReplica(String),
     #[error("session {id} already has {cap} CDP connections (--cdp-max-clients)")]
@@ -78,7 +80,7 @@ impl CdpError {
     pub fn status(&self) -> axum::http::StatusCode {
         use axum::http::StatusCode as S;
         match self {
-            CdpError::NoCredentials | CdpError::BadToken(_) => S::UNAUTHORIZED,
+            CdpError::NoCredentials | CdpError::BadToken(_) | CdpError::TicketRevoked => S::UNAUTHORIZED,
             CdpError::Scope => S::FORBIDDEN,
             // Another tenant's session is answered like an unknown one.
             CdpError::NotFound(_) => S::NOT_FOUND,
@@ -96,7 +98,6 @@ pub const REFUSED: &[(&str, &str)] = &[
     ("Browser.crash", "the browser belongs to the pool"),
     ("Browser.crashGpuProcess", "the browser belongs to the pool"),
     ("Browser.executeBrowserCommand", "browser commands act on the host's browser window"),
-    ("DOM.setFileInputFiles", "it reads files from the server's file system"),
     ("Target.exposeDevToolsProtocol", "it hands the protocol to the page's own scripts, past this proxy"),
     ("Target.sendMessageToTarget", "messages wrapped in it would pass unchecked: attach with flatten: true"),
     ("Target.setRemoteLocations", "it makes the browser connect to other hosts"),
@@ -107,7 +108,71 @@ pub const REFUSED_DOMAINS: &[(&str, &str)] = &[
     ("Extensions.", "extensions load from the server's file system"),
     ("PWA.", "installing web apps touches the host"),
     ("Cast.", "cast discovery reaches the local network"),
+    ("Tethering.", "it opens listening sockets on the browser's host"),
 ];
+
+/// What the proxy does with a CDP parameter that can name a file or directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileParam {
+    /// A message carrying it (present and not empty) is refused: the browser would read the
+    /// host's files with the worker's rights.
+    Refused,
+    /// It becomes the session's own download directory.
+    SessionDir,
+    /// Its name says path or file, but it names no host file (why, in words).
+    NotAHostPath(&'static str),
+}
+
+/// Every command parameter of the protocol that can name a host file or directory, as the
+/// browser's own protocol description lists them (parameters, and fields of their types, named
+/// like a path, file or directory): a test reads `/json/protocol` of the Chromium the suite
+/// runs and fails on one missing here. Dotted names are fields of a parameter's object.
+pub const FILE_PARAMS: &[(&str, &str, FileParam)] = &[
+    ("DOM.setFileInputFiles", "files", FileParam::Refused),
+    ("Input.dispatchDragEvent", "data.files", FileParam::Refused),
+    ("Extensions.loadUnpacked", "path", FileParam::Refused),
+    ("PWA.launchFilesInApp", "files", FileParam::Refused),
+    ("Browser.setDownloadBehavior", "downloadPath", FileParam::SessionDir),
+    ("Page.setDownloadBehavior", "downloadPath", FileParam::SessionDir),
+    ("CacheStorage.requestEntries", "pathFilter", FileParam::NotAHostPath("a cached request's URL path")),
+    ("DOM.pushNodeByPathToFrontend", "path", FileParam::NotAHostPath("a node's path in the DOM")),
+    (
+        "FileSystem.getDirectory",
+        "bucketFileSystemLocator",
+        FileParam::NotAHostPath("the origin's own bucket file system"),
+    ),
+    (
+        "FileSystem.getDirectory",
+        "bucketFileSystemLocator.pathComponents",
+        FileParam::NotAHostPath("a path inside the origin's own bucket file system"),
+    ),
+    ("Network.deleteCookies", "path", FileParam::NotAHostPath("a cookie's URL path")),
+    ("Network.setCookie", "path", FileParam::NotAHostPath("a cookie's URL path")),
+    ("Network.setCookies", "cookies.path", FileParam::NotAHostPath("a cookie's URL path")),
+    ("Storage.setCookies", "cookies.path", FileParam::NotAHostPath("a cookie's URL path")),
+    ("Network.enable", "reportDirectSocketTraffic", FileParam::NotAHostPath("a flag")),
+    ("Page.enable", "enableFileChooserOpenedEvent", FileParam::NotAHostPath("a flag")),
+];
+
+/// The value at a dotted `path` of `params`, through arrays (`cookies.path` is every cookie's
+/// `path`): whether any is present and not empty.
+fn carries(params: Option<&Value>, path: &str) -> bool {
+    fn walk(value: &Value, keys: &[&str]) -> bool {
+        match (value, keys) {
+            (Value::Array(items), _) => items.iter().any(|v| walk(v, keys)),
+            (_, []) => match value {
+                Value::Null => false,
+                Value::String(s) => !s.is_empty(),
+                Value::Object(o) => !o.is_empty(),
+                _ => true,
+            },
+            (Value::Object(fields), [key, rest @ ..]) => fields.get(*key).is_some_and(|v| walk(v, rest)),
+            _ => false,
+        }
+    }
+    let keys: Vec<&str> = path.split('.').collect();
+    params.is_some_and(|p| walk(p, &keys))
+}
 
 /// What happens to one message a client sends.
 #[derive(Debug, PartialEq)]
@@ -132,6 +197,11 @@ pub fn judge(
     }
     if let Some((_, why)) = REFUSED_DOMAINS.iter().find(|(d, _)| method.starts_with(d)) {
         return Verdict::Refuse(why.to_string());
+    }
+    let reads_files =
+        FILE_PARAMS.iter().any(|(m, path, how)| *m == method && *how == FileParam::Refused && carries(params, path));
+    if reads_files {
+        return Verdict::Refuse("it reads files from the server's file system".into());
     }
     let param = |name: &str| params.and_then(|p| p.get(name));
     match method {
@@ -177,6 +247,10 @@ pub struct Conn {
     pub stop_reason: Box<dyn Fn() -> String + Send + Sync>,
     /// Called at most once a second while frames flow: CDP traffic is activity.
     pub on_activity: Box<dyn Fn() + Send + Sync>,
+    /// Why the credentials the connection was opened with no longer hold (the token revoked,
+    /// its tenant gone), if they do not: asked every [`REVOCATION_CHECK`], the connection is
+    /// then closed.
+    pub withdrawn: Box<dyn Fn() -> Option<String> + Send + Sync>,
     pub limits: CdpLimits,
     pub stats: Arc<CdpStats>,
     /// The session's browserContextId when it is one context of a browser shared with other
@@ -206,6 +280,11 @@ pub struct Summary {
     /// session's end.
     pub failed: bool,
 }
+
+/// How often a connection asks whether its credentials still hold. With the revocation cache
+/// reloaded twice a second, a revoked token's connections close within about a second, as its
+/// gRPC calls start failing.
+pub const REVOCATION_CHECK: Duration = Duration::from_millis(500);
 
 /// Close codes (RFC 6455).
 const GOING_AWAY: u16 = 1001;
@@ -267,17 +346,26 @@ fn upstream(
             }
             Upstream::Send(msg.to_string())
         }
-        Verdict::Refuse(why) => {
-            let mut reply = json!({
-                "id": msg.get("id").cloned().unwrap_or(Value::Null),
-                "error": { "code": -32000, "message": format!("browserpool refuses {method}: {why}") },
-            });
-            if let Some(session) = msg.get("sessionId") {
-                reply["sessionId"] = session.clone();
-            }
-            Upstream::Refuse { method, why, reply: reply.to_string() }
-        }
+        Verdict::Refuse(why) => refused(&msg, method, why),
     }
+}
+
+/// The client's CDP error for `msg`, refused for `why`.
+fn refused(msg: &Value, method: String, why: String) -> Upstream {
+    let mut reply = json!({
+        "id": msg.get("id").cloned().unwrap_or(Value::Null),
+        "error": { "code": -32000, "message": format!("browserpool refuses {method}: {why}") },
+    });
+    if let Some(session) = msg.get("sessionId") {
+        reply["sessionId"] = session.clone();
+    }
+    Upstream::Refuse { method, why, reply: reply.to_string() }
+}
+
+/// [`refused`] for a message already judged and written anew (`text` parses).
+fn refusal(text: &str, method: &str, why: &str) -> Upstream {
+    let msg = serde_json::from_str::<Value>(text).unwrap_or_default();
+    refused(&msg, method.to_string(), why.to_string())
 }
 
 /// What becomes of one message from the browser.
@@ -304,6 +392,55 @@ fn downstream(msg: Message, scope: Option<&mut Scope>) -> Downstream {
         scope::Down::Drop => Downstream::Drop,
         scope::Down::Inject(out) => Downstream::Inject(out.iter().map(Value::to_string).collect()),
         scope::Down::Close(why) => Downstream::Close(why),
+    }
+}
+
+/// Calls whose answer the proxy edits: `SystemInfo.getInfo`, whose `commandLine` would show a
+/// client the worker's flags and paths. Keyed by the call's session and id; bounded, since a
+/// client may send them faster than the browser answers.
+#[derive(Default)]
+struct Edits {
+    pending: std::collections::HashSet<(String, i64)>,
+}
+
+/// Most `SystemInfo.getInfo` calls one connection may have in flight.
+const EDITS_IN_FLIGHT: usize = 16;
+
+impl Edits {
+    fn key(msg: &Value) -> Option<(String, i64)> {
+        let session = msg.get("sessionId").and_then(Value::as_str).unwrap_or_default().to_string();
+        Some((session, msg.get("id")?.as_i64()?))
+    }
+
+    /// Notes a client message going to the browser; false to refuse it (too many in flight).
+    fn sent(&mut self, text: &str) -> bool {
+        if !text.contains("SystemInfo.getInfo") {
+            return true;
+        }
+        let Ok(msg) = serde_json::from_str::<Value>(text) else { return true };
+        if msg.get("method").and_then(Value::as_str) != Some("SystemInfo.getInfo") {
+            return true;
+        }
+        if self.pending.len() >= EDITS_IN_FLIGHT {
+            return false;
+        }
+        self.pending.extend(Edits::key(&msg));
+        true
+    }
+
+    /// The browser's answer to a noted call, edited; `None` for every other message.
+    fn answer(&mut self, text: &str) -> Option<String> {
+        if self.pending.is_empty() || !text.contains("\"commandLine\"") {
+            return None;
+        }
+        let mut msg = serde_json::from_str::<Value>(text).ok()?;
+        if !self.pending.remove(&Edits::key(&msg)?) {
+            return None;
+        }
+        if let Some(line) = msg.get_mut("result").and_then(|r| r.get_mut("commandLine")) {
+            *line = json!("");
+        }
+        Some(msg.to_string())
     }
 }
 
@@ -369,6 +506,8 @@ pub async fn relay(client: WebSocket, conn: Conn) -> Summary {
     let scope_of = || scope.as_ref().map(|s| s.lock().unwrap_or_else(|e| e.into_inner()));
     // Both directions write to the browser: the client's messages, and the proxy's own detaches.
     let browser_tx = tokio::sync::Mutex::new(browser_tx);
+    let edits = std::sync::Mutex::new(Edits::default());
+    let edits = || edits.lock().unwrap_or_else(|e| e.into_inner());
     let main = async {
         let up = async {
             let replies = to_client.clone();
@@ -386,7 +525,12 @@ pub async fn relay(client: WebSocket, conn: Conn) -> Summary {
                 conn.stats.frames_in.fetch_add(1, Ordering::Relaxed);
                 activity();
                 let check = |url: &str| conn.net.check_as_written(url);
-                let step = upstream(text.as_str(), &conn.download_dir, &check, scope_of().as_deref_mut());
+                let mut step = upstream(text.as_str(), &conn.download_dir, &check, scope_of().as_deref_mut());
+                if let Upstream::Send(out) = &step {
+                    if !edits().sent(out) {
+                        step = refusal(out, "SystemInfo.getInfo", "too many of its calls are unanswered");
+                    }
+                }
                 let out = match step {
                     Upstream::Send(out) => out,
                     Upstream::NotJson => return End::Fail(UNSUPPORTED, "a message is not JSON".into()),
@@ -416,6 +560,10 @@ pub async fn relay(client: WebSocket, conn: Conn) -> Summary {
                         return End::Fail(TOO_BIG, "a message from the browser exceeds --cdp-max-message".into())
                     }
                     Some(Err(_)) => return End::BrowserClosed,
+                };
+                let msg = match &msg {
+                    Message::Text(text) => edits().answer(text.as_str()).map_or(msg, |t| Message::Text(t.into())),
+                    _ => msg,
                 };
                 let step = downstream(msg, scope_of().as_deref_mut());
                 let msg = match step {
@@ -467,9 +615,19 @@ pub async fn relay(client: WebSocket, conn: Conn) -> Summary {
                 }
             }
         };
+        let withdrawn = async {
+            let mut tick = tokio::time::interval(REVOCATION_CHECK);
+            loop {
+                tick.tick().await;
+                if let Some(why) = (conn.withdrawn)() {
+                    return End::Fail(POLICY, why);
+                }
+            }
+        };
         let end = tokio::select! {
             end = up => end,
             end = down => end,
+            end = withdrawn => end,
             _ = conn.stop.cancelled() => End::Stopped,
         };
         let (code, reason) = match end {
@@ -564,13 +722,35 @@ mod tests {
 
     #[test]
     fn methods_reaching_outside_the_session_are_refused() {
-        for method in
-            ["Browser.close", "DOM.setFileInputFiles", "Target.sendMessageToTarget", "Extensions.loadUnpacked"]
-        {
+        for method in ["Browser.close", "Target.sendMessageToTarget", "Extensions.loadUnpacked", "Tethering.bind"] {
             assert!(matches!(judge(method, None, "/d", &allow_all), Verdict::Refuse(_)), "{method}");
         }
         assert_eq!(judge("Runtime.evaluate", Some(&json!({"expression": "1"})), "/d", &allow_all), Verdict::Forward);
         assert_eq!(judge("Browser.getVersion", None, "/d", &allow_all), Verdict::Forward);
+    }
+
+    #[test]
+    fn parameters_naming_host_files_are_refused_when_they_name_one() {
+        let files = |f: Value| json!({"files": f, "nodeId": 4});
+        let drag = |f: Value| json!({"type": "drop", "x": 1, "y": 1, "data": {"items": [], "files": f, "dragOperationsMask": 1}});
+        for (method, params) in [
+            ("DOM.setFileInputFiles", files(json!(["/etc/passwd"]))),
+            ("Input.dispatchDragEvent", drag(json!(["/var/lib/browserpool/jwt-hs256.key"]))),
+        ] {
+            match judge(method, Some(&params), "/d", &allow_all) {
+                Verdict::Refuse(why) => assert!(why.contains("file"), "{method}: {why}"),
+                other => panic!("{method}: {other:?}"),
+            }
+        }
+        // Without files, the same methods read nothing: a drag of text, a cleared file input.
+        let text_drag = json!({"type": "dragEnter", "x": 1, "y": 1, "data": {"items": [{"mimeType": "text/plain", "data": "hi"}], "dragOperationsMask": 1}});
+        assert_eq!(judge("Input.dispatchDragEvent", Some(&text_drag), "/d", &allow_all), Verdict::Forward);
+        assert_eq!(judge("Input.dispatchDragEvent", Some(&drag(json!([]))), "/d", &allow_all), Verdict::Forward);
+        assert_eq!(judge("DOM.setFileInputFiles", Some(&files(json!([]))), "/d", &allow_all), Verdict::Forward);
+        // A cookie's path is a URL path, nothing on disk.
+        let cookies = json!({"cookies": [{"name": "a", "value": "b", "path": "/etc"}]});
+        assert_eq!(judge("Network.setCookies", Some(&cookies), "/d", &allow_all), Verdict::Forward);
+        assert!(carries(Some(&cookies), "cookies.path") && !carries(Some(&cookies), "cookies.domain"));
     }
 
     #[test]

@@ -83,6 +83,9 @@ async fn cdp(
             &session,
             state.cdp_limits.per_session,
         )?;
+        if claims.is_none() && state.tokens.withdrawn(access.acquired_by(), None).is_some() {
+            return Err(CdpError::TicketRevoked);
+        }
         let open = &state.cdp_stats.open;
         let cap = state.cdp_limits.per_server;
         let server_slot = open.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| (n < cap).then_some(n + 1));
@@ -111,6 +114,7 @@ async fn cdp(
     tracing::info!(session = %record.id, tenant = %tenant, "cdp client attached");
     let limits = state.cdp_limits.clone();
     let stats = state.cdp_stats.clone();
+    let tokens = state.tokens.clone();
     upgrade
         .max_message_size(limits.max_message)
         .max_frame_size(limits.max_message)
@@ -129,6 +133,18 @@ async fn cdp(
                 on_activity: Box::new({
                     let access = access.clone();
                     move || access.touch()
+                }),
+                // The token it was opened with, or (by ticket) the one that acquired the session.
+                withdrawn: Box::new({
+                    let (tokens, access) = (tokens.clone(), access.clone());
+                    let opened_by = claims.map(|c| (c.jti, c.tenant, c.tenant_epoch));
+                    move || {
+                        let why = match &opened_by {
+                            Some((jti, tenant, epoch)) => tokens.withdrawn(jti, Some((tenant, epoch))),
+                            None => tokens.withdrawn(access.acquired_by(), None),
+                        };
+                        why.map(|e| format!("credentials withdrawn: {e}"))
+                    }
                 }),
                 limits,
                 stats: stats.clone(),
@@ -164,16 +180,18 @@ pub const CDP_RPC: &str = "CDP /cdp/{session}";
 fn refuse_cdp(state: &HttpState, claims: Option<&crate::auth::Claims>, session: &str, e: CdpError) -> Response {
     tracing::info!(session = %session, reason = %e, "cdp connection refused");
     let status = e.status();
-    state.sessions.audit().record_refusal(crate::audit::Entry {
+    let entry = crate::audit::Entry {
         tenant: claims.map(|c| c.tenant.clone()).unwrap_or_default(),
         subject: claims.map(|c| c.sub.clone()).unwrap_or_default(),
         jti_hash: claims.map(|c| c.jti_hash()).unwrap_or_default(),
-        session_id: session.to_string(),
+        // A client chooses the path: a session id of ours, or its length.
+        session_id: crate::audit::refusals::id_name(session),
         rpc: CDP_RPC.into(),
         outcome: "denied".into(),
         code: status.as_u16().to_string(),
         ..Default::default()
-    });
+    };
+    state.sessions.audit().record_refusal("a CDP client", entry);
     let mut response = (status, format!("{e}\n")).into_response();
     if status == StatusCode::UNAUTHORIZED {
         response.headers_mut().insert(axum::http::header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
@@ -194,8 +212,16 @@ async fn readyz(State(state): State<HttpState>) -> impl IntoResponse {
         return (StatusCode::SERVICE_UNAVAILABLE, format!("audit trail not written: {fault}\n"));
     }
     // Not ready while workers fail to boot: new sessions could not be served.
-    match state.sessions.pool().last_boot_error() {
-        None => (StatusCode::OK, "ready\n".to_string()),
+    let pool = state.sessions.pool();
+    match pool.last_boot_error() {
+        // Ready, but loudly so when --allow-unsandboxed let workers run without the sandbox.
+        None => match pool.sandbox().filter(|r| !r.sandboxed) {
+            Some(r) => (
+                StatusCode::OK,
+                format!("ready\nwarning: workers run without chromium's sandbox (--allow-unsandboxed): {}\n", r.detail),
+            ),
+            None => (StatusCode::OK, "ready\n".to_string()),
+        },
         Some(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("workers fail to boot: {e}\n")),
     }
 }

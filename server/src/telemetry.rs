@@ -85,15 +85,30 @@ pub fn init(format: LogFormat, otlp_endpoint: Option<&str>) -> anyhow::Result<Te
 /// not use it): at `info`, an operator's log would be mostly that line.
 const DEFAULT_LOG: &str = "info,chromiumoxide::handler=error";
 
+/// chromiumoxide logs every raw CDP message at trace, and each it cannot parse at debug: cookie
+/// values, `Set-Cookie` and `Authorization` headers and URLs with their queries included.
+/// Capped at info whatever level `BROWSERPOOL_LOG` asks, unless it names the target itself.
+const RAW_CDP_TARGET: &str = "chromiumoxide::conn";
+
+/// The log filter for `BROWSERPOOL_LOG` (`asked`; [`DEFAULT_LOG`] when unset or unparsable).
+fn log_filter(asked: Option<&str>) -> anyhow::Result<tracing_subscriber::EnvFilter> {
+    let mut filter = asked
+        .and_then(|a| tracing_subscriber::EnvFilter::try_new(a).ok())
+        .unwrap_or_else(|| tracing_subscriber::EnvFilter::new(DEFAULT_LOG))
+        // The exported spans stay out of log lines (they would prefix every line of an RPC).
+        .add_directive(format!("{SPAN_TARGET}=off").parse()?);
+    if !asked.is_some_and(|a| a.contains(RAW_CDP_TARGET)) {
+        filter = filter.add_directive(format!("{RAW_CDP_TARGET}=info").parse()?);
+    }
+    Ok(filter)
+}
+
 /// Log lines to stderr, filtered by `BROWSERPOOL_LOG`.
 fn log_layer<S>(format: LogFormat) -> anyhow::Result<Box<dyn Layer<S> + Send + Sync>>
 where
     S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
 {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("BROWSERPOOL_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_LOG))
-        // The exported spans stay out of log lines (they would prefix every line of an RPC).
-        .add_directive(format!("{SPAN_TARGET}=off").parse()?);
+    let filter = log_filter(std::env::var("BROWSERPOOL_LOG").ok().as_deref())?;
     use std::io::IsTerminal;
     let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
     Ok(match format {
@@ -460,6 +475,45 @@ mod tests {
 
     const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
     const CALLER: &str = "00f067aa0ba902b7";
+
+    /// What `BROWSERPOOL_LOG=asked` lets through of a raw CDP message chromiumoxide logs and
+    /// of one of our own debug lines.
+    fn logged(asked: &str) -> String {
+        #[derive(Clone, Default)]
+        struct Buf(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+        impl std::io::Write for Buf {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let buf = Buf::default();
+        let writer = buf.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_env_filter(log_filter(Some(asked)).unwrap())
+            .with_writer(move || writer.clone())
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::debug!(target: "chromiumoxide::conn::raw_ws::parse_errors", "raw {{\"cookie\":\"session=SECRET\"}}");
+            tracing::trace!(target: "chromiumoxide::conn", "Received SECRET");
+            tracing::debug!(target: "browserpool_server::sessions", "our own line");
+        });
+        let out = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+        out
+    }
+
+    #[test]
+    fn debug_logs_never_carry_raw_cdp_messages_unless_asked_by_name() {
+        for asked in ["debug", "trace", "info,browserpool_server=trace", "chromiumoxide=trace"] {
+            let out = logged(asked);
+            assert!(!out.contains("SECRET"), "{asked}: {out}");
+        }
+        assert!(logged("debug").contains("our own line"));
+        assert!(logged("debug,chromiumoxide::conn=trace").contains("SECRET"), "named, it is shown");
+    }
 
     #[tokio::test]
     async fn an_rpc_span_continues_the_callers_trace_and_parents_its_actions() {

@@ -24,7 +24,9 @@ use crate::clock::now_ms;
 use crate::store::{Store, StoreError};
 
 pub mod chain;
+pub mod refusals;
 pub use chain::{chain, verify_chain, Entry, Record};
+pub use refusals::rpc_name;
 
 /// How many records may wait in the queue for the writer (besides the batch it is writing).
 /// A place is taken when work starts: every call in flight holds one for its RPC-level
@@ -60,9 +62,15 @@ struct State {
     fault: Mutex<Option<String>>,
     /// Records of refused calls that found the queue full (they are logged instead).
     lost_refusals: AtomicU64,
+    /// Refused calls counted per source and reason (see [`refusals`]).
+    refusals: Mutex<refusals::Refusals>,
 }
 
 impl State {
+    fn refusals(&self) -> std::sync::MutexGuard<'_, refusals::Refusals> {
+        self.refusals.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     fn set_fault(&self, fault: Option<String>) {
         *self.fault.lock().unwrap_or_else(|e| e.into_inner()) = fault;
     }
@@ -119,21 +127,34 @@ impl AuditLog {
         }
     }
 
-    /// Queues the record of a call refused before it ran (bad token, missing scope). The
-    /// call is refused either way; when the queue is full its record cannot wait and is
-    /// logged instead, and counted.
-    pub fn record_refusal(&self, entry: Entry) {
-        if let Err(e) = self.tx.try_send(entry) {
-            let (why, entry) = match e {
-                TrySendError::Full(entry) => ("audit queue full", entry),
-                TrySendError::Closed(entry) => ("audit trail closed", entry),
-            };
+    /// Notes a call refused before it ran (bad token, missing scope) from `source` (its
+    /// address). A known caller's (its tenant named) is queued; an unknown caller's is queued
+    /// when it is the first of its window, else counted into the window's closing record
+    /// ([`refusals`]), so a flood costs bounded rows. Returns whether it was queued now
+    /// (callers log only those). Refusals never take the last quarter of the queue, which
+    /// stays for calls being served; a record that finds no room is logged instead, and
+    /// counted.
+    pub fn record_refusal(&self, source: &str, mut entry: Entry) -> bool {
+        if entry.tenant.is_empty() {
+            match self.state.refusals().refused(source, entry, now_ms()) {
+                Some(first) => entry = first,
+                None => return false,
+            }
+        }
+        let room = self.tx.capacity() > self.tx.max_capacity() / 4;
+        let sent = if room {
+            self.tx.try_send(entry).map_err(|e| (e.to_string(), e.into_inner()))
+        } else {
+            Err(("audit queue three quarters full".into(), entry))
+        };
+        if let Err((why, entry)) = sent {
             self.state.lost_refusals.fetch_add(1, Ordering::Relaxed);
             tracing::error!(
                 tenant = %entry.tenant, subject = %entry.subject, rpc = %entry.rpc, code = %entry.code,
                 "{why}: the record of this refused call is only in this log"
             );
         }
+        true
     }
 
     /// False from a failed write until every record queued before it is written: new
@@ -301,6 +322,8 @@ impl<S: Sink> Writer<S> {
         let mut pending: Vec<Entry> = Vec::new();
         let mut backoff = Backoff::new();
         let mut failures = 0u32;
+        // Refusal windows that are over give their closing records (see `refusals`).
+        let mut sweep = tokio::time::interval(Duration::from_secs(1));
         loop {
             if pending.is_empty() {
                 tokio::select! {
@@ -308,6 +331,12 @@ impl<S: Sink> Writer<S> {
                         Some(e) => pending.push(e),
                         None => break,
                     },
+                    _ = sweep.tick() => {
+                        pending.extend(self.state.refusals().sweep(now_ms(), false));
+                        if pending.is_empty() {
+                            continue;
+                        }
+                    }
                     _ = shutdown.cancelled() => break,
                 }
             }
@@ -365,6 +394,7 @@ impl<S: Sink> Writer<S> {
         while let Ok(Some(e)) = tokio::time::timeout_at(deadline, self.rx.recv()).await {
             pending.push(e);
         }
+        pending.extend(self.state.refusals().sweep(now_ms(), true));
         let mut backoff = Backoff::new();
         while !pending.is_empty() {
             let n = pending.len().min(BATCH);
@@ -515,7 +545,7 @@ mod tests {
         assert_eq!(log.reserve_call().unwrap_err(), AuditError::QueueFull(2));
         assert!(log.reserve_many(1).is_err());
         // A refused call's record cannot wait for room: it is counted (and logged).
-        log.record_refusal(entry("/refused"));
+        assert!(log.record_refusal("10.0.0.1", entry("/refused")));
         assert_eq!(log.lost_refusals(), 1);
         // An unused place is given back.
         drop(second);
@@ -525,6 +555,31 @@ mod tests {
         assert_eq!(writer.rx.try_recv().unwrap().rpc, "/kept");
         drop(third);
         assert_eq!(log.queued(), 0);
+    }
+
+    #[tokio::test]
+    async fn refusals_leave_the_last_quarter_of_the_queue_to_served_calls() {
+        let (log, mut writer) = AuditLog::with_sink(FakeSink::default(), 8);
+        let held: Vec<Place> = (0..5).map(|_| log.reserve_call().unwrap()).collect();
+        assert!(log.record_refusal("10.0.0.1", entry("/a")), "room left: queued");
+        assert_eq!(log.lost_refusals(), 0);
+        // Two places left, a quarter of 8: refusals no longer take them, served calls do.
+        assert!(log.record_refusal("10.0.0.1", entry("/b")));
+        assert_eq!(log.lost_refusals(), 1);
+        let served: Vec<Place> = (0..2).map(|_| log.reserve_call().unwrap()).collect();
+        // An unknown caller's refusals from one source: one queued, the rest counted.
+        drop(held);
+        let stranger = |rpc: &str| Entry {
+            rpc: rpc.into(),
+            outcome: "denied".into(),
+            code: "Unauthenticated".into(),
+            ..Default::default()
+        };
+        assert!(log.record_refusal("10.9.9.9", stranger("/x")));
+        assert!((0..100).all(|_| !log.record_refusal("10.9.9.9", stranger("/x"))));
+        let queued: Vec<String> = std::iter::from_fn(|| writer.rx.try_recv().ok()).map(|e| e.rpc).collect();
+        assert_eq!(queued, ["/a", "/x"]);
+        drop(served);
     }
 
     #[tokio::test(start_paused = true)]

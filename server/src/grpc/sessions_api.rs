@@ -35,10 +35,10 @@ impl SessionsApi {
         SessionsApi { sessions, shutdown }
     }
 
-    /// A session on the wire, with its `cdp_url` while it is live here (only its owners ever
-    /// read one: every caller of these rpcs passed the ownership check).
-    fn session(&self, record: &crate::store::SessionRecord) -> pb::Session {
-        pb::Session { cdp_url: self.sessions.cdp_url(record), ..session_to_pb(record) }
+    /// A session on the wire, with its `cdp_url` while it is live here and the caller may
+    /// drive it (every caller of these rpcs passed the ownership check).
+    fn session(&self, claims: &crate::auth::Claims, record: &crate::store::SessionRecord) -> pb::Session {
+        pb::Session { cdp_url: self.sessions.cdp_url(claims, record), ..session_to_pb(record) }
     }
 }
 
@@ -199,7 +199,7 @@ impl pb::sessions_server::Sessions for SessionsApi {
             }
             tracing::info!(session = %record.id, origin = %env.origin, cookies = env.cookies.len(), integrity = %env.integrity, "context imported at acquire");
         }
-        Ok(Response::new(self.session(&record)))
+        Ok(Response::new(self.session(&claims, &record)))
     }
 
     async fn release(&self, req: Request<pb::ReleaseRequest>) -> Result<Response<pb::ReleaseResponse>, Status> {
@@ -212,14 +212,14 @@ impl pb::sessions_server::Sessions for SessionsApi {
         let claims = claims_about(&req)?;
         let r = req.into_inner();
         let record = self.sessions.renew(&claims, &r.session_id, r.idle_timeout_ms).await?;
-        Ok(Response::new(self.session(&record)))
+        Ok(Response::new(self.session(&claims, &record)))
     }
 
     async fn get(&self, req: Request<pb::GetSessionRequest>) -> Result<Response<pb::Session>, Status> {
         let claims = claims_about(&req)?;
         require(&claims, Scope::SessionsRead)?;
         let record = self.sessions.get(&claims, &req.get_ref().session_id).await?;
-        Ok(Response::new(self.session(&record)))
+        Ok(Response::new(self.session(&claims, &record)))
     }
 
     async fn list(&self, req: Request<pb::ListSessionsRequest>) -> Result<Response<pb::ListSessionsResponse>, Status> {
@@ -228,7 +228,7 @@ impl pb::sessions_server::Sessions for SessionsApi {
         let state = state_from_pb(pb::SessionState::try_from(r.state).unwrap_or(pb::SessionState::Unspecified));
         let (rows, next_page_token) = self.sessions.list(&claims, state, r.page_size, &r.page_token).await?;
         Ok(Response::new(pb::ListSessionsResponse {
-            sessions: rows.iter().map(|r| self.session(r)).collect(),
+            sessions: rows.iter().map(|r| self.session(&claims, r)).collect(),
             next_page_token,
         }))
     }
@@ -282,7 +282,7 @@ impl pb::sessions_server::Sessions for SessionsApi {
                     return;
                 }
             };
-            let session = pb::Session { cdp_url: sessions.cdp_url(&record), ..session_to_pb(&record) };
+            let session = pb::Session { cdp_url: sessions.cdp_url(&claims, &record), ..session_to_pb(&record) };
             let attached = pb::DriveEvent { kind: Some(pb::drive_event::Kind::Attached(session)) };
             if tx.send(Ok(attached)).await.is_err() {
                 return;

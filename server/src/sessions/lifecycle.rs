@@ -134,9 +134,10 @@ impl Sessions {
         }
         .min(ttl);
         for (k, v) in &spec.labels {
-            if k.len() > 63 || v.len() > 256 || spec.labels.len() > 32 {
+            let control = k.chars().chain(v.chars()).any(char::is_control);
+            if k.is_empty() || k.len() > 63 || v.len() > 256 || spec.labels.len() > 32 || control {
                 return Err(ServiceError::InvalidArgument(
-                    "labels: at most 32, keys up to 63 bytes, values up to 256 bytes".into(),
+                    "labels: at most 32, keys of 1 to 63 bytes, values up to 256 bytes, no control characters".into(),
                 ));
             }
         }
@@ -205,6 +206,7 @@ impl Sessions {
         // leave a READY row without a live session (an unclaimed session idles out instead).
         // If recording fails the lease drops and kills the worker.
         let this = self.clone();
+        let acquired_by = claims.jti.clone();
         self.spawn(async move {
             this.inner.store.insert_session(&record, "acquired").await?;
             let died = lease.died();
@@ -214,6 +216,7 @@ impl Sessions {
                 net: lease.driver().net(),
                 context: lease.context().map(str::to_string),
                 ticket: new_ticket()?,
+                acquired_by: acquired_by.clone(),
                 clients: std::sync::atomic::AtomicUsize::new(0),
             };
             let live = Arc::new(Live {
@@ -236,8 +239,13 @@ impl Sessions {
         .map_err(|e| ServiceError::Internal(format!("acquire task: {e}")))?
     }
 
-    /// The session's `cdp_url` (with its ticket) while it is live here; empty otherwise.
-    pub fn cdp_url(&self, record: &SessionRecord) -> String {
+    /// The session's `cdp_url` (with its ticket) while it is live here, for a caller who may
+    /// drive it (`sessions:write`; the caller passed the ownership check); empty otherwise. The
+    /// ticket alone drives the browser, so a `sessions:read` caller never sees it.
+    pub fn cdp_url(&self, claims: &Claims, record: &SessionRecord) -> String {
+        if !claims.has(Scope::SessionsWrite) {
+            return String::new();
+        }
         let Some(live) = self.live_map().get(&record.id).cloned() else { return String::new() };
         let base = self.inner.cdp_base.get().map(String::as_str).unwrap_or_default();
         format!("{base}/cdp/{}?ticket={}", record.id, live.cdp.ticket)
@@ -587,10 +595,10 @@ impl CdpAccess {
         &self.live.cdp.devtools_url
     }
 
-    /// The session's download directory (created, owner only).
+    /// The session's download directory (created, owned by the worker's uid, owner only).
     pub fn download_dir(&self) -> std::io::Result<String> {
         let dir = &self.live.cdp.download_dir;
-        crate::auth::create_private_dir(dir)?;
+        browserpool_pool::sandbox::create_worker_dir(dir)?;
         Ok(dir.display().to_string())
     }
 
@@ -604,6 +612,11 @@ impl CdpAccess {
     }
 
     /// Cancelled when the session ends.
+    /// The `jti` of the token that acquired the session (its ticket dies with it).
+    pub fn acquired_by(&self) -> &str {
+        &self.live.cdp.acquired_by
+    }
+
     pub fn stop(&self) -> CancellationToken {
         self.live.stop.clone()
     }

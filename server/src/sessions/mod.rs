@@ -120,8 +120,11 @@ struct CdpTarget {
     /// The session's browser context when it shares its tenant's browser: the proxy keeps
     /// its clients to it.
     context: Option<String>,
-    /// The capability in `cdp_url`: 256 random bits, bound to this session, gone with it.
+    /// The capability in `cdp_url`: 256 random bits, bound to this session, gone with it, and
+    /// with the revocation of the token that acquired it.
     ticket: String,
+    /// The `jti` of the token that acquired the session: its ticket dies with it.
+    acquired_by: String,
     /// CDP connections open now.
     clients: std::sync::atomic::AtomicUsize,
 }
