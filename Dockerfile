@@ -54,8 +54,8 @@ ENV BROWSERPOOL_LISTEN=0.0.0.0:50051 \
     HOME=/var/lib/browserpool
 VOLUME ["/var/lib/browserpool"]
 WORKDIR /var/lib/browserpool
-# Numeric, so Kubernetes' runAsNonRoot can check it. Not root, so the server does not pass
-# --no-sandbox and Chromium keeps its sandbox.
+# Numeric, so Kubernetes' runAsNonRoot can check it. Workers run as this uid too (only a root
+# server gives them uids of their own), with Chromium's sandbox on.
 USER 10001:10001
 EXPOSE 50051 50052
 
