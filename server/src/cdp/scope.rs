@@ -51,8 +51,61 @@ pub const REFUSED_IN_CONTEXT: &[(&str, &str)] = &[
     ("Target.attachToBrowserTarget", "a browser target session reaches every context of the shared browser"),
     ("Memory.setPressureNotificationsSuppressed", "it acts on every process of the shared browser"),
     ("Memory.simulatePressureNotification", "it acts on every process of the shared browser"),
-    ("Tracing.requestMemoryDump", "it dumps every process of the shared browser"),
+    ("Tracing.", "a trace records the browser process, and with it every context's URLs and ids"),
+    ("Memory.getBrowserSamplingProfile", "it profiles the browser process every context shares"),
+    ("Memory.getAllTimeSamplingProfile", "it profiles the browser process every context shares"),
+    ("SystemInfo.getProcessInfo", "it lists every process of the shared browser"),
+    ("Browser.getHistograms", "the browser's histograms count every context's activity"),
+    ("Browser.getHistogram", "the browser's histograms count every context's activity"),
     ("Browser.setGlobalPrivacyControl", "it acts on every context of the shared browser"),
+];
+
+/// Whether `method` is refused in a shared browser: named in [`REFUSED_IN_CONTEXT`], or of a
+/// domain named there (`Tracing.`).
+fn refused_in_context(method: &str) -> Option<&'static str> {
+    REFUSED_IN_CONTEXT
+        .iter()
+        .find(|(m, _)| if m.ends_with('.') { method.starts_with(m) } else { *m == method })
+        .map(|(_, why)| *why)
+}
+
+/// How an event that reaches a shared browser's connection at the browser level (no session)
+/// is kept to the context. Every event of a domain with a method in [`ROOT_METHODS`] is
+/// listed (a test reads the running Chromium's protocol); any other event at the browser level
+/// is dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RootEvent {
+    /// Forwarded only when its target is the context's (`Target.*`).
+    ContextTargets,
+    /// Forwarded only for a download a page of the context began (`frameId` a context's
+    /// target; its progress by the download's `guid`).
+    ContextDownloads,
+    /// Never sent at the browser level: the methods that turn it on are refused there.
+    NotAtRoot,
+}
+
+/// See [`RootEvent`].
+pub const ROOT_EVENTS: &[(&str, RootEvent)] = &[
+    ("Browser.downloadWillBegin", RootEvent::ContextDownloads),
+    ("Browser.downloadProgress", RootEvent::ContextDownloads),
+    ("Target.attachedToTarget", RootEvent::ContextTargets),
+    ("Target.detachedFromTarget", RootEvent::ContextTargets),
+    ("Target.receivedMessageFromTarget", RootEvent::ContextTargets),
+    ("Target.targetCreated", RootEvent::ContextTargets),
+    ("Target.targetDestroyed", RootEvent::ContextTargets),
+    ("Target.targetCrashed", RootEvent::ContextTargets),
+    ("Target.targetInfoChanged", RootEvent::ContextTargets),
+    ("Storage.cacheStorageContentUpdated", RootEvent::NotAtRoot),
+    ("Storage.cacheStorageListUpdated", RootEvent::NotAtRoot),
+    ("Storage.indexedDBContentUpdated", RootEvent::NotAtRoot),
+    ("Storage.indexedDBListUpdated", RootEvent::NotAtRoot),
+    ("Storage.interestGroupAccessed", RootEvent::NotAtRoot),
+    ("Storage.interestGroupAuctionEventOccurred", RootEvent::NotAtRoot),
+    ("Storage.interestGroupAuctionNetworkRequestCreated", RootEvent::NotAtRoot),
+    ("Storage.sharedStorageAccessed", RootEvent::NotAtRoot),
+    ("Storage.sharedStorageWorkletOperationExecutionFinished", RootEvent::NotAtRoot),
+    ("Storage.storageBucketCreatedOrUpdated", RootEvent::NotAtRoot),
+    ("Storage.storageBucketDeleted", RootEvent::NotAtRoot),
 ];
 
 /// Methods allowed at the browser level, each kept within the context by the checks of its
@@ -119,6 +172,8 @@ pub struct Scope {
     sessions: HashMap<String, Session>,
     /// Windows of the context's targets, by id, with the target each was asked for.
     windows: HashMap<i64, String>,
+    /// Downloads a page of the context began, by `guid`, until they end.
+    downloads: HashSet<String>,
     /// Requests whose reply teaches the scope something, by the session they were sent in
     /// and their id.
     pending: HashMap<(Option<String>, i64), Pending>,
@@ -177,6 +232,7 @@ impl Scope {
             targets: HashMap::new(),
             sessions: HashMap::new(),
             windows: HashMap::new(),
+            downloads: HashSet::new(),
             pending: HashMap::new(),
             next_injected: *INJECTED_IDS.start(),
         }
@@ -218,7 +274,7 @@ impl Scope {
             Some(Value::String(s)) if self.sessions.contains_key(s) => Some(s.as_str()),
             Some(_) => return Err(NOT_A_SESSION.into()),
         };
-        if let Some((_, why)) = REFUSED_IN_CONTEXT.iter().find(|(m, _)| *m == method) {
+        if let Some(why) = refused_in_context(method) {
             return Err(why.to_string());
         }
         if session.is_none() && !ROOT_METHODS.contains(&method) {
@@ -342,7 +398,30 @@ impl Scope {
                 Some(child) if self.sessions.contains_key(child) => Down::Forward,
                 _ => Down::Drop,
             },
-            _ => Down::Forward,
+            // Every context's downloads are announced to every browser-level session that
+            // asked for events: only the context's own pages' go on.
+            "Browser.downloadWillBegin" if session.is_none() => match (param("frameId"), param("guid")) {
+                (Some(frame), Some(guid)) if self.targets.contains_key(frame) && self.downloads.len() < CAP => {
+                    self.downloads.insert(guid.to_string());
+                    Down::Forward
+                }
+                _ => Down::Drop,
+            },
+            "Browser.downloadProgress" if session.is_none() => match param("guid") {
+                Some(guid) if self.downloads.contains(guid) => {
+                    if matches!(param("state"), Some("completed" | "canceled")) {
+                        let guid = guid.to_string();
+                        self.downloads.remove(&guid);
+                    }
+                    Down::Forward
+                }
+                _ => Down::Drop,
+            },
+            // In one of the client's sessions, an event is about that session's target.
+            _ if session.is_some() => Down::Forward,
+            // At the browser level, an event not kept to the context above could be about
+            // any context: none goes on.
+            _ => Down::Drop,
         }
     }
 
@@ -815,11 +894,9 @@ mod tests {
         for method in [
             "Storage.clearDataForOrigin",
             "Storage.getUsageAndQuota",
-            "Tracing.start",
             "Fetch.enable",
             "Security.setIgnoreCertificateErrors",
             "Tethering.bind",
-            "SystemInfo.getProcessInfo",
             "Target.openDevTools",
             "Runtime.evaluate",
             "",
@@ -827,9 +904,7 @@ mod tests {
             let msg = json!({"id": 1, "method": method, "params": {}});
             assert!(why(client(&mut scope, msg)).contains("at the browser level"), "{method}");
         }
-        for method in
-            ["Fetch.enable", "Storage.clearDataForOrigin", "Tracing.start", "Security.setIgnoreCertificateErrors"]
-        {
+        for method in ["Fetch.enable", "Storage.clearDataForOrigin", "Security.setIgnoreCertificateErrors"] {
             let msg = json!({"id": 2, "sessionId": "S1", "method": method, "params": {}});
             assert_eq!(client(&mut scope, msg), Verdict::Forward, "{method} within the page acts on the page");
         }
@@ -837,10 +912,36 @@ mod tests {
             let msg = json!({"id": 3, "sessionId": "S1", "method": method, "params": {}});
             assert!(matches!(client(&mut scope, msg), Verdict::Refuse(_)), "{method}");
         }
+        for method in ["Tracing.start", "Tracing.end", "Tracing.getCategories"] {
+            let msg = json!({"id": 3, "sessionId": "S1", "method": method, "params": {}});
+            assert!(why(client(&mut scope, msg)).contains("trace"), "{method} within a page of a shared browser");
+        }
         for method in ["Browser.getVersion", "Target.setAutoAttach", "Target.setDiscoverTargets", "Target.getTargets"] {
             let msg = json!({"id": 4, "method": method, "params": {}});
             assert_eq!(client(&mut scope, msg), Verdict::Forward, "{method}");
         }
+    }
+
+    #[test]
+    fn only_the_context_s_downloads_are_heard_of_and_unknown_root_events_are_dropped() {
+        let mut scope = with_page();
+        let begin = |frame: &str, guid: &str| json!({"method": "Browser.downloadWillBegin", "params": {"frameId": frame, "guid": guid, "url": "https://a.test/r?secret=1", "suggestedFilename": "r.txt"}});
+        let progress = |guid: &str, state: &str| json!({"method": "Browser.downloadProgress", "params": {"guid": guid, "totalBytes": 2, "receivedBytes": 2, "state": state}});
+        assert_eq!(browser(&mut scope, begin("P2", "other")).0, Down::Drop, "another context's page");
+        assert_eq!(browser(&mut scope, progress("other", "inProgress")).0, Down::Drop);
+        assert_eq!(browser(&mut scope, begin("P1", "mine")).0, Down::Forward);
+        assert_eq!(browser(&mut scope, progress("mine", "inProgress")).0, Down::Forward);
+        assert_eq!(browser(&mut scope, progress("mine", "completed")).0, Down::Forward);
+        assert!(scope.downloads.is_empty(), "forgotten once it ended");
+        let unknown =
+            json!({"method": "Tracing.dataCollected", "params": {"value": [{"args": {"url": "https://b.test/"}}]}});
+        assert_eq!(
+            browser(&mut scope, unknown).0,
+            Down::Drop,
+            "an event at the browser level no rule keeps to the context"
+        );
+        let in_page = json!({"method": "Page.loadEventFired", "sessionId": "S1", "params": {}});
+        assert_eq!(browser(&mut scope, in_page).0, Down::Forward);
     }
 
     #[test]

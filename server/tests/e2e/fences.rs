@@ -576,3 +576,115 @@ async fn a_revoked_token_s_cdp_connections_close_and_its_session_s_ticket_dies()
     admin.release(&session.session_id).await.unwrap();
     server.stop().await;
 }
+
+/// Every event of a domain a client may use at the browser level of a shared browser is kept
+/// to the session's context, or never sent there: read from the running Chromium's protocol,
+/// so an upgrade adding one fails here.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_browser_level_event_of_a_shared_browser_is_kept_to_its_context() {
+    use browserpool_server::cdp::scope::{ROOT_EVENTS, ROOT_METHODS};
+    let protocol = chromium_protocol().await;
+    let root_domains: std::collections::BTreeSet<&str> =
+        ROOT_METHODS.iter().filter_map(|m| m.split('.').next()).collect();
+    let mut events = std::collections::BTreeSet::new();
+    for domain in protocol["domains"].as_array().unwrap() {
+        let name = domain["domain"].as_str().unwrap();
+        if root_domains.contains(name) {
+            for event in domain["events"].as_array().into_iter().flatten() {
+                events.insert(format!("{name}.{}", event["name"].as_str().unwrap()));
+            }
+        }
+    }
+    let listed: std::collections::BTreeSet<String> = ROOT_EVENTS.iter().map(|(e, _)| e.to_string()).collect();
+    let unlisted: Vec<_> = events.difference(&listed).collect();
+    assert!(unlisted.is_empty(), "browser-level events not in scope::ROOT_EVENTS: {unlisted:?}");
+    let stale: Vec<_> = listed.difference(&events).collect();
+    assert!(stale.is_empty(), "scope::ROOT_EVENTS names events this Chromium does not have: {stale:?}");
+    eprintln!("{} events of the browser-level domains {root_domains:?}, every one kept to its context", events.len());
+}
+
+/// Waits up to `within` for an event `method` on `ws`; what it carried, if one came.
+async fn event_within(ws: &mut crate::cdp::Ws, method: &str, within: std::time::Duration) -> Option<serde_json::Value> {
+    use futures::StreamExt;
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let frame = match tokio::time::timeout_at(deadline, ws.next()).await {
+            Ok(Some(Ok(frame))) => frame,
+            _ => return None,
+        };
+        let Ok(text) = frame.to_text() else { continue };
+        let v: serde_json::Value = serde_json::from_str(text).unwrap_or_default();
+        if v["method"] == method {
+            return Some(v);
+        }
+    }
+}
+
+/// Two sessions of one tenant in one shared browser: A's connection hears of none of B's
+/// downloads (B's own connection does), and A cannot trace the browser process from its page.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_context_session_hears_nothing_of_its_neighbour_s_downloads_or_traces() {
+    let server = TestServer::start_with(|a| a.max_workers = 3).await;
+    let admin = server.admin().await;
+    let dense = pb::Tenant {
+        id: "dense".into(),
+        max_slots: 2,
+        max_queue: 2,
+        isolation: pb::Isolation::Context as i32,
+        ..Default::default()
+    };
+    admin.admin().put_tenant(pb::PutTenantRequest { tenant: Some(dense) }).await.unwrap();
+    let client = server.client(&server.token("dense", "ci", &["sessions:read", "sessions:write"]).await).await;
+    let a = client.acquire(30_000).await.unwrap();
+    let b = client.acquire(30_000).await.unwrap();
+    assert_eq!(a.worker_id, b.worker_id, "one shared browser");
+    let events = serde_json::json!({"id": 1, "method": "Browser.setDownloadBehavior", "params": {"behavior": "allow", "eventsEnabled": true}});
+    let mut ws_a = crate::cdp::connect(&a.cdp_url).await;
+    let mut ws_b = crate::cdp::connect(&b.cdp_url).await;
+    for ws in [&mut ws_a, &mut ws_b] {
+        let answer = reply_to(ws, events.clone()).await;
+        assert!(answer.get("error").is_none(), "{answer}");
+        // Listing the targets shows each connection its context's page.
+        reply_to(ws, serde_json::json!({"id": 2, "method": "Target.getTargets"})).await;
+    }
+    let page = r#"<a id="d" href="data:text/plain,neighbour" download="b-report.txt">get</a>"#;
+    let step = |name: &str, selector: &str, payload: serde_json::Value| pb::Action {
+        action: name.into(),
+        selector: selector.into(),
+        payload: Some(browserpool_proto::json::from_json(&payload)),
+        ..Default::default()
+    };
+    crate::helpers::ok(
+        &crate::helpers::act(&client, &b.session_id, step("load_html", "", serde_json::json!(page))).await,
+    );
+    crate::helpers::ok(
+        &crate::helpers::act(&client, &b.session_id, step("click", "#d", serde_json::Value::Null)).await,
+    );
+    let own = event_within(&mut ws_b, "Browser.downloadWillBegin", std::time::Duration::from_secs(10)).await;
+    let own = own.expect("B's own connection hears of B's download");
+    assert_eq!(own["params"]["suggestedFilename"], "b-report.txt", "{own}");
+    let leaked = event_within(&mut ws_a, "Browser.downloadWillBegin", std::time::Duration::from_secs(2)).await;
+    assert!(leaked.is_none(), "A heard of B's download: {leaked:?}");
+
+    let targets = reply_to(&mut ws_a, serde_json::json!({"id": 3, "method": "Target.getTargets"})).await;
+    let page = targets["result"]["targetInfos"].as_array().unwrap().iter().find(|t| t["type"] == "page").unwrap()
+        ["targetId"]
+        .clone();
+    let attached = reply_to(
+        &mut ws_a,
+        serde_json::json!({"id": 4, "method": "Target.attachToTarget", "params": {"targetId": page, "flatten": true}}),
+    )
+    .await;
+    let sid = attached["result"]["sessionId"].clone();
+    let trace =
+        reply_to(&mut ws_a, serde_json::json!({"id": 5, "sessionId": sid, "method": "Tracing.start", "params": {}}))
+            .await;
+    assert!(
+        trace["error"]["message"].as_str().unwrap_or_default().contains("browserpool refuses Tracing.start"),
+        "{trace}"
+    );
+    drop((ws_a, ws_b));
+    client.release(&a.session_id).await.unwrap();
+    client.release(&b.session_id).await.unwrap();
+    server.stop().await;
+}
