@@ -230,6 +230,7 @@ fn worker_uids(args: &ServeArgs) -> anyhow::Result<Option<UidRange>> {
 /// `--allow-unsandboxed` says to. With no warm worker to look at, the first one booted for a
 /// session is checked instead (and fails to boot without the sandbox).
 async fn check_sandbox(args: &ServeArgs, pool: &Pool, stages: &Stages) -> anyhow::Result<()> {
+    tracing::warn!("workers have no memory, process or CPU limit of their own (no cgroup per worker yet): one page can take the host's memory; size the host or pod for it");
     if args.warm == 0 {
         return Ok(());
     }
