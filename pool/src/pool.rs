@@ -445,6 +445,8 @@ impl Pool {
         if tokio::time::timeout(bound, self.inner.tasks.wait()).await.is_err() {
             tracing::warn!(booting = self.inner.state().booting, "worker boots still running after {bound:?}");
         }
+        // The profiles dir goes too once its last profile has (a lease still held keeps it).
+        let _ = std::fs::remove_dir(&self.inner.cfg.launch.profiles_dir);
     }
 
     async fn refill_loop(self, shutdown: CancellationToken) {

@@ -135,6 +135,7 @@ impl TestServer {
         }
         let left: Vec<_> = std::fs::read_dir(self.profiles_dir()).map(|d| d.flatten().collect()).unwrap_or_default();
         assert!(left.is_empty(), "profiles left behind: {left:?}");
+        assert!(!self.profiles_dir().exists(), "the profiles dir is removed with its last profile");
     }
 }
 

@@ -28,9 +28,12 @@ async fn sigterm_closes_sessions_kills_workers_and_exits_zero() {
         assert!(!line.contains("eyJ"), "a token leaked into the log: {line}");
     }
 
-    let profiles: Vec<_> =
-        std::fs::read_dir(browserpool_server::server::profiles_dir(&dir)).unwrap().flatten().collect();
-    assert!(profiles.is_empty(), "profiles removed: {profiles:?}");
+    let profiles = browserpool_server::server::profiles_dir(&dir);
+    assert!(
+        !profiles.exists(),
+        "profiles removed, and their dir: {:?}",
+        std::fs::read_dir(&profiles).map(|d| d.count())
+    );
     let store = browserpool_server::store::Store::open(&server.database_url).await.unwrap();
     let record = store.session(&session.session_id).await.unwrap().unwrap();
     assert_eq!(record.state.as_str(), "CLOSED");
