@@ -74,19 +74,24 @@ pub(crate) async fn connect(url: &str) -> Ws {
     async_tungstenite::tokio::connect_async(url).await.expect("cdp connection").0
 }
 
-/// Sends a command and returns its answer (events in between are skipped); it must not be
-/// an error.
-pub(crate) async fn answer_to(ws: &mut Ws, msg: Value) -> Value {
+/// Sends a command and returns its answer, error or not (events in between are skipped).
+pub(crate) async fn reply_to(ws: &mut Ws, msg: Value) -> Value {
     let id = msg["id"].clone();
     ws.send(Message::text(msg.to_string())).await.unwrap();
     loop {
         let frame = tokio::time::timeout(Duration::from_secs(10), ws.next()).await.unwrap().unwrap().unwrap();
         let v: Value = serde_json::from_str(frame.to_text().unwrap()).unwrap();
         if v["id"] == id {
-            assert!(v.get("error").is_none(), "{v}");
             return v;
         }
     }
+}
+
+/// [`reply_to`], whose answer must not be an error.
+pub(crate) async fn answer_to(ws: &mut Ws, msg: Value) -> Value {
+    let v = reply_to(ws, msg).await;
+    assert!(v.get("error").is_none(), "{v}");
+    v
 }
 
 /// Waits for the close frame; returns its code and reason.

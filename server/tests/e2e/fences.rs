@@ -116,15 +116,7 @@ fn check_uid_reaches_nothing(server: &TestServer, uid: u32, other_profile: &Path
 async fn workers_run_as_their_own_uids_with_the_sandbox_on_and_reach_nothing_of_the_server() {
     let server = TestServer::start_with(|a| a.max_workers = 3).await;
     let admin = server.admin().await;
-    let dense = pb::Tenant {
-        id: "dense".into(),
-        max_slots: 1,
-        max_queue: 1,
-        isolation: pb::Isolation::Context as i32,
-        ..Default::default()
-    };
-    admin.admin().put_tenant(pb::PutTenantRequest { tenant: Some(dense) }).await.unwrap();
-    let context_client = server.client(&server.token("dense", "ci", &["sessions:read", "sessions:write"]).await).await;
+    let context_client = crate::isolation::context_tenant(&server, &admin, &[]).await;
     let own = admin.acquire(30_000).await.unwrap();
     let shared = context_client.acquire(30_000).await.unwrap();
     let (own_worker, shared_worker) = (worker(&admin, &own.worker_id).await, worker(&admin, &shared.worker_id).await);
@@ -369,21 +361,6 @@ async fn every_cdp_parameter_that_can_name_a_host_file_is_judged() {
     eprintln!("{} file-like parameters in the protocol, every one judged", found.len());
 }
 
-/// Sends `msg` and returns the answer with its id, error or not.
-async fn reply_to(ws: &mut crate::cdp::Ws, msg: serde_json::Value) -> serde_json::Value {
-    use futures::StreamExt;
-    let id = msg["id"].clone();
-    ws.send(async_tungstenite::tungstenite::Message::text(msg.to_string())).await.unwrap();
-    loop {
-        let frame =
-            tokio::time::timeout(std::time::Duration::from_secs(10), ws.next()).await.unwrap().unwrap().unwrap();
-        let v: serde_json::Value = serde_json::from_str(frame.to_text().unwrap()).unwrap();
-        if v["id"] == id {
-            return v;
-        }
-    }
-}
-
 /// The attack of issue 25, through a session's `cdp_url`: a drop of the server's signing key
 /// onto the page is refused before the browser sees it, as are listeners on the browser's
 /// host (`Tethering.bind`), and `SystemInfo.getInfo` answers without the command line.
@@ -393,35 +370,35 @@ async fn a_cdp_client_cannot_drop_host_files_listen_or_read_the_command_line() {
     let client = server.admin().await;
     let session = client.acquire(30_000).await.unwrap();
     let mut ws = crate::cdp::connect(&session.cdp_url).await;
-    let targets = reply_to(&mut ws, serde_json::json!({"id": 1, "method": "Target.getTargets"})).await;
+    let targets = crate::cdp::reply_to(&mut ws, serde_json::json!({"id": 1, "method": "Target.getTargets"})).await;
     let page = targets["result"]["targetInfos"].as_array().unwrap().iter().find(|t| t["type"] == "page").unwrap()
         ["targetId"]
         .clone();
     let attach =
         serde_json::json!({"id": 2, "method": "Target.attachToTarget", "params": {"targetId": page, "flatten": true}});
-    let attached = reply_to(&mut ws, attach).await;
+    let attached = crate::cdp::reply_to(&mut ws, attach).await;
     let sid = attached["result"]["sessionId"].clone();
     let key = server.data_dir.path().join("jwt-hs256.key");
     let dropped = serde_json::json!({"id": 3, "sessionId": sid, "method": "Input.dispatchDragEvent", "params": {
         "type": "drop", "x": 10, "y": 10,
         "data": {"items": [], "files": [key.to_str().unwrap()], "dragOperationsMask": 1}}});
-    let answer = reply_to(&mut ws, dropped).await;
+    let answer = crate::cdp::reply_to(&mut ws, dropped).await;
     let message = answer["error"]["message"].as_str().unwrap_or_default();
     assert!(message.contains("browserpool refuses Input.dispatchDragEvent") && message.contains("file"), "{answer}");
     let bind = serde_json::json!({"id": 4, "method": "Tethering.bind", "params": {"port": 5432}});
-    let answer = reply_to(&mut ws, bind).await;
+    let answer = crate::cdp::reply_to(&mut ws, bind).await;
     assert!(
         answer["error"]["message"].as_str().unwrap_or_default().contains("browserpool refuses Tethering.bind"),
         "{answer}"
     );
-    let info = reply_to(&mut ws, serde_json::json!({"id": 5, "method": "SystemInfo.getInfo"})).await;
+    let info = crate::cdp::reply_to(&mut ws, serde_json::json!({"id": 5, "method": "SystemInfo.getInfo"})).await;
     assert!(info["result"]["gpu"].is_object(), "the rest of the answer is kept: {info}");
     assert_eq!(info["result"]["commandLine"], "", "{info}");
     // A text drag (no files) still reaches the page.
     let text = serde_json::json!({"id": 6, "sessionId": sid, "method": "Input.dispatchDragEvent", "params": {
         "type": "dragEnter", "x": 10, "y": 10,
         "data": {"items": [{"mimeType": "text/plain", "data": "hello"}], "dragOperationsMask": 1}}});
-    let answer = reply_to(&mut ws, text).await;
+    let answer = crate::cdp::reply_to(&mut ws, text).await;
     assert!(answer.get("error").is_none(), "{answer}");
     drop(ws);
     client.release(&session.session_id).await.unwrap();
@@ -558,7 +535,7 @@ async fn a_revoked_token_s_cdp_connections_close_and_its_session_s_ticket_dies()
         async_tungstenite::tungstenite::client::IntoClientRequest::into_client_request(bare.as_str()).unwrap();
     request.headers_mut().insert("authorization", format!("Bearer {}", owner.token).parse().unwrap());
     let (mut by_token, _) = async_tungstenite::tokio::connect_async(request).await.unwrap();
-    reply_to(&mut by_token, serde_json::json!({"id": 1, "method": "Browser.getVersion"})).await;
+    crate::cdp::reply_to(&mut by_token, serde_json::json!({"id": 1, "method": "Browser.getVersion"})).await;
 
     let revoked = std::time::Instant::now();
     admin.admin().revoke_token(pb::RevokeTokenRequest { jti: owner.jti.clone() }).await.unwrap();
@@ -626,15 +603,7 @@ async fn event_within(ws: &mut crate::cdp::Ws, method: &str, within: std::time::
 async fn a_context_session_hears_nothing_of_its_neighbour_s_downloads_or_traces() {
     let server = TestServer::start_with(|a| a.max_workers = 3).await;
     let admin = server.admin().await;
-    let dense = pb::Tenant {
-        id: "dense".into(),
-        max_slots: 2,
-        max_queue: 2,
-        isolation: pb::Isolation::Context as i32,
-        ..Default::default()
-    };
-    admin.admin().put_tenant(pb::PutTenantRequest { tenant: Some(dense) }).await.unwrap();
-    let client = server.client(&server.token("dense", "ci", &["sessions:read", "sessions:write"]).await).await;
+    let client = crate::isolation::context_tenant(&server, &admin, &[]).await;
     let a = client.acquire(30_000).await.unwrap();
     let b = client.acquire(30_000).await.unwrap();
     assert_eq!(a.worker_id, b.worker_id, "one shared browser");
@@ -642,10 +611,10 @@ async fn a_context_session_hears_nothing_of_its_neighbour_s_downloads_or_traces(
     let mut ws_a = crate::cdp::connect(&a.cdp_url).await;
     let mut ws_b = crate::cdp::connect(&b.cdp_url).await;
     for ws in [&mut ws_a, &mut ws_b] {
-        let answer = reply_to(ws, events.clone()).await;
+        let answer = crate::cdp::reply_to(ws, events.clone()).await;
         assert!(answer.get("error").is_none(), "{answer}");
         // Listing the targets shows each connection its context's page.
-        reply_to(ws, serde_json::json!({"id": 2, "method": "Target.getTargets"})).await;
+        crate::cdp::reply_to(ws, serde_json::json!({"id": 2, "method": "Target.getTargets"})).await;
     }
     let page = r#"<a id="d" href="data:text/plain,neighbour" download="b-report.txt">get</a>"#;
     let step = |name: &str, selector: &str, payload: serde_json::Value| pb::Action {
@@ -666,19 +635,21 @@ async fn a_context_session_hears_nothing_of_its_neighbour_s_downloads_or_traces(
     let leaked = event_within(&mut ws_a, "Browser.downloadWillBegin", std::time::Duration::from_secs(2)).await;
     assert!(leaked.is_none(), "A heard of B's download: {leaked:?}");
 
-    let targets = reply_to(&mut ws_a, serde_json::json!({"id": 3, "method": "Target.getTargets"})).await;
+    let targets = crate::cdp::reply_to(&mut ws_a, serde_json::json!({"id": 3, "method": "Target.getTargets"})).await;
     let page = targets["result"]["targetInfos"].as_array().unwrap().iter().find(|t| t["type"] == "page").unwrap()
         ["targetId"]
         .clone();
-    let attached = reply_to(
+    let attached = crate::cdp::reply_to(
         &mut ws_a,
         serde_json::json!({"id": 4, "method": "Target.attachToTarget", "params": {"targetId": page, "flatten": true}}),
     )
     .await;
     let sid = attached["result"]["sessionId"].clone();
-    let trace =
-        reply_to(&mut ws_a, serde_json::json!({"id": 5, "sessionId": sid, "method": "Tracing.start", "params": {}}))
-            .await;
+    let trace = crate::cdp::reply_to(
+        &mut ws_a,
+        serde_json::json!({"id": 5, "sessionId": sid, "method": "Tracing.start", "params": {}}),
+    )
+    .await;
     assert!(
         trace["error"]["message"].as_str().unwrap_or_default().contains("browserpool refuses Tracing.start"),
         "{trace}"

@@ -103,7 +103,7 @@ async fn leave_traces(client: &Client, id: &str, site: &str) {
 
 /// Makes tenant `dense` (3 slots, loopback allowed, context isolation) and a client of it
 /// with `sessions:read`, `sessions:write` and `scopes`.
-async fn context_tenant(server: &TestServer, admin: &Client, scopes: &[&str]) -> Client {
+pub(crate) async fn context_tenant(server: &TestServer, admin: &Client, scopes: &[&str]) -> Client {
     let dense = pb::Tenant {
         id: "dense".into(),
         max_slots: 3,
