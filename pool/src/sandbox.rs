@@ -221,12 +221,13 @@ pub struct SandboxReport {
 }
 
 /// How long [`inspect`] waits for a renderer to look at (the first page's comes up within a
-/// second of DevTools on an idle host).
-const RENDERER_WAIT: Duration = Duration::from_secs(10);
+/// second of DevTools on an idle host; a boot at idle priority on a busy one takes longer).
+const RENDERER_WAIT: Duration = Duration::from_secs(20);
 
 /// Looks at a booted worker's processes (group `pgid`) in `/proc`: that the browser runs as
 /// `uid` when one is expected, that no process has `--no-sandbox`, and that a renderer is under
-/// a seccomp filter (`Seccomp: 2`) in a user namespace other than the server's. Blocking.
+/// a seccomp filter (`Seccomp: 2`) in a user namespace other than the server's (or, when no
+/// renderer came up within [`RENDERER_WAIT`], that its zygote is). Blocking.
 pub fn inspect(pgid: u32, uid: Option<u32>) -> SandboxReport {
     let unsandboxed = |detail: String| SandboxReport { sandboxed: false, detail };
     if let Some(want) = uid {
@@ -274,9 +275,28 @@ pub fn inspect(pgid: u32, uid: Option<u32>) -> SandboxReport {
             }
         }
         if std::time::Instant::now() >= deadline {
-            return unsandboxed(
-                seen.unwrap_or_else(|| format!("no renderer came up within {RENDERER_WAIT:?} to inspect")),
-            );
+            if let Some(why) = seen {
+                return unsandboxed(why);
+            }
+            // No renderer yet (a boot at idle priority on a busy host): the zygote that will
+            // fork them shows the namespace sandbox; seccomp comes with the renderer itself.
+            let zygote = procs
+                .iter()
+                .filter(|(_, c)| c.contains("--type=zygote") && !c.contains("--no-zygote-sandbox"))
+                .any(|(pid, _)| {
+                    std::fs::read_link(format!("/proc/{pid}/ns/user")).ok().is_some_and(|ns| Some(ns) != own_ns)
+                });
+            return if zygote {
+                let who = uid.map_or_else(|| "the server's uid".to_string(), |u| format!("uid {u}"));
+                SandboxReport {
+                    sandboxed: true,
+                    detail: format!("sandboxed: workers run as {who}; the zygote in a user namespace of its own (no renderer within {RENDERER_WAIT:?} to look at)"),
+                }
+            } else {
+                unsandboxed(format!(
+                    "no renderer within {RENDERER_WAIT:?}, and no zygote in a user namespace of its own"
+                ))
+            };
         }
         std::thread::sleep(Duration::from_millis(50));
     }

@@ -234,7 +234,8 @@ async fn check_sandbox(args: &ServeArgs, pool: &Pool, stages: &Stages) -> anyhow
     if args.warm == 0 {
         return Ok(());
     }
-    let within = args.launch_timeout + std::time::Duration::from_secs(20);
+    // A boot, its DevTools connection, and the sandbox check's wait for a renderer.
+    let within = args.launch_timeout + std::time::Duration::from_secs(40);
     match pool.sandbox_checked(within).await {
         Some(report) if !report.sandboxed && !args.allow_unsandboxed => {
             stages.serving.cancel();
