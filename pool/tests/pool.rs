@@ -34,6 +34,15 @@ fn config(dir: &std::path::Path, warm: usize, max: usize) -> PoolConfig {
     }
 }
 
+/// Every profile is deleted, and their dir with the last one.
+fn assert_profiles_gone(dir: &std::path::Path) {
+    let profiles = dir.join("profiles");
+    let left: Vec<_> =
+        std::fs::read_dir(&profiles).map(|d| d.flatten().map(|e| e.path()).collect()).unwrap_or_default();
+    assert!(left.is_empty(), "profiles left: {left:?}");
+    assert!(!profiles.exists(), "the profiles dir is left");
+}
+
 fn call(action: &str, selector: &str, payload: serde_json::Value) -> ActionCall {
     ActionCall {
         action: canonicalize(action).unwrap(),
@@ -77,8 +86,7 @@ async fn lease_act_release_leaves_nothing() {
 
     pool.shutdown().await;
     stop.cancel();
-    let profiles: Vec<_> = std::fs::read_dir(dir.path().join("profiles")).unwrap().collect();
-    assert!(profiles.is_empty(), "profiles left: {profiles:?}");
+    assert_profiles_gone(dir.path());
     let locks: Vec<_> = std::fs::read_dir(dir.path().join("locks"))
         .unwrap()
         .flatten()
@@ -200,6 +208,5 @@ async fn context_leases_of_one_tenant_share_one_browser_and_count_it_once() {
     b.release().await;
     pool.shutdown().await;
     stop.cancel();
-    let profiles: Vec<_> = std::fs::read_dir(dir.path().join("profiles")).unwrap().collect();
-    assert!(profiles.is_empty(), "profiles left: {profiles:?}");
+    assert_profiles_gone(dir.path());
 }
