@@ -352,6 +352,18 @@ zygote_ns="$(awk '/--type=zygote/ && !/--no-zygote-sandbox/ { print $3; exit }' 
 [ -n "$browser_ns" ] && [ -n "$zygote_ns" ] || fail "no Chromium browser and zygote process found in the container: $(cat "$work/procs")"
 [ "$zygote_ns" != "$browser_ns" ] || fail "Chromium's zygote shares the browser's user namespace: no sandbox"
 say "Chromium sandboxed: no --no-sandbox, its zygote in a user namespace of its own ($(grep -c chromium "$work/procs") Chromium processes)"
+# As the chart runs it (non-root), workers run as the image's uid, and the server's own check
+# of its first worker says the sandbox is on.
+browser_pid="$(awk '/--remote-debugging-port=/ && !/--type=/ { print $1; exit }' "$work/procs")"
+browser_uid="$(awk '/^Uid:/ { print $2 }' "/proc/$browser_pid/status")"
+[ "$browser_uid" = "$UID_IN_IMAGE" ] || fail "the worker's browser runs as uid $browser_uid, not the image's $UID_IN_IMAGE"
+status="$(grpc Admin/PoolStatus '{}')" || fail "PoolStatus: $status"
+sandbox="$(python3 -c 'import json, sys; r = json.load(sys.stdin); print(r["replicas"][0].get("sandbox", ""), r.get("unsandboxed", False))' <<<"$status")"
+case "$sandbox" in
+    "sandboxed: workers run as the server's uid"*" False") ;;
+    *) fail "PoolStatus does not report the sandbox on: $sandbox" ;;
+esac
+say "workers run as uid $browser_uid; PoolStatus: $sandbox"
 
 url="http://127.0.0.1:$fixture_port/"
 navigated="$(grpc Sessions/Act "{\"session_id\": \"$session\", \"action\": {\"action\": \"navigate\", \"payload\": \"$url\"}}")" \
