@@ -279,13 +279,15 @@ impl BinaryServer {
     }
 
     /// SIGKILL, as a crash or an OOM kill would: no cleanup runs. Its Chromium workers (found
-    /// by their profile path) are killed too, so the test leaves no process behind.
+    /// by their profile path) are killed too, and their profiles deleted (the server that would
+    /// have reaped them on this data dir never starts), so the test leaves nothing behind.
     pub fn kill_hard(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
         self.exited = true;
         let profiles = browserpool_server::server::profiles_dir(self.dir.path());
         let _ = std::process::Command::new("pkill").arg("-9").arg("-f").arg(profiles.as_os_str()).status();
+        let _ = std::fs::remove_dir_all(&profiles);
     }
 
     /// SIGTERM, then wait (at most a minute) for the exit; returns it with the log lines.
