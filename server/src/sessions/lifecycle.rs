@@ -611,12 +611,12 @@ impl CdpAccess {
         self.live.cdp.context.clone()
     }
 
-    /// Cancelled when the session ends.
     /// The `jti` of the token that acquired the session (its ticket dies with it).
     pub fn acquired_by(&self) -> &str {
         &self.live.cdp.acquired_by
     }
 
+    /// Cancelled when the session ends.
     pub fn stop(&self) -> CancellationToken {
         self.live.stop.clone()
     }
