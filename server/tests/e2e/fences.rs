@@ -22,8 +22,9 @@ fn proc_status(pid: i32, name: &str) -> String {
     text.lines().find_map(|l| l.strip_prefix(name)).unwrap_or("").trim().to_string()
 }
 
+/// The real uid of `pid`, `u32::MAX` when it is gone.
 fn real_uid(pid: i32) -> u32 {
-    proc_status(pid, "Uid:").split_whitespace().next().and_then(|u| u.parse().ok()).unwrap_or(u32::MAX)
+    browserpool_pool::sandbox::process_uid(pid as u32).unwrap_or(u32::MAX)
 }
 
 /// Runs `argv` as uid (and gid) `uid` with no groups; whether it succeeded, and its stderr.
