@@ -188,6 +188,9 @@ pub struct DriverConfig {
     pub max_html_bytes: usize,
     /// Most tabs a session may have open, popups included.
     pub max_tabs: usize,
+    /// The worker's cgroup, when it has one: a renderer the kernel killed at its memory limit
+    /// is reported as such.
+    pub cgroup: Option<Arc<crate::cgroup::WorkerCgroup>>,
 }
 
 /// One tab: its target, chromiumoxide's page and our raw session on it (Fetch, lifecycle).
@@ -695,7 +698,7 @@ impl Driver {
                         | ActionKind::ListTabs
                         | ActionKind::LoadHtml
                 ) {
-                    return Err(tab_crashed(*index, "it crashed earlier"));
+                    return Err(self.tab_crashed(*index, "it crashed earlier"));
                 }
                 self.shared.crashed.send_if_modified(|set| set.remove(&tab.target));
                 revived = Some(tab.target.clone());
@@ -724,7 +727,7 @@ impl Driver {
         let result = tokio::select! {
             biased;
             opened = wait_dialog_after(&mut dialogs, baseline) => Err(ActionFailure::dialog_open(opened)),
-            index = crashed => Err(tab_crashed(index, &format!("it crashed while {} ran", call.action.name))),
+            index = crashed => Err(self.tab_crashed(index, &format!("it crashed while {} ran", call.action.name))),
             result = tokio::time::timeout(outer, self.dispatch(call, until)) => match result {
                 Ok(r) => r,
                 Err(_) => {
@@ -749,6 +752,19 @@ impl Driver {
             }
         }
         result
+    }
+
+    /// `TAB_CRASHED` for tab `index`, naming the memory limit when the kernel killed a
+    /// process of the worker at it.
+    fn tab_crashed(&self, index: i32, when: &str) -> ActionFailure {
+        let why = match self.cfg.cgroup.as_ref().and_then(|c| c.limit_reached()) {
+            Some(limit) => crate::cgroup::limit_words(limit),
+            None => "its renderer died, e.g. out of memory".to_string(),
+        };
+        ActionFailure::new(
+            FailureCode::TabCrashed,
+            format!("tab {index}'s page crashed ({when}; {why}): navigate or reload it, or close_tab"),
+        )
     }
 
     /// `type dialog::username|password|prompt` and `click dialog::accept|dismiss`.
@@ -914,14 +930,6 @@ impl Driver {
             }
         }
     }
-}
-
-/// `TAB_CRASHED` for tab `index`.
-fn tab_crashed(index: i32, when: &str) -> ActionFailure {
-    ActionFailure::new(
-        FailureCode::TabCrashed,
-        format!("tab {index}'s page crashed ({when}; its renderer died, e.g. out of memory): navigate or reload it, or close_tab"),
-    )
 }
 
 /// Frees a tab an action left busy: when the action timed out or its caller went away (its

@@ -36,6 +36,10 @@ pub enum PoolError {
     /// not given: no worker is run.
     #[error("workers would run without chromium's sandbox ({0}); refusing to run them (--allow-unsandboxed runs them anyway, see the README's Security section)")]
     Unsandboxed(String),
+    /// A leased worker's memory limit could not be set (below what the fresh browser already
+    /// uses, on a v1 hierarchy).
+    #[error("the memory limit could not be set to {0}; raise the tenant's max_memory_mb")]
+    MemoryLimit(String),
     /// The pool is shutting down.
     #[error("pool is shutting down")]
     ShuttingDown,

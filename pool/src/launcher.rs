@@ -12,6 +12,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 use tracing::Instrument;
 
+use crate::cgroup::{Cgroups, WorkerCgroup};
 use crate::error::PoolError;
 use crate::lock::PortLock;
 use crate::netns::{Gate, NetNs};
@@ -138,6 +139,9 @@ pub struct LaunchConfig {
     /// Launch Chromium with `--no-sandbox` (`--allow-unsandboxed`): for hosts where its
     /// sandbox cannot start; a renderer exploit then runs with the worker's uid's rights.
     pub allow_unsandboxed: bool,
+    /// Where each worker gets a cgroup of its own (memory, tasks, CPU weight); `None` where
+    /// the server may not manage cgroups.
+    pub cgroups: Option<std::sync::Arc<Cgroups>>,
 }
 
 /// A running Chromium process: its group, its port lock and its profile. Dropping it kills
@@ -156,6 +160,8 @@ pub(crate) struct Process {
     /// The worker's own uid, when it has one: every process left running as it is killed
     /// before the port (and with it the uid) is free again.
     pub(crate) uid: Option<u32>,
+    /// The worker's cgroup, when it has one: removed once its processes are gone.
+    pub(crate) cgroup: Option<std::sync::Arc<WorkerCgroup>>,
     killed: bool,
 }
 
@@ -166,6 +172,10 @@ impl Process {
 
     pub(crate) fn port(&self) -> u16 {
         self.lock.as_ref().map(PortLock::port).unwrap_or(0)
+    }
+
+    pub(crate) fn spawned(&self) -> Spawned {
+        Spawned { pgid: self.pgid as u32, cgroup: self.cgroup.clone() }
     }
 
     /// Whether the main Chromium process has exited.
@@ -200,11 +210,14 @@ impl Process {
         // Finding strays reads every process's command line, and a profile is thousands of
         // files: cleanup nobody waits for, so on a thread at the lowest priority. Without a
         // thread for it, dropping `self` does it inline.
-        let (profile, tmp, uid) = (self.profile.clone(), self.tmp.clone(), self.uid);
+        let (profile, tmp, uid, cgroup) = (self.profile.clone(), self.tmp.clone(), self.uid, self.cgroup.clone());
         self.killed = at_lowest_priority(move || {
             kill_strays(&profile);
             if let Some(uid) = uid {
                 kill_uid(uid, true);
+            }
+            if let Some(cgroup) = cgroup {
+                cgroup.remove();
             }
             for dir in [profile, tmp] {
                 if let Err(e) = std::fs::remove_dir_all(&dir) {
@@ -350,6 +363,26 @@ pub struct GroupMemory {
     pub pss_bytes: u64,
 }
 
+/// A worker's process group and cgroup, as soon as it is spawned: what the pool raises from
+/// a spare's priority when someone waits for it or leases it.
+#[derive(Debug, Clone)]
+pub(crate) struct Spawned {
+    pub(crate) pgid: u32,
+    pub(crate) cgroup: Option<std::sync::Arc<WorkerCgroup>>,
+}
+
+impl Spawned {
+    /// Normal scheduling for every thread, and a leased worker's CPU weight. Blocking.
+    pub(crate) fn raise(&self) {
+        raise_priority(self.pgid);
+        if let Some(cgroup) = &self.cgroup {
+            if let Err(e) = cgroup.set_cpu_weight(crate::cgroup::LEASED_WEIGHT) {
+                tracing::warn!(error = %e, "could not raise a worker's cpu weight");
+            }
+        }
+    }
+}
+
 /// Puts every thread of process group `pgid` back at normal priority (`SCHED_OTHER`; see
 /// [`launch`]). Twice over, for threads started while the first pass ran. Blocking: it reads
 /// `/proc`.
@@ -440,7 +473,7 @@ pub(crate) async fn launch(
     proxy: &str,
     netns: Option<NetNs>,
     egress: &std::sync::Arc<crate::egress::Egress>,
-    spawned: &(dyn Fn(u32) + Send + Sync),
+    spawned: &(dyn Fn(Spawned) + Send + Sync),
 ) -> Result<Launched, PoolError> {
     crate::sandbox::prepare_profiles_dir(&cfg.profiles_dir, cfg.worker_uids.is_some()).map_err(PoolError::Launch)?;
     let lock = take_port(cfg).await?;
@@ -469,6 +502,19 @@ pub(crate) async fn launch(
         tokio::fs::remove_dir_all(&tmp).await?;
     }
     private().create(&tmp).await?;
+    // Its cgroup, made before the spawn so that Chromium's first instruction already runs
+    // inside its fences.
+    let cgroup = match &cfg.cgroups {
+        Some(cgroups) => {
+            let cgroups = cgroups.clone();
+            let made = tokio::task::spawn_blocking(move || cgroups.create(port))
+                .await
+                .map_err(|e| PoolError::Launch(format!("cgroup task: {e}")))?
+                .map_err(|e| PoolError::Launch(format!("worker cgroup: {e}")))?;
+            Some(std::sync::Arc::new(made))
+        }
+        None => None,
+    };
     // Everything the worker writes is its own uid's, and nobody else's (owner only, above).
     if let Some(uid) = uid {
         let chrome = profile.join("chrome");
@@ -513,6 +559,23 @@ pub(crate) async fn launch(
             Ok(())
         });
     }
+    // Kept open until the spawn returns: the child writes to them before it execs.
+    let procs = cgroup.as_ref().map(|c| c.open_procs()).transpose()?.unwrap_or_default();
+    if !procs.is_empty() {
+        let fds: Vec<std::os::fd::RawFd> = procs.iter().map(std::os::fd::AsRawFd::as_raw_fd).collect();
+        // SAFETY: write is async-signal-safe; it runs in the child between fork and exec, on
+        // descriptors it inherited, while it is still root (joining needs it).
+        unsafe {
+            cmd.pre_exec(move || {
+                for &fd in &fds {
+                    if libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+                Ok(())
+            });
+        }
+    }
     if let Some(ns) = &netns {
         let fd = ns.raw_fd();
         // SAFETY: setns is async-signal-safe; it runs in the child between fork and exec, on
@@ -542,12 +605,22 @@ pub(crate) async fn launch(
             });
         }
     }
-    let mut child = cmd.spawn().map_err(|e| PoolError::Launch(format!("spawn {}: {e}", cfg.chrome.display())))?;
+    let spawn = cmd.spawn();
+    drop(procs);
+    let mut child = match spawn {
+        Ok(child) => child,
+        Err(e) => {
+            if let Some(cgroup) = cgroup {
+                let _ = tokio::task::spawn_blocking(move || cgroup.remove()).await;
+            }
+            return Err(PoolError::Launch(format!("spawn {}: {e}", cfg.chrome.display())));
+        }
+    };
     let pgid = child.id().map(|p| p as libc::pid_t).unwrap_or(0);
-    spawned(pgid as u32);
+    spawned(Spawned { pgid: pgid as u32, cgroup: cgroup.clone() });
     let stderr = child.stderr.take();
     let mut process =
-        Process { child, pgid, lock: Some(lock), gate: None, stderr: None, profile, tmp, uid, killed: false };
+        Process { child, pgid, lock: Some(lock), gate: None, stderr: None, profile, tmp, uid, cgroup, killed: false };
 
     let Some(stderr) = stderr else {
         process.kill().await;

@@ -4,6 +4,7 @@
 //! the store. chromiumoxide stays behind this crate's own types ([`Driver`], [`Lease`]).
 
 pub mod actions;
+pub mod cgroup;
 pub mod context;
 pub mod driver;
 pub mod egress;
@@ -22,6 +23,7 @@ mod task;
 mod watchers;
 
 pub use actions::{canonicalize, parse_viewport, Access, Action, ActionKind, Canonical, Target, UnknownAction};
+pub use cgroup::Cgroups;
 pub use context::{CaptureOptions, ContextState, CookieRecord, MAX_COOKIES};
 pub use driver::{ActionCall, ActionFailure, ActionOutput, Driver, DriverConfig, FailureCode, Viewport};
 pub use egress::{Egress, EgressConfig};

@@ -11,10 +11,11 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
+use crate::cgroup::WorkerCgroup;
 use crate::driver::{Driver, DriverConfig, Viewport};
 use crate::egress::{Egress, EgressConfig, Proxy, WorkerNet};
 use crate::error::PoolError;
-use crate::launcher::{launch, LaunchConfig, Process};
+use crate::launcher::{launch, LaunchConfig, Process, Spawned};
 use crate::netns::NetNs;
 use crate::sandbox::SandboxReport;
 use crate::task::OwnedTask;
@@ -140,7 +141,12 @@ impl Worker {
 
 /// Reports a worker's death as soon as its CDP connection closes or, should the connection
 /// linger, its main process is seen exited (polled every [`DEATH_POLL`]).
-async fn watch_death(pid: u32, mut connection: watch::Receiver<Option<String>>, tx: watch::Sender<Option<String>>) {
+async fn watch_death(
+    pid: u32,
+    cgroup: Option<Arc<WorkerCgroup>>,
+    mut connection: watch::Receiver<Option<String>>,
+    tx: watch::Sender<Option<String>>,
+) {
     let mut tick = tokio::time::interval(DEATH_POLL);
     let why = loop {
         tokio::select! {
@@ -151,6 +157,11 @@ async fn watch_death(pid: u32, mut connection: watch::Receiver<Option<String>>, 
                 break "its browser process exited".into();
             },
         }
+    };
+    // Killed by the kernel at its memory limit: the reason names it.
+    let why = match cgroup.and_then(|c| c.limit_reached()) {
+        Some(limit) => format!("{why}: {}", crate::cgroup::limit_words(limit)),
+        None => why,
     };
     tracing::warn!(pid, reason = %why, "worker died");
     tx.send_replace(Some(why));
@@ -173,7 +184,7 @@ struct State {
     pending: usize,
     /// Process groups of the boots in flight, once spawned: raised from idle priority when a
     /// caller waits for them.
-    booting_groups: HashMap<WorkerId, u32>,
+    booting_groups: HashMap<WorkerId, Spawned>,
     leased: HashMap<WorkerId, WorkerStatus>,
     closed: bool,
     /// Why the last boot failed, while boots fail (cleared by the next that succeeds).
@@ -263,14 +274,14 @@ impl Pool {
     ///
     /// Dropping the returned future while it waits leaks nothing: the slot is returned and the
     /// worker it would have taken stays warm.
-    pub async fn lease(&self, wait: Duration, viewport: Viewport) -> Result<Lease, PoolError> {
+    pub async fn lease(&self, wait: Duration, viewport: Viewport, memory: Option<u64>) -> Result<Lease, PoolError> {
         tokio::select! {
-            result = self.lease_inner(wait, viewport) => result,
+            result = self.lease_inner(wait, viewport, memory) => result,
             _ = self.inner.shutdown.cancelled() => Err(PoolError::ShuttingDown),
         }
     }
 
-    async fn lease_inner(&self, wait: Duration, viewport: Viewport) -> Result<Lease, PoolError> {
+    async fn lease_inner(&self, wait: Duration, viewport: Viewport, memory: Option<u64>) -> Result<Lease, PoolError> {
         let deadline = tokio::time::Instant::now() + wait;
         let permit = match tokio::time::timeout_at(deadline, self.inner.slots.clone().acquire_owned()).await {
             Ok(Ok(permit)) => permit,
@@ -279,7 +290,9 @@ impl Pool {
         };
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
         let worker = self.take_warm(left).await?;
+        let fenced = self.fence_memory(&worker, memory);
         let lease = Lease { pool: self.clone(), held: Some(Held::Own(Box::new(worker))), _permit: permit };
+        fenced?;
         // Apply the session's viewport; a worker that cannot take it is not usable.
         lease
             .driver()
@@ -326,17 +339,17 @@ impl Pool {
             if let Some(worker) = worker {
                 self.inner.refill.notify_one();
                 // It booted at idle priority; serving a session, it runs at normal.
-                raise_aside(worker.process.pid());
+                raise_aside(worker.process.spawned());
                 let state = self.inner.state();
                 if waited_for(&state) {
-                    state.booting_groups.values().copied().for_each(raise_aside);
+                    state.booting_groups.values().cloned().for_each(raise_aside);
                 }
                 return Ok(worker);
             }
             if pending.is_none() {
                 pending = Some(Pending::new(&self.inner));
                 // A caller waits: the boots in flight are no longer spares.
-                let groups: Vec<u32> = self.inner.state().booting_groups.values().copied().collect();
+                let groups: Vec<Spawned> = self.inner.state().booting_groups.values().cloned().collect();
                 groups.into_iter().for_each(raise_aside);
                 self.inner.refill.notify_one();
             }
@@ -353,6 +366,11 @@ impl Pool {
             // Woken by every boot that ends, warm or failed.
             let _ = tokio::time::timeout_at(if now < deadline { deadline } else { boot_deadline }, notified).await;
         }
+    }
+
+    /// What caps each worker's memory, tasks and CPU, in words; `None` without cgroups.
+    pub fn resource_fence(&self) -> Option<String> {
+        self.inner.cfg.launch.cgroups.as_ref().map(|c| c.describe())
     }
 
     /// What the check of the first worker booted found, once one has booted.
@@ -513,14 +531,14 @@ impl Pool {
         let started = Instant::now();
         let spawned = {
             let (pool, id) = (self.clone(), id.clone());
-            move |pgid: u32| {
+            move |spawned: Spawned| {
                 let waited_for = {
                     let mut state = pool.inner.state();
-                    state.booting_groups.insert(id.clone(), pgid);
+                    state.booting_groups.insert(id.clone(), spawned.clone());
                     waited_for(&state)
                 };
                 if waited_for {
-                    raise_aside(pgid);
+                    raise_aside(spawned);
                 }
             }
         };
@@ -564,6 +582,14 @@ impl Pool {
         self.inner.refill.notify_one();
     }
 
+    /// Sets a leased worker's memory limit (`None`: the server's default, which every spare
+    /// has), where workers have cgroups.
+    fn fence_memory(&self, worker: &Worker, memory: Option<u64>) -> Result<(), PoolError> {
+        let Some(cgroup) = &worker.process.cgroup else { return Ok(()) };
+        let bytes = memory.unwrap_or(cgroup.memory_limit());
+        cgroup.set_memory(bytes).map_err(|e| PoolError::MemoryLimit(format!("{} MB: {e}", bytes >> 20)))
+    }
+
     fn finish_lease(&self, id: &WorkerId) {
         self.inner.state().leased.remove(id);
         self.inner.refill.notify_one();
@@ -578,10 +604,10 @@ fn waited_for(state: &State) -> bool {
     state.pending > 0
 }
 
-/// Raises a process group from the idle priority it booted at, on a blocking thread (it reads
-/// `/proc`), without waiting for it.
-fn raise_aside(pgid: u32) {
-    tokio::task::spawn_blocking(move || crate::launcher::raise_priority(pgid));
+/// Raises a worker from the idle priority and CPU weight it booted at, on a blocking thread
+/// (it reads `/proc`), without waiting for it.
+fn raise_aside(spawned: Spawned) {
+    tokio::task::spawn_blocking(move || spawned.raise());
 }
 
 async fn boot_worker(
@@ -589,7 +615,7 @@ async fn boot_worker(
     egress: &Arc<Egress>,
     sandbox: &watch::Sender<Option<SandboxReport>>,
     id: WorkerId,
-    spawned: &(dyn Fn(u32) + Send + Sync),
+    spawned: &(dyn Fn(Spawned) + Send + Sync),
 ) -> Result<Worker, PoolError> {
     let checked = sandbox.borrow().clone();
     if let Some(report) = checked.as_ref().filter(|r| !r.sandboxed && !cfg.launch.allow_unsandboxed) {
@@ -630,7 +656,7 @@ async fn boot_worker(
             return Err(PoolError::Unsandboxed(report.detail));
         }
     }
-    let driver_cfg = driver_config(cfg);
+    let driver_cfg = driver_config(cfg, launched.process.cgroup.clone());
     let devtools_url = launched.ws_url.clone();
     let driver = match Driver::attach(launched.browser, &launched.ws_url, driver_cfg, net).await {
         Ok(driver) => driver,
@@ -642,7 +668,7 @@ async fn boot_worker(
     };
     let (died_tx, died) = watch::channel(None);
     let death_watch = OwnedTask::spawn(
-        watch_death(launched.process.pid(), launched.died, died_tx)
+        watch_death(launched.process.pid(), launched.process.cgroup.clone(), launched.died, died_tx)
             .instrument(tracing::debug_span!("death_watch", worker = %id)),
     );
     Ok(Worker {
@@ -674,8 +700,13 @@ fn worker_netns() -> Option<NetNs> {
     }
 }
 
-fn driver_config(cfg: &PoolConfig) -> DriverConfig {
-    DriverConfig { cdp_timeout: cfg.launch.cdp_timeout, max_html_bytes: cfg.max_html_bytes, max_tabs: cfg.max_tabs }
+fn driver_config(cfg: &PoolConfig, cgroup: Option<Arc<WorkerCgroup>>) -> DriverConfig {
+    DriverConfig {
+        cdp_timeout: cfg.launch.cdp_timeout,
+        max_html_bytes: cfg.max_html_bytes,
+        max_tabs: cfg.max_tabs,
+        cgroup,
+    }
 }
 
 /// Removes from the map a shared browser no session uses, if there is one.
@@ -843,6 +874,7 @@ struct SharedBrowser {
     profile: std::path::PathBuf,
     pid: u32,
     net: Arc<WorkerNet>,
+    cgroup: Option<Arc<WorkerCgroup>>,
     died: watch::Receiver<Option<String>>,
     /// Taken when it is killed.
     worker: Mutex<Option<Worker>>,
@@ -895,14 +927,26 @@ impl Pool {
     /// Leases a fresh browser context in `tenant`'s shared Chromium (context isolation),
     /// taking a warm worker as that Chromium when the tenant has none (or has one being
     /// replaced), waiting up to `wait` as [`Pool::lease`] does.
-    pub async fn lease_context(&self, tenant: &str, wait: Duration, viewport: Viewport) -> Result<Lease, PoolError> {
+    pub async fn lease_context(
+        &self,
+        tenant: &str,
+        wait: Duration,
+        viewport: Viewport,
+        memory: Option<u64>,
+    ) -> Result<Lease, PoolError> {
         tokio::select! {
-            result = self.lease_context_inner(tenant, wait, viewport) => result,
+            result = self.lease_context_inner(tenant, wait, viewport, memory) => result,
             _ = self.inner.shutdown.cancelled() => Err(PoolError::ShuttingDown),
         }
     }
 
-    async fn lease_context_inner(&self, tenant: &str, wait: Duration, viewport: Viewport) -> Result<Lease, PoolError> {
+    async fn lease_context_inner(
+        &self,
+        tenant: &str,
+        wait: Duration,
+        viewport: Viewport,
+        memory: Option<u64>,
+    ) -> Result<Lease, PoolError> {
         let deadline = tokio::time::Instant::now() + wait;
         let permit = match tokio::time::timeout_at(deadline, self.inner.slots.clone().acquire_owned()).await {
             Ok(Ok(permit)) => permit,
@@ -925,6 +969,14 @@ impl Pool {
                     self.inner.warm_ready.notify_waiters();
                     browser
                 } else {
+                    // The limit holds for the shared browser as a whole: its sessions share
+                    // its processes.
+                    if let Err(e) = self.fence_memory(&worker, memory) {
+                        let id = worker.id.clone();
+                        worker.kill().await;
+                        self.finish_lease(&id);
+                        return Err(e);
+                    }
                     worker.driver.stop();
                     let browser = Arc::new(SharedBrowser {
                         tenant: tenant.to_string(),
@@ -934,6 +986,7 @@ impl Pool {
                         profile: worker.process.profile.clone(),
                         pid: worker.process.pid(),
                         net: worker.driver.net(),
+                        cgroup: worker.process.cgroup.clone(),
                         died: worker.died.clone(),
                         worker: Mutex::new(Some(worker)),
                         usage: Mutex::new(Usage { contexts: 1, served: 1, generation: 1, ..Usage::default() }),
@@ -1053,7 +1106,7 @@ impl Pool {
             browser.browser.clone(),
             &browser.devtools_url,
             context.clone(),
-            driver_config(&self.inner.cfg),
+            driver_config(&self.inner.cfg, browser.cgroup.clone()),
             browser.net.clone(),
         )
         .await

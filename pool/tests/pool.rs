@@ -1,5 +1,6 @@
 //! The pool against a real Chromium: boot, lease, act, release, nothing left behind.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use browserpool_pool::sandbox::DEFAULT_WORKER_UIDS;
@@ -8,7 +9,6 @@ use serde_json::json;
 
 fn config(dir: &std::path::Path, warm: usize, max: usize) -> PoolConfig {
     // As root, workers run as uids of their own, which must pass through `dir` to their profiles.
-    <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o711);
     std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o711)).unwrap();
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
@@ -24,6 +24,7 @@ fn config(dir: &std::path::Path, warm: usize, max: usize) -> PoolConfig {
             cdp_timeout: Duration::from_secs(10),
             worker_uids: root.then(|| DEFAULT_WORKER_UIDS.parse().unwrap()),
             allow_unsandboxed: false,
+            cgroups: root.then(|| browserpool_pool::Cgroups::detect(1536 << 20, 4096).ok()).flatten().map(Arc::new),
         },
         warm,
         max_workers: max,
@@ -64,7 +65,7 @@ async fn lease_act_release_leaves_nothing() {
     let pool = Pool::start(cfg, stop.clone());
     assert!(pool.wait_warm(1, Duration::from_secs(30)).await, "a worker must turn warm");
 
-    let lease = pool.lease(Duration::from_secs(30), Viewport::default()).await.unwrap();
+    let lease = pool.lease(Duration::from_secs(30), Viewport::default(), None).await.unwrap();
     let worker = pool.status().workers.into_iter().find(|w| &w.id == lease.worker_id()).unwrap();
     let pid = worker.pid;
     // A tenant's profile and Chromium's temp dir are its owner's only, whatever the umask.
@@ -100,12 +101,12 @@ async fn dropped_lease_kills_its_worker() {
     let dir = tempfile::tempdir().unwrap();
     let pool = Pool::start(config(dir.path(), 1, 1), tokio_util::sync::CancellationToken::new());
     let lease = pool
-        .lease(Duration::from_secs(30), Viewport::default())
+        .lease(Duration::from_secs(30), Viewport::default(), None)
         .await
         .unwrap_or_else(|e| panic!("{e}: {:?}", pool.last_boot_error()));
     let pid = pool.status().workers[0].pid;
     // Pool of one: a second lease must wait and time out.
-    let err = pool.lease(Duration::from_millis(200), Viewport::default()).await.err().unwrap();
+    let err = pool.lease(Duration::from_millis(200), Viewport::default(), None).await.err().unwrap();
     assert!(matches!(err, browserpool_pool::PoolError::Exhausted(_)), "{err}");
     drop(lease);
     for _ in 0..100 {
@@ -158,8 +159,8 @@ async fn spares_boot_at_idle_priority_and_leases_run_at_normal() {
         assert!(all(*pid, libc::SCHED_IDLE), "a spare not at idle priority: {:?}", policies(*pid));
     }
 
-    let first = pool.lease(Duration::from_secs(30), Viewport::default()).await.unwrap();
-    let second = pool.lease(Duration::from_secs(30), Viewport::default()).await.unwrap();
+    let first = pool.lease(Duration::from_secs(30), Viewport::default(), None).await.unwrap();
+    let second = pool.lease(Duration::from_secs(30), Viewport::default(), None).await.unwrap();
     let pid_of = |lease: &browserpool_pool::Lease| {
         pool.status().workers.into_iter().find(|w| &w.id == lease.worker_id()).unwrap().pid
     };
@@ -192,8 +193,8 @@ async fn context_leases_of_one_tenant_share_one_browser_and_count_it_once() {
     // At once, so both may find no shared browser yet and take a warm worker each.
     let wait = Duration::from_secs(30);
     let (a, b) = tokio::join!(
-        pool.lease_context("t", wait, Viewport::default()),
-        pool.lease_context("t", wait, Viewport::default())
+        pool.lease_context("t", wait, Viewport::default(), None),
+        pool.lease_context("t", wait, Viewport::default(), None)
     );
     let (a, b) = (a.unwrap(), b.unwrap());
     assert!(a.context().is_some() && b.context().is_some() && a.context() != b.context());

@@ -143,6 +143,19 @@ pub struct ServeArgs {
     /// every right of the worker's uid. Loud in the log, /readyz and PoolStatus.
     #[arg(long, env = "BROWSERPOOL_ALLOW_UNSANDBOXED")]
     pub allow_unsandboxed: bool,
+    /// Memory limit of each worker (every process its Chromium starts), in MiB, where the
+    /// server manages cgroups; a tenant's max_memory_mb replaces it for its sessions. A page
+    /// past it is killed and its action fails naming the limit.
+    #[arg(long, env = "BROWSERPOOL_WORKER_MEMORY_MB", default_value_t = 1536, value_parser = clap::value_parser!(u32).range(256..=65536))]
+    pub worker_memory_mb: u32,
+    /// Most tasks (processes and threads) each worker may have, where the server manages
+    /// cgroups.
+    #[arg(long, env = "BROWSERPOOL_WORKER_PIDS_MAX", default_value_t = 4096, value_parser = clap::value_parser!(u64).range(256..))]
+    pub worker_pids_max: u64,
+    /// Do not put each worker in a cgroup of its own (memory, tasks, CPU weight), even where
+    /// the server could.
+    #[arg(long, env = "BROWSERPOOL_NO_WORKER_CGROUPS")]
+    pub no_worker_cgroups: bool,
     /// Host-wide directory of port lock files, shared by every browserpool on the host.
     #[arg(long, env = "BROWSERPOOL_LOCK_DIR", default_value = "/tmp/browserpool-locks")]
     pub lock_dir: PathBuf,

@@ -171,6 +171,7 @@ pub fn tenant_to_pb(t: TenantRecord) -> pb::Tenant {
             Isolation::Process => pb::Isolation::Process,
             Isolation::Context => pb::Isolation::Context,
         } as i32,
+        max_memory_mb: t.max_memory_mb,
     }
 }
 
@@ -196,6 +197,7 @@ pub fn tenant_from_pb(t: pb::Tenant) -> Result<TenantRecord, ServiceError> {
         allow_hosts: t.allow_hosts,
         allow_private_networks: t.allow_private_networks,
         isolation,
+        max_memory_mb: t.max_memory_mb,
     })
 }
 

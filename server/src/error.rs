@@ -83,6 +83,7 @@ impl From<ServiceError> for Status {
             }
             ServiceError::Pool(PoolError::NotBooted(_)) => (Code::DeadlineExceeded, e.to_string()),
             ServiceError::Pool(PoolError::ShuttingDown) => (Code::Unavailable, "server is shutting down".into()),
+            ServiceError::Pool(PoolError::MemoryLimit(_)) => (Code::FailedPrecondition, e.to_string()),
             ServiceError::Pool(
                 PoolError::Launch(_)
                 | PoolError::BootFailing(_)

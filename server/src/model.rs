@@ -109,6 +109,8 @@ pub struct TenantRecord {
     pub allow_hosts: Vec<String>,
     pub allow_private_networks: bool,
     pub isolation: Isolation,
+    /// Memory limit of each of its browsers, in MiB; 0: the server's `--worker-memory-mb`.
+    pub max_memory_mb: u32,
 }
 
 /// How a tenant's sessions are kept apart from each other.

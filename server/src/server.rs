@@ -9,7 +9,8 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use browserpool_pool::{
-    find_chrome, reap_orphans, sandbox::UidRange, DirLock, EgressConfig, LaunchConfig, Pool, PoolConfig, SharedConfig,
+    find_chrome, reap_orphans, sandbox::UidRange, Cgroups, DirLock, EgressConfig, LaunchConfig, Pool, PoolConfig,
+    SharedConfig,
 };
 use browserpool_proto::v1::{admin_server::AdminServer, sessions_server::SessionsServer};
 use tokio::net::TcpListener;
@@ -132,6 +133,7 @@ pub async fn bind(args: ServeArgs) -> anyhow::Result<Bound> {
                 cdp_timeout: std::time::Duration::from_secs(10),
                 worker_uids,
                 allow_unsandboxed: args.allow_unsandboxed,
+                cgroups: worker_cgroups(&args),
             },
             warm: args.warm,
             max_workers: args.max_workers,
@@ -226,11 +228,34 @@ fn worker_uids(args: &ServeArgs) -> anyhow::Result<Option<UidRange>> {
     Ok(Some(args.worker_uids))
 }
 
+/// Where workers get a cgroup each (memory, tasks, CPU weight), or `None`, said once, at warn,
+/// with why: `--no-worker-cgroups`, or a server that may not manage cgroups.
+fn worker_cgroups(args: &ServeArgs) -> Option<Arc<Cgroups>> {
+    let why = if args.no_worker_cgroups {
+        "--no-worker-cgroups".to_string()
+    } else {
+        match Cgroups::detect((args.worker_memory_mb as u64) << 20, args.worker_pids_max) {
+            Ok(cgroups) => {
+                tracing::info!(
+                    version = ?cgroups.version(),
+                    parent = %cgroups.parent().display(),
+                    memory_mb = args.worker_memory_mb,
+                    pids_max = args.worker_pids_max,
+                    "each worker runs in a cgroup of its own"
+                );
+                return Some(Arc::new(cgroups));
+            }
+            Err(e) => e,
+        }
+    };
+    tracing::warn!(why = %why, "workers have no memory, task or CPU limit of their own (no cgroup per worker): one page can take the host's memory; size the host or pod for it");
+    None
+}
+
 /// Refuses to serve when the first worker booted runs without Chromium's sandbox, unless
 /// `--allow-unsandboxed` says to. With no warm worker to look at, the first one booted for a
 /// session is checked instead (and fails to boot without the sandbox).
 async fn check_sandbox(args: &ServeArgs, pool: &Pool, stages: &Stages) -> anyhow::Result<()> {
-    tracing::warn!("workers have no memory, process or CPU limit of their own (no cgroup per worker yet): one page can take the host's memory; size the host or pod for it");
     if args.warm == 0 {
         return Ok(());
     }
@@ -327,6 +352,7 @@ pub async fn ensure_default_tenant(store: &Store, args: &ServeArgs) -> anyhow::R
         // The embedded single-user default allows loopback so local development works.
         allow_private_networks: true,
         isolation: default_isolation(args).unwrap_or_default(),
+        max_memory_mb: 0,
     };
     store.ensure_tenant(&default, now_ms()).await?;
     store.tenant_epoch(DEFAULT_TENANT).await?.context("the default tenant vanished right after it was ensured")

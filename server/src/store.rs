@@ -308,7 +308,7 @@ impl Store {
                 "DO UPDATE SET max_slots = excluded.max_slots, max_queue = excluded.max_queue, \
                  max_session_ttl_ms = excluded.max_session_ttl_ms, idle_timeout_ms = excluded.idle_timeout_ms, \
                  allow_hosts = excluded.allow_hosts, allow_private_networks = excluded.allow_private_networks, \
-                 isolation = excluded.isolation",
+                 isolation = excluded.isolation, max_memory_mb = excluded.max_memory_mb",
             )
             .await?
             .ok_or_else(|| StoreError::Corrupt(format!("tenant {} upsert returned no row", t.id)))?;
@@ -339,7 +339,8 @@ impl Store {
             async {
                 let sql = format!(
                     "INSERT INTO tenants (id, max_slots, max_queue, max_session_ttl_ms, idle_timeout_ms, allow_hosts, \
-                 allow_private_networks, created_at_ms, epoch, isolation) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) \
+                 allow_private_networks, created_at_ms, epoch, isolation, max_memory_mb) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) \
                  ON CONFLICT (id) {on_conflict} RETURNING epoch"
                 );
                 let hosts = serde_json::to_string(&t.allow_hosts).unwrap_or_else(|_| "[]".into());
@@ -354,6 +355,7 @@ impl Store {
                 .bind(now_ms)
                 .bind(epoch)
                 .bind(t.isolation.as_str())
+                .bind(t.max_memory_mb as i64)
                 .fetch_optional(pool)
                 .await?
                 .map(|r| r.try_get::<String, _>("epoch"))
@@ -855,6 +857,7 @@ where
             allow_private_networks: self.get("allow_private_networks")?,
             isolation: Isolation::parse(&isolation)
                 .ok_or_else(|| StoreError::Corrupt(format!("tenant {id} isolation: {isolation:?}")))?,
+            max_memory_mb: self.get::<i64>("max_memory_mb")? as u32,
             id,
         })
     }
@@ -966,6 +969,7 @@ mod tests {
             allow_hosts: vec!["a.test".into()],
             allow_private_networks: true,
             isolation: Isolation::Context,
+            max_memory_mb: 512,
         }
     }
 

@@ -101,8 +101,12 @@ impl Tenants {
     }
 }
 
+/// Smallest and largest `max_memory_mb` other than 0: a fresh Chromium with a blank page
+/// already uses about 150 MiB.
+pub const MEMORY_MB: std::ops::RangeInclusive<u32> = 256..=65536;
+
 /// A tenant id is 1-63 characters of a-z, 0-9, '-', '_', '.'; each `allow_hosts` entry a host
-/// or `*.suffix`.
+/// or `*.suffix`; `max_memory_mb` 0 or within [`MEMORY_MB`].
 pub fn validate(t: &TenantRecord) -> Result<()> {
     let id_ok = !t.id.is_empty()
         && t.id.len() <= 63
@@ -111,6 +115,14 @@ pub fn validate(t: &TenantRecord) -> Result<()> {
         return Err(ServiceError::InvalidArgument(format!(
             "tenant.id: {:?} must be 1-63 characters of a-z, 0-9, '-', '_', '.'",
             t.id
+        )));
+    }
+    if t.max_memory_mb != 0 && !MEMORY_MB.contains(&t.max_memory_mb) {
+        return Err(ServiceError::InvalidArgument(format!(
+            "tenant.max_memory_mb: {} is not 0 (the server's --worker-memory-mb) or {}-{}",
+            t.max_memory_mb,
+            MEMORY_MB.start(),
+            MEMORY_MB.end()
         )));
     }
     for (i, host) in t.allow_hosts.iter().enumerate() {
@@ -156,6 +168,7 @@ mod tests {
             allow_hosts: hosts.iter().map(|h| h.to_string()).collect(),
             allow_private_networks: false,
             isolation: Default::default(),
+            max_memory_mb: 0,
         }
     }
 
@@ -164,6 +177,10 @@ mod tests {
         assert!(validate(&tenant("team-a_1.x", &["example.com", "*.example.org"])).is_ok());
         for bad in ["", "Team", "a b", &"x".repeat(64)] {
             assert!(validate(&tenant(bad, &[])).is_err(), "{bad:?}");
+        }
+        for (mb, ok) in [(0, true), (256, true), (65536, true), (255, false), (65537, false)] {
+            let t = TenantRecord { max_memory_mb: mb, ..tenant("t", &[]) };
+            assert_eq!(validate(&t).is_ok(), ok, "{mb}");
         }
         for bad in ["", "*.", "a/b", "a:80", "*.*.x", "a b"] {
             let e = validate(&tenant("t", &[bad])).unwrap_err().to_string();

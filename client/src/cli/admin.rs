@@ -106,6 +106,11 @@ pub struct PutTenantArgs {
     /// tenant's sessions share: faster, lighter, one process among them).
     #[arg(long, value_parser = ["process", "context"])]
     isolation: Option<String>,
+    /// Memory limit of each of its browsers in MiB, 256-65536, or 0 for the server's
+    /// --worker-memory-mb (new tenant: 0). A page past it is killed, its action failing with
+    /// "memory limit". Enforced where the server manages cgroups.
+    #[arg(long)]
+    max_memory_mb: Option<u32>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -369,6 +374,9 @@ fn merge_tenant(current: Option<pb::Tenant>, args: PutTenantArgs) -> Result<pb::
     if let Some(b) = args.allow_private_networks {
         t.allow_private_networks = b;
     }
+    if let Some(mb) = args.max_memory_mb {
+        t.max_memory_mb = mb;
+    }
     if let Some(isolation) = args.isolation {
         t.isolation = match isolation.as_str() {
             "context" => pb::Isolation::Context,
@@ -404,9 +412,12 @@ mod tests {
             allow_hosts: vec!["example.com".into()],
             allow_private_networks: true,
             isolation: pb::Isolation::Process as i32,
+            max_memory_mb: 0,
         };
         let t = merge_tenant(Some(stored.clone()), put(&["ci", "--max-slots", "8"])).unwrap();
         assert_eq!(t, pb::Tenant { max_slots: 8, ..stored.clone() });
+        let t = merge_tenant(Some(stored.clone()), put(&["ci", "--max-memory-mb", "512"])).unwrap();
+        assert_eq!(t, pb::Tenant { max_memory_mb: 512, ..stored.clone() });
         let t = merge_tenant(
             Some(stored.clone()),
             put(&["ci", "--allow-hosts", "", "--allow-private-networks", "false", "--idle-timeout", "1m"]),

@@ -233,6 +233,9 @@ fn replica_json(r: &pb::ReplicaStatus) -> Value {
         "leased": r.leased,
         "capacity": r.capacity,
         "error": r.error,
+        "sandbox": r.sandbox,
+        "unsandboxed": r.unsandboxed,
+        "resource_fence": r.resource_fence,
     })
 }
 
@@ -332,6 +335,7 @@ pub fn tenant_json(t: &pb::Tenant) -> Value {
         "allow_hosts": t.allow_hosts,
         "allow_private_networks": t.allow_private_networks,
         "isolation": isolation_text(t.isolation),
+        "max_memory_mb": t.max_memory_mb,
     })
 }
 
@@ -361,6 +365,7 @@ pub fn tenants_table(tenants: &[pb::Tenant]) -> String {
         "MAX_TTL",
         "IDLE_TIMEOUT",
         "PRIVATE_NETWORKS",
+        "MEMORY",
         "ALLOW_HOSTS",
     ]);
     for t in tenants {
@@ -372,6 +377,10 @@ pub fn tenants_table(tenants: &[pb::Tenant]) -> String {
             limit_text(t.max_session_ttl_ms),
             limit_text(t.idle_timeout_ms),
             yes_no(t.allow_private_networks),
+            match t.max_memory_mb {
+                0 => "server's".into(),
+                mb => format!("{mb} MiB"),
+            },
             if t.allow_hosts.is_empty() { "(any public host)".into() } else { t.allow_hosts.join(",") },
         ]);
     }

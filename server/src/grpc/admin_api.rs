@@ -114,6 +114,7 @@ impl AdminApi {
                 error: String::new(),
                 sandbox,
                 unsandboxed,
+                resource_fence: self.sessions.pool().resource_fence().unwrap_or_default(),
             }],
         })
     }

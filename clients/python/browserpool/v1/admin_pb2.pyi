@@ -36,7 +36,7 @@ WORKER_STATE_RECYCLING: WorkerState
 WORKER_STATE_DEAD: WorkerState
 
 class Tenant(_message.Message):
-    __slots__ = ("id", "max_slots", "max_queue", "max_session_ttl_ms", "idle_timeout_ms", "allow_hosts", "allow_private_networks", "isolation")
+    __slots__ = ("id", "max_slots", "max_queue", "max_session_ttl_ms", "idle_timeout_ms", "allow_hosts", "allow_private_networks", "isolation", "max_memory_mb")
     ID_FIELD_NUMBER: _ClassVar[int]
     MAX_SLOTS_FIELD_NUMBER: _ClassVar[int]
     MAX_QUEUE_FIELD_NUMBER: _ClassVar[int]
@@ -45,6 +45,7 @@ class Tenant(_message.Message):
     ALLOW_HOSTS_FIELD_NUMBER: _ClassVar[int]
     ALLOW_PRIVATE_NETWORKS_FIELD_NUMBER: _ClassVar[int]
     ISOLATION_FIELD_NUMBER: _ClassVar[int]
+    MAX_MEMORY_MB_FIELD_NUMBER: _ClassVar[int]
     id: str
     max_slots: int
     max_queue: int
@@ -53,7 +54,8 @@ class Tenant(_message.Message):
     allow_hosts: _containers.RepeatedScalarFieldContainer[str]
     allow_private_networks: bool
     isolation: Isolation
-    def __init__(self, id: _Optional[str] = ..., max_slots: _Optional[int] = ..., max_queue: _Optional[int] = ..., max_session_ttl_ms: _Optional[int] = ..., idle_timeout_ms: _Optional[int] = ..., allow_hosts: _Optional[_Iterable[str]] = ..., allow_private_networks: _Optional[bool] = ..., isolation: _Optional[_Union[Isolation, str]] = ...) -> None: ...
+    max_memory_mb: int
+    def __init__(self, id: _Optional[str] = ..., max_slots: _Optional[int] = ..., max_queue: _Optional[int] = ..., max_session_ttl_ms: _Optional[int] = ..., idle_timeout_ms: _Optional[int] = ..., allow_hosts: _Optional[_Iterable[str]] = ..., allow_private_networks: _Optional[bool] = ..., isolation: _Optional[_Union[Isolation, str]] = ..., max_memory_mb: _Optional[int] = ...) -> None: ...
 
 class Worker(_message.Message):
     __slots__ = ("worker_id", "state", "pid", "cdp_port", "tenant", "session_id", "started_at", "rss_bytes", "pss_bytes", "replica")
@@ -80,7 +82,7 @@ class Worker(_message.Message):
     def __init__(self, worker_id: _Optional[str] = ..., state: _Optional[_Union[WorkerState, str]] = ..., pid: _Optional[int] = ..., cdp_port: _Optional[int] = ..., tenant: _Optional[str] = ..., session_id: _Optional[str] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., rss_bytes: _Optional[int] = ..., pss_bytes: _Optional[int] = ..., replica: _Optional[str] = ...) -> None: ...
 
 class ReplicaStatus(_message.Message):
-    __slots__ = ("replica", "grpc_addr", "draining", "warm", "leased", "capacity", "error", "sandbox", "unsandboxed")
+    __slots__ = ("replica", "grpc_addr", "draining", "warm", "leased", "capacity", "error", "sandbox", "unsandboxed", "resource_fence")
     REPLICA_FIELD_NUMBER: _ClassVar[int]
     GRPC_ADDR_FIELD_NUMBER: _ClassVar[int]
     DRAINING_FIELD_NUMBER: _ClassVar[int]
@@ -90,6 +92,7 @@ class ReplicaStatus(_message.Message):
     ERROR_FIELD_NUMBER: _ClassVar[int]
     SANDBOX_FIELD_NUMBER: _ClassVar[int]
     UNSANDBOXED_FIELD_NUMBER: _ClassVar[int]
+    RESOURCE_FENCE_FIELD_NUMBER: _ClassVar[int]
     replica: str
     grpc_addr: str
     draining: bool
@@ -99,7 +102,8 @@ class ReplicaStatus(_message.Message):
     error: str
     sandbox: str
     unsandboxed: bool
-    def __init__(self, replica: _Optional[str] = ..., grpc_addr: _Optional[str] = ..., draining: _Optional[bool] = ..., warm: _Optional[int] = ..., leased: _Optional[int] = ..., capacity: _Optional[int] = ..., error: _Optional[str] = ..., sandbox: _Optional[str] = ..., unsandboxed: _Optional[bool] = ...) -> None: ...
+    resource_fence: str
+    def __init__(self, replica: _Optional[str] = ..., grpc_addr: _Optional[str] = ..., draining: _Optional[bool] = ..., warm: _Optional[int] = ..., leased: _Optional[int] = ..., capacity: _Optional[int] = ..., error: _Optional[str] = ..., sandbox: _Optional[str] = ..., unsandboxed: _Optional[bool] = ..., resource_fence: _Optional[str] = ...) -> None: ...
 
 class TenantUsage(_message.Message):
     __slots__ = ("tenant", "active", "queued", "max_slots")

@@ -77,6 +77,17 @@ export declare type Tenant = Message<"browserpool.v1.Tenant"> & {
    * @generated from field: browserpool.v1.Isolation isolation = 8;
    */
   isolation: Isolation;
+
+  /**
+   * Memory limit of each of the tenant's browsers, in MiB (every process Chromium starts,
+   * counted together by the kernel); a page past it is killed and its action fails naming the
+   * memory limit. 0 means the server's --worker-memory-mb (1536 by default); otherwise 256 to
+   * 65536. In ISOLATION_CONTEXT it holds for the shared browser as a whole. Enforced where the
+   * server manages cgroups (ReplicaStatus.resource_fence says whether it does).
+   *
+   * @generated from field: uint32 max_memory_mb = 9;
+   */
+  maxMemoryMb: number;
 };
 
 /**
@@ -243,6 +254,15 @@ export declare type ReplicaStatus = Message<"browserpool.v1.ReplicaStatus"> & {
    * @generated from field: bool unsandboxed = 9;
    */
   unsandboxed: boolean;
+
+  /**
+   * What caps each of this replica's workers, e.g. "cgroup v2: memory 1536 MiB (a tenant's
+   * max_memory_mb replaces it), 4096 tasks, cpu weight 1 while spare"; empty when nothing
+   * does (the server may not manage cgroups, or --no-worker-cgroups).
+   *
+   * @generated from field: string resource_fence = 10;
+   */
+  resourceFence: string;
 };
 
 /**

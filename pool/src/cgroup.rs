@@ -1,0 +1,451 @@
+//! Resource fences: each worker's Chromium (every process and thread it starts) in a cgroup of
+//! its own, with a memory limit, a task limit and a CPU weight, where the server may manage
+//! cgroups (root on a host, or a subtree delegated to it). The unified hierarchy (v2) is used
+//! when its controllers are there; a host whose controllers are still on v1 hierarchies gets
+//! the same fences through them.
+//!
+//! Worker cgroups are named after their CDP port (`w<port>`), like their uid: the port lock is
+//! host-wide, so two servers never share one, and one left by a killed server is emptied and
+//! reused by the next holder of the port.
+
+use std::io;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// Name of the directory, under the server's own cgroup, that holds the worker cgroups.
+const PARENT: &str = "browserpool";
+/// Where a v2 server moves itself when its own cgroup may not have children with
+/// controllers while it holds a process (the "no internal processes" rule).
+const SERVER_LEAF: &str = "browserpool-server";
+/// CPU weight of a worker nobody uses yet (v2 `cpu.weight`, 1-10000): a spare booting takes
+/// only CPU the leased workers leave.
+pub const SPARE_WEIGHT: u32 = 1;
+/// CPU weight of a leased worker, or of a boot a caller waits for (the v2 default).
+pub const LEASED_WEIGHT: u32 = 100;
+
+/// Which hierarchy the fences are written in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Version {
+    V1,
+    V2,
+}
+
+/// The fences every worker gets, and where their cgroups live.
+#[derive(Debug)]
+pub struct Cgroups {
+    version: Version,
+    /// v2: the one parent; v1: the parents under the memory, pids and cpu hierarchies, in that
+    /// order.
+    parents: Vec<PathBuf>,
+    /// Memory limit of a worker nobody has leased, and of one whose tenant sets none.
+    pub default_memory: u64,
+    /// Most tasks (processes and threads) a worker may have.
+    pub pids_max: u64,
+}
+
+/// One worker's cgroup (one per hierarchy on v1).
+#[derive(Debug)]
+pub struct WorkerCgroup {
+    version: Version,
+    /// v2: one dir; v1: memory, pids, cpu.
+    dirs: Vec<PathBuf>,
+    /// The memory limit set now, in bytes.
+    limit: AtomicU64,
+    /// OOM kills counted when the limit was last set: more since means the limit was reached.
+    oom_base: AtomicU64,
+}
+
+impl Cgroups {
+    /// Finds the hierarchy this process may manage and makes the parent of worker cgroups in
+    /// it; `Err` says why there are no fences (said once at start by the caller).
+    pub fn detect(default_memory: u64, pids_max: u64) -> Result<Cgroups, String> {
+        let read = |p: &str| std::fs::read_to_string(p).map_err(|e| format!("{p}: {e}"));
+        let own = read("/proc/self/cgroup")?;
+        let mounts = read("/proc/self/mountinfo")?;
+        let (version, parents) = locate(&own, &mounts, Path::new("/"))?;
+        let parents = match version {
+            Version::V2 => vec![setup_v2(&parents[0])?],
+            Version::V1 => parents
+                .into_iter()
+                .map(|own| {
+                    let parent = own.join(PARENT);
+                    std::fs::create_dir_all(&parent).map_err(|e| format!("{}: {e}", parent.display()))?;
+                    Ok(parent)
+                })
+                .collect::<Result<_, String>>()?,
+        };
+        Ok(Cgroups { version, parents, default_memory, pids_max })
+    }
+
+    pub fn version(&self) -> Version {
+        self.version
+    }
+
+    /// The fences in words, for status pages.
+    pub fn describe(&self) -> String {
+        let version = match self.version {
+            Version::V1 => "v1",
+            Version::V2 => "v2",
+        };
+        format!(
+            "cgroup {version}: memory {} MiB (a tenant's max_memory_mb replaces it), {} tasks, cpu weight {SPARE_WEIGHT} while spare",
+            self.default_memory >> 20,
+            self.pids_max
+        )
+    }
+
+    /// Where the worker cgroups live (the v2 parent, or the v1 memory one).
+    pub fn parent(&self) -> &Path {
+        &self.parents[0]
+    }
+
+    /// A fresh cgroup for the worker on `port`, with a spare's fences (default memory, low CPU
+    /// weight). Whatever a killed server left in it is killed first.
+    pub fn create(&self, port: u16) -> io::Result<WorkerCgroup> {
+        let dirs: Vec<PathBuf> = self.parents.iter().map(|p| p.join(format!("w{port}"))).collect();
+        for dir in &dirs {
+            if dir.exists() {
+                empty(dir, self.version);
+                remove_dir(dir)?;
+            }
+            std::fs::create_dir(dir)?;
+        }
+        let cgroup =
+            WorkerCgroup { version: self.version, dirs, limit: AtomicU64::new(0), oom_base: AtomicU64::new(0) };
+        cgroup.set_memory(self.default_memory)?;
+        cgroup.write(Controller::Pids, "pids.max", &self.pids_max.to_string())?;
+        cgroup.set_cpu_weight(SPARE_WEIGHT)?;
+        Ok(cgroup)
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Controller {
+    Memory = 0,
+    Pids = 1,
+    Cpu = 2,
+}
+
+impl WorkerCgroup {
+    fn dir(&self, c: Controller) -> &Path {
+        match self.version {
+            Version::V2 => &self.dirs[0],
+            Version::V1 => &self.dirs[c as usize],
+        }
+    }
+
+    fn write(&self, c: Controller, file: &str, value: &str) -> io::Result<()> {
+        let path = self.dir(c).join(file);
+        std::fs::write(&path, value).map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))
+    }
+
+    /// The `cgroup.procs` files a process joins by writing `0` to each (opened before fork,
+    /// written in the child before it drops root).
+    pub fn open_procs(&self) -> io::Result<Vec<OwnedFd>> {
+        self.dirs
+            .iter()
+            .map(|d| Ok(std::fs::OpenOptions::new().write(true).open(d.join("cgroup.procs"))?.into()))
+            .collect()
+    }
+
+    /// Sets the memory limit (swap included on v2, where there is swap accounting); the count
+    /// of OOM kills from here on is what [`WorkerCgroup::limit_reached`] reports.
+    pub fn set_memory(&self, bytes: u64) -> io::Result<()> {
+        match self.version {
+            Version::V2 => {
+                self.write(Controller::Memory, "memory.max", &bytes.to_string())?;
+                match self.write(Controller::Memory, "memory.swap.max", "0") {
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                    other => other?,
+                }
+            }
+            Version::V1 => self.write(Controller::Memory, "memory.limit_in_bytes", &bytes.to_string())?,
+        }
+        self.limit.store(bytes, Ordering::SeqCst);
+        self.oom_base.store(self.oom_kills(), Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// The memory limit set now, in bytes.
+    pub fn memory_limit(&self) -> u64 {
+        self.limit.load(Ordering::SeqCst)
+    }
+
+    /// Sets the CPU weight (v2 scale, 1-10000; v1 shares scaled from it).
+    pub fn set_cpu_weight(&self, weight: u32) -> io::Result<()> {
+        match self.version {
+            Version::V2 => self.write(Controller::Cpu, "cpu.weight", &weight.to_string()),
+            Version::V1 => self.write(Controller::Cpu, "cpu.shares", &shares(weight).to_string()),
+        }
+    }
+
+    /// OOM kills the kernel made in this cgroup since it was made.
+    pub fn oom_kills(&self) -> u64 {
+        let file = match self.version {
+            Version::V2 => "memory.events",
+            Version::V1 => "memory.oom_control",
+        };
+        std::fs::read_to_string(self.dir(Controller::Memory).join(file)).map(|s| counter(&s, "oom_kill")).unwrap_or(0)
+    }
+
+    /// The limit, in bytes, when the kernel killed a process of this worker for reaching it
+    /// since the limit was set.
+    pub fn limit_reached(&self) -> Option<u64> {
+        (self.oom_kills() > self.oom_base.load(Ordering::SeqCst)).then(|| self.memory_limit())
+    }
+
+    /// Kills what is left in it and removes it; called once the worker's processes are gone.
+    pub fn remove(&self) {
+        for dir in &self.dirs {
+            empty(dir, self.version);
+            if let Err(e) = remove_dir(dir) {
+                tracing::warn!(dir = %dir.display(), error = %e, "could not remove worker cgroup");
+            }
+        }
+    }
+}
+
+/// The worker's memory limit reached, in words for an error, when it was.
+pub fn limit_words(bytes: u64) -> String {
+    format!(
+        "it reached its memory limit of {} MB (the tenant's max_memory_mb, or the server's --worker-memory-mb)",
+        bytes >> 20
+    )
+}
+
+/// v1 `cpu.shares` for a v2 weight: 1024 is the default of both scales' 100.
+fn shares(weight: u32) -> u64 {
+    (weight as u64 * 1024 / 100).max(2)
+}
+
+/// A `name N` line's number from `memory.events` or `memory.oom_control`.
+fn counter(text: &str, name: &str) -> u64 {
+    text.lines()
+        .filter_map(|l| l.split_once(' '))
+        .find(|(k, _)| *k == name)
+        .and_then(|(_, v)| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// SIGKILL to every process in `dir` (v2 `cgroup.kill` where the kernel has it), waiting up to
+/// 2 s for them to go.
+fn empty(dir: &Path, version: Version) {
+    if version == Version::V2 && std::fs::write(dir.join("cgroup.kill"), "1").is_ok() {
+    } else {
+        for pid in procs(dir) {
+            // SAFETY: kill has no memory preconditions; ESRCH is harmless.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    }
+    for _ in 0..40 {
+        if procs(dir).is_empty() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn procs(dir: &Path) -> Vec<libc::pid_t> {
+    std::fs::read_to_string(dir.join("cgroup.procs"))
+        .map(|s| s.lines().filter_map(|l| l.trim().parse().ok()).collect())
+        .unwrap_or_default()
+}
+
+/// rmdir, retried briefly: a cgroup stays busy for a moment after its last process exits.
+fn remove_dir(dir: &Path) -> io::Result<()> {
+    let mut last = Ok(());
+    for _ in 0..20 {
+        last = std::fs::remove_dir(dir);
+        match &last {
+            Ok(()) => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(_) => std::thread::sleep(Duration::from_millis(50)),
+        }
+    }
+    last
+}
+
+/// The server's own cgroup dir(s), under `root` (the file system root; a test's fake tree):
+/// the v2 one when the unified hierarchy has the memory, pids and cpu controllers, else the
+/// v1 memory, pids and cpu ones.
+fn locate(own: &str, mountinfo: &str, root: &Path) -> Result<(Version, Vec<PathBuf>), String> {
+    let under = |mount: &str, path: &str| root.join(mount.trim_start_matches('/')).join(path.trim_start_matches('/'));
+    let mounts: Vec<(&str, &str, &str)> = mountinfo
+        .lines()
+        .filter_map(|line| {
+            // ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTS [OPTIONAL...] - FSTYPE SOURCE SUPEROPTS
+            let (left, right) = line.split_once(" - ")?;
+            let point = left.split(' ').nth(4)?;
+            let mut right = right.split(' ');
+            let fstype = right.next()?;
+            let superopts = right.nth(1).unwrap_or("");
+            Some((point, fstype, superopts))
+        })
+        .collect();
+    let groups: Vec<(&str, &str)> = own
+        .lines()
+        .filter_map(|l| {
+            let mut parts = l.splitn(3, ':');
+            let _id = parts.next()?;
+            Some((parts.next()?, parts.next()?))
+        })
+        .collect();
+    let wanted = ["memory", "pids", "cpu"];
+    if let (Some((point, _, _)), Some((_, path))) =
+        (mounts.iter().find(|m| m.1 == "cgroup2"), groups.iter().find(|(c, _)| c.is_empty()))
+    {
+        let dir = under(point, path);
+        let controllers = std::fs::read_to_string(dir.join("cgroup.controllers")).unwrap_or_default();
+        let have: Vec<&str> = controllers.split_whitespace().collect();
+        if wanted.iter().all(|c| have.contains(c)) {
+            return Ok((Version::V2, vec![dir]));
+        }
+    }
+    let mut dirs = Vec::new();
+    for c in wanted {
+        let mount = mounts.iter().find(|(_, fstype, opts)| *fstype == "cgroup" && opts.split(',').any(|o| o == c));
+        let path = groups.iter().find(|(cs, _)| cs.split(',').any(|x| x == c));
+        match (mount, path) {
+            (Some((point, _, _)), Some((_, path))) => dirs.push(under(point, path)),
+            _ => {
+                return Err(format!(
+                    "no cgroup with the memory, pids and cpu controllers: not in the unified hierarchy, and no v1 {c} hierarchy"
+                ))
+            }
+        }
+    }
+    Ok((Version::V1, dirs))
+}
+
+/// Makes `<own>/browserpool` with the memory, pids and cpu controllers for its children. Where
+/// `own` holds this server and so may not pass controllers down, the server moves into
+/// `<own>/browserpool-server` first.
+fn setup_v2(own: &Path) -> Result<PathBuf, String> {
+    let enable = |dir: &Path| std::fs::write(dir.join("cgroup.subtree_control"), "+memory +pids +cpu");
+    let at = |dir: &Path, e: io::Error| format!("{}: {e}", dir.display());
+    if let Err(e) = enable(own) {
+        if e.raw_os_error() != Some(libc::EBUSY) {
+            return Err(at(own, e));
+        }
+        let leaf = own.join(SERVER_LEAF);
+        std::fs::create_dir_all(&leaf).map_err(|e| at(&leaf, e))?;
+        std::fs::write(leaf.join("cgroup.procs"), std::process::id().to_string()).map_err(|e| at(&leaf, e))?;
+        enable(own).map_err(|e| at(own, e))?;
+    }
+    let parent = own.join(PARENT);
+    std::fs::create_dir_all(&parent).map_err(|e| at(&parent, e))?;
+    enable(&parent).map_err(|e| at(&parent, e))?;
+    Ok(parent)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const V1_MOUNTS: &str = "\
+30 25 0:26 / /sys/fs/cgroup/memory rw,relatime shared:9 - cgroup cgroup rw,memory
+31 25 0:27 / /sys/fs/cgroup/pids rw,relatime shared:10 - cgroup cgroup rw,pids
+32 25 0:28 / /sys/fs/cgroup/cpu,cpuacct rw,relatime shared:11 - cgroup cgroup rw,cpu,cpuacct
+33 25 0:29 / /sys/fs/cgroup/unified rw,relatime shared:12 - cgroup2 cgroup2 rw
+";
+    const V1_OWN: &str = "8:pids:/\n4:memory:/jobs/42\n2:cpu,cpuacct:/\n0::/\n";
+    const V2_MOUNTS: &str = "29 23 0:26 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n";
+
+    #[test]
+    fn v1_hierarchies_are_found_per_controller() {
+        let root = tempfile::tempdir().unwrap();
+        let (version, dirs) = locate(V1_OWN, V1_MOUNTS, root.path()).unwrap();
+        assert_eq!(version, Version::V1);
+        let rel: Vec<_> = dirs.iter().map(|d| d.strip_prefix(root.path()).unwrap().to_path_buf()).collect();
+        assert_eq!(
+            rel,
+            [
+                PathBuf::from("sys/fs/cgroup/memory/jobs/42"),
+                PathBuf::from("sys/fs/cgroup/pids"),
+                PathBuf::from("sys/fs/cgroup/cpu,cpuacct")
+            ]
+        );
+        let e = locate(V1_OWN, &V1_MOUNTS.replace("rw,pids", "rw,blkio"), root.path()).unwrap_err();
+        assert!(e.contains("no v1 pids hierarchy"), "{e}");
+    }
+
+    #[test]
+    fn v2_is_used_only_with_its_controllers() {
+        let root = tempfile::tempdir().unwrap();
+        let own = root.path().join("sys/fs/cgroup/system.slice/bp.service");
+        std::fs::create_dir_all(&own).unwrap();
+        std::fs::write(own.join("cgroup.controllers"), "cpuset cpu io memory\n").unwrap();
+        let e = locate("0::/system.slice/bp.service\n", V2_MOUNTS, root.path()).unwrap_err();
+        assert!(e.contains("no cgroup with the memory, pids and cpu controllers"), "{e}");
+        std::fs::write(own.join("cgroup.controllers"), "cpuset cpu io memory pids\n").unwrap();
+        assert_eq!(locate("0::/system.slice/bp.service\n", V2_MOUNTS, root.path()).unwrap(), (Version::V2, vec![own]));
+    }
+
+    #[test]
+    fn v2_setup_enables_controllers_down_to_the_workers() {
+        let own = tempfile::tempdir().unwrap();
+        let parent = setup_v2(own.path()).unwrap();
+        assert_eq!(parent, own.path().join("browserpool"));
+        for dir in [own.path(), &parent] {
+            assert_eq!(std::fs::read_to_string(dir.join("cgroup.subtree_control")).unwrap(), "+memory +pids +cpu");
+        }
+    }
+
+    /// A fake tree stands for the kernel's files: what is written where, per version.
+    fn fake(version: Version) -> (tempfile::TempDir, Cgroups) {
+        let root = tempfile::tempdir().unwrap();
+        let parents: Vec<PathBuf> = match version {
+            Version::V2 => vec![root.path().join("browserpool")],
+            Version::V1 => ["memory", "pids", "cpu"].iter().map(|c| root.path().join(c).join("browserpool")).collect(),
+        };
+        parents.iter().for_each(|p| std::fs::create_dir_all(p).unwrap());
+        let cgroups = Cgroups { version, parents, default_memory: 1536 << 20, pids_max: 4096 };
+        (root, cgroups)
+    }
+
+    #[test]
+    fn a_worker_gets_a_spares_fences_then_its_tenants() {
+        for version in [Version::V2, Version::V1] {
+            let (root, cgroups) = fake(version);
+            let w = cgroups.create(9301).unwrap();
+            let read = |rel: &str| std::fs::read_to_string(root.path().join(rel)).unwrap();
+            match version {
+                Version::V2 => {
+                    assert_eq!(read("browserpool/w9301/memory.max"), (1536u64 << 20).to_string());
+                    assert_eq!(read("browserpool/w9301/memory.swap.max"), "0");
+                    assert_eq!(read("browserpool/w9301/pids.max"), "4096");
+                    assert_eq!(read("browserpool/w9301/cpu.weight"), "1");
+                }
+                Version::V1 => {
+                    assert_eq!(read("memory/browserpool/w9301/memory.limit_in_bytes"), (1536u64 << 20).to_string());
+                    assert_eq!(read("pids/browserpool/w9301/pids.max"), "4096");
+                    assert_eq!(read("cpu/browserpool/w9301/cpu.shares"), "10");
+                }
+            }
+            w.set_cpu_weight(LEASED_WEIGHT).unwrap();
+            let events = match version {
+                Version::V2 => "browserpool/w9301/memory.events",
+                Version::V1 => "memory/browserpool/w9301/memory.oom_control",
+            };
+            std::fs::write(root.path().join(events), "oom 0\noom_kill 2\n").unwrap();
+            w.set_memory(256 << 20).unwrap();
+            assert_eq!(w.limit_reached(), None, "kills before the limit was set are not this tenant's");
+            std::fs::write(root.path().join(events), "oom 1\noom_kill 3\n").unwrap();
+            assert_eq!(w.limit_reached(), Some(256 << 20));
+            // The kernel makes `cgroup.procs`; the fake tree must.
+            w.dirs.iter().for_each(|d| std::fs::write(d.join("cgroup.procs"), "").unwrap());
+            assert_eq!(w.open_procs().unwrap().len(), if version == Version::V2 { 1 } else { 3 });
+        }
+    }
+
+    #[test]
+    fn counters_and_shares() {
+        assert_eq!(counter("low 0\nhigh 3\nmax 9\noom 2\noom_kill 1\n", "oom_kill"), 1);
+        assert_eq!(counter("oom_kill_disable 0\nunder_oom 0\noom_kill 7\n", "oom_kill"), 7);
+        assert_eq!(counter("", "oom_kill"), 0);
+        assert_eq!((shares(100), shares(1), shares(10000)), (1024, 10, 102400));
+        assert!(limit_words(256 << 20).contains("memory limit of 256 MB"));
+    }
+}
