@@ -729,11 +729,12 @@ impl Epochs {
 pub struct AuthLayer {
     tokens: TokenCheck,
     audit: crate::audit::AuditLog,
+    throttle: crate::throttle::Throttle,
 }
 
 impl AuthLayer {
     pub fn new(keys: Arc<Keys>, revoked: Revocations, epochs: Epochs, audit: crate::audit::AuditLog) -> Self {
-        AuthLayer { tokens: TokenCheck { keys, revoked, epochs }, audit }
+        AuthLayer { tokens: TokenCheck { keys, revoked, epochs }, audit, throttle: Default::default() }
     }
 }
 
@@ -777,7 +778,7 @@ impl TokenCheck {
 impl<S> tower::Layer<S> for AuthLayer {
     type Service = AuthService<S>;
     fn layer(&self, inner: S) -> Self::Service {
-        AuthService { inner, tokens: self.tokens.clone(), audit: self.audit.clone() }
+        AuthService { inner, tokens: self.tokens.clone(), audit: self.audit.clone(), throttle: self.throttle.clone() }
     }
 }
 
@@ -787,6 +788,7 @@ pub struct AuthService<S> {
     inner: S,
     tokens: TokenCheck,
     audit: crate::audit::AuditLog,
+    throttle: crate::throttle::Throttle,
 }
 
 /// RPC paths that need no token.
@@ -878,16 +880,23 @@ where
                 })
             }
             Err(e) => {
+                let source = source_of(&req);
+                let throttled = self.throttle.spend(&source, std::time::Instant::now()).err();
                 let entry = crate::audit::Entry {
                     rpc: path.clone(),
                     outcome: "denied".into(),
-                    code: "Unauthenticated".into(),
+                    code: if throttled.is_some() { "ResourceExhausted" } else { "Unauthenticated" }.into(),
                     ..Default::default()
                 };
-                if self.audit.record_refusal(&source_of(&req), entry) {
-                    tracing::info!(path = %path, reason = %e, "request refused: unauthenticated (more from its address within 10 s are counted, not logged)");
+                if self.audit.record_refusal(&source, entry) {
+                    tracing::info!(path = %path, reason = %e, throttled = throttled.is_some(), "request refused: unauthenticated (more from its address within 10 s are counted, not logged)");
                 }
-                refuse(crate::error::ServiceError::Unauthenticated(e.to_string()))
+                match throttled {
+                    Some(wait) => {
+                        refuse(crate::error::ServiceError::Throttled(crate::throttle::Throttle::words(&source, wait)))
+                    }
+                    None => refuse(crate::error::ServiceError::Unauthenticated(e.to_string())),
+                }
             }
         }
     }

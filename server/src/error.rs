@@ -40,6 +40,9 @@ pub enum ServiceError {
     /// The tenant's queue is full; the message says how long it is.
     #[error("{0}")]
     QueueFull(String),
+    /// Too many calls without a valid token from one address; the message says when to retry.
+    #[error("{0}")]
+    Throttled(String),
     #[error("{0}")]
     FailedPrecondition(String),
     #[error("server is shutting down")]
@@ -72,7 +75,7 @@ impl From<ServiceError> for Status {
                 (Code::FailedPrecondition, e.to_string())
             }
             ServiceError::WaitElapsed { .. } => (Code::DeadlineExceeded, e.to_string()),
-            ServiceError::QueueFull(_) => (Code::ResourceExhausted, e.to_string()),
+            ServiceError::QueueFull(_) | ServiceError::Throttled(_) => (Code::ResourceExhausted, e.to_string()),
             ServiceError::FailedPrecondition(_) => (Code::FailedPrecondition, e.to_string()),
             ServiceError::ShuttingDown
             | ServiceError::Draining

@@ -25,6 +25,7 @@ pub mod sessions;
 pub mod store;
 pub mod telemetry;
 pub mod tenants;
+pub mod throttle;
 pub mod tls;
 
 pub use server::{bind, run, Bound};
@@ -63,7 +64,20 @@ pub fn shutdown_signal() -> impl std::future::Future<Output = ()> + Send + 'stat
 /// forwarding -> gRPC adapters and HTTP -> server -> command line.
 #[cfg(test)]
 const LAYERS: &[&[&str]] = &[
-    &["admission", "audit::chain", "cdp", "clock", "config", "grpc_status", "jcs", "metrics", "model", "redact", "tls"],
+    &[
+        "admission",
+        "audit::chain",
+        "cdp",
+        "clock",
+        "config",
+        "grpc_status",
+        "jcs",
+        "metrics",
+        "model",
+        "redact",
+        "throttle",
+        "tls",
+    ],
     &["deadlines", "telemetry"],
     &["store"],
     &["audit"],
