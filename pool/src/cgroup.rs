@@ -76,6 +76,13 @@ impl Cgroups {
                 })
                 .collect::<Result<_, String>>()?,
         };
+        // The parent may exist already (another server's, root's): that is no sign this one
+        // may make cgroups in it.
+        for parent in &parents {
+            let probe = parent.join(format!("probe-{}", std::process::id()));
+            std::fs::create_dir(&probe).map_err(|e| format!("{}: {e}", parent.display()))?;
+            let _ = std::fs::remove_dir(&probe);
+        }
         Ok(Cgroups { version, parents, default_memory, pids_max })
     }
 

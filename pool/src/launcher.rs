@@ -577,11 +577,17 @@ pub(crate) async fn launch(
         }
     }
     if let Some(ns) = &netns {
-        let fd = ns.raw_fd();
+        let (fd, user) = (ns.raw_fd(), ns.user_fd());
         // SAFETY: setns is async-signal-safe; it runs in the child between fork and exec, on
-        // a descriptor the child inherited.
+        // descriptors the child inherited. An unprivileged namespace's user namespace first:
+        // the server's uid owns it, so the child may join it, and inside it the network one.
         unsafe {
             cmd.pre_exec(move || {
+                if let Some(user) = user {
+                    if libc::setns(user, libc::CLONE_NEWUSER) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
                 if libc::setns(fd, libc::CLONE_NEWNET) != 0 {
                     return Err(std::io::Error::last_os_error());
                 }

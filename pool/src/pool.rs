@@ -684,16 +684,26 @@ async fn boot_worker(
     })
 }
 
-/// A new network namespace for a worker, or `None` where the server may not create one (it
-/// is not root and lacks `CAP_SYS_ADMIN`): said once, at warn, since it leaves the DevTools
-/// ports reachable by every local process.
+/// A new network namespace for a worker: the server's own where it may create one (root or
+/// `CAP_SYS_ADMIN`), else one inside an unprivileged user namespace. `None` where neither is
+/// possible: said once, at warn, since it leaves the DevTools ports reachable by every local
+/// process. Which kind is said once too.
 fn worker_netns() -> Option<NetNs> {
-    static WARNED: std::sync::Once = std::sync::Once::new();
-    match NetNs::create() {
-        Ok(ns) => Some(ns),
-        Err(e) => {
-            WARNED.call_once(|| {
-                tracing::warn!(error = %e, "workers share the host's network namespace (creating one needs root or CAP_SYS_ADMIN): their devtools ports are reachable by local processes")
+    static SAID: std::sync::Once = std::sync::Once::new();
+    let privileged = NetNs::create();
+    let made = privileged.as_ref().err().map(|_| NetNs::create_unprivileged());
+    match (privileged, made) {
+        (Ok(ns), _) => Some(ns),
+        (Err(_), Some(Ok(ns))) => {
+            SAID.call_once(|| {
+                tracing::info!("each worker runs in a network namespace of its own, inside an unprivileged user namespace (the server is not root)")
+            });
+            Some(ns)
+        }
+        (Err(e), unprivileged) => {
+            let why = unprivileged.and_then(Result::err).map(|u| u.to_string()).unwrap_or_default();
+            SAID.call_once(|| {
+                tracing::warn!(error = %e, unprivileged = %why, "workers share the host's network namespace (creating one needs root, CAP_SYS_ADMIN or unprivileged user namespaces): their devtools ports are reachable by local processes")
             });
             None
         }

@@ -817,3 +817,54 @@ async fn a_memory_bomb_ends_its_own_tab_at_its_tenant_s_limit_and_spares_the_nei
     .await;
     server.stop().await;
 }
+
+/// A server that is not root keeps its workers' DevTools out of every other process's reach:
+/// each Chromium runs in a network namespace inside an unprivileged user namespace the
+/// server's uid owns, sandboxed, and its CDP port does not exist on the host's loopback; the
+/// server still drives it (through its gate) and pages still load (through its egress proxy).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_is_not_root_keeps_devtools_in_a_namespace_of_its_own() {
+    if euid() != 0 {
+        return eprintln!("needs root to start a server as another uid");
+    }
+    let uid = 1_799_990_000;
+    let site = crate::helpers::fixture_site().await;
+    // Ports of its own: its port locks are in a lock dir of its own.
+    let mut server = crate::helpers::BinaryServer::spawn_as(uid, &["--port-range", "19400-19409"]);
+    assert!(
+        server.startup_log.iter().any(|l| l.contains("inside an unprivileged user namespace")),
+        "{:#?}",
+        server.startup_log
+    );
+    let client = server.client().await;
+    let id = client.acquire(30_000).await.unwrap().session_id;
+    ok(&act(&client, &id, browserpool_client::action("navigate", "", format!("{site}/about"))).await);
+    let title = ok(&act(&client, &id, browserpool_client::action("title", "", serde_json::Value::Null)).await);
+    assert_eq!(title, "About");
+    let status = client.admin().pool_status(pb::PoolStatusRequest {}).await.unwrap().into_inner();
+    let w = status.workers.iter().find(|w| w.session_id == id).expect("the session's worker");
+    assert!(status.replicas[0].sandbox.starts_with("sandboxed"), "{:?}", status.replicas[0].sandbox);
+    let ns = |pid: i32, kind: &str| std::fs::read_link(format!("/proc/{pid}/ns/{kind}")).unwrap();
+    let server_pid = server.pid() as i32;
+    for pid in group_members(w.pid as i32, "") {
+        assert_eq!(real_uid(pid), uid, "process {pid} runs as the server's uid");
+        assert_ne!(ns(pid, "net"), ns(server_pid, "net"), "process {pid} is in the server's network namespace");
+        assert_ne!(ns(pid, "user"), ns(server_pid, "user"), "process {pid} is in the server's user namespace");
+    }
+    // Nothing listens on its CDP port on the host: no local process, of any uid, gets in.
+    let reached = std::net::TcpStream::connect_timeout(
+        &([127, 0, 0, 1], w.cdp_port as u16).into(),
+        std::time::Duration::from_secs(1),
+    );
+    assert!(reached.is_err(), "the CDP port {} is open on the host's loopback", w.cdp_port);
+    client.release(&id).await.unwrap();
+    let (exit, _) = server.terminate();
+    assert!(exit.success(), "{exit:?}");
+    let left: Vec<i32> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| real_uid(*pid) == uid && !proc_status(*pid, "State:").starts_with('Z'))
+        .collect();
+    assert!(left.is_empty(), "processes of the server's uid outlived it: {left:?}");
+}

@@ -226,13 +226,40 @@ impl BinaryServer {
     /// A server in `dir` on the database at `database_url`, with `extra` flags (`--warm 1` and
     /// `--max-workers 2` unless they say otherwise).
     pub fn spawn_in(dir: tempfile::TempDir, database_url: String, extra: Vec<String>) -> BinaryServer {
+        BinaryServer::spawn_full(dir, database_url, extra, None)
+    }
+
+    /// A server that is not root: it runs as `uid` (and gid; no groups, no passwd entry) on a
+    /// SQLite data dir of its own, its temp dir in it, with `extra` flags.
+    pub fn spawn_as(uid: u32, extra: &[&str]) -> BinaryServer {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("tmp")).unwrap();
+        for path in [dir.path().to_path_buf(), dir.path().join("tmp")] {
+            std::os::unix::fs::chown(&path, Some(uid), Some(uid)).unwrap();
+        }
+        // The suite's temp dir above it is passable, not listable (0711).
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+        let database_url = format!("sqlite://{}", dir.path().join("browserpool.db").display());
+        // The host-wide lock dir is root's: its own, so `extra` must give a port range of its own.
+        let locks = dir.path().join("tmp").join("locks").display().to_string();
+        let extra = ["--lock-dir", &locks].into_iter().chain(extra.iter().copied()).map(String::from).collect();
+        BinaryServer::spawn_full(dir, database_url, extra, Some(uid))
+    }
+
+    fn spawn_full(dir: tempfile::TempDir, database_url: String, extra: Vec<String>, uid: Option<u32>) -> BinaryServer {
         use std::io::{BufRead, BufReader};
+        use std::os::unix::process::CommandExt;
         let small: Vec<&str> = [("--warm", "1"), ("--max-workers", "2")]
             .into_iter()
             .filter(|(flag, _)| !extra.iter().any(|e| e == flag))
             .flat_map(|(flag, value)| [flag, value])
             .collect();
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_browserpool"))
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_browserpool"));
+        if let Some(uid) = uid {
+            command.uid(uid).gid(uid).env("TMPDIR", dir.path().join("tmp"));
+        }
+        let mut child = command
             .args(["serve", "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0"])
             .args(&small)
             .arg("--data-dir")
