@@ -364,6 +364,14 @@ case "$sandbox" in
     *) fail "PoolStatus does not report the sandbox on: $sandbox" ;;
 esac
 say "workers run as uid $browser_uid; PoolStatus: $sandbox"
+# Non-root, the server still keeps each worker's DevTools out of the pod's network namespace:
+# the browser is in a network namespace of its own, inside a user namespace the server owns.
+browser_net="$(readlink "/proc/$browser_pid/ns/net")"
+[ "$browser_net" != "$(readlink "/proc/$ctr_pid/ns/net")" ] \
+    || fail "the worker's browser shares the server's network namespace: its DevTools port is open to the pod"
+podman logs "$name" 2>&1 | grep -q 'inside an unprivileged user namespace' \
+    || fail "the server did not say its workers' namespaces are unprivileged ones"
+say "the worker's DevTools lives in a network namespace of its own ($browser_net)"
 
 url="http://127.0.0.1:$fixture_port/"
 navigated="$(grpc Sessions/Act "{\"session_id\": \"$session\", \"action\": {\"action\": \"navigate\", \"payload\": \"$url\"}}")" \

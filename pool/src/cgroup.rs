@@ -24,6 +24,8 @@ const SERVER_LEAF: &str = "browserpool-server";
 pub const SPARE_WEIGHT: u32 = 1;
 /// CPU weight of a leased worker, or of a boot a caller waits for (the v2 default).
 pub const LEASED_WEIGHT: u32 = 100;
+/// CPU weight of the parent of all workers, against the server and the rest of the host.
+const PARENT_WEIGHT: u32 = 1000;
 
 /// Which hierarchy the fences are written in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,7 +85,23 @@ impl Cgroups {
             std::fs::create_dir(&probe).map_err(|e| format!("{}: {e}", parent.display()))?;
             let _ = std::fs::remove_dir(&probe);
         }
-        Ok(Cgroups { version, parents, default_memory, pids_max })
+        let cgroups = Cgroups { version, parents, default_memory, pids_max };
+        // Grouped, the workers would weigh as much as one ordinary process of the host (on v1,
+        // one thread of the server's cgroup); ungrouped, each of their threads did. Ten times
+        // that keeps them served as before when the host is busy, while each worker still
+        // gets an equal share against the others.
+        if let Some(Err(e)) = cgroups.parent_dir(Controller::Cpu).map(|cpu| write_weight(&cpu, version, PARENT_WEIGHT))
+        {
+            tracing::warn!(error = %e, "could not weigh the workers' cgroup against the host");
+        }
+        Ok(cgroups)
+    }
+
+    fn parent_dir(&self, c: Controller) -> Option<PathBuf> {
+        match self.version {
+            Version::V2 => self.parents.first().cloned(),
+            Version::V1 => self.parents.get(c as usize).cloned(),
+        }
     }
 
     pub fn version(&self) -> Version {
@@ -182,10 +200,7 @@ impl WorkerCgroup {
 
     /// Sets the CPU weight (v2 scale, 1-10000; v1 shares scaled from it).
     pub fn set_cpu_weight(&self, weight: u32) -> io::Result<()> {
-        match self.version {
-            Version::V2 => self.write(Controller::Cpu, "cpu.weight", &weight.to_string()),
-            Version::V1 => self.write(Controller::Cpu, "cpu.shares", &shares(weight).to_string()),
-        }
+        write_weight(self.dir(Controller::Cpu), self.version, weight)
     }
 
     /// OOM kills the kernel made in this cgroup since it was made.
@@ -220,6 +235,16 @@ pub fn limit_words(bytes: u64) -> String {
         "it reached its memory limit of {} MB (the tenant's max_memory_mb, or the server's --worker-memory-mb)",
         bytes >> 20
     )
+}
+
+/// Writes a CPU weight (v2 scale) into cgroup `dir`.
+fn write_weight(dir: &Path, version: Version, weight: u32) -> io::Result<()> {
+    let (file, value) = match version {
+        Version::V2 => ("cpu.weight", weight as u64),
+        Version::V1 => ("cpu.shares", shares(weight)),
+    };
+    let path = dir.join(file);
+    std::fs::write(&path, value.to_string()).map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))
 }
 
 /// v1 `cpu.shares` for a v2 weight: 1024 is the default of both scales' 100.

@@ -162,8 +162,9 @@ enum Request {
 /// made a user namespace (the server's uid and gid mapped to themselves, `setgroups` denied)
 /// and a network namespace in it, brought `lo` up, and then makes sockets inside on request.
 /// It runs only system calls (no allocation: the server it was forked from has other
-/// threads), holds no descriptor of the server's but its own end of the socket, dies with the
-/// server (`PR_SET_PDEATHSIG`) and is killed with the namespace.
+/// threads), holds no descriptor of the server's but its own end of the socket, ends when the
+/// server's end closes (the server died: not `PR_SET_PDEATHSIG`, which would fire when the
+/// short-lived thread that forked it ends) and is killed with the namespace.
 #[derive(Debug)]
 struct Broker {
     pid: libc::pid_t,
@@ -185,8 +186,8 @@ impl Broker {
         // SAFETY: both were just created and are ours.
         let (ours, theirs) = unsafe { (OwnedFd::from_raw_fd(pair[0]), OwnedFd::from_raw_fd(pair[1])) };
         // Everything the child needs is made before the fork: it may not allocate.
-        // SAFETY: getuid, getgid and getpid have no preconditions.
-        let (uid, gid, parent) = unsafe { (libc::getuid(), libc::getgid(), libc::getpid()) };
+        // SAFETY: getuid and getgid have no preconditions.
+        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
         let uid_map = format!("{uid} {uid} 1\n");
         let gid_map = format!("{gid} {gid} 1\n");
         // SAFETY: the child runs `broker_main`, which makes only system calls and never
@@ -197,7 +198,7 @@ impl Broker {
         }
         if pid == 0 {
             // SAFETY: in the child of fork; see above.
-            unsafe { broker_main(theirs.as_raw_fd(), parent, uid_map.as_bytes(), gid_map.as_bytes()) }
+            unsafe { broker_main(theirs.as_raw_fd(), uid_map.as_bytes(), gid_map.as_bytes()) }
         }
         drop(theirs);
         // The child's first word says whether it made its namespaces.
@@ -293,7 +294,7 @@ fn recv_reply(fd: RawFd) -> io::Result<Option<OwnedFd>> {
 
 /// The broker's whole life, in the child of `fork`: only system calls, no allocation, never
 /// returns. `sock` is its end of the pair; `uid_map` and `gid_map` are the lines to write.
-unsafe fn broker_main(sock: RawFd, parent: libc::pid_t, uid_map: &[u8], gid_map: &[u8]) -> ! {
+unsafe fn broker_main(sock: RawFd, uid_map: &[u8], gid_map: &[u8]) -> ! {
     unsafe fn errno() -> i32 {
         *libc::__errno_location()
     }
@@ -325,12 +326,8 @@ unsafe fn broker_main(sock: RawFd, parent: libc::pid_t, uid_map: &[u8], gid_map:
         }
         libc::sendmsg(sock, &msg, libc::MSG_NOSIGNAL);
     }
-    // Dies with the server; nothing of the server's is kept open (its sockets and locks must
-    // close when the server closes them), only `sock`, moved to descriptor 3.
-    libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-    if libc::getppid() != parent {
-        libc::_exit(1);
-    }
+    // Nothing of the server's is kept open (its sockets and locks must close when the server
+    // closes them), only `sock`, moved to descriptor 3: its end of file is the server's end.
     if sock != 3 && libc::dup2(sock, 3) != 3 {
         libc::_exit(1);
     }
@@ -486,7 +483,8 @@ mod tests {
     /// the server's descriptors and ends with the namespace.
     #[test]
     fn an_unprivileged_namespace_makes_its_sockets_inside() {
-        let ns = match NetNs::create_unprivileged() {
+        // Made on a thread that ends at once, as the pool's blocking threads do.
+        let ns = match std::thread::spawn(NetNs::create_unprivileged).join().unwrap() {
             Ok(ns) => ns,
             // A kernel without unprivileged user namespaces: the server falls back, and says so.
             Err(e) if e.kind() == io::ErrorKind::PermissionDenied => return eprintln!("not here: {e}"),
@@ -499,6 +497,7 @@ mod tests {
         );
         let fds = std::fs::read_dir(format!("/proc/{broker}/fd")).unwrap().count();
         assert!(fds <= 4, "the broker holds {fds} descriptors");
+        std::thread::sleep(Duration::from_millis(200));
         let listener = ns.bind_loopback().unwrap();
         let port = listener.local_addr().unwrap().port();
         let mut inside = ns.connect_blocking(port).unwrap();

@@ -270,7 +270,8 @@ impl Pool {
         pool
     }
 
-    /// Leases a warm worker, waiting up to `wait` for one to be free.
+    /// Leases a warm worker, waiting up to `wait` for one to be free. `memory` is its memory
+    /// limit in bytes where workers have cgroups (`None`: the server's default, a spare's).
     ///
     /// Dropping the returned future while it waits leaks nothing: the slot is returned and the
     /// worker it would have taken stays warm.
@@ -936,7 +937,8 @@ impl SharedBrowser {
 impl Pool {
     /// Leases a fresh browser context in `tenant`'s shared Chromium (context isolation),
     /// taking a warm worker as that Chromium when the tenant has none (or has one being
-    /// replaced), waiting up to `wait` as [`Pool::lease`] does.
+    /// replaced), waiting up to `wait` as [`Pool::lease`] does. `memory` limits a Chromium
+    /// that becomes the tenant's shared browser here, as a whole.
     pub async fn lease_context(
         &self,
         tenant: &str,

@@ -809,6 +809,19 @@ async fn a_memory_bomb_ends_its_own_tab_at_its_tenant_s_limit_and_spares_the_nei
         let state = client.get(id).await.unwrap().state;
         assert_eq!(pb::SessionState::try_from(state).unwrap(), pb::SessionState::Ready, "{id}");
     }
+    // CPU: 24 spinning threads in A's browser weigh as much as B's browser, no more.
+    let spin = "for (let i = 0; i < 24; i++) new Worker(URL.createObjectURL(new Blob(['for (;;) {}']))); 'spinning'";
+    assert_eq!(ok(&act(&bomb, &a, action("evaluate", "", spin)).await), "spinning");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut spinning = Vec::new();
+    for _ in 0..7 {
+        spinning.push(navigate().await);
+    }
+    let s = median(spinning);
+    eprintln!(
+        "neighbour navigate p50: quiet {q:?}, with 24 spinning workers in another tenant's browser {s:?}, ratio {:.2}",
+        s.as_secs_f64() / q.as_secs_f64()
+    );
     bomb.release(&a).await.unwrap();
     admin.release(&b).await.unwrap();
     crate::helpers::eventually("a released worker's cgroup is removed", Duration::from_secs(10), || async {
