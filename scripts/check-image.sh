@@ -3,7 +3,10 @@
 # container registry: starts it as its non-root user on a read-only root filesystem, checks
 # --version, /healthz, the HEALTHCHECK and build_info, acquires a session over gRPC, navigates
 # it to a page this script serves on loopback, releases it, stops the container with SIGTERM
-# and checks it exited 0 and left no Chromium and no profile behind.
+# and checks it exited 0 and left no Chromium and no profile behind. It runs under the chart's
+# seccomp profile (helm/browserpool/files/seccomp.json), then once more under that profile
+# with the kubelet RuntimeDefault's rule for namespaces (created only with CAP_SYS_ADMIN, as
+# containerd's and CRI-O's defaults have it), where workers must fail to boot, saying so.
 #
 # Needs root (rootful podman, debootstrap). Installs podman, runc and debootstrap with apt-get
 # when missing. Base images are made locally, since none can be pulled:
@@ -271,20 +274,25 @@ all_but_chroot+=,LINUX_IMMUTABLE,MAC_ADMIN,MAC_OVERRIDE,MKNOD,NET_ADMIN,NET_BIND
 all_but_chroot+=,NET_BROADCAST,NET_RAW,PERFMON,SETFCAP,SETGID,SETPCAP,SETUID,SYS_ADMIN,SYS_BOOT
 all_but_chroot+=,SYS_MODULE,SYS_NICE,SYS_PACCT,SYS_PTRACE,SYS_RAWIO,SYS_RESOURCE,SYS_TIME
 all_but_chroot+=,SYS_TTY_CONFIG,SYSLOG,WAKE_ALARM
-podman run -d --name "$name" --network host "${limits[@]}" --health-interval disable \
-    --read-only --tmpfs /tmp:rw,nosuid,nodev,mode=1777 \
-    --volume "$work/state:/var/lib/browserpool" \
-    --cap-drop "$all_but_chroot" --security-opt no-new-privileges \
-    -e BROWSERPOOL_LISTEN="127.0.0.1:$grpc_port" \
-    -e BROWSERPOOL_HTTP_LISTEN="127.0.0.1:$http_port" \
-    -e BROWSERPOOL_PORT_RANGE="$cdp_first-$((cdp_first + 9))" \
-    -e BROWSERPOOL_WARM=1 -e BROWSERPOOL_MAX_WORKERS=2 \
-    "$image" >/dev/null 2>"$work/run.err" || { cat "$work/run.err" >&2; fail "podman run"; }
+profile="$PWD/helm/browserpool/files/seccomp.json"
+# run_as_chart NAME PROFILE: the container as the chart runs it, under seccomp profile PROFILE.
+run_as_chart() {
+    podman run -d --name "$1" --network host "${limits[@]}" --health-interval disable \
+        --read-only --tmpfs /tmp:rw,nosuid,nodev,mode=1777 \
+        --volume "$work/state:/var/lib/browserpool" \
+        --cap-drop "$all_but_chroot" --security-opt no-new-privileges --security-opt seccomp="$2" \
+        -e BROWSERPOOL_LISTEN="127.0.0.1:$grpc_port" \
+        -e BROWSERPOOL_HTTP_LISTEN="127.0.0.1:$http_port" \
+        -e BROWSERPOOL_PORT_RANGE="$cdp_first-$((cdp_first + 9))" \
+        -e BROWSERPOOL_WARM=1 -e BROWSERPOOL_MAX_WORKERS=2 \
+        "$image" >/dev/null 2>"$work/run.err" || { cat "$work/run.err" >&2; fail "podman run"; }
+}
+run_as_chart "$name" "$profile"
 ctr_pid="$(podman inspect --format '{{.State.Pid}}' "$name")"
 caps="$(awk '/^Cap(Eff|Bnd):/ { printf "%s=%s ", $1, $2 }' "/proc/$ctr_pid/status")"
 [ "$caps" = "CapEff:=0000000000000000 CapBnd:=0000000000040000 " ] \
     || fail "the container's capabilities are not none effective, SYS_CHROOT bounding: $caps"
-say "started $name as uid $(podman inspect --format '{{.Config.User}}' "$name"), read-only root, no capabilities (SYS_CHROOT bounding only), gRPC 127.0.0.1:$grpc_port, HTTP 127.0.0.1:$http_port"
+say "started $name as uid $(podman inspect --format '{{.Config.User}}' "$name"), read-only root, no capabilities (SYS_CHROOT bounding only), seccomp $profile, gRPC 127.0.0.1:$grpc_port, HTTP 127.0.0.1:$http_port"
 
 http="http://127.0.0.1:$http_port"
 for _ in $(seq 1 150); do
@@ -413,5 +421,38 @@ PY2
 strays="$(find "$work/state" -mindepth 2 -maxdepth 2 -path '*/data/profiles*' 2>/dev/null | wc -l)"
 [ "$strays" -eq 0 ] || fail "worker profiles in the state volume"
 say "no Chromium process left, no profile in the state volume"
+
+# The same container under RuntimeDefault's rule for namespaces: the profile without unshare
+# and setns, clone only without namespace flags (CLONE_NEWNS, UTS, IPC, USER, PID, NET,
+# CGROUP: 0x7e020000), and clone3 answering ENOSYS so that glibc falls back to clone, as
+# containerd's and CRI-O's defaults have it for a container that lacks CAP_SYS_ADMIN. Chromium's sandbox cannot start there: workers fail to boot, and /readyz says
+# why rather than serving pages unsandboxed.
+python3 - "$profile" "$work/no-namespaces.json" <<'PY2'
+import json, sys
+p = json.load(open(sys.argv[1]))
+names = [n for n in p["syscalls"][0]["names"] if n not in ("unshare", "setns", "clone3", "clone")]
+p["syscalls"] = [
+    {"names": names, "action": "SCMP_ACT_ALLOW"},
+    {"names": ["clone"], "action": "SCMP_ACT_ALLOW",
+     "args": [{"index": 0, "value": 0x7E020000, "valueTwo": 0, "op": "SCMP_CMP_MASKED_EQ"}]},
+    {"names": ["clone3"], "action": "SCMP_ACT_ERRNO", "errnoRet": 38},
+]
+json.dump(p, open(sys.argv[2], "w"))
+PY2
+podman rm -f -t 0 "$name" >/dev/null
+name="$name-runtime-default"
+run_as_chart "$name" "$work/no-namespaces.json"
+ready=""
+for _ in $(seq 1 300); do
+    ready="$(curl -sS --max-time 2 "$http/readyz" 2>/dev/null || true)"
+    case "$ready" in *"fail to boot"*) break ;; esac
+    [ "$(podman inspect --format '{{.State.Running}}' "$name")" = true ] || fail "the container exited under RuntimeDefault's namespace rule"
+    sleep 0.2
+done
+case "$ready" in
+    *"fail to boot"*) say "under RuntimeDefault's rule for namespaces, /readyz: $(head -c 200 <<<"$ready")" ;;
+    *) fail "under RuntimeDefault's rule for namespaces /readyz said \"$ready\", not that workers fail to boot" ;;
+esac
+podman rm -f -t 0 "$name" >/dev/null
 
 say "image check passed in $((SECONDS - started)) s"
