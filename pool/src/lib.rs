@@ -32,4 +32,4 @@ pub use events::{DialogInfo, DialogKind, Event, EventKind, EventReader};
 pub use launcher::{find_chrome, reap_orphans, LaunchConfig, PortRange};
 pub use lock::DirLock;
 pub use policy::NavPolicy;
-pub use pool::{Lease, Pool, PoolConfig, PoolStatus, SharedConfig, WorkerId, WorkerState, WorkerStatus};
+pub use pool::{Lease, LeaseSpec, Pool, PoolConfig, PoolStatus, SharedConfig, WorkerId, WorkerState, WorkerStatus};

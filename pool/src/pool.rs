@@ -36,6 +36,18 @@ impl std::fmt::Display for WorkerId {
     }
 }
 
+/// What a session asks of the worker it leases.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LeaseSpec {
+    /// How long to wait for a free worker.
+    pub wait: Duration,
+    /// The session's viewport, set before the lease is handed out.
+    pub viewport: Viewport,
+    /// Its memory limit in bytes, where workers have cgroups; `None`: the server's default,
+    /// which every spare has.
+    pub memory: Option<u64>,
+}
+
 /// Pool sizing and launch settings.
 #[derive(Debug, Clone)]
 pub struct PoolConfig {
@@ -270,19 +282,18 @@ impl Pool {
         pool
     }
 
-    /// Leases a warm worker, waiting up to `wait` for one to be free. `memory` is its memory
-    /// limit in bytes where workers have cgroups (`None`: the server's default, a spare's).
+    /// Leases a warm worker, waiting up to `spec.wait` for one to be free.
     ///
     /// Dropping the returned future while it waits leaks nothing: the slot is returned and the
     /// worker it would have taken stays warm.
-    pub async fn lease(&self, wait: Duration, viewport: Viewport, memory: Option<u64>) -> Result<Lease, PoolError> {
+    pub async fn lease(&self, spec: LeaseSpec) -> Result<Lease, PoolError> {
         tokio::select! {
-            result = self.lease_inner(wait, viewport, memory) => result,
+            result = self.lease_inner(spec) => result,
             _ = self.inner.shutdown.cancelled() => Err(PoolError::ShuttingDown),
         }
     }
 
-    async fn lease_inner(&self, wait: Duration, viewport: Viewport, memory: Option<u64>) -> Result<Lease, PoolError> {
+    async fn lease_inner(&self, LeaseSpec { wait, viewport, memory }: LeaseSpec) -> Result<Lease, PoolError> {
         let deadline = tokio::time::Instant::now() + wait;
         let permit = match tokio::time::timeout_at(deadline, self.inner.slots.clone().acquire_owned()).await {
             Ok(Ok(permit)) => permit,
@@ -937,17 +948,11 @@ impl SharedBrowser {
 impl Pool {
     /// Leases a fresh browser context in `tenant`'s shared Chromium (context isolation),
     /// taking a warm worker as that Chromium when the tenant has none (or has one being
-    /// replaced), waiting up to `wait` as [`Pool::lease`] does. `memory` limits a Chromium
-    /// that becomes the tenant's shared browser here, as a whole.
-    pub async fn lease_context(
-        &self,
-        tenant: &str,
-        wait: Duration,
-        viewport: Viewport,
-        memory: Option<u64>,
-    ) -> Result<Lease, PoolError> {
+    /// replaced), waiting as [`Pool::lease`] does. `spec.memory` limits a Chromium that
+    /// becomes the tenant's shared browser here, as a whole.
+    pub async fn lease_context(&self, tenant: &str, spec: LeaseSpec) -> Result<Lease, PoolError> {
         tokio::select! {
-            result = self.lease_context_inner(tenant, wait, viewport, memory) => result,
+            result = self.lease_context_inner(tenant, spec) => result,
             _ = self.inner.shutdown.cancelled() => Err(PoolError::ShuttingDown),
         }
     }
@@ -955,9 +960,7 @@ impl Pool {
     async fn lease_context_inner(
         &self,
         tenant: &str,
-        wait: Duration,
-        viewport: Viewport,
-        memory: Option<u64>,
+        LeaseSpec { wait, viewport, memory }: LeaseSpec,
     ) -> Result<Lease, PoolError> {
         let deadline = tokio::time::Instant::now() + wait;
         let permit = match tokio::time::timeout_at(deadline, self.inner.slots.clone().acquire_owned()).await {

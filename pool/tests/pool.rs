@@ -4,8 +4,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use browserpool_pool::sandbox::DEFAULT_WORKER_UIDS;
-use browserpool_pool::{canonicalize, find_chrome, ActionCall, LaunchConfig, Pool, PoolConfig, PortRange, Viewport};
+use browserpool_pool::{canonicalize, find_chrome, ActionCall, LaunchConfig, LeaseSpec, Pool, PoolConfig, PortRange};
 use serde_json::json;
+
+/// A lease that waits up to `wait`, with the default viewport and memory limit.
+fn spec(wait: Duration) -> LeaseSpec {
+    LeaseSpec { wait, ..Default::default() }
+}
 
 fn config(dir: &std::path::Path, warm: usize, max: usize) -> PoolConfig {
     // As root, workers run as uids of their own, which must pass through `dir` to their profiles.
@@ -65,7 +70,7 @@ async fn lease_act_release_leaves_nothing() {
     let pool = Pool::start(cfg, stop.clone());
     assert!(pool.wait_warm(1, Duration::from_secs(30)).await, "a worker must turn warm");
 
-    let lease = pool.lease(Duration::from_secs(30), Viewport::default(), None).await.unwrap();
+    let lease = pool.lease(spec(Duration::from_secs(30))).await.unwrap();
     let worker = pool.status().workers.into_iter().find(|w| &w.id == lease.worker_id()).unwrap();
     let pid = worker.pid;
     // A tenant's profile and Chromium's temp dir are its owner's only, whatever the umask.
@@ -100,13 +105,11 @@ async fn lease_act_release_leaves_nothing() {
 async fn dropped_lease_kills_its_worker() {
     let dir = tempfile::tempdir().unwrap();
     let pool = Pool::start(config(dir.path(), 1, 1), tokio_util::sync::CancellationToken::new());
-    let lease = pool
-        .lease(Duration::from_secs(30), Viewport::default(), None)
-        .await
-        .unwrap_or_else(|e| panic!("{e}: {:?}", pool.last_boot_error()));
+    let lease =
+        pool.lease(spec(Duration::from_secs(30))).await.unwrap_or_else(|e| panic!("{e}: {:?}", pool.last_boot_error()));
     let pid = pool.status().workers[0].pid;
     // Pool of one: a second lease must wait and time out.
-    let err = pool.lease(Duration::from_millis(200), Viewport::default(), None).await.err().unwrap();
+    let err = pool.lease(spec(Duration::from_millis(200))).await.err().unwrap();
     assert!(matches!(err, browserpool_pool::PoolError::Exhausted(_)), "{err}");
     drop(lease);
     for _ in 0..100 {
@@ -159,8 +162,8 @@ async fn spares_boot_at_idle_priority_and_leases_run_at_normal() {
         assert!(all(*pid, libc::SCHED_IDLE), "a spare not at idle priority: {:?}", policies(*pid));
     }
 
-    let first = pool.lease(Duration::from_secs(30), Viewport::default(), None).await.unwrap();
-    let second = pool.lease(Duration::from_secs(30), Viewport::default(), None).await.unwrap();
+    let first = pool.lease(spec(Duration::from_secs(30))).await.unwrap();
+    let second = pool.lease(spec(Duration::from_secs(30))).await.unwrap();
     let pid_of = |lease: &browserpool_pool::Lease| {
         pool.status().workers.into_iter().find(|w| &w.id == lease.worker_id()).unwrap().pid
     };
@@ -192,10 +195,7 @@ async fn context_leases_of_one_tenant_share_one_browser_and_count_it_once() {
     assert!(pool.wait_warm(2, Duration::from_secs(30)).await, "two workers must turn warm");
     // At once, so both may find no shared browser yet and take a warm worker each.
     let wait = Duration::from_secs(30);
-    let (a, b) = tokio::join!(
-        pool.lease_context("t", wait, Viewport::default(), None),
-        pool.lease_context("t", wait, Viewport::default(), None)
-    );
+    let (a, b) = tokio::join!(pool.lease_context("t", spec(wait)), pool.lease_context("t", spec(wait)));
     let (a, b) = (a.unwrap(), b.unwrap());
     assert!(a.context().is_some() && b.context().is_some() && a.context() != b.context());
     let browsers: std::collections::HashSet<_> = [a.worker_id().clone(), b.worker_id().clone()].into();

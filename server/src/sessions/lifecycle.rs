@@ -170,9 +170,10 @@ impl Sessions {
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
         // 0: the worker keeps the server's default limit, which every spare has.
         let memory = (tenant.max_memory_mb != 0).then_some((tenant.max_memory_mb as u64) << 20);
+        let wanted = LeaseSpec { wait: left, viewport, memory };
         let leased = match tenant.isolation {
-            Isolation::Process => self.inner.pool.lease(left, viewport, memory).await,
-            Isolation::Context => self.inner.pool.lease_context(&tenant.id, left, viewport, memory).await,
+            Isolation::Process => self.inner.pool.lease(wanted).await,
+            Isolation::Context => self.inner.pool.lease_context(&tenant.id, wanted).await,
         };
         let lease = leased.map_err(|e| match e {
             PoolError::Exhausted(_) => waited(format!(

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use browserpool_pool::{
     canonicalize, Access, ActionCall, ActionFailure, ActionOutput, CaptureOptions, ContextState, EventKind,
-    EventReader, FailureCode, Lease, NavPolicy, Pool, PoolError, Viewport,
+    EventReader, FailureCode, Lease, LeaseSpec, NavPolicy, Pool, PoolError, Viewport,
 };
 use serde_json::Value;
 use tokio::sync::watch;

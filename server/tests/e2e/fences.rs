@@ -27,6 +27,16 @@ fn real_uid(pid: i32) -> u32 {
     browserpool_pool::sandbox::process_uid(pid as u32).unwrap_or(u32::MAX)
 }
 
+/// The live (not zombie) processes whose real uid is `uid`.
+fn running_as(uid: u32) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| real_uid(*pid) == uid && !proc_status(*pid, "State:").starts_with('Z'))
+        .collect()
+}
+
 /// Runs `argv` as uid (and gid) `uid` with no groups; whether it succeeded, and its stderr.
 fn as_uid(uid: u32, argv: &[&str]) -> (bool, String) {
     let out = Command::new("setpriv")
@@ -141,13 +151,7 @@ async fn workers_run_as_their_own_uids_with_the_sandbox_on_and_reach_nothing_of_
     context_client.release(&shared.session_id).await.unwrap();
     // A released worker's uid has nothing left running.
     crate::helpers::eventually("the released uid's processes end", std::time::Duration::from_secs(10), || async {
-        let left: Vec<i32> = std::fs::read_dir("/proc")
-            .unwrap()
-            .flatten()
-            .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-            .filter(|pid| real_uid(*pid) == own_uid && !proc_status(*pid, "State:").starts_with('Z'))
-            .collect();
-        (euid() != 0 || left.is_empty()).then_some(())
+        (euid() != 0 || running_as(own_uid).is_empty()).then_some(())
     })
     .await;
     server.stop().await;
@@ -873,11 +877,6 @@ async fn a_server_that_is_not_root_keeps_devtools_in_a_namespace_of_its_own() {
     client.release(&id).await.unwrap();
     let (exit, _) = server.terminate();
     assert!(exit.success(), "{exit:?}");
-    let left: Vec<i32> = std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|pid| real_uid(*pid) == uid && !proc_status(*pid, "State:").starts_with('Z'))
-        .collect();
+    let left = running_as(uid);
     assert!(left.is_empty(), "processes of the server's uid outlived it: {left:?}");
 }
