@@ -736,6 +736,12 @@ impl AuthLayer {
     pub fn new(keys: Arc<Keys>, revoked: Revocations, epochs: Epochs, audit: crate::audit::AuditLog) -> Self {
         AuthLayer { tokens: TokenCheck { keys, revoked, epochs }, audit, throttle: Default::default() }
     }
+
+    /// Counts calls without a valid token against `throttle`, which the HTTP listener's CDP
+    /// endpoint shares: one budget per address across both listeners.
+    pub fn with_throttle(self, throttle: crate::throttle::Throttle) -> Self {
+        AuthLayer { throttle, ..self }
+    }
 }
 
 /// Everything a bearer token is checked against: signature and claims, the revoked-jti

@@ -35,6 +35,8 @@ pub struct HttpState {
     pub cdp_stats: Arc<CdpStats>,
     /// TLS on this listener: the scheme of URLs pointing at it, whether mTLS is on.
     pub tls: TlsMode,
+    /// The per-address budget of calls without a valid token, shared with the gRPC listener.
+    pub throttle: crate::throttle::Throttle,
 }
 
 /// The router of the side listener.
@@ -64,14 +66,16 @@ async fn cdp(
     State(state): State<HttpState>,
     Path(session): Path<String>,
     Query(query): Query<CdpQuery>,
+    peer: Option<axum::Extension<crate::tls::PeerAddr>>,
     headers: HeaderMap,
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Response {
     let started = std::time::Instant::now();
+    let source = peer.map_or_else(|| "an unknown address".to_string(), |p| p.0 .0.ip().to_string());
     let header = headers.get(axum::http::header::AUTHORIZATION).and_then(|v| v.to_str().ok());
     let claims = match header.map(|h| state.tokens.verify_header(Some(h))) {
         Some(Ok(claims)) => Some(claims),
-        Some(Err(e)) => return refuse_cdp(&state, None, &session, CdpError::BadToken(e.to_string())),
+        Some(Err(e)) => return refuse_cdp(&state, &source, None, &session, CdpError::BadToken(e.to_string())),
         None => None,
     };
     let opened = (|| {
@@ -96,7 +100,7 @@ async fn cdp(
     })();
     let (upgrade, place, access) = match opened {
         Ok(opened) => opened,
-        Err(e) => return refuse_cdp(&state, claims.as_ref(), &session, e),
+        Err(e) => return refuse_cdp(&state, &source, claims.as_ref(), &session, e),
     };
     let download_dir = match access.download_dir() {
         Ok(dir) => dir,
@@ -177,9 +181,27 @@ async fn cdp(
 /// The `rpc` of a CDP connection's audit record.
 pub const CDP_RPC: &str = "CDP /cdp/{session}";
 
-fn refuse_cdp(state: &HttpState, claims: Option<&crate::auth::Claims>, session: &str, e: CdpError) -> Response {
+/// A refused CDP connection: audited (counted per `source` address when the caller showed no
+/// valid token), and past that address's budget of such refusals, 429 with when to retry.
+fn refuse_cdp(
+    state: &HttpState,
+    source: &str,
+    claims: Option<&crate::auth::Claims>,
+    session: &str,
+    e: CdpError,
+) -> Response {
+    // Without a valid token: no credentials, a bad token, or a ticket that opened nothing.
+    let unproven = claims.is_none()
+        && matches!(
+            e,
+            CdpError::NoCredentials | CdpError::BadToken(_) | CdpError::TicketRevoked | CdpError::NotFound(_)
+        );
+    let throttled = unproven.then(|| state.throttle.spend(source, std::time::Instant::now()).err()).flatten();
+    let (status, e) = match throttled {
+        Some(wait) => (StatusCode::TOO_MANY_REQUESTS, crate::throttle::Throttle::words(source, wait)),
+        None => (e.status(), e.to_string()),
+    };
     tracing::info!(session = %session, reason = %e, "cdp connection refused");
-    let status = e.status();
     let entry = crate::audit::Entry {
         tenant: claims.map(|c| c.tenant.clone()).unwrap_or_default(),
         subject: claims.map(|c| c.sub.clone()).unwrap_or_default(),
@@ -191,8 +213,12 @@ fn refuse_cdp(state: &HttpState, claims: Option<&crate::auth::Claims>, session: 
         code: status.as_u16().to_string(),
         ..Default::default()
     };
-    state.sessions.audit().record_refusal("a CDP client", entry);
+    state.sessions.audit().record_refusal(source, entry);
     let mut response = (status, format!("{e}\n")).into_response();
+    if let Some(wait) = throttled {
+        let secs = wait.as_secs().max(1).to_string();
+        response.headers_mut().insert(axum::http::header::RETRY_AFTER, HeaderValue::from_str(&secs).expect("digits"));
+    }
     if status == StatusCode::UNAUTHORIZED {
         response.headers_mut().insert(axum::http::header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
     }

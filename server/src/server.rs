@@ -487,6 +487,7 @@ impl Bound {
         );
         let http_shutdown = stages.serving.clone();
         let tokens = TokenCheck::new(keys.clone(), revoked.clone(), epochs.clone());
+        let throttle = crate::throttle::Throttle::default();
         let peers =
             Peers::new(sessions.clone(), tokens.clone(), tls.as_ref(), forward_connect_timeout, stages.serving.clone());
         let http_state = crate::http::HttpState {
@@ -497,6 +498,7 @@ impl Bound {
             cdp_limits,
             cdp_stats: Default::default(),
             tls: tls_mode,
+            throttle: throttle.clone(),
         };
         let http_task = tasks.spawn(
             crate::tls::serve_http(
@@ -569,7 +571,7 @@ impl Bound {
             // Then forwarding: a call for a session another replica holds is checked and
             // audited there, not here.
             .layer(ForwardLayer::new(peers))
-            .layer(AuthLayer::new(keys, revoked.clone(), epochs, audit.clone()))
+            .layer(AuthLayer::new(keys, revoked.clone(), epochs, audit.clone()).with_throttle(throttle))
             .add_service(health_service)
             .add_service(reflection_v1)
             .add_service(reflection_v1alpha)

@@ -125,6 +125,10 @@ pub struct ClientCert {
     pub verified: bool,
 }
 
+/// In every request's extensions on the HTTP listener: the address its connection came from.
+#[derive(Clone, Copy, Debug)]
+pub struct PeerAddr(pub SocketAddr);
+
 impl ClientCert {
     /// The request's [`ClientCert`]; not verified when the serving code put none there.
     pub fn of(extensions: &axum::http::Extensions) -> ClientCert {
@@ -428,7 +432,7 @@ struct WithClientCert(Router);
 
 impl<'a, L> tower::Service<IncomingStream<'a, L>> for WithClientCert
 where
-    L: Listener,
+    L: Listener<Addr = SocketAddr>,
     L::Io: PeerCert,
 {
     type Response = Tagged;
@@ -440,7 +444,8 @@ where
     }
 
     fn call(&mut self, stream: IncomingStream<'a, L>) -> Self::Future {
-        std::future::ready(Ok(Tagged { router: self.0.clone(), cert: stream.io().client_cert() }))
+        let peer = PeerAddr(*stream.remote_addr());
+        std::future::ready(Ok(Tagged { router: self.0.clone(), cert: stream.io().client_cert(), peer }))
     }
 }
 
@@ -449,6 +454,7 @@ where
 struct Tagged {
     router: Router,
     cert: ClientCert,
+    peer: PeerAddr,
 }
 
 impl tower::Service<Request> for Tagged {
@@ -462,6 +468,7 @@ impl tower::Service<Request> for Tagged {
 
     fn call(&mut self, mut req: Request) -> Self::Future {
         req.extensions_mut().insert(self.cert);
+        req.extensions_mut().insert(self.peer);
         self.router.call(req)
     }
 }

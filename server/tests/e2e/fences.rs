@@ -880,3 +880,41 @@ async fn a_server_that_is_not_root_keeps_devtools_in_a_namespace_of_its_own() {
     let left = running_as(uid);
     assert!(left.is_empty(), "processes of the server's uid outlived it: {left:?}");
 }
+
+/// The CDP endpoint shares the gRPC listener's budget of calls without a valid token per
+/// address: past it, 429 with Retry-After and when to retry; a session's own `cdp_url` (its
+/// ticket) still opens from the same address.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cdp_calls_without_a_valid_token_are_throttled_per_address() {
+    let server = TestServer::start().await;
+    let admin = server.admin().await;
+    let session = admin.acquire(30_000).await.unwrap();
+    // A websocket upgrade (a plain GET is refused before credentials are looked at).
+    let bare = session.cdp_url.split('?').next().unwrap().to_string();
+    let mut statuses = std::collections::BTreeMap::<u16, u32>::new();
+    let mut throttled = None;
+    for _ in 0..80 {
+        let refused = match async_tungstenite::tokio::connect_async(bare.as_str()).await {
+            Err(async_tungstenite::tungstenite::Error::Http(response)) => response,
+            other => panic!("a CDP call without credentials was not refused: {:?}", other.map(|_| ())),
+        };
+        let status = refused.status().as_u16();
+        if status == 429 && throttled.is_none() {
+            throttled = Some(refused);
+        }
+        *statuses.entry(status).or_default() += 1;
+    }
+    eprintln!("80 CDP calls without credentials from one address: {statuses:?}");
+    assert_eq!(statuses.get(&401), Some(&50), "the burst is answered as it is: {statuses:?}");
+    assert!(statuses.get(&429).is_some_and(|n| *n >= 25), "{statuses:?}");
+    let throttled = throttled.unwrap();
+    let body = String::from_utf8_lossy(throttled.body().as_deref().unwrap_or_default()).into_owned();
+    assert!(throttled.headers().contains_key("retry-after") && body.contains("retry in"), "{throttled:?} {body}");
+    // The session's own link is a valid credential: never counted, never held back.
+    let mut ws = crate::cdp::connect(&session.cdp_url).await;
+    let version = crate::cdp::reply_to(&mut ws, serde_json::json!({"id": 1, "method": "Browser.getVersion"})).await;
+    assert!(version["result"]["product"].as_str().is_some_and(|p| p.contains("Chrome")), "{version}");
+    drop(ws);
+    admin.release(&session.session_id).await.unwrap();
+    server.stop().await;
+}
