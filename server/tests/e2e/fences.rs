@@ -893,6 +893,7 @@ async fn cdp_calls_without_a_valid_token_are_throttled_per_address() {
     let bare = session.cdp_url.split('?').next().unwrap().to_string();
     let mut statuses = std::collections::BTreeMap::<u16, u32>::new();
     let mut throttled = None;
+    let started = std::time::Instant::now();
     for _ in 0..80 {
         let refused = match async_tungstenite::tokio::connect_async(bare.as_str()).await {
             Err(async_tungstenite::tungstenite::Error::Http(response)) => response,
@@ -904,9 +905,13 @@ async fn cdp_calls_without_a_valid_token_are_throttled_per_address() {
         }
         *statuses.entry(status).or_default() += 1;
     }
-    eprintln!("80 CDP calls without credentials from one address: {statuses:?}");
-    assert_eq!(statuses.get(&401), Some(&50), "the burst is answered as it is: {statuses:?}");
-    assert!(statuses.get(&429).is_some_and(|n| *n >= 25), "{statuses:?}");
+    let took = started.elapsed();
+    eprintln!("80 CDP calls without credentials from one address in {took:?}: {statuses:?}");
+    // The burst of 50 is answered as it is, and 10 more a second of the time the calls took.
+    let answered = statuses.get(&401).copied().unwrap_or(0) as f64;
+    let refilled = (took.as_secs_f64() * 10.0).ceil() + 1.0;
+    assert!((50.0..=50.0 + refilled).contains(&answered), "{statuses:?} in {took:?}");
+    assert_eq!(statuses.keys().copied().collect::<Vec<_>>(), [401, 429], "{statuses:?}");
     let throttled = throttled.unwrap();
     let body = String::from_utf8_lossy(throttled.body().as_deref().unwrap_or_default()).into_owned();
     assert!(throttled.headers().contains_key("retry-after") && body.contains("retry in"), "{throttled:?} {body}");
