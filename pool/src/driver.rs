@@ -301,6 +301,9 @@ pub(crate) struct Shared {
     /// Tabs whose renderer died (`Inspector.targetCrashed`) and that no navigation has
     /// brought back yet.
     pub(crate) crashed: watch::Sender<HashSet<TargetId>>,
+    /// Held while an [`Unstick`] runs: the next action waits for it, or the late
+    /// `Page.stopLoading` would abort the navigation that action starts.
+    pub(crate) unsticking: Arc<tokio::sync::Mutex<()>>,
     /// Every task of this driver (watchers, tab registrations), tracked; they end when the
     /// driver is dropped (`stop`).
     pub(crate) tasks: TaskTracker,
@@ -531,6 +534,7 @@ impl Driver {
             front: Mutex::new(None),
             net,
             crashed: watch::channel(HashSet::new()).0,
+            unsticking: Arc::default(),
             tasks: TaskTracker::new(),
             stop: CancellationToken::new(),
             context,
@@ -681,6 +685,8 @@ impl Driver {
         if let Some(open) = self.open_dialog() {
             return Err(ActionFailure::dialog_open(open.info));
         }
+        // An earlier action's Unstick ends first (bounded: its probe, then two sends).
+        let _ = tokio::time::timeout(UNSTICK_PROBE * 4, self.shared.unsticking.lock()).await;
         let active = self.active().ok();
         let mut crashes = self.shared.crashed.subscribe();
         // Only what brings a page back (or leaves it) runs on a crashed tab; while it runs the
@@ -711,6 +717,7 @@ impl Driver {
         // before the outer deadline turns the result into TIMEOUT.
         let outer = call.timeout + Duration::from_millis(500);
         let mut unstick = active.as_ref().map(|(tab, _)| Unstick {
+            lock: self.shared.unsticking.clone(),
             raw: self.raw.clone(),
             session: tab.session.clone(),
             armed: true,
@@ -940,6 +947,7 @@ impl Driver {
 /// main thread); then it stops any load (`Page.stopLoading`). Disarmed when the action ended
 /// on its own.
 struct Unstick {
+    lock: Arc<tokio::sync::Mutex<()>>,
     raw: RawCdp,
     session: String,
     armed: bool,
@@ -954,7 +962,10 @@ impl Drop for Unstick {
         }
         let Ok(rt) = tokio::runtime::Handle::try_current() else { return };
         let (raw, session) = (self.raw.clone(), std::mem::take(&mut self.session));
+        // Taken here, not in the task: the caller's next action may start before the task does.
+        let held = self.lock.clone().try_lock_owned().ok();
         rt.spawn(async move {
+            let _held = held;
             let probe = raw.call(&session, "Runtime.evaluate", json!({ "expression": "1" }));
             if tokio::time::timeout(UNSTICK_PROBE, probe).await.is_err() {
                 tracing::info!("an action that did not finish left its page busy: terminating the page's script");
