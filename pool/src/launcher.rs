@@ -258,6 +258,11 @@ impl Drop for Process {
             self.signal_all();
             let _ = std::fs::remove_dir_all(&self.profile);
             let _ = std::fs::remove_dir_all(&self.tmp);
+            // The cgroup goes once the killed processes have left it (which takes a moment):
+            // on a thread of its own, as drop may not wait.
+            if let Some(cgroup) = self.cgroup.take() {
+                let _ = std::thread::Builder::new().name("cgroup-remove".into()).spawn(move || cgroup.remove());
+            }
         }
     }
 }
