@@ -63,22 +63,7 @@ if [ "$profiles" -ne 0 ]; then
     find "$suite_tmp" -mindepth 2 -maxdepth 2 -path '*/browserpool-profiles-*/*' >&2
     exit 1
 fi
-# Nor any worker cgroup (`.../browserpool/w<port>`, removed as its worker ends; one that still
-# holds processes belongs to a server outside the suite).
-empty_cgroups() {
-    find /sys/fs/cgroup -mindepth 2 -maxdepth 8 -type d -path '*/browserpool/w*' 2>/dev/null \
-        | while read -r dir; do [ -n "$(cat "$dir/cgroup.procs" 2>/dev/null)" ] || echo "$dir"; done
-}
-for _ in $(seq 1 50); do
-    [ -z "$(empty_cgroups)" ] && break
-    sleep 0.2
-done
-if [ -n "$(empty_cgroups)" ]; then
-    echo "FAIL: worker cgroups left behind:" >&2
-    empty_cgroups >&2
-    exit 1
-fi
-echo "no chromium process, no profile directory and no worker cgroup left behind"
+echo "no chromium process and no profile directory left behind"
 
 # The Helm chart and the kustomize manifests, rendered and validated without a cluster.
 echo "== the chart and the manifests (scripts/check-deploy.sh)"
