@@ -92,18 +92,10 @@ impl Cgroups {
         // gRPC, its egress proxies, its database) is served first. Measured: at ten times the
         // default, 24 spinning threads in one tenant's browser made another tenant's navigate
         // 29 times slower, the server's own database calls waiting 5 s.
-        if let Some(Err(e)) = cgroups.parent_dir(Controller::Cpu).map(|cpu| write_weight(&cpu, version, PARENT_WEIGHT))
-        {
+        if let Err(e) = write_weight(of(&cgroups.parents, version, Controller::Cpu), version, PARENT_WEIGHT) {
             tracing::warn!(error = %e, "could not weigh the workers' cgroup against the host");
         }
         Ok(cgroups)
-    }
-
-    fn parent_dir(&self, c: Controller) -> Option<PathBuf> {
-        match self.version {
-            Version::V2 => self.parents.first().cloned(),
-            Version::V1 => self.parents.get(c as usize).cloned(),
-        }
     }
 
     pub fn version(&self) -> Version {
@@ -157,10 +149,7 @@ enum Controller {
 
 impl WorkerCgroup {
     fn dir(&self, c: Controller) -> &Path {
-        match self.version {
-            Version::V2 => &self.dirs[0],
-            Version::V1 => &self.dirs[c as usize],
-        }
+        of(&self.dirs, self.version, c)
     }
 
     fn write(&self, c: Controller, file: &str, value: &str) -> io::Result<()> {
@@ -237,6 +226,15 @@ pub fn limit_words(bytes: u64) -> String {
         "it reached its memory limit of {} MB (the tenant's max_memory_mb, or the server's --worker-memory-mb)",
         bytes >> 20
     )
+}
+
+/// Controller `c`'s dir of `dirs`: the one dir on v2; on v1, one per hierarchy (memory, pids,
+/// cpu, in that order).
+fn of(dirs: &[PathBuf], version: Version, c: Controller) -> &Path {
+    match version {
+        Version::V2 => &dirs[0],
+        Version::V1 => &dirs[c as usize],
+    }
 }
 
 /// Writes a CPU weight (v2 scale) into cgroup `dir`.

@@ -898,9 +898,7 @@ where
                     tracing::info!(path = %path, reason = %e, throttled = throttled.is_some(), "request refused: unauthenticated (more from its address within 10 s are counted, not logged)");
                 }
                 match throttled {
-                    Some(wait) => {
-                        refuse(crate::error::ServiceError::Throttled(crate::throttle::Throttle::words(&source, wait)))
-                    }
+                    Some(wait) => refuse(crate::error::ServiceError::Throttled(self.throttle.words(&source, wait))),
                     None => refuse(crate::error::ServiceError::Unauthenticated(e.to_string())),
                 }
             }

@@ -198,7 +198,7 @@ fn refuse_cdp(
         );
     let throttled = unproven.then(|| state.throttle.spend(source, std::time::Instant::now()).err()).flatten();
     let (status, e) = match throttled {
-        Some(wait) => (StatusCode::TOO_MANY_REQUESTS, crate::throttle::Throttle::words(source, wait)),
+        Some(wait) => (StatusCode::TOO_MANY_REQUESTS, state.throttle.words(source, wait)),
         None => (e.status(), e.to_string()),
     };
     tracing::info!(session = %session, reason = %e, "cdp connection refused");

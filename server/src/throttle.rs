@@ -59,10 +59,11 @@ impl Throttle {
         }
     }
 
-    /// The refusal's words.
-    pub fn words(source: &str, wait: Duration) -> String {
+    /// The refusal's words, naming this budget's rate.
+    pub fn words(&self, source: &str, wait: Duration) -> String {
         format!(
-            "too many calls without a valid token from {source} (more than {RATE} a second); retry in {} ms, with a valid token",
+            "too many calls without a valid token from {source} (more than {} a second); retry in {} ms, with a valid token",
+            self.rate,
             wait.as_millis().max(1)
         )
     }
@@ -92,7 +93,7 @@ mod tests {
             assert!(t.spend("10.0.0.1", t0 + Duration::from_secs(60)).is_ok(), "refilled up to the burst");
         }
         assert!(t.spend("10.0.0.1", t0 + Duration::from_secs(60)).is_err(), "never past the burst");
-        assert!(Throttle::words("10.0.0.1", wait).contains("retry in 100 ms"));
+        assert!(t.words("10.0.0.1", wait).contains("more than 10 a second); retry in 100 ms"));
     }
 
     #[test]
