@@ -616,7 +616,23 @@ pub(crate) async fn launch(
             });
         }
     }
-    let spawn = cmd.spawn();
+    // Last, after every credential change (which clears it): Chromium is SIGKILLed by the
+    // kernel when the server dies, however it dies (see [`spawn_on_keeper`]).
+    let server = std::process::id() as libc::pid_t;
+    // SAFETY: prctl and getppid are async-signal-safe; they run in the child before exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The server died between the fork and the prctl: nobody would signal us.
+            if libc::getppid() != server {
+                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+            }
+            Ok(())
+        });
+    }
+    let spawn = spawn_on_keeper(cmd).await;
     drop(procs);
     let mut child = match spawn {
         Ok(child) => child,
@@ -727,6 +743,44 @@ pub(crate) async fn launch(
         .instrument(tracing::debug_span!("cdp_handler", worker = %worker)),
     );
     Ok(Launched { process, browser, ws_url, handler_task, died })
+}
+
+/// Forks `cmd` on the one thread of the process that forks Chromium, which lives as long
+/// as the process. The kernel sends a child its parent-death signal when the *thread* that
+/// forked it ends, not the process: forked from a runtime thread that can be retired (or from
+/// a blocking-pool thread, retired after 10 s idle), a worker would be killed in the middle of
+/// a session; forked here, it is killed exactly when the server dies (kill -9 included), so a
+/// dead server never leaves a browser running with nobody to reap it.
+async fn spawn_on_keeper(mut cmd: Command) -> std::io::Result<Child> {
+    type Job = Box<dyn FnOnce() + Send>;
+    static KEEPER: std::sync::OnceLock<std::sync::Mutex<std::sync::mpsc::Sender<Job>>> = std::sync::OnceLock::new();
+    let keeper = KEEPER.get_or_init(|| {
+        let (tx, rx) = std::sync::mpsc::channel::<Job>();
+        // The thread never returns: the sender lives in a static, so `recv` never fails.
+        std::thread::Builder::new()
+            .name("chromium-forker".into())
+            .spawn(move || {
+                for job in rx {
+                    // A panic must not end the thread: that would kill every worker.
+                    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
+                }
+            })
+            .expect("a thread to fork Chromium from");
+        std::sync::Mutex::new(tx)
+    });
+    let runtime = tokio::runtime::Handle::current();
+    let (done, spawned) = tokio::sync::oneshot::channel();
+    let job: Job = Box::new(move || {
+        // The child is registered with the caller's runtime, which reaps it.
+        let _entered = runtime.enter();
+        let _ = done.send(cmd.spawn());
+    });
+    keeper
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .send(job)
+        .map_err(|_| std::io::Error::other("forker thread gone"))?;
+    spawned.await.map_err(|_| std::io::Error::other("forker thread dropped the spawn"))?
 }
 
 async fn take_port(cfg: &LaunchConfig) -> Result<PortLock, PoolError> {

@@ -358,6 +358,22 @@ fn pids_naming(needle: &str) -> Vec<i32> {
         .collect()
 }
 
+/// The real uid of a process, if it still exists.
+fn uid_of(pid: i32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status.lines().find_map(|l| l.strip_prefix("Uid:"))?.split_whitespace().next()?.parse().ok()
+}
+
+/// Live processes (not zombies) whose real uid is one of `uids`.
+fn processes_of(uids: &[u32]) -> Vec<i32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| uid_of(*pid).is_some_and(|uid| uid != 0 && uids.contains(&uid)) && alive(*pid))
+        .collect()
+}
+
 fn alive(pid: i32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .map(|stat| stat.rsplit_once(')').is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z')))
@@ -365,18 +381,40 @@ fn alive(pid: i32) -> bool {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_restart_after_a_server_crash_reaps_its_browsers_and_sessions_at_once() {
+async fn a_server_killed_hard_takes_its_browsers_with_it_and_a_restart_ends_its_sessions() {
     let mut server = BinaryServer::spawn().await;
     let client = server.client().await;
     let ids = [client.acquire(30_000).await.unwrap().session_id, client.acquire(30_000).await.unwrap().session_id];
     let profiles = format!("{}/", browserpool_server::server::profiles_dir(server.dir.path()).display());
+    let before = pids_naming(&profiles);
+    assert!(before.len() >= 2, "two leased browsers and their processes: {before:?}");
+    let uids: Vec<u32> = before.iter().filter_map(|pid| uid_of(*pid)).collect();
+    // Renderers need not name the profile; they run as the worker's uid. Only processes seen
+    // now count: a later server may take the freed port, and with it the uid.
+    let of_uids = processes_of(&uids);
+    assert!(!of_uids.is_empty(), "the workers run as uids of their own: {uids:?}");
+    let killed = Instant::now();
     server.kill_server_only();
-    let orphans = pids_naming(&profiles);
-    assert!(orphans.len() >= 2, "the killed server's browsers live on: {orphans:?}");
+    // Nobody restarts it: the kernel takes its browsers, every process of them.
+    let gone = async {
+        loop {
+            let left: Vec<i32> = pids_naming(&profiles).into_iter().filter(|pid| alive(*pid)).collect();
+            if left.is_empty() && !of_uids.iter().any(|pid| alive(*pid)) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    if tokio::time::timeout(Duration::from_secs(2), gone).await.is_err() {
+        panic!(
+            "2 s after kill -9 of the server, its browsers still run: {:?}, of their uids {:?}",
+            pids_naming(&profiles).into_iter().filter(|pid| alive(*pid)).collect::<Vec<_>>(),
+            of_uids.iter().filter(|pid| alive(**pid)).collect::<Vec<_>>()
+        );
+    }
+    eprintln!("kill -9 of the server -> its {} browser processes gone in {:?}", of_uids.len(), killed.elapsed());
 
     let restarted = server.restart();
-    let left: Vec<i32> = orphans.iter().copied().filter(|pid| alive(*pid)).collect();
-    assert!(left.is_empty(), "orphans still running once the new server serves: {left:?}");
     let client = restarted.client().await;
     for id in &ids {
         let session = client.get(id).await.unwrap();

@@ -183,7 +183,8 @@ impl BinaryServer {
         BinaryServer::spawn_in(dir, database_url, extra.iter().map(|s| s.to_string()).collect())
     }
 
-    /// SIGKILL of the server alone, as an OOM kill would: its Chromiums live on, orphaned.
+    /// SIGKILL of the server alone, as an OOM kill would (its Chromiums die with it: the
+    /// kernel sends them their parent-death signal).
     pub fn kill_server_only(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
