@@ -66,6 +66,9 @@ pub struct PoolConfig {
     pub max_tabs: usize,
     /// When a tenant's shared browser (context isolation) is replaced.
     pub shared: SharedConfig,
+    /// How long a browser may leave a DevTools probe unanswered before it counts as dead
+    /// (frozen: stopped, deadlocked, or starved beyond use).
+    pub unresponsive_after: Duration,
 }
 
 /// When a Chromium that a tenant's context sessions share is replaced by a fresh one. A
@@ -151,15 +154,20 @@ impl Worker {
     }
 }
 
-/// Reports a worker's death as soon as its CDP connection closes or, should the connection
-/// linger, its main process is seen exited (polled every [`DEATH_POLL`]).
+/// Reports a worker's death as soon as its CDP connection closes, its main process is seen
+/// exited (polled every [`DEATH_POLL`]), or it leaves a DevTools probe unanswered for
+/// `unresponsive_after` (see [`unanswered`]).
 async fn watch_death(
     pid: u32,
     cgroup: Option<Arc<WorkerCgroup>>,
     mut connection: watch::Receiver<Option<String>>,
     tx: watch::Sender<Option<String>>,
+    browser: Arc<chromiumoxide::Browser>,
+    unresponsive_after: Duration,
 ) {
     let mut tick = tokio::time::interval(DEATH_POLL);
+    let frozen = unanswered(&browser, unresponsive_after);
+    tokio::pin!(frozen);
     let why = loop {
         tokio::select! {
             closed = connection.wait_for(Option::is_some) => {
@@ -168,6 +176,7 @@ async fn watch_death(
             _ = tick.tick() => if Process::pid_exited(pid) {
                 break "its browser process exited".into();
             },
+            why = &mut frozen => break why,
         }
     };
     // Killed by the kernel at its memory limit: the reason names it.
@@ -181,6 +190,29 @@ async fn watch_death(
 
 /// How often a worker's process is looked at for an exit its connection did not report.
 const DEATH_POLL: Duration = Duration::from_millis(200);
+
+/// How often a browser is asked for its version (see [`unanswered`]).
+const PROBE_EVERY: Duration = Duration::from_secs(2);
+
+/// Returns once the browser has answered no probe for `after`: a browser that is stopped
+/// (SIGSTOP), deadlocked or starved keeps its process and its connection, and would otherwise
+/// hold its session and slot until the TTL. `Browser.getVersion` is answered by the browser
+/// process itself, so a page spinning in its renderer does not delay it.
+async fn unanswered(browser: &chromiumoxide::Browser, after: Duration) -> String {
+    use chromiumoxide::cdp::browser_protocol::browser::GetVersionParams;
+    let mut answered = tokio::time::Instant::now();
+    loop {
+        tokio::time::sleep(PROBE_EVERY).await;
+        let left = after.saturating_sub(answered.elapsed()).max(PROBE_EVERY);
+        if let Ok(Ok(_)) = tokio::time::timeout(left, browser.execute(GetVersionParams::default())).await {
+            answered = tokio::time::Instant::now();
+        }
+        let silent = answered.elapsed();
+        if silent >= after {
+            return format!("browser stopped answering: no reply to a DevTools probe for {} s", silent.as_secs());
+        }
+    }
+}
 
 /// How often, at most, a shared browser's memory is read against its ceiling.
 const MEMORY_READ_EVERY: Duration = Duration::from_secs(1);
@@ -680,8 +712,15 @@ async fn boot_worker(
     };
     let (died_tx, died) = watch::channel(None);
     let death_watch = OwnedTask::spawn(
-        watch_death(launched.process.pid(), launched.process.cgroup.clone(), launched.died, died_tx)
-            .instrument(tracing::debug_span!("death_watch", worker = %id)),
+        watch_death(
+            launched.process.pid(),
+            launched.process.cgroup.clone(),
+            launched.died,
+            died_tx,
+            driver.browser.clone(),
+            cfg.unresponsive_after,
+        )
+        .instrument(tracing::debug_span!("death_watch", worker = %id)),
     );
     Ok(Worker {
         id,

@@ -36,6 +36,7 @@ fn config(dir: &std::path::Path, warm: usize, max: usize) -> PoolConfig {
         max_html_bytes: 10 << 20,
         egress: Default::default(),
         max_tabs: 20,
+        unresponsive_after: Duration::from_secs(10),
         shared: Default::default(),
     }
 }

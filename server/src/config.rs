@@ -249,6 +249,12 @@ pub struct ServeArgs {
     /// it is killed (it also gives its place up at once when a caller needs it).
     #[arg(long, env = "BROWSERPOOL_CONTEXT_IDLE", default_value = "5m", value_parser = humantime::parse_duration)]
     pub context_idle: Duration,
+    /// How long a browser may leave the server's DevTools probe (sent every 2 s) unanswered
+    /// before it counts as dead: its session ends CRASHED ("browser stopped answering"), its
+    /// processes are killed and its slot freed. A frozen browser would otherwise hold its
+    /// session until the TTL.
+    #[arg(long, env = "BROWSERPOOL_BROWSER_UNRESPONSIVE_AFTER", default_value = "10s", value_parser = parse_unresponsive)]
+    pub browser_unresponsive_after: Duration,
     /// How long Chromium may take to start.
     #[arg(long, env = "BROWSERPOOL_LAUNCH_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
     pub launch_timeout: Duration,
@@ -285,6 +291,15 @@ impl Given {
 }
 
 /// A host name or an IP address, nothing else (no port, scheme or path).
+/// At least two probes' worth: a busy browser on a loaded host answers late, not never.
+fn parse_unresponsive(s: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(s).map_err(|e| e.to_string())?;
+    if d < Duration::from_secs(4) {
+        return Err(format!("{s} is too short: a browser is probed every 2 s, so at least 4s"));
+    }
+    Ok(d)
+}
+
 fn parse_advertise_host(s: &str) -> Result<String, String> {
     let host = s.trim();
     let bare = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);

@@ -144,6 +144,7 @@ pub async fn bind(args: ServeArgs) -> anyhow::Result<Bound> {
                 hosts: args.resolve.iter().cloned().collect(),
             },
             max_tabs: args.max_tabs as usize,
+            unresponsive_after: args.browser_unresponsive_after,
             shared: SharedConfig {
                 recycle_after: args.context_recycle_after,
                 memory_ceiling: args.context_memory_ceiling_mib << 20,

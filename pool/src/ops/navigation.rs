@@ -125,8 +125,13 @@ fn last_status(statuses: &mut broadcast::Receiver<(String, String, u16)>, sessio
     }
 }
 
+/// Asked of the browser, not read from the library's cache: an answer proves the browser is
+/// alive (the browser process answers, even while the page spins).
 pub(super) async fn url(page: &Page) -> ActResult<ActionOutput> {
-    Ok(value(json!(page.url().await.map_err(ActionFailure::cdp)?.unwrap_or_default())))
+    use chromiumoxide::cdp::browser_protocol::target::GetTargetInfoParams;
+    let info = GetTargetInfoParams::builder().target_id(page.target_id().clone()).build();
+    let answer = page.execute(info).await.map_err(ActionFailure::cdp)?;
+    Ok(value(json!(answer.result.target_info.url)))
 }
 
 pub(super) async fn title(page: &Page) -> ActResult<ActionOutput> {

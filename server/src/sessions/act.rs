@@ -148,7 +148,11 @@ impl Sessions {
             self.end_detached(id, SessionState::Crashed, "chromium exited").await;
             return Err(ActionFailure::new(FailureCode::SessionCrashed, "the browser of this session crashed"));
         }
-        self.touch(&live).await;
+        // A timed-out action is no sign of life: retrying one on a browser that stopped
+        // answering must not hold the session (and its slot) until the TTL.
+        if !matches!(&outcome, Err(f) if f.code == FailureCode::Timeout) {
+            self.touch(&live).await;
+        }
         outcome
     }
 

@@ -85,6 +85,96 @@ async fn until_state(client: &Client, id: &str, want: pb::SessionState, within: 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_browser_is_a_dead_browser_even_to_a_caller_that_keeps_retrying() {
+    // One slot: the next acquire proves the frozen session's slot was freed.
+    let server = TestServer::start_with(|a| {
+        a.warm = 1;
+        a.max_workers = 1;
+        a.browser_unresponsive_after = Duration::from_secs(4);
+    })
+    .await;
+    let client = server.admin().await;
+    let id = client.acquire(30_000).await.unwrap().session_id;
+    ok(&act(&client, &id, action("evaluate", "", "1 + 1")).await);
+    let pid = browser_pid(&client, &id).await;
+    let uid = uid_of(pid).expect("the browser runs");
+    let processes = processes_of(&[uid]);
+    assert!(processes.len() > 1, "a browser and its helpers: {processes:?}");
+    let mut events = client.sessions().events(pb::EventsRequest { session_id: id.clone() }).await.unwrap().into_inner();
+    // SAFETY: stopping the worker's process group, which this test's server started.
+    unsafe { libc::killpg(pid, libc::SIGSTOP) };
+    let frozen = Instant::now();
+    // `url` is asked of the browser, not of a cache: a frozen browser cannot answer it.
+    let mut url = action("url", "", json!(null));
+    url.timeout_ms = 500;
+    assert_eq!(err_code(&act(&client, &id, url).await), pb::ErrorCode::Timeout);
+    // A caller that retries timed-out actions keeps nothing alive.
+    let ended = loop {
+        let session = client.get(&id).await.unwrap();
+        if session.state != pb::SessionState::Ready as i32 {
+            break session;
+        }
+        assert!(frozen.elapsed() < Duration::from_secs(15), "the frozen session is still READY after 15 s");
+        let mut eval = action("evaluate", "", "1 + 1");
+        eval.timeout_ms = 300;
+        let _ = client.act(&id, eval).await;
+    };
+    let took = frozen.elapsed();
+    eprintln!("SIGSTOP of the browser (unanswered after 4 s) -> CRASHED in {took:?}");
+    assert_eq!(pb::SessionState::try_from(ended.state).unwrap(), pb::SessionState::Crashed);
+    assert!(took >= Duration::from_secs(4), "ended before the bound: {took:?}");
+    let mut reason = None;
+    while let Some(event) = tokio::time::timeout(Duration::from_secs(5), events.message()).await.unwrap().unwrap() {
+        if let Some(pb::event::Kind::SessionEnded(e)) = event.kind {
+            reason = Some(e.reason);
+        }
+    }
+    let reason = reason.expect("Events got SessionEnded");
+    assert!(reason.contains("browser stopped answering"), "{reason}");
+    // Every process of the browser is killed, stopped as it was.
+    eventually("the frozen browser's processes to be killed", Duration::from_secs(5), || async {
+        (!processes.iter().any(|pid| alive(*pid))).then_some(())
+    })
+    .await;
+    // The only slot is free again.
+    let next = client.acquire(30_000).await.expect("the frozen session's slot is free");
+    ok(&act(&client, &next.session_id, action("evaluate", "", "1 + 1")).await);
+    client.release(&next.session_id).await.unwrap();
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timed_out_actions_do_not_hold_a_session_past_its_idle_timeout() {
+    let server = TestServer::start().await;
+    let client = server.admin().await;
+    let req = pb::AcquireRequest { wait_ms: 30_000, idle_timeout_ms: 2_000, ..Default::default() };
+    let id = client.acquire_with(req).await.unwrap().session_id;
+    let pid = browser_pid(&client, &id).await;
+    // SAFETY: stopping the worker's process group, which this test's server started.
+    unsafe { libc::killpg(pid, libc::SIGSTOP) };
+    let started = Instant::now();
+    let ended = loop {
+        let session = client.get(&id).await.unwrap();
+        if session.state != pb::SessionState::Ready as i32 {
+            break session;
+        }
+        assert!(started.elapsed() < Duration::from_secs(8), "timed-out actions kept the session READY");
+        let mut eval = action("evaluate", "", "1 + 1");
+        eval.timeout_ms = 300;
+        // The last one may meet the session's end instead.
+        let code = err_code(&act(&client, &id, eval).await);
+        assert!(matches!(code, pb::ErrorCode::Timeout | pb::ErrorCode::SessionClosed), "{code:?}");
+    };
+    eprintln!(
+        "idle timeout 2 s with timed-out actions every 0.3 s -> {:?} after {:?}",
+        pb::SessionState::try_from(ended.state).unwrap(),
+        started.elapsed()
+    );
+    assert_eq!(pb::SessionState::try_from(ended.state).unwrap(), pb::SessionState::Expired);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_browser_ends_its_session_at_once_with_nobody_calling() {
     // One slot: the next acquire proves the dead session's slot was freed.
     let server = TestServer::start_with(|a| {
