@@ -64,6 +64,9 @@ pub struct ActionCall {
     pub default_timeout: bool,
 }
 
+/// How far past its `timeout_ms` an action may answer (see [`Driver::run`]).
+const OUTER_GRACE: Duration = Duration::from_millis(50);
+
 /// When an action must be done by, and what set that time, for the messages of waits that
 /// run out.
 #[derive(Debug, Clone, Copy)]
@@ -713,9 +716,11 @@ impl Driver {
         let baseline = self.shared.dialog_seq.load(Ordering::SeqCst);
         let mut dialogs = self.shared.dialog.subscribe();
         let until = Deadline::of(call);
-        // Element waits use the whole budget; the grace lets them report ELEMENT_NOT_FOUND
-        // before the outer deadline turns the result into TIMEOUT.
-        let outer = call.timeout + Duration::from_millis(500);
+        // Element waits use the whole budget, their last check starting before it ends; the
+        // grace lets that check (a few ms) report ELEMENT_NOT_FOUND before the outer deadline
+        // turns the result into TIMEOUT. Anything else that runs over (a script, a load)
+        // answers TIMEOUT by `timeout_ms` plus this.
+        let outer = call.timeout + OUTER_GRACE;
         let mut unstick = active.as_ref().map(|(tab, _)| Unstick {
             lock: self.shared.unsticking.clone(),
             raw: self.raw.clone(),

@@ -654,3 +654,48 @@ async fn a_chromium_that_cannot_start_is_named_and_not_relaunched_in_a_loop() {
     assert!((2..=5).contains(&launched), "{launched} launches in {waited:?}");
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn action_deadlines_are_kept_to_within_a_hundred_milliseconds() {
+    let server = TestServer::start().await;
+    let client = server.admin().await;
+    let site = crate::helpers::fixture_site().await;
+    let id = client.acquire(30_000).await.unwrap().session_id;
+    ok(&act(&client, &id, action("navigate", "", json!(format!("{site}/")))).await);
+    // Kept referenced, so the promise is never collected: it never settles.
+    let waits: [(&str, &str, serde_json::Value); 3] = [
+        ("wait_for", "#never-there", json!(null)),
+        ("evaluate", "", json!("new Promise(r => { window.kept = r; })")),
+        ("click", "#never-there", json!(null)),
+    ];
+    let mut late: Vec<(i64, String)> = Vec::new();
+    for timeout_ms in [200u32, 400, 700, 1000, 1500, 2000] {
+        for (name, selector, payload) in &waits {
+            let mut a = action(name, selector, payload.clone());
+            a.timeout_ms = timeout_ms;
+            let started = Instant::now();
+            let r = act(&client, &id, a).await;
+            let took = started.elapsed().as_millis() as i64;
+            let code = err_code(&r);
+            assert!(
+                matches!(code, pb::ErrorCode::Timeout | pb::ErrorCode::ElementNotFound),
+                "{name} with timeout_ms {timeout_ms}: {r:?}"
+            );
+            late.push((took - timeout_ms as i64, format!("{name}@{timeout_ms}")));
+        }
+    }
+    late.sort();
+    let p = |q: f64| late[((late.len() - 1) as f64 * q).round() as usize].clone();
+    eprintln!(
+        "answer time minus timeout_ms over {} actions: min {:?}, p50 {:?}, p95 {:?}, max {:?}",
+        late.len(),
+        late[0],
+        p(0.5),
+        p(0.95),
+        late[late.len() - 1]
+    );
+    assert!(p(0.95).0 <= 100, "p95 lateness {:?}: {late:?}", p(0.95));
+    assert!(late[0].0 >= -100, "an action answered long before its deadline: {late:?}");
+    client.release(&id).await.unwrap();
+    server.stop().await;
+}
