@@ -64,13 +64,14 @@ pub struct Bound {
 /// The stop, in order: each stage's token is a child of the next one's, so cancelling a later
 /// stage also stops everything of the earlier ones, and nothing outlives `writers`.
 struct Stages {
-    /// Listeners, streams, relays, the reaper, the pool's refill and the cache refreshes:
-    /// cancelled once the drain and the grace period are over.
+    /// The gRPC listener, streams, relays, the reaper, the pool's refill and the cache
+    /// refreshes: cancelled once the drain and the grace period are over.
     serving: CancellationToken,
     /// The replica heartbeat: cancelled once every session has ended, so other replicas do
     /// not take this one for gone while it closes them.
     beating: CancellationToken,
-    /// The audit writer: cancelled last, after every session's records were queued.
+    /// The audit writer and the HTTP listener: cancelled last, after every session's records
+    /// were queued.
     writers: CancellationToken,
 }
 
@@ -486,7 +487,10 @@ impl Bound {
                 .heartbeat_loop(stages.beating.clone())
                 .instrument(tracing::info_span!("replica_heartbeat")),
         );
-        let http_shutdown = stages.serving.clone();
+        // The HTTP listener stays until the very end, so /readyz answers 503 (draining) from
+        // the signal to the exit, whatever the drain timeout; CDP relays end with their
+        // sessions, and a session that has ended takes no new one.
+        let http_shutdown = stages.writers.clone();
         let tokens = TokenCheck::new(keys.clone(), revoked.clone(), epochs.clone());
         let throttle = crate::throttle::Throttle::default();
         let peers =
@@ -560,8 +564,9 @@ impl Bound {
                 let running = sessions.wait_actions(shutdown_grace).await;
                 if running > 0 {
                     tracing::warn!(running, "actions still running after the grace period: their sessions are killed");
-                    sessions.end_all(SessionState::Killed, "server shutdown: the grace period ran out").await;
-                } else if !drain_timeout.is_zero() && sessions.live_count() > 0 {
+                    sessions.end_busy(SessionState::Killed, "server shutdown: the grace period ran out").await;
+                }
+                if !drain_timeout.is_zero() && sessions.live_count() > 0 {
                     sessions.end_all(SessionState::Killed, "server shutdown: the drain timeout ran out").await;
                 }
             })

@@ -554,9 +554,26 @@ impl Sessions {
         self.inner.acting.len()
     }
 
-    /// Ends every live session as `state` (a shutdown whose grace ran out kills them).
+    /// Ends every live session as `state` (a shutdown whose drain timeout ran out kills them).
     pub async fn end_all(&self, state: SessionState, reason: &str) {
         self.close_all_as(state, reason).await
+    }
+
+    /// Ends as `state` the live sessions with an action still running (its lease held): a
+    /// shutdown whose grace ran out kills those, and closes the others as usual.
+    pub async fn end_busy(&self, state: SessionState, reason: &str) -> usize {
+        let busy: Vec<String> = self
+            .live_map()
+            .iter()
+            .filter(|(_, live)| live.lease.try_lock().is_err())
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in &busy {
+            if let Err(e) = self.end(id, state, reason).await {
+                tracing::warn!(session = %id, error = %e, "could not record end");
+            }
+        }
+        busy.len()
     }
 
     /// Ends every live session (server shutdown).

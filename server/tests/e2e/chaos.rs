@@ -517,23 +517,71 @@ async fn a_server_killed_hard_takes_its_browsers_with_it_and_a_restart_ends_its_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigterm_gives_running_actions_the_grace_period_then_kills_and_exits_zero() {
+async fn sigterm_gives_running_actions_the_grace_then_kills_only_their_sessions_and_exits_on_time() {
+    let grace = Duration::from_secs(2);
     let server = BinaryServer::spawn_with(&["--shutdown-grace", "2s"]).await;
     let client = server.client().await;
-    let id = client.acquire(30_000).await.unwrap().session_id;
-    let running = long_action(&client, &id).await;
+    let busy = client.acquire(30_000).await.unwrap().session_id;
+    let idle = client.acquire(30_000).await.unwrap().session_id;
+    let running = long_action(&client, &busy).await;
+    // /readyz, asked every 50 ms from the signal on: 503 each time, until the process is gone.
+    let http = server.http.clone();
+    let polling = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let poller = {
+        let polling = polling.clone();
+        tokio::spawn(async move {
+            let mut seen = Vec::new();
+            while polling.load(std::sync::atomic::Ordering::SeqCst) {
+                let asked = Instant::now();
+                let answer = match tokio::net::TcpStream::connect(&http).await {
+                    Err(_) => "refused".to_string(),
+                    Ok(mut conn) => {
+                        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                        let req = format!("GET /readyz HTTP/1.1\r\nHost: {http}\r\nConnection: close\r\n\r\n");
+                        let _ = conn.write_all(req.as_bytes()).await;
+                        let mut out = String::new();
+                        let _ = tokio::time::timeout(Duration::from_secs(2), conn.read_to_string(&mut out)).await;
+                        out.lines().next().unwrap_or("no answer").to_string()
+                    }
+                };
+                seen.push((asked, answer));
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            seen
+        })
+    };
     let started = Instant::now();
     let (status, server) = terminate(server).await;
     let took = started.elapsed();
-    eprintln!("SIGTERM with a minute-long action running -> exit {:?} after {took:?}", status.code());
+    let exited = Instant::now();
+    polling.store(false, std::sync::atomic::Ordering::SeqCst);
+    let seen = poller.await.unwrap();
+    eprintln!(
+        "SIGTERM with --shutdown-grace 2s, one busy and one idle session -> exit {:?} after {took:?}",
+        status.code()
+    );
     assert_eq!(status.code(), Some(0));
-    assert!(took < Duration::from_secs(10), "{took:?}");
+    assert!(took <= grace + Duration::from_millis(500), "exit after {took:?}, more than the grace plus 0.5 s");
+    // From the signal to the exit, /readyz said 503 (only the listener's close in the last
+    // moment refuses).
+    let signalled = started + Duration::from_millis(20);
+    let answered: Vec<_> = seen.iter().filter(|(at, _)| *at > signalled && *at < exited).collect();
+    assert!(answered.len() >= 10, "{seen:?}");
+    for (at, answer) in &answered {
+        let before_exit = exited.saturating_duration_since(*at);
+        assert!(
+            answer.starts_with("HTTP/1.1 503") || (answer == "refused" && before_exit < Duration::from_millis(200)),
+            "/readyz {before_exit:?} before the exit: {answer}"
+        );
+    }
     let (r, _) = running.await.unwrap();
     assert_eq!(err_code(&r), pb::ErrorCode::SessionClosed, "{:?}", r.error);
     let store = browserpool_server::store::Store::open(&server.database_url).await.unwrap();
-    let record = store.session(&id).await.unwrap().unwrap();
-    assert_eq!(record.state.as_str(), "KILLED");
+    let record = store.session(&busy).await.unwrap().unwrap();
+    assert_eq!(record.state.as_str(), "KILLED", "the session whose action was cut short");
     assert!(record.end_reason.as_deref().unwrap_or_default().contains("grace"), "{:?}", record.end_reason);
+    let record = store.session(&idle).await.unwrap().unwrap();
+    assert_eq!(record.state.as_str(), "CLOSED", "the session with nothing running: {:?}", record.end_reason);
     store.close().await;
 }
 
