@@ -162,6 +162,8 @@ pub(crate) struct Process {
     pub(crate) uid: Option<u32>,
     /// The worker's cgroup, when it has one: removed once its processes are gone.
     pub(crate) cgroup: Option<std::sync::Arc<WorkerCgroup>>,
+    /// Where a kill's directory removal runs, so the pool's shutdown can wait for it.
+    cleanups: Option<tokio_util::task::TaskTracker>,
     killed: bool,
 }
 
@@ -196,49 +198,59 @@ impl Process {
         }
     }
 
-    /// Kills the group and strays, reaps the child, deletes the profile, frees the port.
+    /// Kills the group, its strays and every process of its uid, and returns once they are
+    /// gone (bounded), so the caller may free the slot at once; the profile, the temp dir and
+    /// the cgroup are removed after, on a thread the pool's shutdown waits for, which keeps
+    /// the port (and with it the uid and the profile's path) until they are.
+    ///
+    /// Killing is not background work: a killed Chromium's exit (unmapping its memory) runs at
+    /// its threads' own priority, and a spare's are at `SCHED_IDLE` with CPU weight 1, which a
+    /// busy host never gets to. So the group is raised to normal first.
     pub(crate) async fn kill(mut self) {
-        // Every thread to SCHED_IDLE first (reading /proc, so off the runtime): a SIGKILLed
-        // Chromium spends its exit unmapping hundreds of MiB, which at nice 19 still delays the
-        // sessions running meanwhile by milliseconds. A thread the pass misses stays at nice 19.
-        let pgid = self.pgid;
-        let _ = tokio::task::spawn_blocking(move || set_group_policy(pgid as u32, libc::SCHED_IDLE, 1)).await;
+        let spawned = self.spawned();
+        let raised = tokio::task::spawn_blocking(move || {
+            if let Some(cgroup) = &spawned.cgroup {
+                let _ = cgroup.set_cpu_weight(crate::cgroup::LEASED_WEIGHT);
+            }
+            set_group_policy(spawned.pgid, libc::SCHED_OTHER, 1);
+        });
+        let _ = raised.await;
         self.kill_group();
         if tokio::time::timeout(Duration::from_secs(5), self.child.wait()).await.is_err() {
             tracing::warn!(pid = self.pgid, "chromium did not exit after sigkill");
         }
-        // Finding strays reads every process's command line, and a profile is thousands of
-        // files: cleanup nobody waits for, so on a thread at the lowest priority. Without a
-        // thread for it, dropping `self` does it inline.
-        let (profile, tmp, uid, cgroup) = (self.profile.clone(), self.tmp.clone(), self.uid, self.cgroup.clone());
-        self.killed = at_lowest_priority(move || {
+        // Strays (crashpad starts sessions of its own) and the uid's leftovers, until gone.
+        let (profile, uid) = (self.profile.clone(), self.uid);
+        let _ = tokio::task::spawn_blocking(move || {
             kill_strays(&profile);
             if let Some(uid) = uid {
                 kill_uid(uid, true);
             }
+        })
+        .await;
+        self.gate.take();
+        self.killed = true;
+        let (profile, tmp, cgroup, lock) =
+            (self.profile.clone(), self.tmp.clone(), self.cgroup.take(), self.lock.take());
+        let cleanup = move || {
             if let Some(cgroup) = cgroup {
                 cgroup.remove();
             }
             for dir in [profile, tmp] {
-                if let Err(e) = std::fs::remove_dir_all(&dir) {
-                    if e.kind() != std::io::ErrorKind::NotFound {
-                        tracing::warn!(dir = %dir.display(), error = %e, "could not remove worker directory");
-                    }
-                }
+                remove_dir_retried(&dir);
             }
-        })
-        .await;
-        self.gate.take();
-        self.lock.take();
+            drop(lock);
+        };
+        match &self.cleanups {
+            Some(tracker) => drop(tracker.spawn_blocking(cleanup)),
+            None => cleanup(),
+        }
     }
 
-    /// SIGKILL to the group, at the lowest priority first: exiting frees the memory of every
-    /// process, which should not take CPU from the sessions running meanwhile.
+    /// SIGKILL to the group.
     fn kill_group(&self) {
-        // SAFETY: setpriority and killpg on the group we created with process_group(0) (every
-        // thread of every process in it); ESRCH is harmless.
+        // SAFETY: killpg on the group we created with process_group(0); ESRCH is harmless.
         unsafe {
-            libc::setpriority(libc::PRIO_PGRP, self.pgid as libc::id_t, 19);
             libc::killpg(self.pgid, libc::SIGKILL);
         }
     }
@@ -339,22 +351,31 @@ fn kill_strays(profile: &Path) {
     kill_naming(&needle);
 }
 
-/// Runs `f` on a thread of its own at the lowest CPU priority (nice 19) and waits for it;
-/// false if no thread could be started or `f` panicked.
-async fn at_lowest_priority(f: impl FnOnce() + Send + 'static) -> bool {
-    let (done_tx, done) = tokio::sync::oneshot::channel();
-    let job = move || {
-        // SAFETY: setpriority on the calling thread (`who` 0) has no memory preconditions.
-        unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 19) };
-        f();
-        let _ = done_tx.send(());
-    };
-    if let Err(e) = std::thread::Builder::new().name("worker-cleanup".into()).spawn(job) {
-        tracing::warn!(error = %e, "no thread for a worker's cleanup; doing it inline");
-        return false;
+/// Deletes a worker's directory, retrying a failed delete (a file still held open by a
+/// process on its way out, a transient I/O error) for up to [`REMOVE_TRIES`] attempts, and
+/// counts every retry in [`CLEANUP_RETRIES`].
+fn remove_dir_retried(dir: &Path) {
+    for attempt in 1..=REMOVE_TRIES {
+        match std::fs::remove_dir_all(dir) {
+            Ok(()) => return,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
+            Err(e) if attempt == REMOVE_TRIES => {
+                tracing::error!(dir = %dir.display(), error = %e, attempts = attempt, "could not remove worker directory");
+            }
+            Err(e) => {
+                CLEANUP_RETRIES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                tracing::warn!(dir = %dir.display(), error = %e, attempt, "could not remove worker directory; retrying");
+                std::thread::sleep(Duration::from_millis(100 * attempt as u64));
+            }
+        }
     }
-    done.await.is_ok()
 }
+
+/// How many times a worker directory's delete is tried (about 4.5 s of waits in all).
+const REMOVE_TRIES: u32 = 10;
+
+/// Worker directory deletes that failed and were tried again, since the process started.
+pub static CLEANUP_RETRIES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// Memory of a whole process group (Chromium's browser, renderers, GPU and utility
 /// processes), from /proc; zeros when the group is gone.
@@ -479,6 +500,7 @@ pub(crate) async fn launch(
     netns: Option<NetNs>,
     egress: &std::sync::Arc<crate::egress::Egress>,
     spawned: &(dyn Fn(Spawned) + Send + Sync),
+    cleanups: &tokio_util::task::TaskTracker,
 ) -> Result<Launched, PoolError> {
     crate::sandbox::prepare_profiles_dir(&cfg.profiles_dir, cfg.worker_uids.is_some()).map_err(PoolError::Launch)?;
     let lock = take_port(cfg).await?;
@@ -646,8 +668,19 @@ pub(crate) async fn launch(
     let pgid = child.id().map(|p| p as libc::pid_t).unwrap_or(0);
     spawned(Spawned { pgid: pgid as u32, cgroup: cgroup.clone() });
     let stderr = child.stderr.take();
-    let mut process =
-        Process { child, pgid, lock: Some(lock), gate: None, stderr: None, profile, tmp, uid, cgroup, killed: false };
+    let mut process = Process {
+        child,
+        pgid,
+        lock: Some(lock),
+        gate: None,
+        stderr: None,
+        profile,
+        tmp,
+        uid,
+        cgroup,
+        cleanups: Some(cleanups.clone()),
+        killed: false,
+    };
 
     let Some(stderr) = stderr else {
         process.kill().await;

@@ -271,6 +271,8 @@ struct Inner {
     closing: CancellationToken,
     /// The refill loop and every boot: shutdown waits for them.
     tasks: TaskTracker,
+    /// Killed workers' directory and cgroup removals: shutdown waits for them, bounded.
+    cleanups: TaskTracker,
     /// What the check of the first worker booted found (`None` until one has booted).
     sandbox: watch::Sender<Option<SandboxReport>>,
 }
@@ -305,6 +307,7 @@ impl Pool {
             closing: shutdown.child_token(),
             shutdown: shutdown.clone(),
             tasks: TaskTracker::new(),
+            cleanups: TaskTracker::new(),
             sandbox: watch::channel(None).0,
         });
         let pool = Pool { inner };
@@ -507,6 +510,11 @@ impl Pool {
         if tokio::time::timeout(bound, self.inner.tasks.wait()).await.is_err() {
             tracing::warn!(booting = self.inner.state().booting, "worker boots still running after {bound:?}");
         }
+        // Killed workers' directories (each removal retries for about 5 s).
+        self.inner.cleanups.close();
+        if tokio::time::timeout(Duration::from_secs(10), self.inner.cleanups.wait()).await.is_err() {
+            tracing::warn!("worker directories still being removed after 10 s");
+        }
         // The profiles dir goes too once its last profile has (a lease still held keeps it).
         let _ = std::fs::remove_dir(&self.inner.cfg.launch.profiles_dir);
     }
@@ -586,7 +594,9 @@ impl Pool {
                 }
             }
         };
-        let result = boot_worker(&self.inner.cfg, &self.inner.egress, &self.inner.sandbox, id.clone(), &spawned).await;
+        let inner = &self.inner;
+        let result =
+            boot_worker(&inner.cfg, &inner.egress, &inner.sandbox, id.clone(), &spawned, &inner.cleanups).await;
         // Decide under the lock, act (await) after it is released.
         let orphan = {
             let mut state = self.inner.state();
@@ -660,6 +670,7 @@ async fn boot_worker(
     sandbox: &watch::Sender<Option<SandboxReport>>,
     id: WorkerId,
     spawned: &(dyn Fn(Spawned) + Send + Sync),
+    cleanups: &TaskTracker,
 ) -> Result<Worker, PoolError> {
     let checked = sandbox.borrow().clone();
     if let Some(report) = checked.as_ref().filter(|r| !r.sandboxed && !cfg.launch.allow_unsandboxed) {
@@ -680,7 +691,7 @@ async fn boot_worker(
     .await
     .map_err(|e| PoolError::Launch(format!("network namespace task: {e}")))??;
     let proxy = Proxy::start(net.clone(), listener, netns.is_none(), &id.0)?;
-    let launched = launch(&cfg.launch, &id.0, &proxy.url(), netns, egress, spawned).await?;
+    let launched = launch(&cfg.launch, &id.0, &proxy.url(), netns, egress, spawned, cleanups).await?;
     // The first worker is looked at in /proc (its uid, a renderer's seccomp filter and user
     // namespace): the flags say the sandbox is on, this sees whether it is.
     if checked.is_none() {

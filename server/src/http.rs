@@ -302,6 +302,12 @@ async fn metrics(State(state): State<HttpState>) -> impl IntoResponse {
         let _ = writeln!(out, "{name}{{tenant=\"{tenant}\"}} {depth}");
     }
     state.sessions.metrics().write(&mut out);
+    let name = "browserpool_worker_cleanup_retries_total";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Deletes of a killed worker's directories that failed and were tried again.\n# TYPE {name} counter\n{name} {}",
+        browserpool_pool::launcher::CLEANUP_RETRIES.load(Ordering::Relaxed)
+    );
     let cdp = &state.cdp_stats;
     let _ = writeln!(
         out,

@@ -747,3 +747,75 @@ async fn action_deadlines_are_kept_to_within_a_hundred_milliseconds() {
     client.release(&id).await.unwrap();
     server.stop().await;
 }
+
+/// Busy loops at normal priority, [`HOGS_PER_CORE`] per core (a load like a shared CI host's), killed
+/// when dropped.
+struct CpuHogs(Vec<std::process::Child>);
+
+const HOGS_PER_CORE: usize = 12;
+
+impl CpuHogs {
+    fn start() -> CpuHogs {
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+        CpuHogs(
+            (0..cores * HOGS_PER_CORE)
+                .map(|_| std::process::Command::new("sh").args(["-c", "while :; do :; done"]).spawn().unwrap())
+                .collect(),
+        )
+    }
+}
+
+impl Drop for CpuHogs {
+    fn drop(&mut self) {
+        for hog in &mut self.0 {
+            let _ = hog.kill();
+            let _ = hog.wait();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cleanup_keeps_up_with_every_core_busy() {
+    let server = BinaryServer::spawn().await;
+    let client = server.client().await;
+    let site = crate::helpers::fixture_site().await;
+    let id = client.acquire(30_000).await.unwrap().session_id;
+    ok(&act(&client, &id, action("navigate", "", json!(format!("{site}/")))).await);
+    let status = client.admin().pool_status(pb::PoolStatusRequest {}).await.unwrap().into_inner();
+    let worker = status.workers.iter().find(|w| w.session_id == id).expect("PoolStatus names the session");
+    let profile = browserpool_server::server::profiles_dir(server.dir.path()).join(format!("port-{}", worker.cdp_port));
+    assert!(profile.is_dir(), "{}", profile.display());
+    let processes = processes_of(&[uid_of(worker.pid as i32).expect("the browser runs")]);
+    assert!(processes.len() > 1, "{processes:?}");
+
+    let hogs = CpuHogs::start();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let released = Instant::now();
+    client.release(&id).await.unwrap();
+    let mut gone = None;
+    let mut deleted = None;
+    while (gone.is_none() || deleted.is_none()) && released.elapsed() < Duration::from_secs(10) {
+        if gone.is_none() && !processes.iter().any(|pid| alive(*pid)) {
+            gone = Some(released.elapsed());
+        }
+        if deleted.is_none() && !profile.exists() {
+            deleted = Some(released.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    eprintln!(
+        "with {} busy loops: release -> processes gone after {gone:?}, profile deleted after {deleted:?}",
+        hogs.0.len()
+    );
+    assert!(gone.is_some_and(|t| t <= Duration::from_secs(2)), "worker processes left: {gone:?}");
+    assert!(deleted.is_some_and(|t| t <= Duration::from_secs(5)), "profile left: {deleted:?}");
+
+    // Only warm (or booting) workers left: SIGTERM ends the server promptly all the same.
+    let started = Instant::now();
+    let (status, _server) = terminate(server).await;
+    let took = started.elapsed();
+    eprintln!("with {} busy loops: SIGTERM with no session -> exit {:?} after {took:?}", hogs.0.len(), status.code());
+    drop(hogs);
+    assert_eq!(status.code(), Some(0));
+    assert!(took <= Duration::from_secs(3), "exit after {took:?}");
+}
