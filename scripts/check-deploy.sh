@@ -159,6 +159,11 @@ chart_with_crds() {
     chart "$@" && grep -q '^kind: ScaledObject$' "$out/$1.yaml" && grep -q '^kind: ServiceMonitor$' "$out/$1.yaml"
 }
 
+# Like chart, and the rendering has the HorizontalPodAutoscaler the values ask for.
+chart_with_hpa() {
+    chart "$@" && grep -q '^kind: HorizontalPodAutoscaler$' "$out/$1.yaml"
+}
+
 # The postgres overlay is the chart with these values.
 overlay_equals_chart() {
     "$helm" template browserpool helm/browserpool --set replicaCount=3 \
@@ -173,6 +178,8 @@ run "helm lint helm/browserpool -f helm/values-ha.yaml" "$helm" lint --quiet hel
 run "helm template (default values) | kubernetes-validate --strict" chart default
 run "helm template -f helm/values-ha.yaml, KEDA and ServiceMonitor off | kubernetes-validate --strict" \
     chart ha-builtin -f helm/values-ha.yaml --set keda.enabled=false --set serviceMonitor.enabled=false
+run "helm template -f helm/values-ha.yaml, the HPA instead of KEDA | kubernetes-validate --strict" \
+    chart_with_hpa ha-hpa -f helm/values-ha.yaml --set keda.enabled=false --set autoscaling.enabled=true
 run "helm template -f helm/values-ha.yaml | kubernetes-validate --strict (CRD kinds: no schema, warned)" \
     chart_with_crds ha -f helm/values-ha.yaml
 run "helm template replicaCount=3 without a database Secret fails" \

@@ -23,7 +23,11 @@ suite_tmp="$(mktemp -d /tmp/browserpool-suite.XXXXXX)"
 # profiles (`<TMPDIR>/browserpool-profiles-*`): others may pass, not list.
 chmod 0711 "$suite_tmp"
 log="$suite_tmp.log"
-trap 'rm -rf "$suite_tmp" "$log"; drop_scratch_databases' EXIT
+# Tests that cannot run here say so in this file (see `skip` in server/tests/e2e/helpers.rs);
+# the summary lists them.
+export BROWSERPOOL_TEST_SKIP_LOG="$suite_tmp.skips"
+: >"$BROWSERPOOL_TEST_SKIP_LOG"
+trap 'rm -rf "$suite_tmp" "$log" "$BROWSERPOOL_TEST_SKIP_LOG"; drop_scratch_databases' EXIT
 # Style and lints first: they take seconds, and a red one needs no browser to find.
 echo "== cargo fmt --check and cargo clippy -D warnings"
 ensure_rust_components
@@ -38,6 +42,8 @@ BROWSERPOOL_TEST_POSTGRES= TMPDIR="$suite_tmp" cargo test --workspace --locked -
 if ensure_postgres; then
     echo "== the server's tests again on PostgreSQL ($(echo "$BROWSERPOOL_TEST_POSTGRES" | sed 's#//[^@]*@#//#'))"
     TMPDIR="$suite_tmp" cargo test -p browserpool-server --locked -- --test-threads=2 2>&1 | tee -a "$log"
+else
+    echo "SKIP: the server's tests on PostgreSQL: no PostgreSQL could be started (see above)" >>"$BROWSERPOOL_TEST_SKIP_LOG"
 fi
 # The feature modules again with every session of the `default` tenant a browser context of
 # one shared Chromium: actions, dialogs, envelopes, the policy and the CDP proxy must work the
@@ -77,3 +83,9 @@ bash scripts/check-image.sh
 # One closing line for the whole run (cargo prints one `test result` per test binary).
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed;?$/) p += $i; if ($(i+1) ~ /^failed;?$/) f += $i } }
      END { printf "summary: %d passed, %d failed\n", p, f }' "$log"
+# Every test that could not run, by name and why (sorted, once each).
+skips=$(sort -u "$BROWSERPOOL_TEST_SKIP_LOG")
+if [ -n "$skips" ]; then
+    echo "$skips"
+fi
+echo "skipped: $(printf '%s' "$skips" | grep -c '^SKIP' || true)"

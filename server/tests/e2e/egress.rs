@@ -403,7 +403,10 @@ async fn http_get(port: u16, path: &str) -> String {
 async fn a_local_process_cannot_reach_a_workers_devtools() {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: workers get their own network namespace only when the server is root");
+        crate::helpers::skip(
+            "egress::a_local_process_cannot_reach_a_workers_devtools",
+            "workers get their own network namespace from a root server only (fences::a_server_that_is_not_root_* covers the rest)",
+        );
         return;
     }
     // A server process of its own, so the listeners probed below are only its own.

@@ -300,9 +300,10 @@ async fn a_database_locked_by_another_process_fails_closed_and_recovers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lost_postgres_connections_heal_without_losing_a_record() {
     let Some(admin_url) = std::env::var("BROWSERPOOL_TEST_POSTGRES").ok().filter(|u| !u.is_empty()) else {
-        eprintln!(
-            "skipped: needs BROWSERPOOL_TEST_POSTGRES (scripts/test.sh sets it for the PostgreSQL half); \
-             the SQLite faults are a_full_disk_* and a_database_locked_*"
+        crate::helpers::skip(
+            "faults::lost_postgres_connections_heal_without_losing_a_record",
+            "needs BROWSERPOOL_TEST_POSTGRES (scripts/test.sh sets it for the PostgreSQL half, where it runs); \
+             the SQLite faults are a_full_disk_* and a_database_locked_*",
         );
         return;
     };

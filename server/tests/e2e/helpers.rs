@@ -502,6 +502,21 @@ where
     }
 }
 
+/// Says why a test could not run: on stderr, and as a `SKIP: <test>: <why>` line in the file
+/// `BROWSERPOOL_TEST_SKIP_LOG` names (scripts/test.sh sets it, and its summary lists every
+/// such line), so a test that cannot run here never passes silently.
+pub fn skip(test: &str, why: &str) {
+    use std::io::Write;
+    let line = format!("SKIP: {test}: {why}");
+    eprintln!("{line}");
+    if let Some(path) = std::env::var_os("BROWSERPOOL_TEST_SKIP_LOG").filter(|p| !p.is_empty()) {
+        let file = std::fs::OpenOptions::new().create(true).append(true).open(path);
+        if let Ok(mut file) = file {
+            let _ = writeln!(file, "{line}");
+        }
+    }
+}
+
 /// Wall-clock milliseconds since the epoch, the resolution of the server's deadlines.
 pub fn now_ms() -> u128 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis()
