@@ -186,6 +186,11 @@ pub struct ServeArgs {
     /// session before answering UNAVAILABLE.
     #[arg(long, env = "BROWSERPOOL_FORWARD_CONNECT_TIMEOUT", default_value = "2s", value_parser = humantime::parse_duration)]
     pub forward_connect_timeout: Duration,
+    /// How long a replica forwarding a call may take to find which replica holds its session
+    /// (a database lookup) before answering UNAVAILABLE: a database outage never holds a
+    /// forwarded call for its whole length.
+    #[arg(long, env = "BROWSERPOOL_FORWARD_TIMEOUT", default_value = "3s", value_parser = humantime::parse_duration)]
+    pub forward_timeout: Duration,
     /// Most CDP connections one session may have open at once.
     #[arg(long, env = "BROWSERPOOL_CDP_MAX_CLIENTS", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
     pub cdp_max_clients: u32,

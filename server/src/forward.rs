@@ -116,6 +116,9 @@ enum Route {
     Here,
     /// Another live replica holds it.
     Owner(ReplicaRecord),
+    /// Which replica holds it cannot be known now (the database is away): UNAVAILABLE, so the
+    /// caller retries.
+    Unavailable(String),
 }
 
 /// What forwarding needs: this replica's sessions (and the shared store), the token check,
@@ -129,6 +132,8 @@ struct PeersInner {
     sessions: Sessions,
     tokens: TokenCheck,
     connect_timeout: Duration,
+    /// Bound on looking up which replica holds a session.
+    forward_timeout: Duration,
     /// TLS to the other replicas' gRPC (`h2`) and HTTP (`http/1.1`) listeners.
     tls: Option<(tokio_rustls::TlsConnector, tokio_rustls::TlsConnector)>,
     channels: Mutex<HashMap<String, tonic::transport::Channel>>,
@@ -143,6 +148,7 @@ impl Peers {
         tokens: TokenCheck,
         tls: Option<&crate::tls::Tls>,
         connect_timeout: Duration,
+        forward_timeout: Duration,
         shutdown: CancellationToken,
     ) -> Peers {
         Peers {
@@ -150,6 +156,7 @@ impl Peers {
                 sessions,
                 tokens,
                 connect_timeout,
+                forward_timeout,
                 tls: tls.map(|t| (t.peer_connector(b"h2"), t.peer_connector(b"http/1.1"))),
                 channels: Mutex::new(HashMap::new()),
                 owners: Mutex::new(HashMap::new()),
@@ -170,13 +177,16 @@ impl Peers {
         let cached = self.inner.owners.lock().unwrap_or_else(PoisonError::into_inner).get(id).cloned();
         let owner = match cached {
             Some(owner) => owner,
-            None => match sessions.store().session_owner(id).await {
+            None => match self.owner_of(id).await {
                 Ok(Some(owner)) => owner,
                 // Unknown, ended, or its replica gone: the handler answers from the database.
                 Ok(None) => return Route::Here,
-                Err(e) => {
-                    tracing::warn!(session = %id, error = %e, "cannot look up which replica holds a session; answering here");
-                    return Route::Here;
+                // Which replica holds it cannot be known now: retryable, never a hang.
+                Err(why) => {
+                    tracing::warn!(session = %id, error = %why, "cannot look up which replica holds a session");
+                    return Route::Unavailable(format!(
+                        "cannot find which replica holds session {id}: {why}; retry shortly"
+                    ));
                 }
             },
         };
@@ -186,12 +196,20 @@ impl Peers {
         if owner.replica.id == sessions.replica_id() || owner.replica.grpc_addr.is_empty() {
             return Route::Here;
         }
-        let stale_before = crate::clock::now_ms() - crate::sessions::REPLICA_STALE.as_millis() as i64;
+        // An owner is judged gone by its heartbeat only while this replica may judge (it has
+        // reached the database without a gap for a while); otherwise the call goes to it, and
+        // if it cannot be reached the caller gets UNAVAILABLE.
+        let Some(stale_before) = sessions.stale_before() else { return self.remember(id, owner) };
         if owner.replica.heartbeat_ms < stale_before {
-            self.forget(id);
             // Re-read: a cached heartbeat may be old while the owner is well.
-            match sessions.store().session_owner(id).await {
-                Ok(Some(fresh)) if fresh.replica.heartbeat_ms >= stale_before => return self.remember(id, fresh),
+            let fresh = match self.owner_of(id).await {
+                Ok(fresh) => fresh,
+                // The database went away meanwhile: nothing can be judged; try the owner.
+                Err(_) => return self.remember(id, owner),
+            };
+            self.forget(id);
+            match fresh {
+                Some(fresh) if fresh.replica.heartbeat_ms >= stale_before => return self.remember(id, fresh),
                 _ => {}
             }
             if let Err(e) = sessions.sweep().await {
@@ -200,6 +218,16 @@ impl Peers {
             return Route::Here;
         }
         self.remember(id, owner)
+    }
+
+    /// Which replica holds session `id`, from the database, within the forward timeout.
+    async fn owner_of(&self, id: &str) -> Result<Option<SessionOwner>, String> {
+        let lookup = self.inner.sessions.store().session_owner(id);
+        match tokio::time::timeout(self.inner.forward_timeout, lookup).await {
+            Ok(Ok(owner)) => Ok(owner),
+            Ok(Err(e)) => Err(format!("the database: {e}")),
+            Err(_) => Err(format!("the database did not answer within {:?}", self.inner.forward_timeout)),
+        }
     }
 
     fn remember(&self, id: &str, owner: SessionOwner) -> Route {
@@ -551,6 +579,9 @@ where
                         _ => Ok(answer),
                     }
                 }
+                (Route::Unavailable(why), _) => {
+                    Ok(tonic::Status::from(crate::error::ServiceError::Unreachable(why)).into_http())
+                }
                 _ => Ok(inner.call(http::Request::from_parts(parts, body)).await?.map(Body::new)),
             }
         };
@@ -738,6 +769,7 @@ pub async fn cdp_forward(State(peers): State<Peers>, req: AxumRequest, next: Nex
     // The ticket or token is checked by the owner alone (a ticket lives in its memory).
     match peers.route(&id, None).await {
         Route::Owner(owner) => peers.forward_cdp(req, &owner, &id).await,
+        Route::Unavailable(why) => (http::StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")).into_response(),
         Route::Here => next.run(req).await,
     }
 }

@@ -54,6 +54,7 @@ pub struct Bound {
     shutdown_grace: std::time::Duration,
     drain_timeout: std::time::Duration,
     forward_connect_timeout: std::time::Duration,
+    forward_timeout: std::time::Duration,
     cdp_limits: CdpLimits,
     /// Both listeners' TLS, when `--tls-cert` is given.
     tls: Option<Tls>,
@@ -194,6 +195,7 @@ pub async fn bind(args: ServeArgs) -> anyhow::Result<Bound> {
         shutdown_grace: args.shutdown_grace,
         drain_timeout: args.drain_timeout,
         forward_connect_timeout: args.forward_connect_timeout,
+        forward_timeout: args.forward_timeout,
         cdp_limits: CdpLimits {
             max_message: args.cdp_max_message,
             per_session: args.cdp_max_clients as usize,
@@ -440,6 +442,7 @@ impl Bound {
             shutdown_grace,
             drain_timeout,
             forward_connect_timeout,
+            forward_timeout,
             cdp_limits,
             tls,
             _dir_lock,
@@ -493,8 +496,14 @@ impl Bound {
         let http_shutdown = stages.writers.clone();
         let tokens = TokenCheck::new(keys.clone(), revoked.clone(), epochs.clone());
         let throttle = crate::throttle::Throttle::default();
-        let peers =
-            Peers::new(sessions.clone(), tokens.clone(), tls.as_ref(), forward_connect_timeout, stages.serving.clone());
+        let peers = Peers::new(
+            sessions.clone(),
+            tokens.clone(),
+            tls.as_ref(),
+            forward_connect_timeout,
+            forward_timeout,
+            stages.serving.clone(),
+        );
         let http_state = crate::http::HttpState {
             sessions: sessions.clone(),
             store: store.clone(),

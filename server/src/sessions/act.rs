@@ -249,14 +249,23 @@ impl Sessions {
         }
     }
 
+    /// Pushes the session's idle deadline. The reaper reads the one in memory; the
+    /// database's copy (for `Get` on other replicas, and after a crash) is written aside, and
+    /// not at all while the database refuses writes, so an answer never waits on it.
     pub(super) async fn touch(&self, live: &Live) {
         let (id, deadline) = {
             let mut rec = live.record.lock().unwrap_or_else(|e| e.into_inner());
             rec.idle_deadline_ms = (self.now() + live.idle_timeout.as_millis() as i64).min(rec.expires_at_ms);
             (rec.id.clone(), rec.idle_deadline_ms)
         };
-        if let Err(e) = self.inner.store.touch(&id, deadline).await {
-            tracing::warn!(session = %id, error = %e, "could not record idle deadline");
+        if self.inner.store.write_fault().is_some() {
+            return;
         }
+        let store = self.inner.store.clone();
+        self.spawn(async move {
+            if let Err(e) = store.touch(&id, deadline).await {
+                tracing::warn!(session = %id, error = %e, "could not record idle deadline");
+            }
+        });
     }
 }

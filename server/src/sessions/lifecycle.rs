@@ -81,7 +81,8 @@ impl Sessions {
         let claim = Claim { store: store.clone(), id: id.to_string(), released: false };
         loop {
             let now = now_ms();
-            let stale_before = now - REPLICA_STALE.as_millis() as i64;
+            // While this replica may not judge heartbeats, every claim counts.
+            let stale_before = self.stale_before().unwrap_or(i64::MIN);
             if store.claim_slot(id, &tenant.id, &self.inner.replica, tenant.max_slots, now, stale_before).await? {
                 return Ok(Some(claim));
             }

@@ -50,6 +50,8 @@ pub const MAX_BATCH: usize = 50;
 /// (its sessions are marked CRASHED and its tenant slots freed for the other replicas).
 pub const HEARTBEAT: Duration = Duration::from_secs(1);
 pub const REPLICA_STALE: Duration = Duration::from_secs(10);
+/// The longest time between two heartbeats that went through that still counts as no gap.
+pub const BEAT_GAP: Duration = Duration::from_secs(3);
 /// How often a request admitted here asks again for a tenant slot held by other replicas.
 const CLAIM_RETRY: Duration = Duration::from_millis(100);
 
@@ -191,6 +193,83 @@ struct Inner {
     cdp_base: std::sync::OnceLock<String>,
     /// Where the other replicas reach this one (set once at start, by [`Sessions::recover`]).
     addrs: std::sync::OnceLock<ReplicaAddrs>,
+    /// How this replica has reached the database lately: whether it may judge other replicas
+    /// by their heartbeats (see [`Sessions::stale_before`]).
+    store_seen: Mutex<StoreSeen>,
+}
+
+/// This replica's own view of the database, from its heartbeats.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct StoreSeen {
+    /// Since when its beats have gone through without a gap; `None` while they fail.
+    pub(crate) since: Option<std::time::Instant>,
+    /// Its last beat that went through.
+    pub(crate) last_ok: std::time::Instant,
+}
+
+impl StoreSeen {
+    /// Notes a heartbeat that went through (`ok`) or failed, at `now`. A beat after a gap
+    /// (failed beats, or none for longer than [`BEAT_GAP`]) starts the count again.
+    pub(crate) fn went(&mut self, ok: bool, now: std::time::Instant) {
+        if !ok {
+            self.since = None;
+            return;
+        }
+        if self.since.is_none() || now.saturating_duration_since(self.last_ok) > BEAT_GAP {
+            self.since = Some(now);
+        }
+        self.last_ok = now;
+    }
+
+    /// Whether, at `now`, this replica may judge others by their heartbeats: it reaches the
+    /// database, and has without a gap for [`REPLICA_STALE`].
+    pub(crate) fn may_judge(&self, now: std::time::Instant) -> bool {
+        now.saturating_duration_since(self.last_ok) <= BEAT_GAP
+            && self.since.is_some_and(|since| now.saturating_duration_since(since) >= REPLICA_STALE)
+    }
+}
+
+#[cfg(test)]
+mod store_seen_tests {
+    use super::*;
+    use std::time::Instant;
+
+    fn beating(from: Instant, secs: std::ops::Range<u64>, seen: &mut StoreSeen) {
+        for s in secs {
+            seen.went(true, from + Duration::from_secs(s));
+        }
+    }
+
+    #[test]
+    fn a_replica_judges_only_after_ten_seconds_of_beats_without_a_gap() {
+        let t0 = Instant::now();
+        let mut seen = StoreSeen { since: Some(t0), last_ok: t0 };
+        assert!(!seen.may_judge(t0 + Duration::from_secs(5)), "just started");
+        beating(t0, 1..11, &mut seen);
+        assert!(seen.may_judge(t0 + Duration::from_secs(10)));
+        // Beats fail for 15 s: no judging during the outage...
+        seen.went(false, t0 + Duration::from_secs(11));
+        assert!(!seen.may_judge(t0 + Duration::from_secs(12)));
+        // ...nor for 10 s after the first beat that goes through again.
+        beating(t0, 26..35, &mut seen);
+        assert!(!seen.may_judge(t0 + Duration::from_secs(34)));
+        seen.went(true, t0 + Duration::from_secs(36));
+        assert!(seen.may_judge(t0 + Duration::from_secs(36)));
+    }
+
+    #[test]
+    fn a_beat_that_took_long_is_a_gap_and_silence_stops_judging() {
+        let t0 = Instant::now();
+        let mut seen = StoreSeen { since: Some(t0), last_ok: t0 };
+        beating(t0, 1..12, &mut seen);
+        assert!(seen.may_judge(t0 + Duration::from_secs(11)));
+        // No beat for 5 s (one stuck on the database) is not judging time...
+        assert!(!seen.may_judge(t0 + Duration::from_secs(16)));
+        // ...and the beat that ends it starts the count again.
+        seen.went(true, t0 + Duration::from_secs(16));
+        assert_eq!(seen.since, Some(t0 + Duration::from_secs(16)));
+        assert!(!seen.may_judge(t0 + Duration::from_secs(17)));
+    }
 }
 
 impl Sessions {
@@ -214,6 +293,10 @@ impl Sessions {
                 ending_now: Mutex::new(HashMap::new()),
                 cdp_base: std::sync::OnceLock::new(),
                 addrs: std::sync::OnceLock::new(),
+                store_seen: Mutex::new(StoreSeen {
+                    since: Some(std::time::Instant::now()),
+                    last_ok: std::time::Instant::now(),
+                }),
                 metrics: Default::default(),
             }),
         }

@@ -29,9 +29,36 @@ impl Sessions {
         &self.inner.replica
     }
 
-    /// Forgets replicas that are gone and marks their live sessions CRASHED.
+    /// The heartbeat time before which another replica is gone, or `None` while this replica
+    /// may not judge: it has not reached the database without a gap for [`REPLICA_STALE`]. A
+    /// database outage stops every replica's heartbeat alike; judged by its clock alone, the
+    /// first replica back would take all the others for gone and end their sessions. Counted
+    /// from its own reconnection instead, every replica that is alive beats again before any
+    /// other judges it, and one that does not (dead, or cut off from a database the others
+    /// reach) is gone.
+    pub fn stale_before(&self) -> Option<i64> {
+        let seen = *self.inner.store_seen.lock().unwrap_or_else(|e| e.into_inner());
+        seen.may_judge(std::time::Instant::now()).then(|| now_ms() - REPLICA_STALE.as_millis() as i64)
+    }
+
+    /// Notes how a heartbeat went (see [`Sessions::stale_before`]).
+    fn beat_went(&self, ok: bool) {
+        let mut seen = self.inner.store_seen.lock().unwrap_or_else(|e| e.into_inner());
+        let was = *seen;
+        seen.went(ok, std::time::Instant::now());
+        if seen.since != was.since {
+            match seen.since {
+                None => tracing::warn!("the database cannot be reached: live sessions stay, new ones are refused, and no other replica is judged until it is back"),
+                Some(_) => tracing::info!(silent_for = ?seen.last_ok.saturating_duration_since(was.last_ok), "the database is back; other replicas are judged again once it has stayed up {REPLICA_STALE:?}"),
+            }
+        }
+    }
+
+    /// Forgets replicas that are gone and marks their live sessions CRASHED. While this
+    /// replica may not judge heartbeats, only the sessions of replicas that left (whose row is
+    /// gone: a previous run on this data dir, or a replica that deregistered) are swept.
     pub async fn sweep(&self) -> Result<usize> {
-        let stale_before = now_ms() - REPLICA_STALE.as_millis() as i64;
+        let stale_before = self.stale_before().unwrap_or(i64::MIN);
         let ids = self.inner.store.sweep_replicas(&self.inner.replica, stale_before).await?;
         for id in &ids {
             self.inner.store.end_session(id, SessionState::Crashed, now_ms(), "its server is gone").await?;
@@ -52,7 +79,9 @@ impl Sessions {
                 _ = shutdown.cancelled() => break,
             }
             beats += 1;
-            match self.inner.store.beat(&self.inner.replica, now_ms()).await {
+            let beat = self.inner.store.beat(&self.inner.replica, now_ms()).await;
+            self.beat_went(beat.is_ok());
+            match beat {
                 Ok(true) => {}
                 // Swept as gone (silent too long): its sessions are CRASHED in the database and
                 // their slots handed out again, so its browsers must not run on uncounted.

@@ -578,3 +578,67 @@ pub fn group_members(pgid: i32, needle: &str) -> Vec<i32> {
     }
     found
 }
+
+/// A TCP relay in front of a database, which the test can take down: every connection through
+/// it is cut, and new ones are accepted but never answered (a database host gone from the
+/// network: each attempt waits for its client's timeout), until it is brought up again. Servers given [`DbGate::url`] reach the database only through
+/// it, so a test can stop "the database" without touching the one other tests share.
+pub struct DbGate {
+    port: u16,
+    up: std::sync::Arc<tokio::sync::watch::Sender<bool>>,
+    accept: tokio::task::JoinHandle<()>,
+}
+
+impl DbGate {
+    /// A gate in front of the database at `url` (a `postgres://` URL).
+    pub async fn open(url: &str) -> DbGate {
+        let parsed = url::Url::parse(url).unwrap();
+        let upstream = format!("{}:{}", parsed.host_str().unwrap(), parsed.port().unwrap_or(5432));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let up = std::sync::Arc::new(tokio::sync::watch::channel(true).0);
+        let gate = up.clone();
+        let accept = tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                if !*gate.borrow() {
+                    let mut up = gate.subscribe();
+                    tokio::spawn(async move {
+                        let _ = up.wait_for(|up| *up).await;
+                        drop(client);
+                    });
+                    continue;
+                }
+                let mut down = gate.subscribe();
+                let upstream = upstream.clone();
+                tokio::spawn(async move {
+                    let Ok(mut server) = tokio::net::TcpStream::connect(&upstream).await else { return };
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
+                        _ = down.wait_for(|up| !*up) => {}
+                    }
+                });
+            }
+        });
+        DbGate { port, up, accept }
+    }
+
+    /// `url` with its host and port replaced by the gate's.
+    pub fn url(&self, url: &str) -> String {
+        let mut parsed = url::Url::parse(url).unwrap();
+        parsed.set_host(Some("127.0.0.1")).unwrap();
+        parsed.set_port(Some(self.port)).unwrap();
+        parsed.to_string()
+    }
+
+    /// Cuts every connection and refuses new ones (`false`), or lets them through again.
+    pub fn set_up(&self, up: bool) {
+        self.up.send_replace(up);
+    }
+}
+
+impl Drop for DbGate {
+    fn drop(&mut self) {
+        self.accept.abort();
+        self.up.send_replace(false);
+    }
+}

@@ -127,3 +127,107 @@ async fn a_replica_that_dies_frees_its_slots_and_its_sessions_are_marked_crashed
     let (status, _) = b.terminate();
     assert_eq!(status.code(), Some(0));
 }
+
+/// An action through `client` on `id`, bounded: what it answered and how long it took.
+async fn act_timed(client: &Client, id: &str) -> (Result<pb::ActionResult, tonic::Code>, Duration) {
+    let started = Instant::now();
+    let call = client.act(id, browserpool_client::action("evaluate", "", "1 + 1"));
+    let answer = match tokio::time::timeout(Duration::from_secs(30), call).await {
+        Ok(Ok(r)) => Ok(r),
+        Ok(Err(browserpool_client::Error::Status(s))) => Err(s.code()),
+        Ok(Err(e)) => panic!("{e}"),
+        Err(_) => panic!("an action hung for 30 s"),
+    };
+    (answer, started.elapsed())
+}
+
+async fn readyz(http: &str) -> String {
+    crate::lifecycle::http_get(&format!("http://{http}/readyz")).await.lines().next().unwrap_or_default().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_outage_ends_no_session_on_any_replica() {
+    let Some(admin) = std::env::var("BROWSERPOOL_TEST_POSTGRES").ok().filter(|u| !u.is_empty()) else {
+        crate::helpers::skip(
+            "replicas::a_database_outage_ends_no_session_on_any_replica",
+            "needs BROWSERPOOL_TEST_POSTGRES (it runs in the PostgreSQL half of scripts/test.sh)",
+        );
+        return;
+    };
+    let database = browserpool_server::store::scratch_postgres(&admin).await.unwrap();
+    let gate = crate::helpers::DbGate::open(&database).await;
+    let a = BinaryServer::spawn_in(tempfile::tempdir().unwrap(), gate.url(&database), Vec::new());
+    let b = BinaryServer::replica_of(&a);
+    let (on_a, on_b) = (a.client().await, b.client().await);
+    let held_by_a = on_a.acquire(30_000).await.unwrap().session_id;
+    let held_by_b = on_b.acquire(30_000).await.unwrap().session_id;
+    for (client, id) in [(&on_a, &held_by_a), (&on_b, &held_by_b), (&on_b, &held_by_a), (&on_a, &held_by_b)] {
+        let (answer, _) = act_timed(client, id).await;
+        crate::helpers::ok(&answer.expect("served before the outage"));
+    }
+    assert_eq!(readyz(&a.http).await, "HTTP/1.1 200 OK");
+
+    // The database goes away for 20 s.
+    gate.set_up(false);
+    let outage = Instant::now();
+    let mut seen: Vec<String> = Vec::new();
+    let mut not_ready = 0;
+    let mut acquires_refused = 0;
+    while outage.elapsed() < Duration::from_secs(20) {
+        for (via, client, id) in [("A", &on_a, &held_by_a), ("B", &on_b, &held_by_b), ("B", &on_b, &held_by_a)] {
+            let (answer, took) = act_timed(client, id).await;
+            let what = match &answer {
+                Ok(r) if r.error.is_none() => "ok".to_string(),
+                Ok(r) => format!("action error {:?}", r.error),
+                Err(code) => format!("{code:?}"),
+            };
+            // Never a code that tells clients not to retry, never a wait for the outage.
+            assert!(what == "ok" || what == "Unavailable", "{id} via {via} during the outage: {what}");
+            assert!(took < Duration::from_secs(8), "{id} via {via} took {took:?} during the outage ({what})");
+            seen.push(format!("{id} via {via}: {what} in {} ms", took.as_millis()));
+        }
+        if readyz(&a.http).await.starts_with("HTTP/1.1 503") {
+            not_ready += 1;
+        }
+        let acquire = pb::AcquireRequest { wait_ms: 1_000, ..Default::default() };
+        match tokio::time::timeout(Duration::from_secs(15), on_a.acquire_with(acquire)).await {
+            Ok(Err(browserpool_client::Error::Status(s))) if s.code() == tonic::Code::Unavailable => {
+                acquires_refused += 1
+            }
+            other => panic!("an acquire during the outage: {other:?}"),
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    // (Actions are refused while the audit trail cannot be written: it fails closed. Each
+    // answered at once, as the loop checked.)
+    assert!(not_ready > 0, "/readyz never said 503 during the outage");
+    assert!(acquires_refused > 0);
+    gate.set_up(true);
+    let back = Instant::now();
+    eprintln!(
+        "during a 20 s outage: {} calls, {not_ready} /readyz 503, {acquires_refused} acquires UNAVAILABLE",
+        seen.len()
+    );
+    for line in seen.iter().filter(|s| !s.contains(": ok in")).take(5) {
+        eprintln!("  {line}");
+    }
+
+    // Back: ready again, and past a whole judging window nothing was ended.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while readyz(&a.http).await != "HTTP/1.1 200 OK" {
+        assert!(Instant::now() < deadline, "A not ready 20 s after the database came back");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    eprintln!("/readyz 200 again {:?} after the database came back", back.elapsed());
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    for (client, id) in [(&on_a, &held_by_a), (&on_b, &held_by_b), (&on_b, &held_by_a), (&on_a, &held_by_b)] {
+        let session = client.get(id).await.unwrap();
+        assert_eq!(session.state, pb::SessionState::Ready as i32, "{id}: {session:?}");
+        let (answer, _) = act_timed(client, id).await;
+        crate::helpers::ok(&answer.expect("served after the outage"));
+    }
+    let verified = on_a.admin().verify_audit(pb::VerifyAuditRequest {}).await.unwrap().into_inner();
+    assert!(verified.ok, "{verified:?}");
+    on_a.release(&held_by_a).await.unwrap();
+    on_b.release(&held_by_b).await.unwrap();
+}
