@@ -327,7 +327,14 @@ impl Peers {
             Err(e) => Err(e),
         };
         match sent {
-            Ok(response) => response,
+            // A stream (or a long call) whose owner dies midway ends UNAVAILABLE, naming it.
+            Ok(response) => {
+                let lost = format!(
+                    "the connection to replica {} at {}, which holds session {id}, broke mid-call",
+                    owner.id, owner.grpc_addr
+                );
+                response.map(|body| Body::new(EndsUnavailable { body: Some(body), lost }))
+            }
             Err(e) => {
                 self.forget(id);
                 tracing::warn!(session = %id, replica = %owner.id, addr = %owner.grpc_addr, error = %e, "could not forward a call to the replica holding its session");
@@ -595,6 +602,43 @@ where
             return Box::pin(async move { Ok(answer_early(Box::pin(routed))) });
         }
         Box::pin(routed)
+    }
+}
+
+/// A forwarded answer's body, whose transport failure (the owner died or froze midway: an
+/// HTTP/2 reset, a closed connection) ends the call as UNAVAILABLE with `lost` and the cause,
+/// which clients retry, instead of the INTERNAL a broken stream would give.
+struct EndsUnavailable {
+    body: Option<Body>,
+    lost: String,
+}
+
+impl HttpBody for EndsUnavailable {
+    type Data = Bytes;
+    type Error = tonic::Status;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        let Some(body) = self.body.as_mut() else { return Poll::Ready(None) };
+        match std::task::ready!(Pin::new(body).poll_frame(cx)) {
+            Some(Err(e)) => {
+                self.body = None;
+                tracing::warn!(error = %e, "{}", self.lost);
+                let status = tonic::Status::unavailable(format!("{}: {}; retry", self.lost, e.message()));
+                let answer: http::Response<Body> = status.into_http();
+                let mut trailers = http::HeaderMap::new();
+                for name in ["grpc-status", "grpc-message"] {
+                    if let Some(value) = answer.headers().get(name) {
+                        trailers.insert(name, value.clone());
+                    }
+                }
+                Poll::Ready(Some(Ok(Frame::trailers(trailers))))
+            }
+            other => Poll::Ready(other),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.as_ref().is_none_or(HttpBody::is_end_stream)
     }
 }
 

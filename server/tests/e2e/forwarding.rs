@@ -379,3 +379,51 @@ async fn a_replica_scaled_down_keeps_serving_its_session_through_the_others_unti
     assert!(released.elapsed() < Duration::from_secs(10), "{:?}", released.elapsed());
     assert_eq!(state_of(&on_a, &id).await, pb::SessionState::Closed as i32);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_through_a_replica_whose_owner_dies_ends_unavailable_never_internal() {
+    let mut a = BinaryServer::spawn().await;
+    let b = BinaryServer::replica_of(&a);
+    let (on_a, on_b) = (a.client().await, b.client().await);
+    let id = on_a.acquire(30_000).await.unwrap().session_id;
+    let mut events = on_b.sessions().events(pb::EventsRequest { session_id: id.clone() }).await.unwrap().into_inner();
+    // The stream is relayed: an event of the session comes through B.
+    let logged = on_b.act(&id, action("evaluate", "", "console.log('through b'); 1")).await.unwrap();
+    ok(&logged);
+    let seen = tokio::time::timeout(Duration::from_secs(10), async {
+        while let Some(event) = events.message().await.unwrap() {
+            if matches!(event.kind, Some(pb::event::Kind::Console(ref c)) if c.text == "through b") {
+                return;
+            }
+        }
+        panic!("the stream ended early");
+    });
+    seen.await.expect("the console event through B");
+
+    a.kill_hard();
+    let killed = Instant::now();
+    let end = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            match events.message().await {
+                Ok(Some(event)) => {
+                    if let Some(pb::event::Kind::SessionEnded(e)) = event.kind {
+                        return Ok(e);
+                    }
+                }
+                Ok(None) => panic!("the stream ended without SessionEnded or a status"),
+                Err(status) => return Err(status),
+            }
+        }
+    })
+    .await
+    .expect("the stream ends after its owner died");
+    eprintln!("Events through B, owner A killed -> {end:?} after {:?}", killed.elapsed());
+    match end {
+        Ok(ended) => assert_eq!(ended.state, pb::SessionState::Crashed as i32, "{ended:?}"),
+        Err(status) => {
+            assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+            assert!(status.message().contains(&id) && status.message().contains("retry"), "{status:?}");
+        }
+    }
+    drop(b);
+}
