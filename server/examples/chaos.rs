@@ -225,7 +225,7 @@ async fn server_kill() -> anyhow::Result<()> {
     let mut server = Server::sqlite()?;
     let client = server.client().await?;
     let ids = [client.acquire(30_000).await?.session_id, client.acquire(30_000).await?.session_id];
-    let profiles = server.dir.path().display().to_string();
+    let profiles = browserpool_server::server::profiles_dir(server.dir.path()).display().to_string();
     let before = processes_naming(&profiles);
     server.signal(libc::SIGKILL);
     server.wait();
@@ -236,7 +236,7 @@ async fn server_kill() -> anyhow::Result<()> {
         left = processes_naming(&profiles);
     }
     println!(
-        "  kill -9 with 2 sessions, no restart: {before} processes naming its data dir, {left} left after {:?}",
+        "  kill -9 with 2 sessions, no restart: {before} processes naming its profiles, {left} left after {:?}",
         killed.elapsed()
     );
     let dir = std::mem::replace(&mut server.dir, tempfile::tempdir()?);
@@ -345,8 +345,9 @@ async fn store_outage(postgres: Option<&str>) -> anyhow::Result<()> {
         for (via, client, id) in [("A", &on_a, &sa), ("B", &on_b, &sb), ("B", &on_b, &sa)] {
             let started = Instant::now();
             let answer = client.act(id, action("evaluate", "", "1")).await;
+            let owner = if id == &sa { "A" } else { "B" };
             let entry =
-                seen.entry(format!("{} on {via}'s {}", said(&answer), if id == &sa { "A" } else { "B" })).or_default();
+                seen.entry(format!("{} (session on {owner}, called through {via})", said(&answer))).or_default();
             entry.0 += 1;
             entry.1 = entry.1.max(started.elapsed());
         }
