@@ -48,7 +48,8 @@ impl Driver {
         if let (Some(event), false) = (wait_until.event(), loader.is_empty()) {
             wait_lifecycle(&mut lifecycle, &tab.session, Some(&loader), event).await;
         }
-        let now = tab.page.url().await.map_err(ActionFailure::cdp)?.unwrap_or_else(|| url.to_string());
+        // The browser's own view: the library's cached URL may still be the last page's.
+        let now = current_url(&tab.page).await.ok().filter(|u| !u.is_empty()).unwrap_or_else(|| url.to_string());
         let status = last_status(&mut statuses, &tab.session, &loader);
         if let Some(code @ 400..=599) = status.filter(|_| fail_on_status) {
             return Err(ActionFailure::new(FailureCode::NavigationFailed, format!("{now}: HTTP status {code}")));
@@ -128,10 +129,15 @@ fn last_status(statuses: &mut broadcast::Receiver<(String, String, u16)>, sessio
 /// Asked of the browser, not read from the library's cache: an answer proves the browser is
 /// alive (the browser process answers, even while the page spins).
 pub(super) async fn url(page: &Page) -> ActResult<ActionOutput> {
+    Ok(value(json!(current_url(page).await?)))
+}
+
+/// The URL the browser says the page is on (`Target.getTargetInfo`).
+async fn current_url(page: &Page) -> ActResult<String> {
     use chromiumoxide::cdp::browser_protocol::target::GetTargetInfoParams;
     let info = GetTargetInfoParams::builder().target_id(page.target_id().clone()).build();
     let answer = page.execute(info).await.map_err(ActionFailure::cdp)?;
-    Ok(value(json!(answer.result.target_info.url)))
+    Ok(answer.result.target_info.url)
 }
 
 pub(super) async fn title(page: &Page) -> ActResult<ActionOutput> {

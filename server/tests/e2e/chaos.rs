@@ -122,7 +122,9 @@ async fn a_frozen_browser_is_a_dead_browser_even_to_a_caller_that_keeps_retrying
     let took = frozen.elapsed();
     eprintln!("SIGSTOP of the browser (unanswered after 4 s) -> CRASHED in {took:?}");
     assert_eq!(pb::SessionState::try_from(ended.state).unwrap(), pb::SessionState::Crashed);
-    assert!(took >= Duration::from_secs(4), "ended before the bound: {took:?}");
+    // Silence counts from the last answered probe, up to one probe interval (2 s) before the
+    // stop: never sooner than that.
+    assert!(took >= Duration::from_secs(2), "ended before the bound: {took:?}");
     let mut reason = None;
     while let Some(event) = tokio::time::timeout(Duration::from_secs(5), events.message()).await.unwrap().unwrap() {
         if let Some(pb::event::Kind::SessionEnded(e)) = event.kind {
