@@ -64,8 +64,13 @@ pub struct ActionCall {
     pub default_timeout: bool,
 }
 
-/// How far past its `timeout_ms` an action may answer (see [`Driver::run`]).
+/// How far past its `timeout_ms` an action that waits for no element may answer (see
+/// [`Driver::run`]).
 const OUTER_GRACE: Duration = Duration::from_millis(50);
+
+/// The same for an action that waits for elements: room for its last check, which ends its
+/// wait before `timeout_ms` unless the page (or the host) is slow to answer it.
+const ELEMENT_GRACE: Duration = Duration::from_millis(500);
 
 /// When an action must be done by, and what set that time, for the messages of waits that
 /// run out.
@@ -716,11 +721,12 @@ impl Driver {
         let baseline = self.shared.dialog_seq.load(Ordering::SeqCst);
         let mut dialogs = self.shared.dialog.subscribe();
         let until = Deadline::of(call);
-        // Element waits use the whole budget, their last check starting before it ends; the
-        // grace lets that check (a few ms) report ELEMENT_NOT_FOUND before the outer deadline
-        // turns the result into TIMEOUT. Anything else that runs over (a script, a load)
-        // answers TIMEOUT by `timeout_ms` plus this.
-        let outer = call.timeout + OUTER_GRACE;
+        // Element waits use the whole budget, their last check starting before it ends: the
+        // grace lets that check (a few ms, more on a loaded host) report ELEMENT_NOT_FOUND
+        // before the outer deadline turns the result into TIMEOUT. Anything else that runs
+        // over (a script, a load) answers TIMEOUT by `timeout_ms` plus a small grace.
+        let waits_for_elements = !call.selector.is_empty() || call.action.kind == ActionKind::WaitFor;
+        let outer = call.timeout + if waits_for_elements { ELEMENT_GRACE } else { OUTER_GRACE };
         let mut unstick = active.as_ref().map(|(tab, _)| Unstick {
             lock: self.shared.unsticking.clone(),
             raw: self.raw.clone(),
