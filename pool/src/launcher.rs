@@ -208,13 +208,7 @@ impl Process {
     /// busy host never gets to. So the group is raised to normal first.
     pub(crate) async fn kill(mut self) {
         let spawned = self.spawned();
-        let raised = tokio::task::spawn_blocking(move || {
-            if let Some(cgroup) = &spawned.cgroup {
-                let _ = cgroup.set_cpu_weight(crate::cgroup::LEASED_WEIGHT);
-            }
-            set_group_policy(spawned.pgid, libc::SCHED_OTHER, 1);
-        });
-        let _ = raised.await;
+        let _ = tokio::task::spawn_blocking(move || spawned.raise()).await;
         self.kill_group();
         if tokio::time::timeout(Duration::from_secs(5), self.child.wait()).await.is_err() {
             tracing::warn!(pid = self.pgid, "chromium did not exit after sigkill");
@@ -410,24 +404,18 @@ impl Spawned {
 }
 
 /// Puts every thread of process group `pgid` back at normal priority (`SCHED_OTHER`; see
-/// [`launch`]). Twice over, for threads started while the first pass ran. Blocking: it reads
-/// `/proc`.
+/// [`launch`]). Twice over `/proc`, for threads started while the first pass ran.
+/// Blocking.
 pub(crate) fn raise_priority(pgid: u32) {
-    set_group_policy(pgid, libc::SCHED_OTHER, 2);
-}
-
-/// Sets every thread of process group `pgid` to scheduling policy `policy`, in `passes` passes
-/// over `/proc` (a later pass catches threads started while the one before ran). Blocking.
-fn set_group_policy(pgid: u32, policy: libc::c_int, passes: usize) {
     let param = libc::sched_param { sched_priority: 0 };
-    for _ in 0..passes {
+    for _ in 0..2 {
         for pid in group_pids(pgid) {
             let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { continue };
             for task in tasks.flatten() {
                 if let Some(tid) = task.file_name().to_str().and_then(|t| t.parse::<libc::pid_t>().ok()) {
                     // SAFETY: sched_setscheduler has no memory preconditions; a thread gone
                     // meanwhile only makes it fail.
-                    unsafe { libc::sched_setscheduler(tid, policy, &param) };
+                    unsafe { libc::sched_setscheduler(tid, libc::SCHED_OTHER, &param) };
                 }
             }
         }

@@ -131,11 +131,14 @@ fn binary() -> anyhow::Result<PathBuf> {
     }
 }
 
-/// The leased browser of `session`: its main process id.
-async fn browser_pid(client: &Client, session: &str) -> anyhow::Result<i32> {
+/// A session on `server`: its client, its id and its browser's main process id.
+async fn leased(server: &Server) -> anyhow::Result<(Client, String, i32)> {
+    let client = server.client().await?;
+    let id = client.acquire(30_000).await?.session_id;
     let status = client.admin().pool_status(pb::PoolStatusRequest {}).await?.into_inner();
-    let worker = status.workers.iter().find(|w| w.session_id == session).ok_or_else(|| anyhow::anyhow!("no worker"))?;
-    Ok(worker.pid as i32)
+    let worker = status.workers.iter().find(|w| w.session_id == id).ok_or_else(|| anyhow::anyhow!("no worker"))?;
+    let pid = worker.pid as i32;
+    Ok((client, id, pid))
 }
 
 /// What a call answered, in a word: `ok`, the action's error code, or the status code.
@@ -188,9 +191,7 @@ fn processes_naming(needle: &str) -> usize {
 
 async fn browser_stop() -> anyhow::Result<()> {
     let server = Server::sqlite()?;
-    let client = server.client().await?;
-    let id = client.acquire(30_000).await?.session_id;
-    let pid = browser_pid(&client, &id).await?;
+    let (client, id, pid) = leased(&server).await?;
     // SAFETY: stopping a process group our server started.
     unsafe { libc::killpg(pid, libc::SIGSTOP) };
     let mut a = action("evaluate", "", "1 + 1");
@@ -209,9 +210,7 @@ async fn browser_stop() -> anyhow::Result<()> {
 
 async fn browser_kill() -> anyhow::Result<()> {
     let server = Server::sqlite()?;
-    let client = server.client().await?;
-    let id = client.acquire(30_000).await?.session_id;
-    let pid = browser_pid(&client, &id).await?;
+    let (client, id, pid) = leased(&server).await?;
     // SAFETY: killing a process our server started.
     unsafe { libc::kill(pid, libc::SIGKILL) };
     let (ended, after) = until_ended(&client, &id, Duration::from_secs(30)).await;

@@ -295,7 +295,6 @@ impl Given {
     }
 }
 
-/// A host name or an IP address, nothing else (no port, scheme or path).
 /// At least two probes' worth: a busy browser on a loaded host answers late, not never.
 fn parse_unresponsive(s: &str) -> Result<Duration, String> {
     let d = humantime::parse_duration(s).map_err(|e| e.to_string())?;
@@ -305,6 +304,7 @@ fn parse_unresponsive(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
+/// A host name or an IP address, nothing else (no port, scheme or path).
 fn parse_advertise_host(s: &str) -> Result<String, String> {
     let host = s.trim();
     let bare = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);

@@ -625,13 +625,7 @@ impl HttpBody for EndsUnavailable {
                 tracing::warn!(error = %e, "{}", self.lost);
                 let status = tonic::Status::unavailable(format!("{}: {}; retry", self.lost, e.message()));
                 let answer: http::Response<Body> = status.into_http();
-                let mut trailers = http::HeaderMap::new();
-                for name in ["grpc-status", "grpc-message"] {
-                    if let Some(value) = answer.headers().get(name) {
-                        trailers.insert(name, value.clone());
-                    }
-                }
-                Poll::Ready(Some(Ok(Frame::trailers(trailers))))
+                Poll::Ready(Some(Ok(Frame::trailers(status_trailers(answer.headers())))))
             }
             other => Poll::Ready(other),
         }
@@ -640,6 +634,17 @@ impl HttpBody for EndsUnavailable {
     fn is_end_stream(&self) -> bool {
         self.body.as_ref().is_none_or(HttpBody::is_end_stream)
     }
+}
+
+/// The status of a trailers-only answer (its headers), as trailers of a body.
+fn status_trailers(headers: &http::HeaderMap) -> http::HeaderMap {
+    let mut trailers = http::HeaderMap::new();
+    for name in ["grpc-status", "grpc-message", "grpc-status-details-bin"] {
+        if let Some(value) = headers.get(name) {
+            trailers.insert(name, value.clone());
+        }
+    }
+    trailers
 }
 
 /// `Sessions.Drive`: its headers are answered before its first message is read.
@@ -671,14 +676,8 @@ impl HttpBody for Deferred {
                     let answer = std::task::ready!(routed.as_mut().poll(cx));
                     let (head, body) = answer.into_parts();
                     if head.headers.contains_key("grpc-status") {
-                        let mut trailers = http::HeaderMap::new();
-                        for name in ["grpc-status", "grpc-message", "grpc-status-details-bin"] {
-                            if let Some(value) = head.headers.get(name) {
-                                trailers.insert(name, value.clone());
-                            }
-                        }
                         *self = Deferred::Done;
-                        return Poll::Ready(Some(Ok(Frame::trailers(trailers))));
+                        return Poll::Ready(Some(Ok(Frame::trailers(status_trailers(&head.headers)))));
                     }
                     *self = Deferred::Streaming(body);
                 }

@@ -562,7 +562,7 @@ impl Sessions {
 
     /// Ends as `state` the live sessions with an action still running (its lease held): a
     /// shutdown whose grace ran out kills those, and closes the others as usual.
-    pub async fn end_busy(&self, state: SessionState, reason: &str) -> usize {
+    pub async fn end_busy(&self, state: SessionState, reason: &str) {
         let busy: Vec<String> = self
             .live_map()
             .iter()
@@ -574,7 +574,6 @@ impl Sessions {
                 tracing::warn!(session = %id, error = %e, "could not record end");
             }
         }
-        busy.len()
     }
 
     /// Ends every live session (server shutdown).

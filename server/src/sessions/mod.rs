@@ -208,6 +208,11 @@ pub(crate) struct StoreSeen {
 }
 
 impl StoreSeen {
+    /// A replica that has just reached the database, at `now` (it starts counting).
+    pub(crate) fn started(now: std::time::Instant) -> StoreSeen {
+        StoreSeen { since: Some(now), last_ok: now }
+    }
+
     /// Notes a heartbeat that went through (`ok`) or failed, at `now`. A beat after a gap
     /// (failed beats, or none for longer than [`BEAT_GAP`]) starts the count again.
     pub(crate) fn went(&mut self, ok: bool, now: std::time::Instant) {
@@ -243,7 +248,7 @@ mod store_seen_tests {
     #[test]
     fn a_replica_judges_only_after_ten_seconds_of_beats_without_a_gap() {
         let t0 = Instant::now();
-        let mut seen = StoreSeen { since: Some(t0), last_ok: t0 };
+        let mut seen = StoreSeen::started(t0);
         assert!(!seen.may_judge(t0 + Duration::from_secs(5)), "just started");
         beating(t0, 1..11, &mut seen);
         assert!(seen.may_judge(t0 + Duration::from_secs(10)));
@@ -260,7 +265,7 @@ mod store_seen_tests {
     #[test]
     fn a_beat_that_took_long_is_a_gap_and_silence_stops_judging() {
         let t0 = Instant::now();
-        let mut seen = StoreSeen { since: Some(t0), last_ok: t0 };
+        let mut seen = StoreSeen::started(t0);
         beating(t0, 1..12, &mut seen);
         assert!(seen.may_judge(t0 + Duration::from_secs(11)));
         // No beat for 5 s (one stuck on the database) is not judging time...
@@ -293,10 +298,7 @@ impl Sessions {
                 ending_now: Mutex::new(HashMap::new()),
                 cdp_base: std::sync::OnceLock::new(),
                 addrs: std::sync::OnceLock::new(),
-                store_seen: Mutex::new(StoreSeen {
-                    since: Some(std::time::Instant::now()),
-                    last_ok: std::time::Instant::now(),
-                }),
+                store_seen: Mutex::new(StoreSeen::started(std::time::Instant::now())),
                 metrics: Default::default(),
             }),
         }
