@@ -812,7 +812,12 @@ pub async fn cdp_forward(State(peers): State<Peers>, req: AxumRequest, next: Nex
     // The ticket or token is checked by the owner alone (a ticket lives in its memory).
     match peers.route(&id, None).await {
         Route::Owner(owner) => peers.forward_cdp(req, &owner, &id).await,
-        Route::Unavailable(why) => (http::StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")).into_response(),
+        // Nothing checked the caller yet: the answer names no database error; the log does.
+        Route::Unavailable(_) => (
+            http::StatusCode::SERVICE_UNAVAILABLE,
+            format!("which replica holds session {id} cannot be found now; retry, or see the server log\n"),
+        )
+            .into_response(),
         Route::Here => next.run(req).await,
     }
 }
