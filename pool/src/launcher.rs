@@ -210,6 +210,16 @@ impl Process {
         let spawned = self.spawned();
         let _ = tokio::task::spawn_blocking(move || spawned.raise()).await;
         self.kill_group();
+        // Every process of it killed at once (strays and the uid's too), so they all exit
+        // side by side rather than each after the browser's.
+        let (profile, uid) = (self.profile.clone(), self.uid);
+        let _ = tokio::task::spawn_blocking(move || {
+            kill_strays(&profile);
+            if let Some(uid) = uid {
+                kill_uid(uid, false);
+            }
+        })
+        .await;
         if tokio::time::timeout(Duration::from_secs(5), self.child.wait()).await.is_err() {
             tracing::warn!(pid = self.pgid, "chromium did not exit after sigkill");
         }

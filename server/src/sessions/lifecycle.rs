@@ -478,19 +478,30 @@ impl Sessions {
         // A running action answers at once and lets go of the lease.
         *live.ended_as.lock().unwrap_or_else(|e| e.into_inner()) = Some(state);
         live.stop.cancel();
-        let recorded = self.inner.store.end_session(id, state, at, reason).await;
-        if let (Some(tx), Ok(_)) = (recorded_tx, &recorded) {
-            let _ = tx.send(true);
-            // The caller waiting for the record was woken onto this thread's next-task slot,
-            // which no other thread may take: let it answer before the worker's kill runs here.
-            tokio::task::yield_now().await;
-        }
-        let lease = live.lease.lock().await.take();
-        if let Some(lease) = lease {
-            // The last event readers see; they end when the worker (and its hub) is gone.
-            lease.driver().emit(EventKind::SessionEnded { state: state.as_str().into(), reason: reason.into() });
-            lease.release().await;
-        }
+        // The record and the kill go side by side: on a host whose disk is busy the write may
+        // take a while, and a tenant's browser should not run on meanwhile.
+        let began = std::time::Instant::now();
+        let record = async {
+            let recorded = self.inner.store.end_session(id, state, at, reason).await;
+            let took = began.elapsed();
+            if let (Some(tx), Ok(_)) = (recorded_tx, &recorded) {
+                let _ = tx.send(true);
+                // The caller waiting for the record was woken onto this thread's next-task
+                // slot, which no other thread may take: let it answer.
+                tokio::task::yield_now().await;
+            }
+            (recorded, took)
+        };
+        let kill = async {
+            let lease = live.lease.lock().await.take();
+            if let Some(lease) = lease {
+                // The last event readers see; they end when the worker (and its hub) is gone.
+                lease.driver().emit(EventKind::SessionEnded { state: state.as_str().into(), reason: reason.into() });
+                lease.release().await;
+            }
+            began.elapsed()
+        };
+        let ((recorded, record_took), kill_took) = tokio::join!(record, kill);
         // Only now, with the worker gone, may the next waiter (here or on another replica) be
         // admitted.
         let slots = live.slot.lock().unwrap_or_else(|e| e.into_inner()).take();
@@ -498,7 +509,14 @@ impl Sessions {
             claim.release().await;
             drop(slot);
         }
-        tracing::info!(session = %id, state = state.as_str(), reason, "session ended");
+        tracing::info!(
+            session = %id,
+            state = state.as_str(),
+            reason,
+            recorded_ms = record_took.as_millis() as u64,
+            killed_ms = kill_took.as_millis() as u64,
+            "session ended"
+        );
         recorded?;
         Ok(true)
     }

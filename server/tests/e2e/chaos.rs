@@ -812,15 +812,23 @@ async fn cleanup_keeps_up_with_every_core_busy() {
         "with {} busy loops: release -> processes gone after {gone:?}, profile deleted after {deleted:?}",
         hogs.0.len()
     );
-    assert!(gone.is_some_and(|t| t <= Duration::from_secs(2)), "worker processes left: {gone:?}");
-    assert!(deleted.is_some_and(|t| t <= Duration::from_secs(5)), "profile left: {deleted:?}");
 
     // Only warm (or booting) workers left: SIGTERM ends the server promptly all the same.
     let started = Instant::now();
-    let (status, _server) = terminate(server).await;
+    let (status, log) = tokio::task::spawn_blocking(move || {
+        let mut server = server;
+        server.terminate()
+    })
+    .await
+    .unwrap();
     let took = started.elapsed();
     eprintln!("with {} busy loops: SIGTERM with no session -> exit {:?} after {took:?}", hogs.0.len(), status.code());
     drop(hogs);
+    // Where the time went (the record and the kill each say how long they took).
+    let ended: Vec<_> = log.iter().filter(|l| l.contains("session ended")).collect();
+    eprintln!("{ended:?}");
+    assert!(gone.is_some_and(|t| t <= Duration::from_secs(2)), "worker processes left: {gone:?}");
+    assert!(deleted.is_some_and(|t| t <= Duration::from_secs(5)), "profile left: {deleted:?}");
     assert_eq!(status.code(), Some(0));
     assert!(took <= Duration::from_secs(3), "exit after {took:?}");
 }
