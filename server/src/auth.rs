@@ -1063,7 +1063,7 @@ mod tests {
         let keys = Arc::new(keys);
         let store =
             crate::store::Store::open(&format!("sqlite://{}", dir.path().join("t.db").display())).await.unwrap();
-        let (audit, _writer) = crate::audit::AuditLog::new(store);
+        let (audit, _writer) = crate::audit::AuditLog::new(store, None);
         let handler = tower::service_fn(|_: http::Request<()>| async {
             Ok::<_, std::convert::Infallible>(http::Response::new(String::new()))
         });
@@ -1155,7 +1155,7 @@ mod tests {
         let keys = Arc::new(keys);
         let store =
             crate::store::Store::open(&format!("sqlite://{}", dir.path().join("t.db").display())).await.unwrap();
-        let (audit, _writer) = crate::audit::AuditLog::new(store);
+        let (audit, _writer) = crate::audit::AuditLog::new(store, None);
         let handler = tower::service_fn(|_: http::Request<()>| async {
             Ok::<_, std::convert::Infallible>(http::Response::new(String::new()))
         });

@@ -81,9 +81,20 @@ pub struct StoreArgs {
     /// `postgres://user:password@host:port/db`. Replicas sharing one database share tenant quotas.
     #[arg(long, env = "BROWSERPOOL_DATABASE_URL")]
     pub database_url: Option<String>,
+    /// File where audit records wait, durably, while the database refuses them (an outage, a
+    /// full disk), so live sessions keep working meanwhile; default
+    /// `<data-dir>/audit-spool.jsonl`. Holds at most 100,000 records: past that, or when it
+    /// cannot be written either, actions are refused.
+    #[arg(long, env = "BROWSERPOOL_AUDIT_SPOOL")]
+    pub audit_spool: Option<PathBuf>,
 }
 
 impl StoreArgs {
+    /// The audit spool's path, defaulting to a file in the data dir.
+    pub fn audit_spool(&self) -> PathBuf {
+        self.audit_spool.clone().unwrap_or_else(|| self.data_dir.join(crate::audit::spool::SPOOL_FILE))
+    }
+
     /// The database URL, defaulting to a SQLite file in the data dir.
     pub fn database_url(&self) -> String {
         self.database_url

@@ -237,6 +237,10 @@ async fn readyz(State(state): State<HttpState>) -> impl IntoResponse {
     if let Some(fault) = state.sessions.audit().fault() {
         return (StatusCode::SERVICE_UNAVAILABLE, format!("audit trail not written: {fault}\n"));
     }
+    // Live sessions go on meanwhile; new ones would not start.
+    if let Some(spooling) = state.sessions.audit().spooling() {
+        return (StatusCode::SERVICE_UNAVAILABLE, format!("audit trail behind: {spooling}\n"));
+    }
     // Not ready while workers fail to boot: new sessions could not be served.
     let pool = state.sessions.pool();
     match pool.last_boot_error() {
@@ -272,6 +276,11 @@ async fn metrics(State(state): State<HttpState>) -> impl IntoResponse {
             "browserpool_audit_writable",
             "1 while the audit trail is written, 0 after a failed write.",
             audit.healthy() as usize,
+        ),
+        (
+            "browserpool_audit_spooled",
+            "Audit records kept in the local spool while the database refuses them.",
+            audit.spooled() as usize,
         ),
         (
             "browserpool_store_writable",

@@ -155,7 +155,18 @@ pub async fn bind(args: ServeArgs) -> anyhow::Result<Bound> {
         },
         stages.serving.clone(),
     );
-    let (audit, audit_writer) = AuditLog::new(store.clone());
+    // What the database refuses of the audit trail waits here, on this server's own disk;
+    // what a previous run left in it goes into the chain first.
+    let spool_path = args.store.audit_spool();
+    let spool =
+        crate::audit::Spool::open(&spool_path).with_context(|| format!("audit spool {}", spool_path.display()))?;
+    if !spool.is_empty() {
+        tracing::warn!(
+            records = spool.len(),
+            "a previous run left audit records in the local spool; they go into the chain first"
+        );
+    }
+    let (audit, audit_writer) = AuditLog::new(store.clone(), Some(spool));
     let sessions = Sessions::new(
         store.clone(),
         pool,

@@ -562,18 +562,31 @@ impl Store {
     /// Appends `entries` to the chain, in order, in one transaction: under the `audit` lock it
     /// reads the tail, so writers of several replicas extend one chain and never fork it.
     pub async fn append_audit(&self, entries: &[Entry], at_ms: i64) -> Result<(), StoreError> {
+        self.append_audit_groups(&[(at_ms, entries)]).await
+    }
+
+    /// [`Store::append_audit`] for groups of entries each with the time it happened (the
+    /// audit spool's, written while the database was away), in one transaction.
+    pub async fn append_audit_groups(&self, groups: &[(i64, &[Entry])]) -> Result<(), StoreError> {
         self.noted(async {
             with_pool!(self, pool => {
                 let mut tx = pool.begin().await?;
                 sqlx::query(LOCK).bind("audit").execute(&mut *tx).await?;
-                let (seq, prev) = match sqlx::query("SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1")
+                let (mut seq, mut prev) = match sqlx::query("SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1")
                     .fetch_optional(&mut *tx)
                     .await?
                 {
                     Some(r) => (Cols(&r).get::<i64>("seq")? as u64, Cols(&r).get::<String>("hash")?),
                     None => (0, String::new()),
                 };
-                for r in crate::audit::chain::chain(seq, prev, entries, at_ms) {
+                let records = groups.iter().flat_map(|(at_ms, entries)| {
+                    let records = crate::audit::chain::chain(seq, prev.clone(), entries, *at_ms);
+                    if let Some(last) = records.last() {
+                        (seq, prev) = (last.seq, last.hash.clone());
+                    }
+                    records
+                });
+                for r in records.collect::<Vec<_>>() {
                     let e = &r.entry;
                     sqlx::query(
                         "INSERT INTO audit (seq, at_ms, tenant, subject, jti_hash, session_id, rpc, action, alias_of, \
@@ -1133,6 +1146,22 @@ mod tests {
             assert_eq!(crate::audit::chain::verify_chain(&all), (50, None), "{}", one.backend_name());
             let newest = one.audit_query(&AuditFilter { limit: 3, ..Default::default() }).await.unwrap();
             assert_eq!(newest.iter().map(|r| r.seq).collect::<Vec<_>>(), vec![50, 49, 48]);
+        }
+    }
+
+    #[tokio::test]
+    async fn spooled_groups_go_in_at_once_each_with_its_time_after_the_tail() {
+        let dir = tempfile::tempdir().unwrap();
+        for url in backends(dir.path()).await {
+            let store = Store::open(&url).await.unwrap();
+            let entry = |rpc: &str| Entry { tenant: "t".into(), rpc: rpc.into(), ..Default::default() };
+            store.append_audit(&[entry("/before")], 100).await.unwrap();
+            let (first, second) = ([entry("/a"), entry("/b")], [entry("/c")]);
+            store.append_audit_groups(&[(10, &first[..]), (20, &second[..])]).await.unwrap();
+            let all = store.audit_all().await.unwrap();
+            assert_eq!(crate::audit::chain::verify_chain(&all), (4, None), "{}", store.backend_name());
+            let got: Vec<(u64, i64, &str)> = all.iter().map(|r| (r.seq, r.at_ms, r.entry.rpc.as_str())).collect();
+            assert_eq!(got, [(1, 100, "/before"), (2, 10, "/a"), (3, 10, "/b"), (4, 20, "/c")]);
         }
     }
 

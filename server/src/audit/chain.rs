@@ -7,7 +7,7 @@ use sha2::{Digest, Sha256};
 use crate::jcs::jcs;
 
 /// What happened, before it has a place in the chain.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Entry {
     pub tenant: String,
     pub subject: String,

@@ -8,9 +8,12 @@
 //!
 //! - work takes its place in the queue ([`Place`]) before it starts, so its record always has
 //!   room; a full queue refuses the work (UNAVAILABLE) instead;
-//! - a batch the database refuses is kept, in order, and retried with backoff until it is
-//!   written; meanwhile the log is unhealthy and new actions are refused, and it turns healthy
-//!   again only once nothing written before the fault is still waiting.
+//! - a batch the database refuses goes to the local [`spool`] (durable, bounded) and so does
+//!   every record after it, in order, until the spool has moved into the chain: actions go on
+//!   while the database is away, and `/readyz` says the trail is behind;
+//! - a batch neither the database nor the spool takes is kept, in order, and retried with
+//!   backoff until it is written; meanwhile the log is unhealthy and new actions are refused,
+//!   and it turns healthy again only once nothing written before the fault is still waiting.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -25,8 +28,10 @@ use crate::store::{Store, StoreError};
 
 pub mod chain;
 pub mod refusals;
+pub mod spool;
 pub use chain::{chain, verify_chain, Entry, Record};
 pub use refusals::rpc_name;
+pub use spool::Spool;
 
 /// How many records may wait in the queue for the writer (besides the batch it is writing).
 /// A place is taken when work starts: every call in flight holds one for its RPC-level
@@ -64,6 +69,10 @@ struct State {
     lost_refusals: AtomicU64,
     /// Refused calls counted per source and reason (see [`refusals`]).
     refusals: Mutex<refusals::Refusals>,
+    /// Why records go to the spool (the database's error), while it holds any.
+    spooling: Mutex<Option<String>>,
+    /// Records in the spool.
+    spooled: AtomicU64,
 }
 
 impl State {
@@ -88,16 +97,18 @@ impl Place {
 }
 
 impl AuditLog {
-    /// The log and its writer; run the writer with [`Writer::run`].
-    pub fn new(store: Store) -> (AuditLog, Writer<Store>) {
-        AuditLog::with_sink(store, QUEUE_CAPACITY)
+    /// The log and its writer, which keeps in `spool` what the database refuses; run the
+    /// writer with [`Writer::run`].
+    pub fn new(store: Store, spool: Option<Spool>) -> (AuditLog, Writer<Store>) {
+        AuditLog::with_sink(store, QUEUE_CAPACITY, spool)
     }
 
     /// The log and a writer appending to `sink` through a queue of `capacity`.
-    pub fn with_sink<S: Sink>(sink: S, capacity: usize) -> (AuditLog, Writer<S>) {
+    pub fn with_sink<S: Sink>(sink: S, capacity: usize, spool: Option<Spool>) -> (AuditLog, Writer<S>) {
         let (tx, rx) = mpsc::channel(capacity);
         let state = Arc::new(State::default());
-        (AuditLog { tx, state: state.clone() }, Writer { sink, rx, state })
+        state.spooled.store(spool.as_ref().map_or(0, |s| s.len() as u64), Ordering::Relaxed);
+        (AuditLog { tx, state: state.clone() }, Writer { sink, rx, state, spool })
     }
 
     /// A place for the record of an action about to run. Refused while the trail cannot be
@@ -166,6 +177,24 @@ impl AuditLog {
     /// Why the trail is unhealthy (one line), if it is.
     pub fn fault(&self) -> Option<String> {
         self.state.fault.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Why records go to the local spool instead of the database, while it holds any (a
+    /// spool left by a previous run, before the writer moves it, says so too).
+    pub fn spooling(&self) -> Option<String> {
+        let spooled = self.spooled();
+        (spooled > 0).then(|| {
+            let why = self.state.spooling.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            format!(
+                "{spooled} records kept in the local spool until the database takes them: {}",
+                why.unwrap_or_else(|| "left by a previous run".into())
+            )
+        })
+    }
+
+    /// Records in the local spool.
+    pub fn spooled(&self) -> u64 {
+        self.state.spooled.load(Ordering::Relaxed)
     }
 
     /// Records waiting in the queue, places taken for work still running included.
@@ -272,11 +301,20 @@ impl crate::grpc_status::CallEnd for AuditEnd {
 pub trait Sink: Send + Sync + 'static {
     /// Appends `entries` to the chain in one transaction: all of them or none.
     fn append(&self, entries: &[Entry], at_ms: i64) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Appends the spool's records (groups of entries, each with its time) in one
+    /// transaction.
+    fn append_spooled(&self, groups: &[(i64, Vec<Entry>)]) -> impl Future<Output = Result<(), StoreError>> + Send;
 }
 
 impl Sink for Store {
     fn append(&self, entries: &[Entry], at_ms: i64) -> impl Future<Output = Result<(), StoreError>> + Send {
         self.append_audit(entries, at_ms)
+    }
+
+    async fn append_spooled(&self, groups: &[(i64, Vec<Entry>)]) -> Result<(), StoreError> {
+        let groups: Vec<(i64, &[Entry])> = groups.iter().map(|(at, entries)| (*at, entries.as_slice())).collect();
+        self.append_audit_groups(&groups).await
     }
 }
 
@@ -285,6 +323,7 @@ pub struct Writer<S = Store> {
     sink: S,
     rx: mpsc::Receiver<Entry>,
     state: Arc<State>,
+    spool: Option<Spool>,
 }
 
 /// Records per transaction.
@@ -317,15 +356,21 @@ impl Backoff {
 
 impl<S: Sink> Writer<S> {
     /// Appends entries until shutdown, then drains what is queued (for at most a few seconds)
-    /// and returns. A batch the database refuses is kept and retried, in order, with backoff.
+    /// and returns. A batch the database refuses goes to the spool, or when that cannot take
+    /// it either, is kept and retried, in order, with backoff.
     pub async fn run(mut self, shutdown: tokio_util::sync::CancellationToken) {
         let mut pending: Vec<Entry> = Vec::new();
         let mut backoff = Backoff::new();
         let mut failures = 0u32;
         // Refusal windows that are over give their closing records (see `refusals`).
         let mut sweep = tokio::time::interval(Duration::from_secs(1));
+        // When to try moving the spool into the chain next (a spool left by a previous run:
+        // at once).
+        let mut unspool_at = tokio::time::Instant::now();
+        let mut unspool_backoff = Backoff::new();
         loop {
             if pending.is_empty() {
+                let spooling = self.spool.as_ref().is_some_and(|s| !s.is_empty());
                 tokio::select! {
                     e = self.rx.recv() => match e {
                         Some(e) => pending.push(e),
@@ -337,6 +382,14 @@ impl<S: Sink> Writer<S> {
                             continue;
                         }
                     }
+                    _ = tokio::time::sleep_until(unspool_at), if spooling => {
+                        if self.unspool().await {
+                            unspool_backoff = Backoff::new();
+                        } else {
+                            unspool_at = tokio::time::Instant::now() + unspool_backoff.next_delay();
+                        }
+                        continue;
+                    }
                     _ = shutdown.cancelled() => break,
                 }
             }
@@ -346,10 +399,13 @@ impl<S: Sink> Writer<S> {
                     Err(_) => break,
                 }
             }
-            match self.sink.append(&pending, now_ms()).await {
-                Ok(()) => {
+            match self.put(&pending).await {
+                Ok(spooled) => {
                     pending.clear();
                     backoff = Backoff::new();
+                    if spooled {
+                        unspool_at = unspool_at.max(tokio::time::Instant::now() + Backoff::FIRST);
+                    }
                     if failures > 0 {
                         // Healthy again only once nothing queued during the fault is left.
                         if self.rx.is_empty() {
@@ -373,7 +429,7 @@ impl<S: Sink> Writer<S> {
                     } else {
                         tracing::warn!(error = %e, attempt = failures, unwritten, retry_in_ms = delay.as_millis() as u64, "audit write failed again");
                     }
-                    self.state.set_fault(Some(e.to_string().replace('\n', " ")));
+                    self.state.set_fault(Some(e.replace('\n', " ")));
                     tokio::select! {
                         _ = tokio::time::sleep(delay) => {}
                         _ = shutdown.cancelled() => break,
@@ -385,8 +441,68 @@ impl<S: Sink> Writer<S> {
         tracing::debug!("audit writer ended");
     }
 
-    /// Shutdown: what was queued still goes in, in order, retried until [`SHUTDOWN_GRACE`]
-    /// is up; what the database still refuses then is logged as lost.
+    /// Writes `entries` where they go now: behind the spool while it holds records (so the
+    /// chain keeps their order), else into the chain, else into the spool. `Ok(true)` when
+    /// they went to the spool; `Err` says why neither took them.
+    async fn put(&mut self, entries: &[Entry]) -> Result<bool, String> {
+        let at = now_ms();
+        if self.spool.as_ref().is_some_and(|s| !s.is_empty()) {
+            return self.keep_in_spool(entries, at).map(|()| true);
+        }
+        let refused = match self.sink.append(entries, at).await {
+            Ok(()) => return Ok(false),
+            Err(e) => e.to_string().replace('\n', " "),
+        };
+        if self.spool.is_none() {
+            return Err(refused);
+        }
+        self.keep_in_spool(entries, at).map_err(|e| format!("{refused}; nor could the local spool take them: {e}"))?;
+        tracing::error!(error = %refused, records = entries.len(), "audit write failed; records go to the local spool until the database takes them again");
+        *self.state.spooling.lock().unwrap_or_else(|e| e.into_inner()) = Some(refused);
+        Ok(true)
+    }
+
+    fn keep_in_spool(&mut self, entries: &[Entry], at: i64) -> Result<(), String> {
+        let spool = self.spool.as_mut().ok_or("no spool")?;
+        spool.push(entries, at).map_err(|e| e.to_string())?;
+        self.state.spooled.store(spool.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Moves what the spool holds into the chain, in one transaction, and empties it; true
+    /// once it is empty.
+    async fn unspool(&mut self) -> bool {
+        let Some(spool) = self.spool.as_mut() else { return true };
+        if spool.is_empty() {
+            return true;
+        }
+        let groups = match spool.batches() {
+            Ok(groups) => groups,
+            Err(e) => {
+                tracing::error!(error = %e, "the local audit spool cannot be read; its records stay in it");
+                return false;
+            }
+        };
+        if let Err(e) = self.sink.append_spooled(&groups).await {
+            tracing::warn!(error = %e, records = spool.len(), "the database still refuses the spooled audit records");
+            return false;
+        }
+        let records = spool.len();
+        if let Err(e) = spool.clear() {
+            // The records are in the chain: kept in the file too, the next start would chain
+            // them again. Nothing else can be done about it but say so.
+            tracing::error!(error = %e, records, "spooled audit records are in the chain but the spool could not be emptied; they would be chained twice");
+            return false;
+        }
+        self.state.spooled.store(0, Ordering::Relaxed);
+        *self.state.spooling.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        tracing::info!(records, "audit records kept in the local spool are in the chain");
+        true
+    }
+
+    /// Shutdown: what was queued still goes in, in order (into the chain, or the spool the
+    /// next start on this data dir moves), retried until [`SHUTDOWN_GRACE`] is up; what
+    /// neither takes then is logged as lost.
     async fn finish(&mut self, mut pending: Vec<Entry>) {
         let deadline = tokio::time::Instant::now() + SHUTDOWN_GRACE;
         // Places still taken (a call ending) are waited for: their records come last.
@@ -395,11 +511,12 @@ impl<S: Sink> Writer<S> {
             pending.push(e);
         }
         pending.extend(self.state.refusals().sweep(now_ms(), true));
+        self.unspool().await;
         let mut backoff = Backoff::new();
         while !pending.is_empty() {
             let n = pending.len().min(BATCH);
-            match self.sink.append(&pending[..n], now_ms()).await {
-                Ok(()) => {
+            match self.put(&pending[..n]).await {
+                Ok(_) => {
                     pending.drain(..n);
                 }
                 Err(e) => {
@@ -412,6 +529,12 @@ impl<S: Sink> Writer<S> {
                     tokio::time::sleep(delay).await;
                 }
             }
+        }
+        if let Some(spool) = self.spool.as_ref().filter(|s| !s.is_empty()) {
+            tracing::warn!(
+                records = spool.len(),
+                "audit records stay in the local spool; the next start on this data dir moves them into the chain"
+            );
         }
     }
 }
@@ -457,6 +580,11 @@ mod tests {
             self.written.lock().unwrap().extend_from_slice(entries);
             Ok(())
         }
+
+        async fn append_spooled(&self, groups: &[(i64, Vec<Entry>)]) -> Result<(), StoreError> {
+            let entries: Vec<Entry> = groups.iter().flat_map(|(_, es)| es.clone()).collect();
+            self.append(&entries, 0).await
+        }
     }
 
     fn entry(rpc: &str) -> Entry {
@@ -482,7 +610,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_refused_batch_is_kept_and_retried_in_order_until_written() {
         let sink = FakeSink::failing(3);
-        let (log, writer) = AuditLog::with_sink(sink.clone(), 16);
+        let (log, writer) = AuditLog::with_sink(sink.clone(), 16, None);
         let stop = tokio_util::sync::CancellationToken::new();
         let task = tokio::spawn(writer.run(stop.clone()));
         let started = tokio::time::Instant::now();
@@ -511,7 +639,7 @@ mod tests {
     async fn the_log_stays_unhealthy_until_the_backlog_of_the_fault_is_written() {
         let gate = Arc::new(tokio::sync::Semaphore::new(0));
         let sink = FakeSink { gate: Some(gate.clone()), ..FakeSink::failing(1) };
-        let (log, writer) = AuditLog::with_sink(sink.clone(), 2 * BATCH);
+        let (log, writer) = AuditLog::with_sink(sink.clone(), 2 * BATCH, None);
         // More than one batch waits before the writer starts: the first write fails, the
         // next one writes a full batch and leaves the rest still queued.
         for i in 0..BATCH + 10 {
@@ -535,9 +663,93 @@ mod tests {
         assert_eq!(sink.written(), expected);
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn a_database_away_sends_records_to_the_spool_and_actions_go_on_until_it_is_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let spool = Spool::open(&dir.path().join(spool::SPOOL_FILE)).unwrap();
+        let sink = FakeSink::failing(usize::MAX);
+        let (log, writer) = AuditLog::with_sink(sink.clone(), 16, Some(spool));
+        let stop = tokio_util::sync::CancellationToken::new();
+        let task = tokio::spawn(writer.run(stop.clone()));
+        for rpc in ["/a", "/b"] {
+            log.reserve().unwrap().record(entry(rpc));
+        }
+        until(Duration::from_secs(1), || log.spooled() == 2).await;
+        // Durable and in order: actions go on, and the trail says it is behind, and why.
+        assert!(log.healthy(), "{:?}", log.fault());
+        assert!(log.spooling().is_some_and(|s| s.contains("2 records") && s.contains("full")), "{:?}", log.spooling());
+        log.reserve().expect("an action may run").record(entry("/c"));
+        until(Duration::from_secs(1), || log.spooled() == 3).await;
+        let attempts = sink.attempts.load(Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let retried = sink.attempts.load(Ordering::SeqCst) - attempts;
+        assert!(
+            (4..=10).contains(&retried),
+            "the spool is offered back with backoff (100 ms doubling to 2 s): {retried} tries in 10 s"
+        );
+        assert!(sink.written().is_empty());
+        // The database is back: the spool goes in whole, then what follows.
+        sink.fail.store(0, Ordering::SeqCst);
+        until(Duration::from_secs(3), || log.spooled() == 0).await;
+        assert_eq!(log.spooling(), None);
+        log.reserve().unwrap().record(entry("/d"));
+        until(Duration::from_secs(1), || sink.written().len() == 4).await;
+        stop.cancel();
+        task.await.unwrap();
+        assert_eq!(sink.written(), ["/a", "/b", "/c", "/d"]);
+        assert!(Spool::open(&dir.path().join(spool::SPOOL_FILE)).unwrap().is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_spool_that_cannot_take_a_batch_fails_closed() {
+        let dir = tempfile::tempdir().unwrap();
+        let spool = Spool::open_bounded(&dir.path().join(spool::SPOOL_FILE), 1).unwrap();
+        let sink = FakeSink::failing(usize::MAX);
+        let (log, writer) = AuditLog::with_sink(sink.clone(), 16, Some(spool));
+        let (a, b) = (log.reserve().unwrap(), log.reserve().unwrap());
+        a.record(entry("/a"));
+        b.record(entry("/b"));
+        let stop = tokio_util::sync::CancellationToken::new();
+        let task = tokio::spawn(writer.run(stop.clone()));
+        until(Duration::from_secs(1), || !log.healthy()).await;
+        assert_eq!(log.reserve().unwrap_err(), AuditError::Unwritable);
+        assert!(log.fault().is_some_and(|f| f.contains("spool is full")), "{:?}", log.fault());
+        sink.fail.store(0, Ordering::SeqCst);
+        until(Duration::from_secs(5), || log.healthy()).await;
+        stop.cancel();
+        task.await.unwrap();
+        assert_eq!(sink.written(), ["/a", "/b"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_spool_left_by_a_previous_run_goes_in_first_and_a_dead_database_keeps_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(spool::SPOOL_FILE);
+        Spool::open(&path).unwrap().push(&[entry("/old")], 5).unwrap();
+        let sink = FakeSink::default();
+        let (log, writer) = AuditLog::with_sink(sink.clone(), 16, Some(Spool::open(&path).unwrap()));
+        assert!(log.spooling().is_some_and(|s| s.contains("previous run")), "{:?}", log.spooling());
+        let stop = tokio_util::sync::CancellationToken::new();
+        let task = tokio::spawn(writer.run(stop.clone()));
+        log.reserve().unwrap().record(entry("/new"));
+        until(Duration::from_secs(1), || sink.written().len() == 2).await;
+        assert_eq!(sink.written(), ["/old", "/new"]);
+
+        // Shut down while the database refuses: the last records wait in the spool.
+        sink.fail.store(usize::MAX, Ordering::SeqCst);
+        log.reserve().unwrap().record(entry("/last"));
+        stop.cancel();
+        task.await.unwrap();
+        let left = Spool::open(&path).unwrap();
+        assert_eq!(
+            left.batches().unwrap().into_iter().flat_map(|(_, es)| es).map(|e| e.rpc).collect::<Vec<_>>(),
+            ["/last"]
+        );
+    }
+
     #[tokio::test]
     async fn a_full_queue_refuses_work_and_gives_places_back() {
-        let (log, mut writer) = AuditLog::with_sink(FakeSink::default(), 2);
+        let (log, mut writer) = AuditLog::with_sink(FakeSink::default(), 2, None);
         let first = log.reserve().unwrap();
         let second = log.reserve_call().unwrap();
         assert_eq!(log.queued(), 2);
@@ -559,7 +771,7 @@ mod tests {
 
     #[tokio::test]
     async fn refusals_leave_the_last_quarter_of_the_queue_to_served_calls() {
-        let (log, mut writer) = AuditLog::with_sink(FakeSink::default(), 8);
+        let (log, mut writer) = AuditLog::with_sink(FakeSink::default(), 8, None);
         let held: Vec<Place> = (0..5).map(|_| log.reserve_call().unwrap()).collect();
         assert!(log.record_refusal("10.0.0.1", entry("/a")), "room left: queued");
         assert_eq!(log.lost_refusals(), 0);
@@ -585,7 +797,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn shutdown_waits_for_places_taken_and_gives_up_on_a_dead_database() {
         let sink = FakeSink::default();
-        let (log, writer) = AuditLog::with_sink(sink.clone(), 8);
+        let (log, writer) = AuditLog::with_sink(sink.clone(), 8, None);
         let stop = tokio_util::sync::CancellationToken::new();
         let task = tokio::spawn(writer.run(stop.clone()));
         // A call still running at shutdown: its record comes in after the signal.
@@ -598,7 +810,7 @@ mod tests {
 
         // A database that never takes the last records: the writer still ends, in bounded time.
         let sink = FakeSink::failing(usize::MAX);
-        let (log, writer) = AuditLog::with_sink(sink.clone(), 8);
+        let (log, writer) = AuditLog::with_sink(sink.clone(), 8, None);
         let stop = tokio_util::sync::CancellationToken::new();
         let task = tokio::spawn(writer.run(stop.clone()));
         log.reserve().unwrap().record(entry("/lost"));
@@ -633,7 +845,7 @@ mod tests {
     #[tokio::test]
     async fn a_call_is_recorded_with_the_status_its_response_ends_with() {
         use http_body::Body;
-        let (log, mut writer) = AuditLog::with_sink(FakeSink::default(), 8);
+        let (log, mut writer) = AuditLog::with_sink(FakeSink::default(), 8, None);
         let call = |rpc: &str| {
             let target = RpcTarget::default();
             target.set("s-1");

@@ -184,16 +184,22 @@ impl Drop for Tmpfs {
     }
 }
 
-/// The SQLite file is on a tmpfs that fills up, then is freed: actions are refused and
-/// `/readyz` answers 503 while it is full; once freed the server serves again within seconds
-/// (no restart, no lock left held), and every action that answered ok has its record.
+/// The SQLite file and the audit spool are on a tmpfs that fills up, then is freed: with
+/// nowhere to keep a record, actions are refused and `/readyz` answers 503 while it is full;
+/// once freed the server serves again within seconds (no restart, no lock left held), and
+/// every action that answered ok has its record.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_disk_fails_closed_and_recovers_with_every_record() {
     let db_dir = tempfile::tempdir().unwrap();
     let disk = Tmpfs::mount(db_dir.path(), "4m");
     let db = db_dir.path().join("browserpool.db");
     let url = format!("sqlite://{}", db.display());
-    let server = TestServer::start_with(|args| args.store.database_url = Some(url.clone())).await;
+    let spool = db_dir.path().join("audit-spool.jsonl");
+    let server = TestServer::start_with(|args| {
+        args.store.database_url = Some(url.clone());
+        args.store.audit_spool = Some(spool.clone());
+    })
+    .await;
     let http = server.http.to_string();
     let site = fixture_site().await;
     let client = server.admin().await;
@@ -249,12 +255,14 @@ async fn a_full_disk_fails_closed_and_recovers_with_every_record() {
 }
 
 /// Another process holds `BEGIN EXCLUSIVE` on the server's SQLite file for longer than the
-/// busy timeout: actions are refused and `/readyz` answers 503; once it lets go the server
-/// serves again by itself, with every record.
+/// busy timeout: the live session keeps answering actions, their records wait in the local
+/// audit spool, `/readyz` answers 503 and names the lock; once it lets go the server serves
+/// again by itself and the spool's records are in the chain, every one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_database_locked_by_another_process_fails_closed_and_recovers() {
+async fn a_database_locked_by_another_process_keeps_sessions_working_and_loses_no_record() {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite://{}", dir.path().join("browserpool.db").display());
+    let spool = dir.path().join("audit-spool.jsonl");
     // The server is a process of its own, so the lock below is another process's.
     let mut server = BinaryServer::spawn_in(dir, url.clone(), Vec::new());
     let site = fixture_site().await;
@@ -269,11 +277,13 @@ async fn a_database_locked_by_another_process_fails_closed_and_recovers() {
     sqlx::query("BEGIN EXCLUSIVE").execute(&mut holder).await.expect("take the write lock");
     let locked_since = Instant::now();
     let mut not_ready = None;
-    while tally.refused.is_empty() || not_ready.is_none() {
+    let mut ok_while_locked = 0;
+    // Past the busy timeout (5 s) and the first write that gave up on it.
+    while locked_since.elapsed() < Duration::from_secs(12) || not_ready.is_none() {
         assert!(locked_since.elapsed() < Duration::from_secs(45), "the lock was never noticed: {tally:?}");
-        if tally.refused.is_empty() {
-            tally.count(navigate(&client, &id, &page).await);
-        }
+        let before = tally.ok;
+        tally.count(navigate(&client, &id, &page).await);
+        ok_while_locked += tally.ok - before;
         let (code, body) = readyz(&server.http).await;
         if code == 503 {
             not_ready = Some(body);
@@ -282,13 +292,24 @@ async fn a_database_locked_by_another_process_fails_closed_and_recovers() {
     }
     let reason = not_ready.unwrap();
     assert!(reason.contains("locked"), "readyz names the fault: {reason}");
+    assert!(tally.refused.is_empty(), "the live session kept working: {tally:?}");
+    assert!(ok_while_locked >= 10, "{ok_while_locked} actions answered while locked");
+    let spooled = std::fs::read_to_string(&spool).unwrap_or_default().lines().count();
+    assert!(spooled > 0, "records wait in {}", spool.display());
+    // No session starts meanwhile: its rows cannot be written.
+    let refused = bounded("acquire", client.acquire(5_000)).await.expect_err("no new session while locked");
+    assert_eq!(crate::helpers::status_code(refused), tonic::Code::Unavailable);
     sqlx::query("ROLLBACK").execute(&mut holder).await.unwrap();
     sqlx::Connection::close(holder).await.unwrap();
-    eprintln!("held the lock for {:?}", locked_since.elapsed());
+    eprintln!(
+        "held the lock for {:?}: {ok_while_locked} actions answered, {spooled} records spooled",
+        locked_since.elapsed()
+    );
 
     let took = recovers(&client, &server.http, &id, &page, &mut tally).await;
     eprintln!("recovered {took:?} after the lock was let go; {tally:?}");
     every_ok_action_is_recorded(&client, &id, tally.ok - 1).await;
+    assert_eq!(std::fs::read_to_string(&spool).unwrap(), "", "the spool is empty once in the chain");
     bounded("release", client.release(&id)).await.unwrap();
     let (status, _) = server.terminate();
     assert!(status.success(), "{status}");
