@@ -212,26 +212,12 @@ impl Process {
         self.kill_group();
         // Every process of it killed at once (strays and the uid's too), so they all exit
         // side by side rather than each after the browser's.
-        let (profile, uid) = (self.profile.clone(), self.uid);
-        let _ = tokio::task::spawn_blocking(move || {
-            kill_strays(&profile);
-            if let Some(uid) = uid {
-                kill_uid(uid, false);
-            }
-        })
-        .await;
+        self.kill_others(false).await;
         if tokio::time::timeout(Duration::from_secs(5), self.child.wait()).await.is_err() {
             tracing::warn!(pid = self.pgid, "chromium did not exit after sigkill");
         }
         // Strays (crashpad starts sessions of its own) and the uid's leftovers, until gone.
-        let (profile, uid) = (self.profile.clone(), self.uid);
-        let _ = tokio::task::spawn_blocking(move || {
-            kill_strays(&profile);
-            if let Some(uid) = uid {
-                kill_uid(uid, true);
-            }
-        })
-        .await;
+        self.kill_others(true).await;
         self.gate.take();
         self.killed = true;
         let (profile, tmp, cgroup, lock) =
@@ -249,6 +235,19 @@ impl Process {
             Some(tracker) => drop(tracker.spawn_blocking(cleanup)),
             None => cleanup(),
         }
+    }
+
+    /// SIGKILL to the processes outside the group: those naming the profile, and every one
+    /// of the worker's uid (with `wait`, until they are gone, at most 5 s).
+    async fn kill_others(&self, wait: bool) {
+        let (profile, uid) = (self.profile.clone(), self.uid);
+        let _ = tokio::task::spawn_blocking(move || {
+            kill_strays(&profile);
+            if let Some(uid) = uid {
+                kill_uid(uid, wait);
+            }
+        })
+        .await;
     }
 
     /// SIGKILL to the group.
