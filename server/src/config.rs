@@ -90,11 +90,6 @@ pub struct StoreArgs {
 }
 
 impl StoreArgs {
-    /// The audit spool's path, defaulting to a file in the data dir.
-    pub fn audit_spool(&self) -> PathBuf {
-        self.audit_spool.clone().unwrap_or_else(|| self.data_dir.join(crate::audit::spool::SPOOL_FILE))
-    }
-
     /// The database URL, defaulting to a SQLite file in the data dir.
     pub fn database_url(&self) -> String {
         self.database_url

@@ -157,7 +157,7 @@ pub async fn bind(args: ServeArgs) -> anyhow::Result<Bound> {
     );
     // What the database refuses of the audit trail waits here, on this server's own disk;
     // what a previous run left in it goes into the chain first.
-    let spool_path = args.store.audit_spool();
+    let spool_path = args.store.audit_spool.clone().unwrap_or_else(|| data_dir.join(crate::audit::spool::SPOOL_FILE));
     let spool =
         crate::audit::Spool::open(&spool_path).with_context(|| format!("audit spool {}", spool_path.display()))?;
     if !spool.is_empty() {
