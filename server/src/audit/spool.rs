@@ -12,6 +12,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufRead, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use super::Entry;
@@ -47,7 +48,8 @@ impl Spool {
 
     /// [`Spool::open`] holding at most `max` records.
     pub fn open_bounded(path: &Path, max: usize) -> io::Result<Spool> {
-        let file = OpenOptions::new().create(true).append(true).read(true).open(path)?;
+        // Owner-only, like the database file: records name tenants, subjects and URLs.
+        let file = OpenOptions::new().create(true).append(true).read(true).mode(0o600).open(path)?;
         let mut spool = Spool { path: path.to_path_buf(), file, len: 0, max };
         spool.len = spool.read()?.len();
         Ok(spool)
@@ -141,6 +143,8 @@ mod tests {
         let path = dir.path().join(SPOOL_FILE);
         let mut spool = Spool::open(&path).unwrap();
         assert!(spool.is_empty());
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
         spool.push(&[entry("/a"), entry("/b")], 10).unwrap();
         spool.push(&[entry("/c")], 20).unwrap();
         drop(spool);
