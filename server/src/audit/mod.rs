@@ -370,7 +370,7 @@ impl<S: Sink> Writer<S> {
         let mut unspool_backoff = Backoff::new();
         loop {
             if pending.is_empty() {
-                let spooling = self.spool.as_ref().is_some_and(|s| !s.is_empty());
+                let spooling = self.spool_holds_records();
                 tokio::select! {
                     e = self.rx.recv() => match e {
                         Some(e) => pending.push(e),
@@ -446,7 +446,7 @@ impl<S: Sink> Writer<S> {
     /// they went to the spool; `Err` says why neither took them.
     async fn put(&mut self, entries: &[Entry]) -> Result<bool, String> {
         let at = now_ms();
-        if self.spool.as_ref().is_some_and(|s| !s.is_empty()) {
+        if self.spool_holds_records() {
             return self.keep_in_spool(entries, at).map(|()| true);
         }
         let refused = match self.sink.append(entries, at).await {
@@ -460,6 +460,10 @@ impl<S: Sink> Writer<S> {
         tracing::error!(error = %refused, records = entries.len(), "audit write failed; records go to the local spool until the database takes them again");
         *self.state.spooling.lock().unwrap_or_else(|e| e.into_inner()) = Some(refused);
         Ok(true)
+    }
+
+    fn spool_holds_records(&self) -> bool {
+        self.spool.as_ref().is_some_and(|s| !s.is_empty())
     }
 
     fn keep_in_spool(&mut self, entries: &[Entry], at: i64) -> Result<(), String> {
