@@ -78,17 +78,7 @@ impl Tally {
 async fn navigate_records(client: &Client, id: &str, want: usize) -> Vec<pb::AuditRecord> {
     let deadline = Instant::now() + RECOVERY;
     loop {
-        let query = pb::QueryAuditRequest {
-            session_id: id.into(),
-            action: "navigate".into(),
-            limit: 10_000,
-            ..Default::default()
-        };
-        let mut stream = bounded("query audit", client.admin().query_audit(query)).await.unwrap().into_inner();
-        let mut got = Vec::new();
-        while let Some(r) = bounded("audit record", stream.message()).await.unwrap() {
-            got.push(r);
-        }
+        let got = bounded("query audit", crate::helpers::action_records(client, id, "navigate")).await;
         if got.len() >= want || Instant::now() > deadline {
             return got;
         }

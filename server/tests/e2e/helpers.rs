@@ -642,3 +642,15 @@ impl Drop for DbGate {
         self.up.send_replace(false);
     }
 }
+
+/// The audit records of `action` on session `id`, newest first (at most 10,000).
+pub async fn action_records(client: &Client, id: &str, action: &str) -> Vec<pb::AuditRecord> {
+    let query =
+        pb::QueryAuditRequest { session_id: id.into(), action: action.into(), limit: 10_000, ..Default::default() };
+    let mut stream = client.admin().query_audit(query).await.unwrap().into_inner();
+    let mut got = Vec::new();
+    while let Some(r) = stream.message().await.unwrap() {
+        got.push(r);
+    }
+    got
+}

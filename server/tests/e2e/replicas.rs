@@ -240,17 +240,8 @@ async fn a_database_outage_ends_no_session_on_any_replica() {
     assert!(verified.ok, "{verified:?}");
     // Every action that answered ok has its record, the spooled ones included.
     for (id, ok) in &ok_on {
-        let query = pb::QueryAuditRequest {
-            session_id: id.clone(),
-            action: "evaluate".into(),
-            limit: 10_000,
-            ..Default::default()
-        };
-        let mut stream = on_a.admin().query_audit(query).await.unwrap().into_inner();
-        let mut records = 0;
-        while let Some(r) = stream.message().await.unwrap() {
-            records += (r.outcome == "ok") as usize;
-        }
+        let records =
+            crate::helpers::action_records(&on_a, id, "evaluate").await.iter().filter(|r| r.outcome == "ok").count();
         assert_eq!(records, *ok, "{id}: one record per action that answered ok");
     }
     on_a.release(&held_by_a).await.unwrap();
