@@ -27,6 +27,14 @@ pub const LEASED_WEIGHT: u32 = 100;
 /// CPU weight of the parent of all workers, against the server and the rest of the host
 /// (the default, written so a weight left by an older server does not linger).
 const PARENT_WEIGHT: u32 = 100;
+/// Name of the directory, beside [`PARENT`], where a worker's processes move just before
+/// they are killed (into a `w<port>` of their own under it).
+const DYING: &str = "browserpool-dying";
+/// CPU weight of the dying (the most there is): a killed process's exit (unmapping its
+/// memory) runs on its own cgroup's share, and a worker's is one process's among all the
+/// host's at most; on a busy host that left killed browsers exiting for seconds, holding
+/// their memory and their slot.
+const DYING_WEIGHT: u32 = 10_000;
 
 /// Which hierarchy the fences are written in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,6 +54,8 @@ pub struct Cgroups {
     pub default_memory: u64,
     /// Most tasks (processes and threads) a worker may have.
     pub pids_max: u64,
+    /// The cgroup of the dying (in the cpu hierarchy on v1), when it could be made.
+    dying: Option<PathBuf>,
 }
 
 /// One worker's cgroup (one per hierarchy on v1).
@@ -58,6 +68,9 @@ pub struct WorkerCgroup {
     limit: AtomicU64,
     /// OOM kills counted when the limit was last set: more since means the limit was reached.
     oom_base: AtomicU64,
+    /// Where its processes go to be killed ([`WorkerCgroup::condemn`]): its `w<port>` under
+    /// the cgroup of the dying, made when it is first needed.
+    dying: Option<PathBuf>,
 }
 
 impl Cgroups {
@@ -86,7 +99,12 @@ impl Cgroups {
             std::fs::create_dir(&probe).map_err(|e| format!("{}: {e}", parent.display()))?;
             let _ = std::fs::remove_dir(&probe);
         }
-        let cgroups = Cgroups { version, parents, default_memory, pids_max };
+        let dying = make_dying(of(&parents, version, Controller::Cpu), version)
+            .inspect_err(
+                |e| tracing::warn!(error = %e, "no cgroup for the dying: a killed worker exits at its own weight"),
+            )
+            .ok();
+        let cgroups = Cgroups { version, parents, default_memory, pids_max, dying };
         // Grouped, the workers together weigh as much as one ordinary process (on v1, one
         // thread of the server's cgroup), whatever a tenant spins in them: the server (its
         // gRPC, its egress proxies, its database) is served first. Measured: at ten times the
@@ -124,15 +142,18 @@ impl Cgroups {
     /// weight). Whatever a killed server left in it is killed first.
     pub fn create(&self, port: u16) -> io::Result<WorkerCgroup> {
         let dirs: Vec<PathBuf> = self.parents.iter().map(|p| p.join(format!("w{port}"))).collect();
-        for dir in &dirs {
+        let dying = self.dying.as_ref().map(|d| d.join(format!("w{port}")));
+        for dir in dirs.iter().chain(&dying) {
             if dir.exists() {
                 empty(dir, self.version);
                 remove_dir(dir)?;
             }
+        }
+        for dir in &dirs {
             std::fs::create_dir(dir)?;
         }
         let cgroup =
-            WorkerCgroup { version: self.version, dirs, limit: AtomicU64::new(0), oom_base: AtomicU64::new(0) };
+            WorkerCgroup { version: self.version, dirs, limit: AtomicU64::new(0), oom_base: AtomicU64::new(0), dying };
         cgroup.set_memory(self.default_memory)?;
         cgroup.write(Controller::Pids, "pids.max", &self.pids_max.to_string())?;
         cgroup.set_cpu_weight(SPARE_WEIGHT)?;
@@ -209,9 +230,61 @@ impl WorkerCgroup {
         (self.oom_kills() > self.oom_base.load(Ordering::SeqCst)).then(|| self.memory_limit())
     }
 
+    /// Moves every process in it to its cgroup under the dying's, where their exit is served
+    /// before the host's other work; call just before killing them (the kernel will not move
+    /// a process already exiting). Returns how many moved, or why none could. Blocking.
+    pub fn condemn(&self) -> io::Result<usize> {
+        let dying = self.dying.as_ref().ok_or_else(|| io::Error::other("no cgroup for the dying"))?;
+        match std::fs::create_dir(dying) {
+            Err(e) if e.kind() != io::ErrorKind::AlreadyExists => {
+                return Err(io::Error::new(e.kind(), format!("{}: {e}", dying.display())))
+            }
+            _ => {}
+        }
+        let path = dying.join("cgroup.procs");
+        let mut moved = 0;
+        for pid in procs(self.dir(Controller::Cpu)) {
+            // One write per process (the kernel takes one pid per write); a process gone
+            // meanwhile (ESRCH) is not an error.
+            match std::fs::write(&path, pid.to_string()) {
+                Ok(()) => moved += 1,
+                Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
+                Err(e) => return Err(io::Error::new(e.kind(), format!("{}: {e}", path.display()))),
+            }
+        }
+        Ok(moved)
+    }
+
+    /// SIGKILL to every process in it (condemned or not), then waits until none is left or
+    /// `bound` passes, signalling again what a fork slipped in meanwhile. Reads only the
+    /// worker's own cgroup files, not all of `/proc`: on a busy host the server's own turns
+    /// are few, and each scan of `/proc` costs hundreds of milliseconds of them. Returns how
+    /// many processes are left. Blocking.
+    pub fn kill_and_wait(&self, bound: Duration) -> usize {
+        let deadline = std::time::Instant::now() + bound;
+        loop {
+            let left: Vec<libc::pid_t> = self.dirs().flat_map(|d| procs(d)).collect();
+            if left.is_empty() || std::time::Instant::now() >= deadline {
+                return left.len();
+            }
+            for pid in left {
+                // SAFETY: kill has no memory preconditions; a pid still listed in the cgroup
+                // is this worker's (an exited one leaves the list before it can be reused).
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Its dirs, the dying one last (where made).
+    fn dirs(&self) -> impl Iterator<Item = &PathBuf> {
+        self.dirs.iter().chain(self.dying.as_ref().filter(|d| d.exists()))
+    }
+
     /// Kills what is left in it and removes it; called once the worker's processes are gone.
     pub fn remove(&self) {
-        for dir in &self.dirs {
+        let dirs: Vec<&PathBuf> = self.dirs().collect();
+        for dir in dirs {
             empty(dir, self.version);
             if let Err(e) = remove_dir(dir) {
                 tracing::warn!(dir = %dir.display(), error = %e, "could not remove worker cgroup");
@@ -351,6 +424,19 @@ fn locate(own: &str, mountinfo: &str, root: &Path) -> Result<(Version, Vec<PathB
     Ok((Version::V1, dirs))
 }
 
+/// Makes the cgroup of the dying beside `parent` (the workers' parent in the cpu hierarchy),
+/// at the highest CPU weight; on v2 it passes the cpu controller down to the workers' dirs.
+fn make_dying(parent: &Path, version: Version) -> Result<PathBuf, String> {
+    let dir = parent.with_file_name(DYING);
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    write_weight(&dir, version, DYING_WEIGHT).map_err(|e| e.to_string())?;
+    if version == Version::V2 {
+        let control = dir.join("cgroup.subtree_control");
+        std::fs::write(&control, "+cpu").map_err(|e| format!("{}: {e}", control.display()))?;
+    }
+    Ok(dir)
+}
+
 /// Makes `<own>/browserpool` with the memory, pids and cpu controllers for its children. Where
 /// `own` holds this server and so may not pass controllers down, the server moves into
 /// `<own>/browserpool-server` first.
@@ -433,7 +519,8 @@ mod tests {
             Version::V1 => ["memory", "pids", "cpu"].iter().map(|c| root.path().join(c).join("browserpool")).collect(),
         };
         parents.iter().for_each(|p| std::fs::create_dir_all(p).unwrap());
-        let cgroups = Cgroups { version, parents, default_memory: 1536 << 20, pids_max: 4096 };
+        let dying = Some(make_dying(of(&parents, version, Controller::Cpu), version).unwrap());
+        let cgroups = Cgroups { version, parents, default_memory: 1536 << 20, pids_max: 4096, dying };
         (root, cgroups)
     }
 
@@ -469,6 +556,25 @@ mod tests {
             // The kernel makes `cgroup.procs`; the fake tree must.
             w.dirs.iter().for_each(|d| std::fs::write(d.join("cgroup.procs"), "").unwrap());
             assert_eq!(w.open_procs().unwrap().len(), if version == Version::V2 { 1 } else { 3 });
+            // Condemned, its processes move beside the workers, at the highest weight.
+            let (cpu, dying) = match version {
+                Version::V2 => ("browserpool/w9301", "browserpool-dying"),
+                Version::V1 => ("cpu/browserpool/w9301", "cpu/browserpool-dying"),
+            };
+            std::fs::write(root.path().join(cpu).join("cgroup.procs"), "41\n42\n").unwrap();
+            assert_eq!(w.condemn().unwrap(), 2);
+            // (A fake file keeps the last write; the kernel's takes one pid per write.)
+            assert_eq!(read(&format!("{dying}/w9301/cgroup.procs")), "42");
+            let weight = match version {
+                Version::V2 => {
+                    assert_eq!(read(&format!("{dying}/cgroup.subtree_control")), "+cpu");
+                    read(&format!("{dying}/cpu.weight"))
+                }
+                Version::V1 => read(&format!("{dying}/cpu.shares")),
+            };
+            assert_eq!(weight, if version == Version::V2 { "10000" } else { "102400" });
+            let lone = WorkerCgroup { dying: None, ..cgroups.create(9302).unwrap() };
+            assert!(lone.condemn().unwrap_err().to_string().contains("no cgroup for the dying"));
         }
     }
 

@@ -204,30 +204,44 @@ impl Process {
     /// the port (and with it the uid and the profile's path) until they are.
     ///
     /// Killing is not background work: a killed Chromium's exit (unmapping its memory) runs at
-    /// its threads' own priority, and a spare's are at `SCHED_IDLE` with CPU weight 1, which a
-    /// busy host never gets to. So the group is raised to normal first.
+    /// its threads' own priority and its cgroup's weight, and a spare's are `SCHED_IDLE` and 1,
+    /// which a busy host never gets to. So the group is condemned first ([`Spawned::condemn`]).
     pub(crate) async fn kill(mut self) {
+        // Everything the browser started is in its cgroup, which its uid may not leave: kill
+        // and wait on the cgroup's own list. Without one (or if that list does not empty),
+        // every process naming the profile or of the uid, found in `/proc`. One hop to a
+        // blocking thread for all of it: on a busy host each hop waits for a turn.
         let spawned = self.spawned();
-        let _ = tokio::task::spawn_blocking(move || spawned.raise()).await;
-        self.kill_group();
-        // Every process of it killed at once (strays and the uid's too), so they all exit
-        // side by side rather than each after the browser's.
-        self.kill_others(false).await;
+        let left = tokio::task::spawn_blocking(move || {
+            spawned.kill();
+            spawned.cgroup.map(|cgroup| cgroup.kill_and_wait(Duration::from_secs(5)))
+        })
+        .await;
+        if let Ok(Some(left @ 1..)) = left {
+            tracing::warn!(pid = self.pgid, left, "worker processes did not exit after sigkill");
+        }
+        let emptied = matches!(left, Ok(Some(0)));
+        if !emptied {
+            // All at once first, so they exit side by side rather than each after the browser.
+            self.kill_others(false).await;
+        }
         if tokio::time::timeout(Duration::from_secs(5), self.child.wait()).await.is_err() {
             tracing::warn!(pid = self.pgid, "chromium did not exit after sigkill");
         }
-        // Strays (crashpad starts sessions of its own) and the uid's leftovers, until gone.
-        self.kill_others(true).await;
+        if !emptied {
+            // Strays (crashpad starts sessions of its own) and the uid's leftovers, until gone.
+            self.kill_others(true).await;
+        }
         self.gate.take();
         self.killed = true;
         let (profile, tmp, cgroup, lock) =
             (self.profile.clone(), self.tmp.clone(), self.cgroup.take(), self.lock.take());
         let cleanup = move || {
-            if let Some(cgroup) = cgroup {
-                cgroup.remove();
-            }
             for dir in [profile, tmp] {
                 remove_dir_retried(&dir);
+            }
+            if let Some(cgroup) = cgroup {
+                cgroup.remove();
             }
             drop(lock);
         };
@@ -259,6 +273,9 @@ impl Process {
     }
 
     fn signal_all(&self) {
+        if let Some(cgroup) = &self.cgroup {
+            let _ = cgroup.condemn();
+        }
         self.kill_group();
         kill_strays(&self.profile);
         if let Some(uid) = self.uid {
@@ -409,6 +426,29 @@ impl Spawned {
                 tracing::warn!(error = %e, "could not raise a worker's cpu weight");
             }
         }
+    }
+
+    /// Readies the group for its kill: every process moves to the cgroup of the dying, or,
+    /// where there are no cgroups (or the move failed), every thread back to normal
+    /// scheduling. Blocking.
+    pub(crate) fn condemn(&self) {
+        let moved = self.cgroup.as_ref().map(|cgroup| cgroup.condemn());
+        match moved {
+            Some(Ok(_)) => {}
+            Some(Err(e)) => {
+                tracing::warn!(error = %e, "could not move a killed worker to the cgroup of the dying");
+                raise_priority(self.pgid);
+            }
+            None => raise_priority(self.pgid),
+        }
+    }
+
+    /// Condemns the group and sends it SIGKILL, without waiting: its launch then fails, and
+    /// the boot that owns it cleans up. Blocking.
+    pub(crate) fn kill(&self) {
+        self.condemn();
+        // SAFETY: killpg on a group this server created; ESRCH is harmless.
+        unsafe { libc::killpg(self.pgid as libc::pid_t, libc::SIGKILL) };
     }
 }
 

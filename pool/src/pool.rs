@@ -488,7 +488,7 @@ impl Pool {
     pub async fn shutdown(&self) {
         self.inner.slots.close();
         self.inner.closing.cancel();
-        let (warm, shared): (Vec<Worker>, Vec<Arc<SharedBrowser>>) = {
+        let (warm_workers, shared): (Vec<Worker>, Vec<Arc<SharedBrowser>>) = {
             let mut state = self.inner.state();
             state.closed = true;
             (state.warm.drain(..).collect(), state.shared.drain().map(|(_, b)| b).collect())
@@ -500,11 +500,17 @@ impl Pool {
         self.inner.warm_ready.notify_waiters();
         // The refill loop sees `closed` and ends.
         self.inner.refill.notify_one();
-        for worker in warm {
-            worker.kill().await;
+        // Boots in flight are killed where they stand (a spare boots at idle priority, which
+        // a busy host may not give a turn for the whole launch timeout): each fails and ends.
+        let started = Instant::now();
+        let booting: Vec<Spawned> = self.inner.state().booting_groups.values().cloned().collect();
+        for spawned in booting {
+            let _ = tokio::task::spawn_blocking(move || spawned.kill()).await;
         }
-        // The refill loop ends on `closed`; each boot in flight kills its browser when it sees
-        // it.
+        // Side by side: each kill waits for its browser's exit.
+        let warm = warm_workers.len();
+        futures::future::join_all(warm_workers.into_iter().map(Worker::kill)).await;
+        let killed_ms = started.elapsed().as_millis() as u64;
         self.inner.tasks.close();
         let bound = self.inner.cfg.launch.launch_timeout + Duration::from_secs(5);
         if tokio::time::timeout(bound, self.inner.tasks.wait()).await.is_err() {
@@ -517,6 +523,7 @@ impl Pool {
         }
         // The profiles dir goes too once its last profile has (a lease still held keeps it).
         let _ = std::fs::remove_dir(&self.inner.cfg.launch.profiles_dir);
+        tracing::info!(warm, killed_ms, ms = started.elapsed().as_millis() as u64, "pool stopped");
     }
 
     async fn refill_loop(self, shutdown: CancellationToken) {
@@ -616,6 +623,11 @@ impl Pool {
                 }
                 // Still counted as booting until killed, so shutdown waits for it.
                 Ok(worker) => Some(worker),
+                Err(e) if state.closed => {
+                    state.booting -= 1;
+                    tracing::debug!(worker = %id, error = %e, "boot ended by the stop");
+                    None
+                }
                 Err(e) => {
                     state.booting -= 1;
                     state.failed_boots += 1;

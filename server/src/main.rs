@@ -9,7 +9,7 @@ async fn main() -> ExitCode {
     if cli.is_client() {
         // A client keeps the default signal handling, so Ctrl-C ends it at once (and with it
         // its pending call, which the server then cancels).
-        return exit_code(browserpool_server::cli::run(cli, std::future::pending()).await);
+        return ExitCode::from(exit_code(browserpool_server::cli::run(cli, std::future::pending()).await));
     }
     let setup = browserpool_server::telemetry::LogFormat::from_env()
         .and_then(|format| Ok((format, cli.otlp_endpoint()?)))
@@ -26,23 +26,25 @@ async fn main() -> ExitCode {
     let result = browserpool_server::cli::run(cli, browserpool_server::shutdown_signal()).await;
     // The server has stopped: the spans still queued are exported before the process exits.
     telemetry.shutdown().await;
-    exit_code(result)
+    // Everything is closed and flushed, so the exit need not wait for the runtime's threads to
+    // wind down one by one (on a busy host each waits for a turn: about a second in all).
+    std::process::exit(exit_code(result).into())
 }
 
 /// 0, or the error on stderr and its exit code: a client command's own (see
 /// `browserpool_client::cli::EXIT_CODES`), else 1.
-fn exit_code(result: anyhow::Result<()>) -> ExitCode {
-    let Err(e) = result else { return ExitCode::SUCCESS };
+fn exit_code(result: anyhow::Result<()>) -> u8 {
+    let Err(e) = result else { return 0 };
     match e.downcast_ref::<browserpool_client::cli::CliError>() {
         Some(client) => {
             if !client.message().is_empty() {
                 eprintln!("error: {}", client.message());
             }
-            ExitCode::from(client.exit_code())
+            client.exit_code()
         }
         None => {
             eprintln!("error: {e:#}");
-            ExitCode::FAILURE
+            1
         }
     }
 }

@@ -827,6 +827,10 @@ async fn cleanup_keeps_up_with_every_core_busy() {
     // Where the time went (the record and the kill each say how long they took).
     let ended: Vec<_> = log.iter().filter(|l| l.contains("session ended")).collect();
     eprintln!("{ended:?}");
+    // And what the stop did, in order.
+    for line in &log[log.len().saturating_sub(30)..] {
+        eprintln!("  {line}");
+    }
     assert!(gone.is_some_and(|t| t <= Duration::from_secs(2)), "worker processes left: {gone:?}");
     assert!(deleted.is_some_and(|t| t <= Duration::from_secs(5)), "profile left: {deleted:?}");
     assert_eq!(status.code(), Some(0));
