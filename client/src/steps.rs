@@ -553,3 +553,66 @@ impl Session {
         Step::new(self, "cookies", "", json!("clear"))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use browserpool_pool::ActionKind;
+
+    /// What this file sends, read from its own source: the action of every `Step::new`, and
+    /// each `.option` key with the action it goes to (on the `Step::new` line, or in the
+    /// `impl Step<'s, kind::K>` of the kind whose methods start that action).
+    fn sent() -> (Vec<String>, Vec<(String, String)>) {
+        let source = include_str!("steps.rs");
+        let source = &source[..source.find("#[cfg(test)]").unwrap_or(source.len())];
+        let quoted = |line: &str, after: &str| -> Vec<String> {
+            line.split(after).skip(1).filter_map(|rest| rest.split('"').next()).map(str::to_string).collect()
+        };
+        let (mut actions, mut options, mut kind_of) = (Vec::new(), Vec::new(), Vec::new());
+        let mut returns = None;
+        for line in source.lines() {
+            if let Some(kind) = line.split("-> Step<'_, kind::").nth(1) {
+                returns = kind.split('>').next().map(str::to_string);
+            }
+            if let Some(action) = quoted(line, "Step::new(self, \"").pop() {
+                if let Some(kind) = returns.take() {
+                    kind_of.push((kind, action.clone()));
+                }
+                options.extend(quoted(line, ".option(\"").into_iter().map(|o| (action.clone(), o)));
+                actions.push(action);
+            }
+        }
+        let mut block = None;
+        for line in source.lines() {
+            if line.starts_with("impl") {
+                block = line.split("Step<'s, kind::").nth(1).and_then(|k| k.split('>').next()).map(str::to_string);
+            }
+            if let Some(kind) = &block {
+                let action = kind_of.iter().find(|(k, _)| k == kind).map(|(_, a)| a.clone());
+                let action = action.unwrap_or_else(|| panic!("no method starts a step of kind::{kind}"));
+                options.extend(quoted(line, ".option(\"").into_iter().map(|o| (action.clone(), o)));
+            }
+        }
+        (actions, options)
+    }
+
+    /// A new action without a method, a method naming no action, or an option setter for a key
+    /// its action does not read, fails here.
+    #[test]
+    fn the_step_methods_are_the_action_catalog() {
+        let (actions, options) = sent();
+        assert!(actions.len() > 30 && options.len() > 15, "the source reader found {actions:?} {options:?}");
+        for kind in ActionKind::ALL {
+            assert!(actions.iter().any(|a| a == kind.name()), "no Session method runs `{}`", kind.name());
+        }
+        for action in &actions {
+            assert!(ActionKind::ALL.iter().any(|k| k.name() == action), "`{action}` is not a canonical action name");
+        }
+        for (action, key) in &options {
+            let kind = ActionKind::ALL.iter().find(|k| k.name() == action).unwrap();
+            assert!(
+                kind.reference().options.iter().any(|o| o.name == key),
+                "`{action}` has no option `{key}` (docs/actions.md lists its options)"
+            );
+        }
+    }
+}

@@ -103,6 +103,15 @@ pub const REFUSED: &[(&str, &str)] = &[
     ("Target.setRemoteLocations", "it makes the browser connect to other hosts"),
 ];
 
+/// Methods refused when they carry one of these parameters (present and not null).
+pub const REFUSED_PARAMS: &[(&str, &[&str], &str)] = &[(
+    "Target.createBrowserContext",
+    &["proxyServer", "proxyBypassList"],
+    // A context with its own proxy would bypass the worker's egress proxy, and with it the
+    // navigation policy; one without inherits it.
+    "a browser context with its own proxy would bypass the session's network policy",
+)];
+
 /// Domains refused whole, and why.
 pub const REFUSED_DOMAINS: &[(&str, &str)] = &[
     ("Extensions.", "extensions load from the server's file system"),
@@ -204,14 +213,13 @@ pub fn judge(
         return Verdict::Refuse("it reads files from the server's file system".into());
     }
     let param = |name: &str| params.and_then(|p| p.get(name));
+    let carried = REFUSED_PARAMS
+        .iter()
+        .find(|(m, names, _)| *m == method && names.iter().any(|k| param(k).is_some_and(|v| !v.is_null())));
+    if let Some((_, _, why)) = carried {
+        return Verdict::Refuse((*why).into());
+    }
     match method {
-        // A context with its own proxy would bypass the worker's egress proxy, and with it the
-        // navigation policy; one without inherits it.
-        "Target.createBrowserContext"
-            if ["proxyServer", "proxyBypassList"].iter().any(|k| param(k).is_some_and(|v| !v.is_null())) =>
-        {
-            Verdict::Refuse("a browser context with its own proxy would bypass the session's network policy".into())
-        }
         "Target.createTarget" | "Page.navigate" => match param("url").and_then(Value::as_str) {
             Some(url) => match check_url(url) {
                 Ok(()) => Verdict::Forward,
@@ -707,6 +715,33 @@ fn close(code: u16, reason: &str) -> Message {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The README's list of refused methods is the proxy's: each refused method, domain and
+    /// parameter is named there, and the list names nothing else.
+    #[test]
+    fn the_readme_lists_exactly_the_refused_methods() {
+        let readme = include_str!("../../README.md");
+        let start = readme.find("- Refused with a CDP error").expect("the README's list of refused methods");
+        let list = &readme[start..];
+        let list = &list[..list[2..].find("\n- ").map_or(list.len(), |end| end + 2)];
+        let named: Vec<&str> = list.split('`').skip(1).step_by(2).collect();
+        for (method, _) in REFUSED {
+            assert!(named.contains(method), "README does not name the refused {method}");
+        }
+        for (domain, _) in REFUSED_DOMAINS {
+            assert!(named.contains(&domain.trim_end_matches('.')), "README does not name the refused domain {domain}");
+        }
+        for (method, params, _) in REFUSED_PARAMS {
+            assert!(named.contains(method), "README does not name {method}");
+            for param in *params {
+                assert!(named.contains(param), "README does not name {method}'s refused {param}");
+            }
+        }
+        for name in named.iter().filter(|n| n.contains('.') && !n.contains(' ')) {
+            let known = REFUSED.iter().any(|(m, _)| m == name) || REFUSED_PARAMS.iter().any(|(m, _, _)| m == name);
+            assert!(known, "README names {name} as refused, and the proxy does not refuse it");
+        }
+    }
 
     fn allow_all(_: &str) -> Result<(), String> {
         Ok(())

@@ -468,6 +468,40 @@ pub struct TokenIssueArgs {
 mod tests {
     use super::*;
 
+    /// The README's table of `serve` flags is the parser's: every flag with its variable, and
+    /// no row for a flag that is gone.
+    #[test]
+    fn the_readme_lists_exactly_the_serve_flags() {
+        let readme = include_str!("../../README.md");
+        let table = &readme[readme.find("## `browserpool serve` flags").expect("the README's flags section")..];
+        let rows: Vec<(String, String)> = table
+            .lines()
+            .skip_while(|l| !l.starts_with("| `--"))
+            .take_while(|l| l.starts_with("| `--"))
+            .map(|l| {
+                let cells: Vec<&str> = l.split('|').map(|c| c.trim().trim_matches('`')).collect();
+                (cells[1].to_string(), cells[2].to_string())
+            })
+            .collect();
+        let command = Cli::command();
+        let serve = command.find_subcommand("serve").expect("the serve command");
+        let flags: Vec<(String, String)> = serve
+            .get_arguments()
+            .filter(|a| !a.is_hide_set())
+            .filter_map(|a| {
+                let env = a.get_env()?.to_str()?.to_string();
+                Some((format!("--{}", a.get_long()?), env))
+            })
+            .collect();
+        assert!(flags.len() > 30, "{flags:?}");
+        for flag in &flags {
+            assert!(rows.contains(flag), "README's flags table has no row `{}` | `{}`", flag.0, flag.1);
+        }
+        for row in &rows {
+            assert!(flags.contains(row), "README's flags table lists {row:?}, which `serve` does not take");
+        }
+    }
+
     #[test]
     fn advertise_hosts_are_bare_names_or_addresses() {
         assert_eq!(parse_advertise_host("10.1.2.3").unwrap(), "10.1.2.3");

@@ -6,7 +6,7 @@
 //! the call's one audit record; this replica writes none for it.
 //!
 //! - gRPC: [`ForwardLayer`], outermost, reads the first request message of the rpcs in
-//!   [`session_field`] (unary or streaming), takes the session id out of it and either lets
+//!   [`SESSION_RPCS`] (unary or streaming), takes the session id out of it and either lets
 //!   the call through or relays it over HTTP/2 to the owner's gRPC listener.
 //! - CDP: [`cdp_forward`] relays a `/cdp/{session}` upgrade to the owner's HTTP listener and
 //!   then splices the two upgraded connections.
@@ -55,19 +55,51 @@ const PEER_KEEPALIVE: Duration = Duration::from_secs(5);
 /// Cached session -> owner answers kept at most (a session never changes replica).
 const OWNER_CACHE: usize = 16_384;
 
-/// The rpcs that name a session, with the field number of `session_id` in their (first)
-/// request message. `List`, `Acquire` and the other Admin rpcs are answered here, from the
-/// database or by fanning out ([`Peers::each_other`]).
+/// The one list of the rpcs about one session, with their request message, whose
+/// `session_id` is field 1 (of the first message, for a stream). Forwarding reads the paths
+/// ([`SESSION_RPCS`]); the gRPC adapters' `AboutSession`, which names the session in the
+/// rpc's audit record, is implemented for each message from it (`session_rpcs!(then)` calls
+/// `then!` with the list). A test checks it against the descriptor set: an rpc whose request
+/// has a `session_id` is either here or in [`ANSWERED_HERE`], with the reason.
+macro_rules! session_rpcs {
+    ($then:ident) => {
+        $then! {
+            "/browserpool.v1.Sessions/Release" => ReleaseRequest,
+            "/browserpool.v1.Sessions/Renew" => RenewRequest,
+            "/browserpool.v1.Sessions/Get" => GetSessionRequest,
+            "/browserpool.v1.Sessions/Drive" => DriveRequest,
+            "/browserpool.v1.Sessions/Act" => ActRequest,
+            "/browserpool.v1.Sessions/Batch" => BatchRequest,
+            "/browserpool.v1.Sessions/Events" => EventsRequest,
+            "/browserpool.v1.Sessions/ExportContext" => ExportContextRequest,
+            "/browserpool.v1.Sessions/ImportContext" => ImportContextRequest,
+            "/browserpool.v1.Admin/KillSession" => KillSessionRequest,
+        }
+    };
+}
+pub(crate) use session_rpcs;
+
+macro_rules! paths {
+    ($($path:literal => $message:ident),* $(,)?) => {
+        &[$($path),*]
+    };
+}
+
+/// The paths of [`session_rpcs`]: the rpcs forwarded to the replica holding their session.
+pub const SESSION_RPCS: &[&str] = session_rpcs!(paths);
+
+/// Rpcs whose request has a `session_id` that are answered by the replica that receives
+/// them, and why.
+pub const ANSWERED_HERE: &[(&str, &str)] = &[(
+    "/browserpool.v1.Admin/QueryAudit",
+    "its session_id is a filter, and the audit trail is the shared database's: any replica answers for every session",
+)];
+
+/// The field number of `session_id` in the (first) request message of an rpc about one
+/// session. `List`, `Acquire` and the other Admin rpcs are answered here, from the database
+/// or by fanning out ([`Peers::each_other`]).
 pub fn session_field(path: &str) -> Option<u32> {
-    let (service, method) = path.strip_prefix('/')?.split_once('/')?;
-    match (service, method) {
-        (
-            "browserpool.v1.Sessions",
-            "Release" | "Renew" | "Get" | "Drive" | "Act" | "Batch" | "Events" | "ExportContext" | "ImportContext",
-        ) => Some(1),
-        ("browserpool.v1.Admin", "KillSession") => Some(1),
-        _ => None,
-    }
+    SESSION_RPCS.contains(&path).then_some(1)
 }
 
 /// The string in field `field` (wire type 2) of a protobuf message, when present and UTF-8;
@@ -871,6 +903,43 @@ mod tests {
             "/browserpool.v1.Sessions/Act/extra",
         ] {
             assert_eq!(session_field(path), None, "{path}");
+        }
+    }
+
+    /// The list is the descriptor set's: every rpc whose request has a `session_id` is
+    /// forwarded or said to be answered here, and every listed one has it as field 1.
+    #[test]
+    fn the_session_rpcs_are_those_of_the_descriptor_set() {
+        let set = prost_types::FileDescriptorSet::decode(browserpool_proto::FILE_DESCRIPTOR_SET).unwrap();
+        let messages: HashMap<String, &prost_types::DescriptorProto> = set
+            .file
+            .iter()
+            .flat_map(|f| f.message_type.iter().map(move |m| (format!(".{}.{}", f.package(), m.name()), m)))
+            .collect();
+        let mut naming = Vec::new();
+        for file in &set.file {
+            for service in &file.service {
+                for method in &service.method {
+                    let input = messages[method.input_type()];
+                    if let Some(field) = input.field.iter().find(|f| f.name() == "session_id") {
+                        let path = format!("/{}.{}/{}", file.package(), service.name(), method.name());
+                        naming.push((path, field.number()));
+                    }
+                }
+            }
+        }
+        for (path, number) in &naming {
+            let here = ANSWERED_HERE.iter().any(|(p, _)| p == path);
+            assert!(
+                SESSION_RPCS.contains(&path.as_str()) || here,
+                "{path} names a session: add it to session_rpcs! (forwarded) or ANSWERED_HERE (with why)"
+            );
+            if !here {
+                assert_eq!(*number, 1, "{path}: session_id must be field 1 to be forwarded");
+            }
+        }
+        for path in SESSION_RPCS.iter().chain(ANSWERED_HERE.iter().map(|(p, _)| p)) {
+            assert!(naming.iter().any(|(p, _)| p == path), "{path} is listed but its request names no session");
         }
     }
 

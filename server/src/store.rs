@@ -117,8 +117,15 @@ pub struct Store {
     write_fault: Arc<Mutex<Option<String>>>,
 }
 
+/// The schema, one series per backend. Up to SQLite 0008 and PostgreSQL 0005 the two were
+/// numbered apart; those numbers are recorded in every database made since, so they stay.
+/// From [`SHARED_MIGRATIONS_FROM`] on, a change is one migration with the same number and
+/// name in both series (a test holds it).
 static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
 static POSTGRES_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
+/// The first migration number both series share.
+#[cfg(test)]
+const SHARED_MIGRATIONS_FROM: i64 = 9;
 
 /// Runs `$body` with `$pool` bound to whichever backend's pool the store has: the body is
 /// written once and compiled for each backend.
@@ -943,6 +950,30 @@ pub async fn scratch_postgres(admin_url: &str) -> Result<String, StoreError> {
 mod tests {
     use super::*;
     use std::collections::BTreeMap;
+
+    /// From [`SHARED_MIGRATIONS_FROM`] on, each migration is in both series, under one number
+    /// and one name; before it, each series counts on from its own last number.
+    #[test]
+    fn migrations_are_numbered_alike_in_both_series() {
+        let shared = |m: &sqlx::migrate::Migrator| -> Vec<(i64, String)> {
+            m.iter()
+                .filter(|m| m.version >= SHARED_MIGRATIONS_FROM)
+                .map(|m| (m.version, m.description.to_string()))
+                .collect()
+        };
+        let last =
+            |m: &sqlx::migrate::Migrator| m.iter().map(|m| m.version).filter(|v| *v < SHARED_MIGRATIONS_FROM).max();
+        assert_eq!(
+            (last(&SQLITE_MIGRATIONS), last(&POSTGRES_MIGRATIONS)),
+            (Some(8), Some(5)),
+            "the separate series are closed"
+        );
+        assert_eq!(
+            shared(&SQLITE_MIGRATIONS),
+            shared(&POSTGRES_MIGRATIONS),
+            "a migration from {SHARED_MIGRATIONS_FROM:04} on goes in migrations/sqlite and migrations/postgres under the same name"
+        );
+    }
 
     /// One store per backend: a SQLite file always, and a scratch PostgreSQL database when
     /// `BROWSERPOOL_TEST_POSTGRES` names a server (the README test command sets it).

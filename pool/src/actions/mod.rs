@@ -12,7 +12,8 @@ use serde_json::Value;
 use crate::driver::{ActionFailure, FailureCode, Viewport, MAX_SIDE};
 
 /// The table. One line per action: variant with its typed arguments, canonical name,
-/// aliases (exact spellings), access, and the parser of `(selector, payload)`; an action
+/// aliases (exact spellings), access, audit target (`url(field)`, `selector(field)` or
+/// `none`: what its audit record names), and the parser of `(selector, payload)`; an action
 /// without arguments names no parser and refuses both. Its reference entry (what the docs
 /// say, and the option keys its parser accepts) is [`ActionKind::reference`].
 macro_rules! actions {
@@ -23,7 +24,8 @@ macro_rules! actions {
     ($(
         $(#[$meta:meta])*
         $variant:ident $({ $($field:ident : $ty:ty),* $(,)? })?
-            = $name:literal $([$($alias:literal),* $(,)?])?, $access:tt $(, $parse:path)?;
+            = $name:literal $([$($alias:literal),* $(,)?])?, $access:tt,
+            $target:ident $(($target_field:ident))? $(, $parse:path)?;
     )*) => {
         /// An action with its arguments, parsed from what the client sent.
         #[derive(Debug, Clone, PartialEq)]
@@ -68,6 +70,11 @@ macro_rules! actions {
                 parse::common(kind, selector)?;
                 match kind { $(ActionKind::$variant => actions!(@parse $variant [$($parse)?] selector payload),)* }
             }
+
+            /// Only what identifies the target, for the audit trail (the table's target column).
+            pub fn audit_target(&self) -> Target<'a> {
+                match self { $(Action::$variant { $($target_field,)? .. } => targets::$target($($target_field)?),)* }
+            }
         }
     };
 }
@@ -75,41 +82,41 @@ macro_rules! actions {
 actions! {
     /// Loads `url` in the active tab and waits for `wait_until`; with `fail_on_status`, an
     /// HTTP error status of the main document fails it.
-    Navigate { url: &'a str, wait_until: WaitUntil, fail_on_status: bool } = "navigate" ["goto", "open", "visit"], Write, parse::navigate;
-    Back = "back", Write;
-    Forward = "forward", Write;
-    Reload = "reload", Write;
-    Click { selector: &'a str, button: Button, click_count: i64 } = "click", Write, parse::click;
+    Navigate { url: &'a str, wait_until: WaitUntil, fail_on_status: bool } = "navigate" ["goto", "open", "visit"], Write, url(url), parse::navigate;
+    Back = "back", Write, none;
+    Forward = "forward", Write, none;
+    Reload = "reload", Write, none;
+    Click { selector: &'a str, button: Button, click_count: i64 } = "click", Write, selector(selector), parse::click;
     /// Types `text` key by key into the element.
-    Type { selector: &'a str, text: &'a str } = "type", Write, parse::type_text;
+    Type { selector: &'a str, text: &'a str } = "type", Write, selector(selector), parse::type_text;
     /// Replaces the element's value with `text`.
-    Fill { selector: &'a str, text: &'a str } = "fill", Write, parse::fill;
+    Fill { selector: &'a str, text: &'a str } = "fill", Write, selector(selector), parse::fill;
     /// Presses a key chord, on the element when a selector is given.
-    Press { selector: Option<&'a str>, chord: &'a str } = "press", Write, parse::press;
-    Hover { selector: &'a str } = "hover", Write, parse::hover;
-    Focus { selector: &'a str } = "focus", Write, parse::focus;
-    Select { selector: &'a str, values: Vec<&'a str> } = "select", Write, parse::select;
-    Scroll { to: ScrollTo<'a> } = "scroll", Write, parse::scroll;
-    WaitFor { until: Condition<'a> } = "wait_for" ["wait"], Read, parse::wait_for;
+    Press { selector: Option<&'a str>, chord: &'a str } = "press", Write, selector(selector), parse::press;
+    Hover { selector: &'a str } = "hover", Write, selector(selector), parse::hover;
+    Focus { selector: &'a str } = "focus", Write, selector(selector), parse::focus;
+    Select { selector: &'a str, values: Vec<&'a str> } = "select", Write, selector(selector), parse::select;
+    Scroll { to: ScrollTo<'a> } = "scroll", Write, selector(to), parse::scroll;
+    WaitFor { until: Condition<'a> } = "wait_for" ["wait"], Read, selector(until), parse::wait_for;
     /// Reads the element (`body` when no selector is given).
-    Extract { selector: Option<&'a str>, format: ExtractFormat<'a> } = "extract" ["text"], Read, parse::extract;
-    Attr { selector: &'a str, name: &'a str } = "attr", Read, parse::attr;
-    Evaluate { expression: &'a str } = "evaluate" ["eval", "js"], Write, parse::evaluate;
-    Screenshot { format: ImageFormat, quality: Option<i64>, region: Region<'a> } = "screenshot", Read, parse::screenshot;
-    Pdf { options: PdfOptions<'a> } = "pdf", Read, parse::pdf;
-    SetViewport { viewport: Viewport } = "set_viewport" ["viewport"], Write, parse::set_viewport;
+    Extract { selector: Option<&'a str>, format: ExtractFormat<'a> } = "extract" ["text"], Read, selector(selector), parse::extract;
+    Attr { selector: &'a str, name: &'a str } = "attr", Read, selector(selector), parse::attr;
+    Evaluate { expression: &'a str } = "evaluate" ["eval", "js"], Write, none, parse::evaluate;
+    Screenshot { format: ImageFormat, quality: Option<i64>, region: Region<'a> } = "screenshot", Read, selector(region), parse::screenshot;
+    Pdf { options: PdfOptions<'a> } = "pdf", Read, none, parse::pdf;
+    SetViewport { viewport: Viewport } = "set_viewport" ["viewport"], Write, none, parse::set_viewport;
     /// Replaces the document; its size limit is the driver's config, checked by the handler.
-    LoadHtml { html: &'a str } = "load_html" ["setcontent", "set-content", "setContent", "set_content"], Write,
+    LoadHtml { html: &'a str } = "load_html" ["setcontent", "set-content", "setContent", "set_content"], Write, none,
         parse::load_html;
     /// Opens a tab, on `about:blank` when no URL is given.
-    NewTab { url: Option<&'a str> } = "new_tab", Write, parse::new_tab;
-    SwitchTab { tab: TabRef<'a> } = "switch_tab", Read, parse::switch_tab;
+    NewTab { url: Option<&'a str> } = "new_tab", Write, url(url), parse::new_tab;
+    SwitchTab { tab: TabRef<'a> } = "switch_tab", Read, none, parse::switch_tab;
     /// Closes a tab, the active one when no index is given.
-    CloseTab { index: Option<usize> } = "close_tab", Write, parse::close_tab;
-    ListTabs = "list_tabs", Read;
-    Url = "url", Read;
-    Title = "title", Read;
-    Cookies { op: CookieOp<'a> } = "cookies", (cookies_access), parse::cookies;
+    CloseTab { index: Option<usize> } = "close_tab", Write, none, parse::close_tab;
+    ListTabs = "list_tabs", Read, none;
+    Url = "url", Read, none;
+    Title = "title", Read, none;
+    Cookies { op: CookieOp<'a> } = "cookies", (cookies_access), none, parse::cookies;
 }
 
 /// What an action needs from the caller's token. The server maps these to scope strings.
@@ -265,6 +272,69 @@ pub enum Target<'a> {
     None,
 }
 
+/// The table's target column: `url(field)`, `selector(field)` or `none`. Every row must
+/// name one, so a new action cannot compile without saying what its audit record names.
+mod targets {
+    use super::{Condition, Region, ScrollTo, Target};
+
+    /// A field that may name a URL or an element.
+    pub(super) trait Names<'a> {
+        fn named(&self) -> Option<&'a str>;
+    }
+
+    impl<'a> Names<'a> for &'a str {
+        fn named(&self) -> Option<&'a str> {
+            Some(self)
+        }
+    }
+
+    impl<'a> Names<'a> for Option<&'a str> {
+        fn named(&self) -> Option<&'a str> {
+            *self
+        }
+    }
+
+    impl<'a> Names<'a> for ScrollTo<'a> {
+        fn named(&self) -> Option<&'a str> {
+            match *self {
+                ScrollTo::Element(selector) => Some(selector),
+                ScrollTo::Point { .. } => None,
+            }
+        }
+    }
+
+    impl<'a> Names<'a> for Condition<'a> {
+        /// Only an element: a text or URL part waited for is content, not a target.
+        fn named(&self) -> Option<&'a str> {
+            match *self {
+                Condition::Visible(selector) => Some(selector),
+                Condition::Ms(_) | Condition::Text(_) | Condition::Url(_) => None,
+            }
+        }
+    }
+
+    impl<'a> Names<'a> for Region<'a> {
+        fn named(&self) -> Option<&'a str> {
+            match *self {
+                Region::Element(selector) => Some(selector),
+                Region::Viewport | Region::FullPage | Region::Clip(_) => None,
+            }
+        }
+    }
+
+    pub(super) fn url<'a>(field: &impl Names<'a>) -> Target<'a> {
+        field.named().map_or(Target::None, Target::Url)
+    }
+
+    pub(super) fn selector<'a>(field: &impl Names<'a>) -> Target<'a> {
+        field.named().map_or(Target::None, Target::Selector)
+    }
+
+    pub(super) fn none<'a>() -> Target<'a> {
+        Target::None
+    }
+}
+
 impl<'a> Action<'a> {
     /// Resolves `name` (canonical or alias) and parses its arguments.
     pub fn parse_named(
@@ -274,26 +344,6 @@ impl<'a> Action<'a> {
     ) -> Result<(Action<'a>, Canonical), ActionFailure> {
         let canonical = canonicalize(name).map_err(UnknownAction::into_failure)?;
         Ok((Action::parse(canonical.kind, selector, payload)?, canonical))
-    }
-
-    /// Only what identifies the target, for the audit trail.
-    pub fn audit_target(&self) -> Target<'a> {
-        match *self {
-            Action::Navigate { url, .. } | Action::NewTab { url: Some(url) } => Target::Url(url),
-            Action::Click { selector, .. }
-            | Action::Type { selector, .. }
-            | Action::Fill { selector, .. }
-            | Action::Press { selector: Some(selector), .. }
-            | Action::Hover { selector }
-            | Action::Focus { selector }
-            | Action::Select { selector, .. }
-            | Action::Scroll { to: ScrollTo::Element(selector) }
-            | Action::WaitFor { until: Condition::Visible(selector) }
-            | Action::Extract { selector: Some(selector), .. }
-            | Action::Attr { selector, .. }
-            | Action::Screenshot { region: Region::Element(selector), .. } => Target::Selector(selector),
-            _ => Target::None,
-        }
     }
 }
 
@@ -807,6 +857,15 @@ mod tests {
             ("click", "#b", Value::Null, Target::Selector("#b")),
             ("type", "#q", json!("secret text"), Target::Selector("#q")),
             ("screenshot", "#box", Value::Null, Target::Selector("#box")),
+            ("screenshot", "", Value::Null, Target::None),
+            ("scroll", "#far", Value::Null, Target::Selector("#far")),
+            ("scroll", "", json!({"x": 0, "y": 10}), Target::None),
+            ("wait_for", "#late", Value::Null, Target::Selector("#late")),
+            ("wait_for", "", json!({"text": "secret"}), Target::None),
+            ("press", "#q", json!("Enter"), Target::Selector("#q")),
+            ("press", "", json!("Enter"), Target::None),
+            ("extract", "h1", Value::Null, Target::Selector("h1")),
+            ("back", "", Value::Null, Target::None),
             ("extract", "", Value::Null, Target::None),
             ("evaluate", "", json!("secret()"), Target::None),
             ("cookies", "", json!("get"), Target::None),

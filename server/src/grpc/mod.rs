@@ -29,8 +29,8 @@ pub(crate) trait AboutSession {
 }
 
 macro_rules! about_session {
-    ($($t:ty),* $(,)?) => {
-        $(impl AboutSession for $t {
+    ($($path:literal => $message:ident),* $(,)?) => {
+        $(impl AboutSession for browserpool_proto::v1::$message {
             fn session_id(&self) -> &str {
                 &self.session_id
             }
@@ -38,16 +38,8 @@ macro_rules! about_session {
     };
 }
 
-about_session!(
-    browserpool_proto::v1::ReleaseRequest,
-    browserpool_proto::v1::RenewRequest,
-    browserpool_proto::v1::GetSessionRequest,
-    browserpool_proto::v1::ActRequest,
-    browserpool_proto::v1::BatchRequest,
-    browserpool_proto::v1::EventsRequest,
-    browserpool_proto::v1::ExportContextRequest,
-    browserpool_proto::v1::ImportContextRequest,
-);
+// The requests of the rpcs forwarding routes by session: one list for both.
+crate::forward::session_rpcs!(about_session);
 
 /// [`claims`] for a request about one session, which the RPC's audit record then names.
 pub(crate) fn claims_about<T: AboutSession>(req: &Request<T>) -> Result<Claims, Status> {
