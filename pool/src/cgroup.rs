@@ -256,7 +256,8 @@ impl WorkerCgroup {
     }
 
     /// SIGKILL to every process in it (condemned or not), then waits until none is left or
-    /// `bound` passes, signalling again what a fork slipped in meanwhile. Reads only the
+    /// `bound` passes (zero: signal once, wait not), signalling again what a fork slipped in
+    /// meanwhile. Reads only the
     /// worker's own cgroup files, not all of `/proc`: on a busy host the server's own turns
     /// are few, and each scan of `/proc` costs hundreds of milliseconds of them. Returns how
     /// many processes are left. Blocking.
@@ -264,13 +265,16 @@ impl WorkerCgroup {
         let deadline = std::time::Instant::now() + bound;
         loop {
             let left: Vec<libc::pid_t> = self.dirs().flat_map(|d| procs(d)).collect();
-            if left.is_empty() || std::time::Instant::now() >= deadline {
-                return left.len();
+            if left.is_empty() {
+                return 0;
             }
-            for pid in left {
+            for pid in &left {
                 // SAFETY: kill has no memory preconditions; a pid still listed in the cgroup
                 // is this worker's (an exited one leaves the list before it can be reused).
-                unsafe { libc::kill(pid, libc::SIGKILL) };
+                unsafe { libc::kill(*pid, libc::SIGKILL) };
+            }
+            if std::time::Instant::now() >= deadline {
+                return left.len();
             }
             std::thread::sleep(Duration::from_millis(10));
         }

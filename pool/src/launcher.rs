@@ -299,6 +299,23 @@ impl Drop for Process {
     }
 }
 
+/// Reads Chromium's stderr up to its `DevTools listening on` line, and returns the endpoint;
+/// the other lines (but dbus noise) go to `seen`, for the error when there is none.
+async fn devtools_line(
+    lines: &mut tokio::io::Lines<BufReader<tokio::process::ChildStderr>>,
+    seen: &mut Vec<String>,
+) -> Option<String> {
+    while let Ok(Some(line)) = lines.next_line().await {
+        if let Some(rest) = line.split("DevTools listening on ").nth(1) {
+            return Some(rest.trim().to_string());
+        }
+        if !line.contains("dbus") {
+            seen.push(line);
+        }
+    }
+    None
+}
+
 /// Kills every Chromium a previous server left under `profiles_dir` (a server killed without
 /// cleaning up: SIGKILL, OOM, power loss) and deletes their profiles and temp dirs. Call only
 /// while holding the data dir's [`crate::lock::DirLock`], before any worker starts. Returns
@@ -443,12 +460,16 @@ impl Spawned {
         }
     }
 
-    /// Condemns the group and sends it SIGKILL, without waiting: its launch then fails, and
-    /// the boot that owns it cleans up. Blocking.
+    /// Condemns the group and sends it (and, with a cgroup, every process of the worker)
+    /// SIGKILL, without waiting: its launch then fails, and the boot that owns it cleans up.
+    /// Blocking.
     pub(crate) fn kill(&self) {
         self.condemn();
         // SAFETY: killpg on a group this server created; ESRCH is harmless.
         unsafe { libc::killpg(self.pgid as libc::pid_t, libc::SIGKILL) };
+        if let Some(cgroup) = &self.cgroup {
+            cgroup.kill_and_wait(Duration::ZERO);
+        }
     }
 }
 
@@ -725,16 +746,16 @@ pub(crate) async fn launch(
     };
     let mut lines = BufReader::new(stderr).lines();
     let mut seen: Vec<String> = Vec::new();
+    let child = &mut process.child;
     let found = tokio::time::timeout(cfg.launch_timeout, async {
-        while let Ok(Some(line)) = lines.next_line().await {
-            if let Some(rest) = line.split("DevTools listening on ").nth(1) {
-                return Some(rest.trim().to_string());
-            }
-            if !line.contains("dbus") {
-                seen.push(line);
+        // The browser's exit ends the wait even while a helper it started (crashpad) keeps
+        // stderr open; what it wrote before is still read, briefly, for the error.
+        tokio::select! {
+            found = devtools_line(&mut lines, &mut seen) => found,
+            _ = child.wait() => {
+                tokio::time::timeout(Duration::from_millis(200), devtools_line(&mut lines, &mut seen)).await.ok().flatten()
             }
         }
-        None
     })
     .await;
     let mut ws_url = match found {
