@@ -3,7 +3,7 @@
 use chromiumoxide::cdp::browser_protocol::input::{DispatchKeyEventParams, DispatchKeyEventType};
 use chromiumoxide::Page;
 
-use crate::driver::{ActResult, ActionFailure};
+use crate::outcome::{ActResult, ActionFailure};
 
 /// Presses a chord on a page.
 pub(crate) trait PressChord {
@@ -125,7 +125,7 @@ fn parse_chord(chord: &str) -> ActResult<(Vec<Modifier>, &str)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::driver::FailureCode;
+    use crate::outcome::FailureCode;
 
     #[test]
     fn chords_parse() {

@@ -2,7 +2,6 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::str::FromStr;
 use std::time::Duration;
 
 use chromiumoxide::handler::HandlerConfig;
@@ -15,7 +14,9 @@ use tracing::Instrument;
 use crate::cgroup::{Cgroups, WorkerCgroup};
 use crate::error::PoolError;
 use crate::lock::PortLock;
+use crate::lock::PortRange;
 use crate::netns::{Gate, NetNs};
+use crate::procfs::{group_pids, pid_exited};
 use crate::sandbox::{kill_uid, UidRange};
 use crate::task::OwnedTask;
 
@@ -59,34 +60,6 @@ pub const CHROME_FLAGS: &[&str] = &[
 /// open connections it did not ask for), and WebRTC only through the proxy, never over
 /// non-proxied UDP, so ICE cannot reach an address the egress proxy would refuse.
 const PREFERENCES: &str = r#"{"net":{"network_prediction_options":2},"webrtc":{"ip_handling_policy":"disable_non_proxied_udp","multiple_routes_enabled":false,"nonproxied_udp_enabled":false}}"#;
-
-/// An inclusive range of CDP ports, written `9300-9399`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PortRange {
-    /// First port.
-    pub start: u16,
-    /// Last port, inclusive.
-    pub end: u16,
-}
-
-impl FromStr for PortRange {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let (a, b) = s.split_once('-').ok_or_else(|| format!("port range {s:?} is not START-END"))?;
-        let start: u16 = a.trim().parse().map_err(|_| format!("bad start port {a:?}"))?;
-        let end: u16 = b.trim().parse().map_err(|_| format!("bad end port {b:?}"))?;
-        if start == 0 || end < start {
-            return Err(format!("port range {s:?} is empty or starts at 0"));
-        }
-        Ok(PortRange { start, end })
-    }
-}
-
-impl std::fmt::Display for PortRange {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}-{}", self.start, self.end)
-    }
-}
 
 /// Finds the Chromium executable: `explicit` if given, else the first of [`CHROME_NAMES`]
 /// on PATH.
@@ -183,19 +156,6 @@ impl Process {
     /// Whether the main Chromium process has exited.
     pub(crate) fn exited(&mut self) -> bool {
         !matches!(self.child.try_wait(), Ok(None))
-    }
-
-    /// The `/proc` view of [`Process::exited`], for watchers that do not own the process: gone,
-    /// or a zombie not yet reaped.
-    pub(crate) fn pid_exited(pid: u32) -> bool {
-        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-            // The state follows the parenthesized command name, which may contain spaces.
-            Ok(stat) => stat
-                .rsplit_once(')')
-                .and_then(|(_, rest)| rest.trim_start().chars().next())
-                .is_none_or(|c| matches!(c, 'Z' | 'X')),
-            Err(_) => true,
-        }
     }
 
     /// Kills the group, its strays and every process of its uid, and returns once they are
@@ -356,7 +316,7 @@ fn pids_naming(needle: &[u8]) -> Vec<libc::pid_t> {
 }
 
 fn count_naming(needle: &[u8]) -> usize {
-    pids_naming(needle).into_iter().filter(|pid| !Process::pid_exited(*pid as u32)).count()
+    pids_naming(needle).into_iter().filter(|pid| !pid_exited(*pid as u32)).count()
 }
 
 /// SIGKILLs every process whose command line contains `needle`, and its process group (a
@@ -490,21 +450,6 @@ pub(crate) fn raise_priority(pgid: u32) {
             }
         }
     }
-}
-
-/// The processes of group `pgid`.
-pub(crate) fn group_pids(pgid: u32) -> Vec<u32> {
-    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
-    entries
-        .flatten()
-        .filter_map(|entry| {
-            let pid = entry.file_name().to_str()?.parse::<u32>().ok()?;
-            let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
-            // Fields after the parenthesised command: state, ppid, pgrp, ...
-            let rest = stat.rsplit_once(')').map(|(_, r)| r)?;
-            (rest.split_whitespace().nth(2)?.parse::<u32>().ok()? == pgid).then_some(pid)
-        })
-        .collect()
 }
 
 /// [`GroupMemory`] of process group `pgid`.
@@ -930,15 +875,6 @@ mod tests {
         // SAFETY: getpgid(0) has no preconditions.
         let memory = group_memory(unsafe { libc::getpgid(0) } as u32);
         assert!(memory.pss_bytes > 0 && memory.pss_bytes <= memory.rss_bytes, "{memory:?}");
-    }
-
-    #[test]
-    fn port_range_parses_and_rejects() {
-        assert_eq!("9300-9399".parse::<PortRange>().unwrap(), PortRange { start: 9300, end: 9399 });
-        assert!("9399-9300".parse::<PortRange>().is_err());
-        assert!("9300".parse::<PortRange>().is_err());
-        assert!("0-10".parse::<PortRange>().is_err());
-        assert!("a-b".parse::<PortRange>().is_err());
     }
 
     #[test]

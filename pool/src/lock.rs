@@ -9,6 +9,35 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+/// An inclusive range of CDP ports, written `9300-9399`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PortRange {
+    /// First port.
+    pub start: u16,
+    /// Last port, inclusive.
+    pub end: u16,
+}
+
+impl FromStr for PortRange {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let (a, b) = s.split_once('-').ok_or_else(|| format!("port range {s:?} is not START-END"))?;
+        let start: u16 = a.trim().parse().map_err(|_| format!("bad start port {a:?}"))?;
+        let end: u16 = b.trim().parse().map_err(|_| format!("bad end port {b:?}"))?;
+        if start == 0 || end < start {
+            return Err(format!("port range {s:?} is empty or starts at 0"));
+        }
+        Ok(PortRange { start, end })
+    }
+}
+
+impl std::fmt::Display for PortRange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}-{}", self.start, self.end)
+    }
+}
 
 /// A held port lock; dropping it removes the file (only if it still names this process).
 #[derive(Debug)]
@@ -188,6 +217,15 @@ impl Guard {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn port_range_parses_and_rejects() {
+        assert_eq!("9300-9399".parse::<PortRange>().unwrap(), PortRange { start: 9300, end: 9399 });
+        assert!("9399-9300".parse::<PortRange>().is_err());
+        assert!("9300".parse::<PortRange>().is_err());
+        assert!("0-10".parse::<PortRange>().is_err());
+        assert!("a-b".parse::<PortRange>().is_err());
+    }
 
     #[test]
     fn io_errors_are_said_plainly() {

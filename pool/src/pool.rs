@@ -12,11 +12,12 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use crate::cgroup::WorkerCgroup;
-use crate::driver::{Driver, DriverConfig, Viewport};
+use crate::driver::{Driver, DriverConfig};
 use crate::egress::{Egress, EgressConfig, Proxy, WorkerNet};
 use crate::error::PoolError;
 use crate::launcher::{launch, LaunchConfig, Process, Spawned};
 use crate::netns::NetNs;
+use crate::outcome::Viewport;
 use crate::sandbox::SandboxReport;
 use crate::task::OwnedTask;
 
@@ -173,7 +174,7 @@ async fn watch_death(
             closed = connection.wait_for(Option::is_some) => {
                 break closed.ok().and_then(|why| why.clone()).unwrap_or_else(|| "its DevTools connection closed".into());
             }
-            _ = tick.tick() => if Process::pid_exited(pid) {
+            _ = tick.tick() => if crate::procfs::pid_exited(pid) {
                 break "its browser process exited".into();
             },
             why = &mut frozen => break why,
@@ -990,7 +991,7 @@ impl SharedBrowser {
     }
 
     fn dead(&self) -> bool {
-        self.died.borrow().is_some() || Process::pid_exited(self.pid)
+        self.died.borrow().is_some() || crate::procfs::pid_exited(self.pid)
     }
 
     fn take_spare(&self) -> Option<(String, Driver)> {

@@ -15,7 +15,8 @@ use std::path::Path;
 use std::str::FromStr;
 use std::time::Duration;
 
-use crate::launcher::PortRange;
+use crate::lock::PortRange;
+use crate::procfs::{group_pids, pid_exited};
 
 /// The default `--worker-uids`: high enough to miss the ranges `useradd` hands out as
 /// subordinate ids; the server checks it names no user, group or subordinate range.
@@ -181,7 +182,7 @@ fn pids_of_uid(uid: u32) -> Vec<u32> {
     entries
         .flatten()
         .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| process_uid(*pid) == Some(uid) && !crate::launcher::Process::pid_exited(*pid))
+        .filter(|pid| process_uid(*pid) == Some(uid) && !pid_exited(*pid))
         .collect()
 }
 
@@ -240,7 +241,7 @@ pub fn inspect(pgid: u32, uid: Option<u32>) -> SandboxReport {
     let own_ns = std::fs::read_link("/proc/self/ns/user").ok();
     let deadline = std::time::Instant::now() + RENDERER_WAIT;
     loop {
-        let procs: Vec<(u32, String)> = crate::launcher::group_pids(pgid)
+        let procs: Vec<(u32, String)> = group_pids(pgid)
             .into_iter()
             .filter_map(|pid| {
                 let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;

@@ -92,6 +92,9 @@ const LAYERS: &[&[&str]] = &[
 
 #[cfg(test)]
 mod tests {
+    use std::collections::{BTreeMap, BTreeSet};
+    use std::path::Path;
+
     use super::LAYERS;
 
     /// The layer of a module path (`audit::chain` is its own, below `audit`).
@@ -108,11 +111,11 @@ mod tests {
         best.map(|(_, i)| i)
     }
 
-    #[test]
-    fn no_module_imports_from_a_layer_above_its_own() {
-        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    /// Every module of the crate whose sources are in `src` (`lib` and `main` left out), with
+    /// the module paths it imports.
+    fn modules(src: &Path) -> BTreeMap<String, Vec<String>> {
         let mut files = Vec::new();
-        let mut dirs = vec![src.clone()];
+        let mut dirs = vec![src.to_path_buf()];
         while let Some(dir) = dirs.pop() {
             for entry in std::fs::read_dir(dir).unwrap().flatten() {
                 let path = entry.path();
@@ -123,29 +126,173 @@ mod tests {
                 }
             }
         }
-        let mut wrong = Vec::new();
+        let mut modules = BTreeMap::new();
         for file in files {
-            let rel = file.strip_prefix(&src).unwrap().with_extension("");
+            let rel = file.strip_prefix(src).unwrap().with_extension("");
             let module = rel.to_string_lossy().replace('/', "::").trim_end_matches("::mod").to_string();
             if matches!(module.as_str(), "lib" | "main") {
                 continue;
             }
-            let own = layer(&module).unwrap_or_else(|| panic!("{module} is in no layer of LAYERS"));
             let text = std::fs::read_to_string(&file).unwrap();
-            // Only the code above a file's unit tests counts (tests may reach anywhere).
-            let code = text.split("#[cfg(test)]").next().unwrap_or_default();
-            for (at, _) in code.match_indices("crate::") {
-                let path: String = code[at + 7..]
-                    .chars()
-                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == ':')
-                    .collect();
-                let target = path.trim_end_matches(':');
-                let Some(theirs) = layer(target) else { continue };
+            modules.insert(module.clone(), imports(&module, &text));
+        }
+        modules
+    }
+
+    /// The module paths a file of module `module` names through `crate::` or `super::`, in
+    /// its code and its unit tests alike, braces expanded, comments skipped. In the unit tests
+    /// (a `mod tests` inside the file), `super` is the file's own module.
+    fn imports(module: &str, text: &str) -> Vec<String> {
+        let mut found = Vec::new();
+        let mut in_tests = false;
+        for line in text.lines() {
+            let line = line.trim_start();
+            if line.starts_with("mod tests") {
+                in_tests = true;
+            }
+            if line.starts_with("//") {
+                continue;
+            }
+            let mut rest = line;
+            while let Some(at) = rest.find("crate::").into_iter().chain(rest.find("super::")).min() {
+                let before = rest[..at].chars().last();
+                let tail = &rest[at..];
+                rest = &tail[1..];
+                // Part of a longer name or path (`$crate::`, `super::super::`'s second half).
+                if before.is_some_and(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '$' | ':')) {
+                    continue;
+                }
+                let mut own: Vec<&str> = module.split("::").collect();
+                if in_tests {
+                    own.push("tests");
+                }
+                let mut path = tail;
+                let mut base: Vec<&str> = Vec::new();
+                if let Some(after) = path.strip_prefix("crate::") {
+                    path = after;
+                } else {
+                    base = own;
+                    while let Some(after) = path.strip_prefix("super::") {
+                        base.pop();
+                        path = after;
+                    }
+                }
+                for item in expand(path) {
+                    let full: Vec<&str> =
+                        base.iter().copied().chain(item.split("::")).filter(|s| !s.is_empty()).collect();
+                    found.push(full.join("::"));
+                }
+            }
+        }
+        found
+    }
+
+    /// `a::{b, c::{d}}` as `a::b` and `a::c::d`; a plain path as itself (to its end).
+    fn expand(path: &str) -> Vec<String> {
+        let word: String = path.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == ':').collect();
+        let head = word.trim_end_matches(':');
+        if !path[word.len()..].starts_with('{') || !word.ends_with("::") && !word.is_empty() {
+            return vec![head.to_string()];
+        }
+        let inner = &path[word.len() + 1..];
+        let (mut depth, mut end) = (0, inner.len());
+        for (i, c) in inner.char_indices() {
+            match c {
+                '{' => depth += 1,
+                '}' if depth == 0 => {
+                    end = i;
+                    break;
+                }
+                '}' => depth -= 1,
+                _ => {}
+            }
+        }
+        let (mut items, mut depth, mut from) = (Vec::new(), 0, 0);
+        let inner = &inner[..end];
+        for (i, c) in inner.char_indices().chain([(inner.len(), ',')]) {
+            match c {
+                '{' => depth += 1,
+                '}' => depth -= 1,
+                ',' if depth == 0 => {
+                    items.extend(expand(inner[from..i].trim()).into_iter().map(|t| format!("{word}{t}")));
+                    from = i + 1;
+                }
+                _ => {}
+            }
+        }
+        items
+    }
+
+    /// Cycles among a crate's modules (files), each as `a -> b -> a`. An import names the
+    /// longest module its path starts with; a module using its parent or its child is no
+    /// cycle (`driver::ops::tabs` and `driver`).
+    fn cycles(modules: &BTreeMap<String, Vec<String>>) -> Vec<String> {
+        let kin = |a: &str, b: &str| a == b || a.starts_with(&format!("{b}::")) || b.starts_with(&format!("{a}::"));
+        let node = |path: &str| {
+            modules.keys().filter(|m| path == m.as_str() || path.starts_with(&format!("{m}::"))).max_by_key(|m| m.len())
+        };
+        let mut edges: BTreeMap<&String, BTreeSet<&String>> = BTreeMap::new();
+        for (module, imports) in modules {
+            for target in imports.iter().filter_map(|t| node(t)).filter(|t| !kin(module, t)) {
+                edges.entry(module).or_default().insert(target);
+            }
+        }
+        let mut found = Vec::new();
+        for start in modules.keys() {
+            // Depth-first over modules named after `start` only: a path back to it is a cycle,
+            // reported once, from its smallest name.
+            let mut stack = vec![(start, vec![start.as_str()])];
+            let mut seen = BTreeSet::new();
+            while let Some((at, path)) = stack.pop() {
+                for next in edges.get(at).into_iter().flatten() {
+                    if *next == start {
+                        found.push(format!("{} -> {start}", path.join(" -> ")));
+                    } else if *next > start && seen.insert(*next) {
+                        stack.push((next, path.iter().copied().chain([next.as_str()]).collect()));
+                    }
+                }
+            }
+        }
+        found
+    }
+
+    #[test]
+    fn no_module_imports_from_a_layer_above_its_own() {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut wrong = Vec::new();
+        for (module, imports) in modules(&src) {
+            let own = layer(&module).unwrap_or_else(|| panic!("{module} is in no layer of LAYERS"));
+            for target in imports {
+                let Some(theirs) = layer(&target) else { continue };
                 if theirs > own {
                     wrong.push(format!("{module} (layer {own}) imports crate::{target} (layer {theirs})"));
                 }
             }
         }
         assert!(wrong.is_empty(), "imports against the layer order:\n{}", wrong.join("\n"));
+    }
+
+    /// Neither crate's modules import each other in a circle (the pool's have no layer table:
+    /// this holds its order).
+    #[test]
+    fn no_circle_among_the_modules_of_the_server_or_the_pool() {
+        for src in ["src", "../pool/src"] {
+            let found = cycles(&modules(&Path::new(env!("CARGO_MANIFEST_DIR")).join(src)));
+            assert!(found.is_empty(), "import circles in {src}:\n{}", found.join("\n"));
+        }
+    }
+
+    #[test]
+    fn imports_are_read_through_braces_super_and_tests() {
+        let text = "use crate::{a::X, b::{c::Y, Z}};\nuse super::d::W;\n// crate::comment\nlet v = crate::e::f();\nmod tests {\n    use super::*;\n    use super::super::g;\n}\n";
+        assert_eq!(imports("m::n", text), ["a::X", "b::c::Y", "b::Z", "m::d::W", "e::f", "m::n", "m::g"]);
+        let mut graph = BTreeMap::new();
+        graph.insert("a".to_string(), vec!["b::x".to_string(), "a::kid::Y".to_string()]);
+        graph.insert("a::kid".to_string(), vec!["a::Z".to_string()]);
+        graph.insert("b".to_string(), vec!["c::inner::T".to_string()]);
+        graph.insert("c".to_string(), vec![]);
+        graph.insert("c::inner".to_string(), vec!["a::T".to_string()]);
+        graph.insert("d".to_string(), vec!["a".to_string()]);
+        assert_eq!(cycles(&graph), ["a -> b -> c::inner -> a"], "a parent and its child are no cycle; the rest is");
     }
 }

@@ -9,7 +9,7 @@
 
 use serde_json::Value;
 
-use crate::driver::{ActionFailure, FailureCode, Viewport, MAX_SIDE};
+use crate::outcome::{ActionFailure, FailureCode, Viewport, MAX_SIDE};
 
 /// The table. One line per action: variant with its typed arguments, canonical name,
 /// aliases (exact spellings), access, audit target (`url(field)`, `selector(field)` or

@@ -9,9 +9,9 @@ use serde_json::{json, Value};
 
 use super::{element, json_result, value};
 use crate::actions::{Button, ScrollTo};
-use crate::driver::Deadline;
-use crate::driver::{ActResult, ActionFailure, ActionOutput, FailureCode};
 use crate::keys::PressChord;
+use crate::outcome::Deadline;
+use crate::outcome::{ActResult, ActionFailure, ActionOutput, FailureCode};
 
 pub(super) async fn click(
     page: &Page,

@@ -12,8 +12,10 @@ use tokio::sync::broadcast;
 use tokio::time::Instant;
 
 use crate::actions::Action;
-use crate::driver::Deadline;
-use crate::driver::{ActResult, ActionCall, ActionFailure, ActionOutput, Driver, FailureCode, Tab};
+use crate::driver::state::Tab;
+use crate::driver::{ActionCall, Driver};
+use crate::outcome::Deadline;
+use crate::outcome::{ActResult, ActionFailure, ActionOutput, FailureCode};
 
 mod capture;
 mod cookies;
@@ -21,8 +23,6 @@ mod dom;
 mod input;
 mod navigation;
 mod tabs;
-
-pub(crate) use capture::apply_viewport;
 
 /// How often element and condition waits poll the page.
 const POLL: Duration = Duration::from_millis(50);

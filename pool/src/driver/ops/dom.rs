@@ -8,8 +8,10 @@ use tokio::time::Instant;
 
 use super::{element, poll, value};
 use crate::actions::{Condition, ExtractFormat};
-use crate::driver::Deadline;
-use crate::driver::{ActResult, ActionFailure, ActionOutput, Driver, FailureCode, Tab};
+use crate::driver::state::Tab;
+use crate::driver::Driver;
+use crate::outcome::Deadline;
+use crate::outcome::{ActResult, ActionFailure, ActionOutput, FailureCode};
 
 pub(super) async fn wait_for(page: &Page, condition: Condition<'_>, until: Deadline) -> ActResult<ActionOutput> {
     match condition {

@@ -10,7 +10,10 @@ use tokio::sync::broadcast;
 
 use super::{poll, value, wait_lifecycle};
 use crate::actions::WaitUntil;
-use crate::driver::{lock, ActResult, ActionFailure, ActionOutput, Deadline, Driver, FailureCode, Tab};
+use crate::driver::state::Tab;
+use crate::driver::Driver;
+use crate::outcome::{ActResult, ActionFailure, ActionOutput, Deadline, FailureCode};
+use crate::sync::lock;
 
 impl Driver {
     /// `url` is a URL or `about:blank` (checked by the parser); the policy is checked here.

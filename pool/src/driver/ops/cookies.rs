@@ -5,7 +5,9 @@ use serde_json::{json, Value};
 use super::value;
 use crate::actions::CookieOp;
 use crate::context::CookieRecord;
-use crate::driver::{ActResult, ActionOutput, Driver, Tab};
+use crate::driver::state::Tab;
+use crate::driver::Driver;
+use crate::outcome::{ActResult, ActionOutput};
 
 impl Driver {
     pub(super) async fn cookies(&self, tab: &Tab, op: CookieOp<'_>) -> ActResult<ActionOutput> {

@@ -2,18 +2,19 @@
 //! both are taken on.
 
 use base64::Engine;
-use chromiumoxide::cdp::browser_protocol::emulation::{SetDeviceMetricsOverrideParams, SetTouchEmulationEnabledParams};
 use chromiumoxide::cdp::browser_protocol::page::{
     CaptureScreenshotFormat, CaptureScreenshotParams, GetLayoutMetricsParams, PrintToPdfParams, Viewport as Clip,
 };
-use chromiumoxide::Page;
 use serde_json::json;
 use tokio::time::Instant;
 
 use super::{element, json_result, value};
 use crate::actions::{ImageFormat, PdfOptions, Region};
-use crate::driver::Deadline;
-use crate::driver::{lock, ActResult, ActionFailure, ActionOutput, Driver, FailureCode, Tab, Viewport, MAX_SIDE};
+use crate::driver::state::Tab;
+use crate::driver::{apply_viewport, Driver};
+use crate::outcome::Deadline;
+use crate::outcome::{ActResult, ActionFailure, ActionOutput, FailureCode, Viewport, MAX_SIDE};
+use crate::sync::lock;
 
 impl Driver {
     pub(super) async fn set_viewport_action(&self, tab: &Tab, v: Viewport, until: Deadline) -> ActResult<ActionOutput> {
@@ -134,13 +135,4 @@ impl Driver {
         let data = tab.page.pdf(params).await.map_err(ActionFailure::cdp)?;
         Ok(ActionOutput { data, mime_type: "application/pdf".into(), ..Default::default() })
     }
-}
-
-/// Applies the emulated screen to one page.
-pub(crate) async fn apply_viewport(page: &Page, v: Viewport) -> ActResult<()> {
-    page.execute(SetDeviceMetricsOverrideParams::new(v.width, v.height, v.scale, v.mobile))
-        .await
-        .map_err(ActionFailure::cdp)?;
-    page.execute(SetTouchEmulationEnabledParams::new(v.mobile)).await.map_err(ActionFailure::cdp)?;
-    Ok(())
 }

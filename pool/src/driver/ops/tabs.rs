@@ -5,9 +5,12 @@ use chromiumoxide::cdp::browser_protocol::page::BringToFrontParams;
 use chromiumoxide::cdp::browser_protocol::target::CloseTargetParams;
 use serde_json::{json, Value};
 
-use super::apply_viewport;
 use crate::actions::{TabRef, WaitUntil};
-use crate::driver::{lock, ActResult, ActionFailure, ActionOutput, Deadline, Driver, FailureCode, Tab};
+use crate::driver::apply_viewport;
+use crate::driver::state::Tab;
+use crate::driver::Driver;
+use crate::outcome::{ActResult, ActionFailure, ActionOutput, Deadline, FailureCode};
+use crate::sync::lock;
 
 impl Driver {
     /// Puts `tab` in front unless it already is (one CDP call, only after another tab came up).
@@ -25,14 +28,14 @@ impl Driver {
         self.check_url(url)?;
         let cap = self.cfg.max_tabs;
         if lock(&self.shared.tabs).open() >= cap {
-            return Err(crate::driver::tab_cap(cap));
+            return Err(crate::driver::state::tab_cap(cap));
         }
         // A popup may take the last place meanwhile; the watcher then closes this page.
         let mut params = chromiumoxide::cdp::browser_protocol::target::CreateTargetParams::new("about:blank");
         params.browser_context_id = self.shared.context.clone().map(Into::into);
         let page = match self.browser.new_page(params).await {
             Ok(page) => page,
-            Err(_) if lock(&self.shared.tabs).open() >= cap => return Err(crate::driver::tab_cap(cap)),
+            Err(_) if lock(&self.shared.tabs).open() >= cap => return Err(crate::driver::state::tab_cap(cap)),
             Err(e) => return Err(ActionFailure::cdp(e)),
         };
         let target = page.target_id().clone();
@@ -44,7 +47,7 @@ impl Driver {
             .await;
         let index = match registered {
             Some(Ok(index)) => index,
-            Some(Err(())) => return Err(crate::driver::tab_cap(cap)),
+            Some(Err(())) => return Err(crate::driver::state::tab_cap(cap)),
             None => return Err(ActionFailure::new(FailureCode::Timeout, "the new tab did not come up in time")),
         };
         apply_viewport(&page, self.current_viewport()).await?;
@@ -116,7 +119,7 @@ impl Driver {
         let target = lock(&self.shared.tabs).list[index].target.clone();
         self.browser.execute(CloseTargetParams::new(target.clone())).await.map_err(ActionFailure::cdp)?;
         // Wait for the watcher to drop it, so indices are settled when we answer.
-        let gone = |tabs: &crate::driver::Tabs| (!tabs.list.iter().any(|t| t.target == target)).then_some(());
+        let gone = |tabs: &crate::driver::state::Tabs| (!tabs.list.iter().any(|t| t.target == target)).then_some(());
         if self.when_tabs(until.at, gone).await.is_none() {
             return Err(ActionFailure::new(FailureCode::Timeout, "the tab did not close in time"));
         }

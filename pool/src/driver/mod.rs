@@ -6,11 +6,12 @@
 //! opening and ends with `DIALOG_OPEN` at once when one does; while a dialog is open, only
 //! the `dialog::` grammar runs. A failure never poisons the driver.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use chromiumoxide::cdp::browser_protocol::emulation::{SetDeviceMetricsOverrideParams, SetTouchEmulationEnabledParams};
 use chromiumoxide::cdp::browser_protocol::page::HandleJavaScriptDialogParams;
 use chromiumoxide::cdp::browser_protocol::target::{
     CloseTargetParams, EventTargetCreated, EventTargetDestroyed, GetTargetsParams, TargetId,
@@ -28,28 +29,17 @@ use crate::actions::{ActionKind, Canonical};
 use crate::egress::WorkerNet;
 use crate::error::PoolError;
 use crate::events::{DialogInfo, DialogKind, EventHub, EventKind, EventReader};
+use crate::outcome::{kind_name, ActResult, ActionFailure, ActionOutput, Deadline, FailureCode, Viewport};
 use crate::policy::NavPolicy;
 use crate::rawcdp::RawCdp;
-use crate::watchers::{raw_events, watch_targets};
+use crate::sync::lock;
+use state::{Answer, OpenDialog, Shared, Tab, Tabs};
+use watchers::{raw_events, watch_targets};
 
-/// The emulated screen of a session.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Viewport {
-    pub width: u32,
-    pub height: u32,
-    /// deviceScaleFactor, 1..=3.
-    pub scale: f64,
-    pub mobile: bool,
-}
-
-impl Default for Viewport {
-    fn default() -> Self {
-        Viewport { width: 1280, height: 720, scale: 1.0, mobile: false }
-    }
-}
-
-/// Largest viewport or screenshot side, in pixels.
-pub const MAX_SIDE: u32 = 16384;
+mod context;
+pub(crate) mod ops;
+pub(crate) mod state;
+mod watchers;
 
 /// One action to run, already canonicalized and scope-checked by the caller.
 #[derive(Debug, Clone)]
@@ -72,121 +62,6 @@ const OUTER_GRACE: Duration = Duration::from_millis(50);
 /// wait before `timeout_ms` unless the page (or the host) is slow to answer it.
 const ELEMENT_GRACE: Duration = Duration::from_millis(500);
 
-/// When an action must be done by, and what set that time, for the messages of waits that
-/// run out.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Deadline {
-    pub(crate) at: Instant,
-    budget: Duration,
-    default: bool,
-}
-
-impl Deadline {
-    pub(crate) fn of(call: &ActionCall) -> Deadline {
-        Deadline { at: Instant::now() + call.timeout, budget: call.timeout, default: call.default_timeout }
-    }
-
-    /// Which timeout this is.
-    fn which(&self) -> &'static str {
-        if self.default {
-            "the default action timeout"
-        } else {
-            "the action's timeout_ms"
-        }
-    }
-
-    /// `the action's timeout_ms of 2000 ms`, or `the default action timeout of 30000 ms`.
-    pub(crate) fn budget(&self) -> String {
-        format!("{} of {} ms", self.which(), self.budget.as_millis())
-    }
-
-    /// How a wait that ran out ends its message: which timeout, how long, what to change.
-    pub(crate) fn ran_out(&self) -> String {
-        let hint = if self.default { "; set timeout_ms to wait longer" } else { "" };
-        format!("within {} ms ({}{hint})", self.budget.as_millis(), self.which())
-    }
-}
-
-/// What a successful action returns.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct ActionOutput {
-    /// JSON result (`evaluate` value, extracted text, url, title...).
-    pub value: Value,
-    /// Binary result (PNG/JPEG screenshot, PDF).
-    pub data: Vec<u8>,
-    /// MIME type of `data`.
-    pub mime_type: String,
-    /// The tab the action ran on.
-    pub tab_index: i32,
-}
-
-/// Why one action failed; maps 1:1 to the wire's `ErrorCode`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FailureCode {
-    InvalidArgument,
-    UnknownAction,
-    ElementNotFound,
-    Timeout,
-    DialogOpen,
-    NavigationFailed,
-    BlockedByPolicy,
-    PermissionDenied,
-    PayloadTooLarge,
-    JsException,
-    SessionClosed,
-    SessionCrashed,
-    /// The tab's renderer died; the session and its other tabs live on.
-    TabCrashed,
-    Internal,
-}
-
-/// A failed action: code, a message for the client, suggestions for unknown names, and the
-/// dialog for `DIALOG_OPEN`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ActionFailure {
-    pub code: FailureCode,
-    pub message: String,
-    pub did_you_mean: Vec<String>,
-    /// Boxed: most failures carry none, and results stay small.
-    pub dialog: Option<Box<DialogInfo>>,
-}
-
-impl ActionFailure {
-    pub fn new(code: FailureCode, message: impl Into<String>) -> Self {
-        ActionFailure { code, message: message.into(), did_you_mean: Vec::new(), dialog: None }
-    }
-
-    pub(crate) fn invalid(message: impl Into<String>) -> Self {
-        Self::new(FailureCode::InvalidArgument, message)
-    }
-
-    fn dialog_open(info: DialogInfo) -> Self {
-        let message = format!("a {} dialog is open: {}", kind_name(info.kind), info.message);
-        ActionFailure { code: FailureCode::DialogOpen, message, did_you_mean: Vec::new(), dialog: Some(Box::new(info)) }
-    }
-
-    pub(crate) fn cdp(e: CdpError) -> Self {
-        match e {
-            CdpError::JavascriptException(details) => {
-                let text = details
-                    .exception
-                    .as_ref()
-                    .and_then(|o| o.description.clone())
-                    .unwrap_or_else(|| details.text.clone());
-                Self::new(FailureCode::JsException, text)
-            }
-            CdpError::Timeout => Self::new(FailureCode::Timeout, "browser did not answer in time"),
-            other => Self::new(FailureCode::Internal, format!("cdp: {other}")),
-        }
-    }
-
-    pub(crate) fn raw(e: String) -> Self {
-        Self::new(FailureCode::Internal, format!("cdp: {e}"))
-    }
-}
-
-pub(crate) type ActResult<T> = Result<T, ActionFailure>;
-
 /// Driver limits.
 #[derive(Debug, Clone)]
 pub struct DriverConfig {
@@ -199,231 +74,6 @@ pub struct DriverConfig {
     /// The worker's cgroup, when it has one: a renderer the kernel killed at its memory limit
     /// is reported as such.
     pub cgroup: Option<Arc<crate::cgroup::WorkerCgroup>>,
-}
-
-/// One tab: its target, chromiumoxide's page and our raw session on it (Fetch, lifecycle).
-#[derive(Clone)]
-pub(crate) struct Tab {
-    pub target: TargetId,
-    pub page: Page,
-    pub session: String,
-}
-
-#[derive(Default)]
-pub(crate) struct Tabs {
-    pub list: Vec<Tab>,
-    /// Sticky: later actions go here until `switch_tab` or `close_tab` moves it.
-    pub active: usize,
-    /// Page targets admitted by the target watcher and still registering: they count against
-    /// the cap, so a burst of popups cannot all pass while the first ones register.
-    pub pending: HashSet<TargetId>,
-    /// The latest page targets closed for being over the cap (at most [`REFUSED_KEPT`]), so
-    /// `new_tab` can tell its own page was one of them.
-    pub refused: VecDeque<TargetId>,
-    /// Most open tabs; `None` until the driver is attached (Chromium's start-up tab is not the
-    /// session's).
-    pub cap: Option<usize>,
-}
-
-const REFUSED_KEPT: usize = 64;
-
-impl Tabs {
-    /// Tabs open or opening.
-    pub fn open(&self) -> usize {
-        self.list.len() + self.pending.len()
-    }
-
-    /// Admits a new page target, or returns the cap it would exceed.
-    pub fn admit(&mut self, target: &TargetId) -> Result<(), usize> {
-        match self.cap {
-            Some(cap) if self.open() >= cap => {
-                if self.refused.len() == REFUSED_KEPT {
-                    self.refused.pop_front();
-                }
-                self.refused.push_back(target.clone());
-                Err(cap)
-            }
-            _ => {
-                self.pending.insert(target.clone());
-                Ok(())
-            }
-        }
-    }
-}
-
-/// `new_tab` beyond the cap.
-pub(crate) fn tab_cap(cap: usize) -> ActionFailure {
-    ActionFailure::new(
-        FailureCode::BlockedByPolicy,
-        format!("this session already has {cap} tabs, the most --max-tabs allows"),
-    )
-}
-
-/// How an open dialog is answered.
-#[derive(Debug, Clone)]
-pub(crate) enum Answer {
-    /// A JavaScript dialog of a tab: `Page.handleJavaScriptDialog`.
-    Js,
-    /// A held basic-auth challenge: `Fetch.continueWithAuth` on our raw session.
-    Auth { session: String, request_id: String, origin: String },
-    /// A permission request held by the page shim: settle it in its context, grant if accepted.
-    Permission { session: String, context: i64, id: i64, permission: String, origin: String },
-}
-
-#[derive(Debug, Clone)]
-pub(crate) struct OpenDialog {
-    pub seq: u64,
-    pub info: DialogInfo,
-    pub target: TargetId,
-    pub answer: Answer,
-    username: Option<String>,
-    password: Option<String>,
-    prompt: Option<String>,
-}
-
-/// State shared with the watcher tasks.
-pub(crate) struct Shared {
-    pub(crate) tabs: Mutex<Tabs>,
-    pub(crate) tabs_changed: tokio::sync::Notify,
-    pub(crate) dialog: watch::Sender<Option<OpenDialog>>,
-    pub(crate) dialog_seq: AtomicU64,
-    pub(crate) events: EventHub,
-    /// Basic-auth credentials accepted in this session, per origin.
-    pub(crate) credentials: Mutex<HashMap<String, (String, String)>>,
-    /// Auth requests already answered with credentials (a second challenge means they failed).
-    pub(crate) answered: Mutex<HashSet<String>>,
-    /// HTML set by `load_html`, per tab: (html, marker that proves it is still there, the
-    /// document URL it was loaded over). A different URL later means a real navigation.
-    pub(crate) loaded_html: Mutex<HashMap<TargetId, (String, String, String)>>,
-    /// `Page.lifecycleEvent`s of our raw sessions: (session, loader id, name).
-    pub(crate) lifecycle: broadcast::Sender<(String, String, String)>,
-    /// HTTP statuses of documents' responses, seen paused at their response stage: (session,
-    /// network request id, status). A main-frame navigation's request id is its loader id.
-    pub(crate) doc_status: broadcast::Sender<(String, String, u16)>,
-    /// The tab Chromium shows in front, as far as we know: a new tab or popup comes up in
-    /// front, and a tab in the background gets no frames, so input to it waits forever.
-    pub(crate) front: Mutex<Option<TargetId>>,
-    /// What the session's pages may load, shared with the worker's egress proxy (which judges
-    /// every connection); checked early here for every request of a registered tab.
-    pub(crate) net: Arc<WorkerNet>,
-    /// Tabs whose renderer died (`Inspector.targetCrashed`) and that no navigation has
-    /// brought back yet.
-    pub(crate) crashed: watch::Sender<HashSet<TargetId>>,
-    /// Held while an [`Unstick`] runs: the next action waits for it, or the late
-    /// `Page.stopLoading` would abort the navigation that action starts.
-    pub(crate) unsticking: Arc<tokio::sync::Mutex<()>>,
-    /// Every task of this driver (watchers, tab registrations), tracked; they end when the
-    /// driver is dropped (`stop`).
-    pub(crate) tasks: TaskTracker,
-    pub(crate) stop: CancellationToken,
-    /// The browser context this driver's session is, when the session shares its browser
-    /// with others of its tenant (context isolation): only its targets are its tabs, and
-    /// every browser-wide call names it. `None`: the whole browser is the session's.
-    pub(crate) context: Option<String>,
-}
-
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-impl Shared {
-    /// Spawns a task of this driver on its tracker; it ends when the driver is dropped, if it
-    /// has not ended before.
-    pub(crate) fn spawn<F>(&self, task: F)
-    where
-        F: std::future::Future<Output = ()> + Send + 'static,
-    {
-        let stop = self.stop.clone();
-        self.tasks.spawn(async move {
-            tokio::select! {
-                _ = task => {}
-                _ = stop.cancelled() => {}
-            }
-        });
-    }
-
-    /// `params` of a browser-wide call, scoped to this session's browser context if it has
-    /// one.
-    pub(crate) fn scoped(&self, mut params: Value) -> Value {
-        if let Some(context) = &self.context {
-            params["browserContextId"] = json!(context);
-        }
-        params
-    }
-
-    /// Whether a target of this browser context belongs to this session.
-    pub(crate) fn owns(&self, target_context: Option<&str>) -> bool {
-        self.context.as_deref().is_none_or(|ours| target_context == Some(ours))
-    }
-
-    /// Why the policy refuses `url`, if it does.
-    pub(crate) fn check(&self, url: &str) -> Result<(), String> {
-        self.net.check_as_written(url)
-    }
-
-    pub(crate) fn tab_index(&self, target: &TargetId) -> i32 {
-        lock(&self.tabs).list.iter().position(|t| &t.target == target).map(|i| i as i32).unwrap_or(-1)
-    }
-
-    pub(crate) fn tab_by_session(&self, session: &str) -> Option<Tab> {
-        lock(&self.tabs).list.iter().find(|t| t.session == session).cloned()
-    }
-
-    pub(crate) fn open_dialog(&self, info: DialogInfo, target: TargetId, answer: Answer) {
-        let seq = self.dialog_seq.fetch_add(1, Ordering::SeqCst) + 1;
-        self.events.emit(EventKind::DialogOpened(info.clone()));
-        self.dialog.send_replace(Some(OpenDialog {
-            seq,
-            info,
-            target,
-            answer,
-            username: None,
-            password: None,
-            prompt: None,
-        }));
-    }
-
-    /// Clears the dialog `seq` if it is still the open one.
-    pub(crate) fn close_dialog(&self, seq: u64) -> Option<OpenDialog> {
-        let mut closed = None;
-        self.dialog.send_if_modified(|d| match d {
-            Some(open) if open.seq == seq => {
-                closed = d.take();
-                true
-            }
-            _ => false,
-        });
-        closed
-    }
-}
-
-/// The selector-grammar lines that answer a dialog of this kind.
-pub(crate) fn grammar(kind: DialogKind) -> Vec<String> {
-    let lines: &[&str] = match kind {
-        DialogKind::Alert => &["click dialog::accept"],
-        DialogKind::Confirm | DialogKind::BeforeUnload | DialogKind::Permission => {
-            &["click dialog::accept", "click dialog::dismiss"]
-        }
-        DialogKind::Prompt => &["type dialog::prompt <text>", "click dialog::accept", "click dialog::dismiss"],
-        DialogKind::BasicAuth => &[
-            "type dialog::username <name>",
-            "type dialog::password <secret>",
-            "click dialog::accept",
-            "click dialog::dismiss",
-        ],
-    };
-    lines.iter().map(|s| s.to_string()).collect()
-}
-
-fn kind_name(kind: DialogKind) -> &'static str {
-    match kind {
-        DialogKind::Alert => "alert",
-        DialogKind::Confirm => "confirm",
-        DialogKind::Prompt => "prompt",
-        DialogKind::BeforeUnload => "beforeunload",
-        DialogKind::BasicAuth => "basic auth",
-        DialogKind::Permission => "permission",
-    }
 }
 
 /// Drives one worker's tabs. Actions of one session must be serialized by the caller.
@@ -654,7 +304,7 @@ impl Driver {
         tokio::time::timeout(within, async {
             for tab in &tabs {
                 // A tab closing right now may refuse; only the active tab's answer matters.
-                match crate::ops::apply_viewport(&tab.page, v).await {
+                match apply_viewport(&tab.page, v).await {
                     Err(e) if Some(&tab.target) == active.as_ref() => return Err(e),
                     Err(e) => tracing::debug!(error = %e.message, "viewport not applied to a closing tab"),
                     Ok(()) => {}
@@ -720,7 +370,7 @@ impl Driver {
         }
         let baseline = self.shared.dialog_seq.load(Ordering::SeqCst);
         let mut dialogs = self.shared.dialog.subscribe();
-        let until = Deadline::of(call);
+        let until = Deadline::new(call.timeout, call.default_timeout);
         // Element waits use the whole budget, their last check starting before it ends: the
         // grace lets that check (a few ms, more on a loaded host) report ELEMENT_NOT_FOUND
         // before the outer deadline turns the result into TIMEOUT. Anything else that runs
@@ -1002,24 +652,11 @@ async fn wait_dialog_after(rx: &mut watch::Receiver<Option<OpenDialog>>, baselin
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_cap_counts_pending_pages_and_keeps_few_refusals() {
-        let target = |i: usize| TargetId::from(format!("t-{i}"));
-        let mut tabs = Tabs::default();
-        assert!((0..5).all(|i| tabs.admit(&target(i)).is_ok()), "no cap until attached");
-        tabs.pending.clear();
-        tabs.cap = Some(2);
-        assert_eq!((tabs.admit(&target(0)), tabs.admit(&target(1))), (Ok(()), Ok(())));
-        assert_eq!(tabs.admit(&target(2)), Err(2), "pending pages count");
-        assert!(tabs.refused.contains(&target(2)) && !tabs.pending.contains(&target(2)));
-        for i in 3..3 + REFUSED_KEPT {
-            assert_eq!(tabs.admit(&target(i)), Err(2));
-        }
-        assert_eq!(tabs.refused.len(), REFUSED_KEPT);
-        assert!(!tabs.refused.contains(&target(2)), "the oldest refusal is forgotten");
-    }
+/// Applies the emulated screen to one page (a new tab, `set_viewport`, an imported context).
+pub(crate) async fn apply_viewport(page: &Page, v: Viewport) -> ActResult<()> {
+    page.execute(SetDeviceMetricsOverrideParams::new(v.width, v.height, v.scale, v.mobile))
+        .await
+        .map_err(ActionFailure::cdp)?;
+    page.execute(SetTouchEmulationEnabledParams::new(v.mobile)).await.map_err(ActionFailure::cdp)?;
+    Ok(())
 }

@@ -20,10 +20,11 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
-use crate::driver::{grammar, lock, Answer, Shared, Tab};
+use crate::driver::state::{grammar, Answer, Shared, Tab};
 use crate::egress::ERROR_HEADER;
 use crate::events::{DialogInfo, DialogKind, EventKind};
 use crate::rawcdp::{RawCdp, RawEvent};
+use crate::sync::lock;
 
 /// Registers every page target as a tab, drops tabs whose target is destroyed, and makes sure
 /// every new service worker runs (see [`resume_worker`]).
