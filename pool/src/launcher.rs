@@ -173,7 +173,9 @@ impl Process {
         // blocking thread for all of it: on a busy host each hop waits for a turn.
         let spawned = self.spawned();
         let left = tokio::task::spawn_blocking(move || {
-            spawned.kill();
+            spawned.condemn();
+            // SAFETY: killpg on a group this server created; ESRCH is harmless.
+            unsafe { libc::killpg(spawned.pgid as libc::pid_t, libc::SIGKILL) };
             spawned.cgroup.map(|cgroup| cgroup.kill_and_wait(Duration::from_secs(5)))
         })
         .await;
@@ -417,18 +419,6 @@ impl Spawned {
                 raise_priority(self.pgid);
             }
             None => raise_priority(self.pgid),
-        }
-    }
-
-    /// Condemns the group and sends it (and, with a cgroup, every process of the worker)
-    /// SIGKILL, without waiting: its launch then fails, and the boot that owns it cleans up.
-    /// Blocking.
-    pub(crate) fn kill(&self) {
-        self.condemn();
-        // SAFETY: killpg on a group this server created; ESRCH is harmless.
-        unsafe { libc::killpg(self.pgid as libc::pid_t, libc::SIGKILL) };
-        if let Some(cgroup) = &self.cgroup {
-            cgroup.kill_and_wait(Duration::ZERO);
         }
     }
 }

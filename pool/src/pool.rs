@@ -501,12 +501,14 @@ impl Pool {
         self.inner.warm_ready.notify_waiters();
         // The refill loop sees `closed` and ends.
         self.inner.refill.notify_one();
-        // Boots in flight are killed where they stand (a spare boots at idle priority, which
-        // a busy host may not give a turn for the whole launch timeout): each fails and ends.
+        // Boots in flight are raised to normal priority (a spare boots at idle priority, which
+        // a busy host may not give a turn for the whole launch timeout) and killed when they
+        // are done. Not killed where they stand: a browser killed in the middle of its
+        // attach leaves CDP calls waiting for their timeout.
         let started = Instant::now();
         let booting: Vec<Spawned> = self.inner.state().booting_groups.values().cloned().collect();
         for spawned in booting {
-            let _ = tokio::task::spawn_blocking(move || spawned.kill()).await;
+            raise_aside(spawned);
         }
         // Side by side: each kill waits for its browser's exit.
         let warm = warm_workers.len();
