@@ -1,0 +1,135 @@
+//! A lease: a worker of its own, or a browser context in a shared one; released or dropped,
+//! it kills the worker or disposes of the context.
+
+use super::*;
+
+/// A worker handed to one session. [`Lease::release`] kills it (or, for a session that is a
+/// browser context of its tenant's shared browser, disposes the context) and frees the slot;
+/// dropping a lease does the same, so no code path can leak a Chromium or a context.
+pub struct Lease {
+    pub(super) pool: Pool,
+    pub(super) held: Option<Held>,
+    pub(super) _permit: OwnedSemaphorePermit,
+}
+
+pub(super) enum Held {
+    /// A Chromium of the session's own (process isolation).
+    Own(Box<Worker>),
+    /// A browser context in the tenant's shared Chromium (context isolation).
+    Context(ContextLease),
+}
+
+pub(super) struct ContextLease {
+    pub(super) browser: Arc<SharedBrowser>,
+    pub(super) context: String,
+    pub(super) driver: Driver,
+}
+
+impl Lease {
+    pub(super) fn held(&self) -> &Held {
+        self.held.as_ref().expect("lease holds its worker until release")
+    }
+
+    /// The worker's id (for a context session, its shared browser's).
+    pub fn worker_id(&self) -> &WorkerId {
+        match self.held() {
+            Held::Own(w) => &w.id,
+            Held::Context(c) => &c.browser.id,
+        }
+    }
+
+    /// The driver for this session's pages.
+    pub fn driver(&self) -> &Driver {
+        match self.held() {
+            Held::Own(w) => &w.driver,
+            Held::Context(c) => &c.driver,
+        }
+    }
+
+    /// The session's browser context when it shares its tenant's browser; `None` when the
+    /// whole browser is the session's.
+    pub fn context(&self) -> Option<&str> {
+        match self.held() {
+            Held::Own(_) => None,
+            Held::Context(c) => Some(&c.context),
+        }
+    }
+
+    /// Whether Chromium has exited under this lease.
+    pub fn crashed(&mut self) -> bool {
+        match self.held.as_mut() {
+            Some(Held::Own(w)) => w.process.exited() || w.died.borrow().is_some(),
+            Some(Held::Context(c)) => c.browser.dead(),
+            None => true,
+        }
+    }
+
+    /// The browser's own DevTools websocket, for the server's CDP proxy alone: never hand it
+    /// out (it is reachable only from this host, and only through the worker's gate). A
+    /// context session's proxy must keep its client to [`Lease::context`].
+    pub fn devtools_url(&self) -> &str {
+        match self.held() {
+            Held::Own(w) => &w.devtools_url,
+            Held::Context(c) => &c.browser.devtools_url,
+        }
+    }
+
+    /// The directory the session's downloads go to (inside the worker's profile, deleted with
+    /// it, or with the context); not created until asked for.
+    pub fn download_dir(&self) -> std::path::PathBuf {
+        match self.held() {
+            Held::Own(w) => w.process.profile.join("downloads"),
+            Held::Context(c) => c.browser.profile.join("downloads").join(&c.context),
+        }
+    }
+
+    /// Turns `Some(why)` as soon as the worker's browser dies (its process exits or its
+    /// DevTools connection closes); a release is not a death. A shared browser's death ends
+    /// every session of its tenant in it, and no other.
+    pub fn died(&self) -> watch::Receiver<Option<String>> {
+        match self.held() {
+            Held::Own(w) => w.died.clone(),
+            Held::Context(c) => c.browser.died.clone(),
+        }
+    }
+
+    /// Kills the worker's process group and deletes its profile (or disposes the session's
+    /// browser context and its downloads) and lets the pool refill.
+    pub async fn release(mut self) {
+        match self.held.take() {
+            Some(Held::Own(worker)) => {
+                let id = worker.id.clone();
+                worker.kill().await;
+                self.pool.finish_lease(&id);
+            }
+            Some(Held::Context(c)) => self.pool.clone().end_context(c).await,
+            None => {}
+        }
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        match self.held.take() {
+            Some(Held::Own(worker)) => {
+                let id = worker.id.clone();
+                worker.death_watch.abort();
+                worker.handler_task.abort();
+                // Process's own Drop kills the group and removes the profile synchronously.
+                drop(worker);
+                self.pool.finish_lease(&id);
+            }
+            Some(Held::Context(c)) => {
+                // Disposing takes a CDP call: done aside, on the pool's tracker.
+                let pool = self.pool.clone();
+                if tokio::runtime::Handle::try_current().is_ok() {
+                    self.pool.inner.tasks.spawn(pool.end_context(c));
+                } else {
+                    // No runtime left: the server is gone, and the shared browser with it.
+                    pool.context_gone(&c.browser);
+                }
+            }
+            None => {}
+        }
+    }
+}

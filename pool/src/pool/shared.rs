@@ -1,0 +1,367 @@
+//! Context isolation: a tenant's shared Chromium (a warm worker whose own driver is stopped),
+//! its leases as browser contexts, a spare context made ahead, disposal at release,
+//! replacement after N sessions or past a memory ceiling, retirement when idle or needed.
+
+use super::worker::{driver_config, MEMORY_READ_EVERY};
+use super::*;
+
+/// Removes from the map a shared browser no session uses, if there is one.
+pub(super) fn take_idle_shared(state: &mut State) -> Option<Arc<SharedBrowser>> {
+    let tenant = state.shared.iter().find(|(_, b)| b.usage().contexts == 0).map(|(t, _)| t.clone())?;
+    state.shared.remove(&tenant)
+}
+
+/// A Chromium that one tenant's context sessions share (context isolation). It came from the
+/// warm pool, so it was booted like any worker; its own driver is stopped, and each session
+/// has a driver of its own, scoped to its browser context.
+pub(super) struct SharedBrowser {
+    pub(super) tenant: String,
+    pub(super) id: WorkerId,
+    pub(super) browser: Arc<chromiumoxide::Browser>,
+    pub(super) devtools_url: String,
+    pub(super) profile: std::path::PathBuf,
+    pub(super) pid: u32,
+    pub(super) net: Arc<WorkerNet>,
+    pub(super) cgroup: Option<Arc<WorkerCgroup>>,
+    pub(super) died: watch::Receiver<Option<String>>,
+    /// Taken when it is killed.
+    pub(super) worker: Mutex<Option<Worker>>,
+    pub(super) usage: Mutex<Usage>,
+    /// A context made ahead, blank, with its driver attached: the next session takes it, so
+    /// creating one is off the caller's path.
+    pub(super) spare: Mutex<Option<(String, Driver)>>,
+}
+
+#[derive(Default)]
+pub(super) struct Usage {
+    /// Sessions in it now.
+    pub(super) contexts: usize,
+    /// Sessions it was handed, ever.
+    pub(super) served: u64,
+    /// No longer the tenant's current browser: killed once `contexts` is 0.
+    pub(super) retiring: bool,
+    /// Bumped whenever a session starts, so an idle timer started before knows it is stale.
+    pub(super) generation: u64,
+    /// A spare context is being made.
+    pub(super) preparing: bool,
+    /// When its memory was last read against the ceiling.
+    pub(super) memory_read: Option<Instant>,
+}
+
+impl SharedBrowser {
+    pub(super) fn usage(&self) -> MutexGuard<'_, Usage> {
+        self.usage.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(super) fn dead(&self) -> bool {
+        self.died.borrow().is_some() || crate::procfs::pid_exited(self.pid)
+    }
+
+    pub(super) fn take_spare(&self) -> Option<(String, Driver)> {
+        self.spare.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+
+    pub(super) async fn kill(&self) {
+        drop(self.take_spare());
+        let worker = self.worker.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(worker) = worker {
+            tracing::info!(worker = %self.id, tenant = %self.tenant, "shared browser killed");
+            worker.kill().await;
+        }
+    }
+}
+
+impl Pool {
+    /// Leases a fresh browser context in `tenant`'s shared Chromium (context isolation),
+    /// taking a warm worker as that Chromium when the tenant has none (or has one being
+    /// replaced), waiting as [`Pool::lease`] does. `spec.memory` limits a Chromium that
+    /// becomes the tenant's shared browser here, as a whole.
+    pub async fn lease_context(&self, tenant: &str, spec: LeaseSpec) -> Result<Lease, PoolError> {
+        tokio::select! {
+            result = self.lease_context_inner(tenant, spec) => result,
+            _ = self.inner.shutdown.cancelled() => Err(PoolError::ShuttingDown),
+        }
+    }
+
+    pub(super) async fn lease_context_inner(
+        &self,
+        tenant: &str,
+        LeaseSpec { wait, viewport, memory }: LeaseSpec,
+    ) -> Result<Lease, PoolError> {
+        let deadline = tokio::time::Instant::now() + wait;
+        let permit = match tokio::time::timeout_at(deadline, self.inner.slots.clone().acquire_owned()).await {
+            Ok(Ok(permit)) => permit,
+            Ok(Err(_)) => return Err(PoolError::ShuttingDown),
+            Err(_) => return Err(PoolError::Exhausted(wait)),
+        };
+        let browser = match self.current_shared(tenant) {
+            Some(browser) => browser,
+            None => {
+                // A warm worker becomes the tenant's browser; leasing it waits like any lease.
+                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                let worker = self.take_warm(left).await?;
+                // Another session of the tenant may have made one meanwhile: use it, and give
+                // the worker back, no longer counted as leased.
+                if let Some(browser) = self.current_shared(tenant) {
+                    let mut state = self.inner.state();
+                    state.leased.remove(&worker.id);
+                    state.warm.push_front(worker);
+                    drop(state);
+                    self.inner.warm_ready.notify_waiters();
+                    browser
+                } else {
+                    // The limit holds for the shared browser as a whole: its sessions share
+                    // its processes.
+                    if let Err(e) = self.fence_memory(&worker, memory) {
+                        let id = worker.id.clone();
+                        worker.kill().await;
+                        self.finish_lease(&id);
+                        return Err(e);
+                    }
+                    worker.driver.stop();
+                    let browser = Arc::new(SharedBrowser {
+                        tenant: tenant.to_string(),
+                        id: worker.id.clone(),
+                        browser: worker.driver.browser.clone(),
+                        devtools_url: worker.devtools_url.clone(),
+                        profile: worker.process.profile.clone(),
+                        pid: worker.process.pid(),
+                        net: worker.driver.net(),
+                        cgroup: worker.process.cgroup.clone(),
+                        died: worker.died.clone(),
+                        worker: Mutex::new(Some(worker)),
+                        usage: Mutex::new(Usage { contexts: 1, served: 1, generation: 1, ..Usage::default() }),
+                        spare: Mutex::new(None),
+                    });
+                    self.inner.state().shared.insert(tenant.to_string(), browser.clone());
+                    tracing::info!(tenant, worker = %browser.id, "a warm worker became the tenant's shared browser");
+                    browser
+                }
+            }
+        };
+        let opened = match browser.take_spare() {
+            Some(spare) => Ok(spare),
+            None => self.open_context(&browser).await,
+        };
+        self.prepare_spare(&browser);
+        match opened {
+            Ok((context, driver)) => {
+                let lease = Lease {
+                    pool: self.clone(),
+                    held: Some(Held::Context(ContextLease { browser, context, driver })),
+                    _permit: permit,
+                };
+                lease
+                    .driver()
+                    .set_viewport(viewport, self.inner.cfg.launch.cdp_timeout)
+                    .await
+                    .map_err(|e| PoolError::Cdp(format!("set viewport: {}", e.message)))?;
+                Ok(lease)
+            }
+            Err(e) => {
+                self.context_gone(&browser);
+                Err(e)
+            }
+        }
+    }
+
+    /// The tenant's current shared browser with one more session counted in it, if it has
+    /// one still usable. The session that reaches `recycle_after` is its last.
+    pub(super) fn current_shared(&self, tenant: &str) -> Option<Arc<SharedBrowser>> {
+        let mut state = self.inner.state();
+        let browser = state.shared.get(tenant)?.clone();
+        if browser.dead() {
+            state.shared.remove(tenant);
+            drop(state);
+            self.retire(&browser, "it died");
+            return None;
+        }
+        let mut usage = browser.usage();
+        usage.contexts += 1;
+        usage.served += 1;
+        usage.generation += 1;
+        if usage.served >= self.inner.cfg.shared.recycle_after {
+            usage.retiring = true;
+            state.shared.remove(tenant);
+            tracing::info!(tenant, worker = %browser.id, served = usage.served, "shared browser replaced after its last session");
+        }
+        drop(usage);
+        Some(browser)
+    }
+
+    /// Makes the next session's context ahead, aside, unless one is there or being made, or
+    /// the browser is being replaced.
+    pub(super) fn prepare_spare(&self, browser: &Arc<SharedBrowser>) {
+        {
+            let mut usage = browser.usage();
+            if usage.preparing || usage.retiring || browser.spare.lock().unwrap_or_else(|e| e.into_inner()).is_some() {
+                return;
+            }
+            usage.preparing = true;
+        }
+        let (pool, browser) = (self.clone(), browser.clone());
+        self.inner.tasks.spawn(async move {
+            let made = pool.open_context(&browser).await;
+            let keep = {
+                let mut usage = browser.usage();
+                usage.preparing = false;
+                !usage.retiring && !browser.dead()
+            };
+            match made {
+                Ok(spare) if keep => *browser.spare.lock().unwrap_or_else(|e| e.into_inner()) = Some(spare),
+                Ok((context, driver)) => {
+                    drop(driver);
+                    let _ = pool.dispose(&browser, &context).await;
+                }
+                Err(e) => tracing::warn!(worker = %browser.id, error = %e, "a spare browser context could not be made"),
+            }
+        });
+    }
+
+    /// Disposes `context` in `browser` (nothing to do in a dead one); why not, if it could not.
+    pub(super) async fn dispose(&self, browser: &SharedBrowser, context: &str) -> Result<(), String> {
+        use chromiumoxide::cdp::browser_protocol::target::DisposeBrowserContextParams;
+        if browser.dead() {
+            return Ok(());
+        }
+        let t = self.inner.cfg.launch.cdp_timeout;
+        match tokio::time::timeout(t, browser.browser.execute(DisposeBrowserContextParams::new(context.to_string())))
+            .await
+        {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(format!("could not be disposed: {e}")),
+            Err(_) => Err(format!("was not disposed within {t:?}")),
+        }
+    }
+
+    /// A fresh browser context in `browser`, and a driver scoped to it.
+    pub(super) async fn open_context(&self, browser: &SharedBrowser) -> Result<(String, Driver), PoolError> {
+        use chromiumoxide::cdp::browser_protocol::target::CreateBrowserContextParams;
+        let t = self.inner.cfg.launch.cdp_timeout;
+        let created = tokio::time::timeout(t, browser.browser.execute(CreateBrowserContextParams::default()))
+            .await
+            .map_err(|_| PoolError::CdpTimeout { what: "create browser context", after: t })?
+            .map_err(|e| PoolError::Cdp(format!("create browser context: {e}")))?;
+        let context: String = created.result.browser_context_id.into();
+        match Driver::attach_context(
+            browser.browser.clone(),
+            &browser.devtools_url,
+            context.clone(),
+            driver_config(&self.inner.cfg, browser.cgroup.clone()),
+            browser.net.clone(),
+        )
+        .await
+        {
+            Ok(driver) => Ok((context, driver)),
+            Err(e) => {
+                let _ = self.dispose(browser, &context).await;
+                Err(e)
+            }
+        }
+    }
+
+    /// Disposes a session's browser context (its pages, cookies, storage, cache, service
+    /// workers and permissions go with it) and its downloads; the shared browser is replaced
+    /// once past its memory ceiling.
+    pub(super) async fn end_context(self, c: ContextLease) {
+        let ContextLease { browser, context, driver } = c;
+        drop(driver);
+        if let Err(why) = self.dispose(&browser, &context).await {
+            tracing::warn!(worker = %browser.id, "a browser context {why}; replacing its browser");
+            browser.usage().retiring = true;
+        }
+        let downloads = browser.profile.join("downloads").join(&context);
+        let (pid, ceiling) = (browser.pid, self.inner.cfg.shared.memory_ceiling);
+        // Reading PSS walks every page table of every process of the browser (about 10 ms of
+        // CPU for a busy one), so it is read at most once a second, not at every session end.
+        let read_memory = {
+            let mut usage = browser.usage();
+            let due = usage.memory_read.is_none_or(|at| at.elapsed() >= MEMORY_READ_EVERY);
+            if due {
+                usage.memory_read = Some(Instant::now());
+            }
+            due
+        };
+        let pss = tokio::task::spawn_blocking(move || {
+            let _ = std::fs::remove_dir_all(downloads);
+            if read_memory {
+                crate::launcher::group_memory(pid).pss_bytes
+            } else {
+                0
+            }
+        })
+        .await
+        .unwrap_or(0);
+        if pss > ceiling {
+            tracing::info!(worker = %browser.id, pss_mib = pss >> 20, ceiling_mib = ceiling >> 20, "shared browser past its memory ceiling; replacing it");
+            browser.usage().retiring = true;
+        }
+        self.context_gone(&browser);
+    }
+
+    /// One session fewer in `browser`: a browser being replaced (or dead) goes with its last
+    /// session; the tenant's current one is kept, and killed after `idle` without a session.
+    pub(super) fn context_gone(&self, browser: &Arc<SharedBrowser>) {
+        let (last, retiring, generation) = {
+            let mut usage = browser.usage();
+            usage.contexts = usage.contexts.saturating_sub(1);
+            if browser.dead() {
+                usage.retiring = true;
+            }
+            (usage.contexts == 0, usage.retiring, usage.generation)
+        };
+        if retiring {
+            let mut state = self.inner.state();
+            if state.shared.get(&browser.tenant).is_some_and(|b| Arc::ptr_eq(b, browser)) {
+                state.shared.remove(&browser.tenant);
+            }
+        }
+        if !last {
+            return;
+        }
+        if retiring {
+            self.retire(browser, "replaced");
+            return;
+        }
+        let (pool, browser, idle) = (self.clone(), browser.clone(), self.inner.cfg.shared.idle);
+        let closing = self.inner.closing.clone();
+        self.inner.tasks.spawn(async move {
+            tokio::select! {
+                _ = tokio::time::sleep(idle) => {}
+                _ = closing.cancelled() => {}
+            }
+            let idle = {
+                let mut state = pool.inner.state();
+                let usage = browser.usage();
+                let current = state.shared.get(&browser.tenant).is_some_and(|b| Arc::ptr_eq(b, &browser));
+                let idle = usage.contexts == 0 && usage.generation == generation;
+                if idle && current {
+                    state.shared.remove(&browser.tenant);
+                }
+                idle
+            };
+            if idle {
+                pool.retire(&browser, "idle");
+            }
+        });
+    }
+
+    /// Kills a shared browser that no session uses any more (aside, on the pool's tracker) and
+    /// frees its place among the workers; one still in use is marked to go with its last
+    /// session.
+    pub(super) fn retire(&self, browser: &Arc<SharedBrowser>, why: &'static str) {
+        {
+            let mut usage = browser.usage();
+            usage.retiring = true;
+            if usage.contexts > 0 {
+                return;
+            }
+        }
+        tracing::debug!(worker = %browser.id, tenant = %browser.tenant, why, "retiring a shared browser");
+        let (pool, browser) = (self.clone(), browser.clone());
+        self.inner.tasks.spawn(async move {
+            browser.kill().await;
+            pool.finish_lease(&browser.id);
+        });
+    }
+}

@@ -1,0 +1,219 @@
+//! A worker: one Chromium and its driver, its death watch (connection closed, process exited,
+//! a probe unanswered), and its boot (network, egress proxy, launch, the sandbox check, attach).
+
+use super::*;
+
+/// A booted Chromium with its CDP connection and the page sessions drive.
+pub(super) struct Worker {
+    pub(super) id: WorkerId,
+    pub(super) process: Process,
+    /// Dropped (ending every connection it carries) with the worker.
+    pub(super) _proxy: Proxy,
+    pub(super) handler_task: OwnedTask,
+    /// Turns `Some(why)` when the browser dies (see [`watch_death`]).
+    pub(super) died: watch::Receiver<Option<String>>,
+    pub(super) death_watch: OwnedTask,
+    /// The browser's DevTools websocket (through its gate when it has a network namespace).
+    pub(super) devtools_url: String,
+    pub(super) driver: Driver,
+    pub(super) started_at: SystemTime,
+}
+
+impl Worker {
+    pub(super) fn status(&self, state: WorkerState) -> WorkerStatus {
+        WorkerStatus {
+            id: self.id.clone(),
+            state,
+            pid: self.process.pid(),
+            cdp_port: self.process.port(),
+            started_at: self.started_at,
+        }
+    }
+
+    pub(super) async fn kill(self) {
+        // Killing it is no death to report.
+        self.death_watch.abort();
+        self.handler_task.abort();
+        self.process.kill().await;
+    }
+}
+
+/// Reports a worker's death as soon as its CDP connection closes, its main process is seen
+/// exited (polled every [`DEATH_POLL`]), or it leaves a DevTools probe unanswered for
+/// `unresponsive_after` (see [`unanswered`]).
+pub(super) async fn watch_death(
+    pid: u32,
+    cgroup: Option<Arc<WorkerCgroup>>,
+    mut connection: watch::Receiver<Option<String>>,
+    tx: watch::Sender<Option<String>>,
+    browser: Arc<chromiumoxide::Browser>,
+    unresponsive_after: Duration,
+) {
+    let mut tick = tokio::time::interval(DEATH_POLL);
+    let frozen = unanswered(&browser, unresponsive_after);
+    tokio::pin!(frozen);
+    let why = loop {
+        tokio::select! {
+            closed = connection.wait_for(Option::is_some) => {
+                break closed.ok().and_then(|why| why.clone()).unwrap_or_else(|| "its DevTools connection closed".into());
+            }
+            _ = tick.tick() => if crate::procfs::pid_exited(pid) {
+                break "its browser process exited".into();
+            },
+            why = &mut frozen => break why,
+        }
+    };
+    // Killed by the kernel at its memory limit: the reason names it.
+    let why = match cgroup.and_then(|c| c.limit_reached()) {
+        Some(limit) => format!("{why}: {}", crate::cgroup::limit_words(limit)),
+        None => why,
+    };
+    tracing::warn!(pid, reason = %why, "worker died");
+    tx.send_replace(Some(why));
+}
+
+/// How often a worker's process is looked at for an exit its connection did not report.
+pub(super) const DEATH_POLL: Duration = Duration::from_millis(200);
+
+/// How often a browser is asked for its version (see [`unanswered`]).
+pub(super) const PROBE_EVERY: Duration = Duration::from_secs(2);
+
+/// Returns once the browser has answered no probe for `after`: a browser that is stopped
+/// (SIGSTOP), deadlocked or starved keeps its process and its connection, and would otherwise
+/// hold its session and slot until the TTL. `Browser.getVersion` is answered by the browser
+/// process itself, so a page spinning in its renderer does not delay it.
+pub(super) async fn unanswered(browser: &chromiumoxide::Browser, after: Duration) -> String {
+    use chromiumoxide::cdp::browser_protocol::browser::GetVersionParams;
+    let mut answered = tokio::time::Instant::now();
+    loop {
+        tokio::time::sleep(PROBE_EVERY).await;
+        let left = after.saturating_sub(answered.elapsed()).max(PROBE_EVERY);
+        if let Ok(Ok(_)) = tokio::time::timeout(left, browser.execute(GetVersionParams::default())).await {
+            answered = tokio::time::Instant::now();
+        }
+        let silent = answered.elapsed();
+        if silent >= after {
+            return format!("browser stopped answering: no reply to a DevTools probe for {} s", silent.as_secs());
+        }
+    }
+}
+
+/// How often, at most, a shared browser's memory is read against its ceiling.
+pub(super) const MEMORY_READ_EVERY: Duration = Duration::from_secs(1);
+
+pub(super) async fn boot_worker(
+    cfg: &PoolConfig,
+    egress: &Arc<Egress>,
+    sandbox: &watch::Sender<Option<SandboxReport>>,
+    id: WorkerId,
+    spawned: &(dyn Fn(Spawned) + Send + Sync),
+    cleanups: &TaskTracker,
+) -> Result<Worker, PoolError> {
+    let checked = sandbox.borrow().clone();
+    if let Some(report) = checked.as_ref().filter(|r| !r.sandboxed && !cfg.launch.allow_unsandboxed) {
+        return Err(PoolError::Unsandboxed(report.detail.clone()));
+    }
+    // The proxy reads the policy per connection, so `Driver::set_policy` at lease time holds
+    // for every connection opened after it; until then, nothing private.
+    let net = WorkerNet::new(egress.clone());
+    // Namespaces are made on threads of their own; keep that off the runtime's workers.
+    let (netns, listener) = tokio::task::spawn_blocking(|| {
+        let netns = worker_netns();
+        let listener = match &netns {
+            Some(ns) => ns.bind_loopback(),
+            None => std::net::TcpListener::bind(("127.0.0.1", 0)),
+        };
+        listener.map(|l| (netns, l))
+    })
+    .await
+    .map_err(|e| PoolError::Launch(format!("network namespace task: {e}")))??;
+    let proxy = Proxy::start(net.clone(), listener, netns.is_none(), &id.0)?;
+    let launched = launch(&cfg.launch, &id.0, &proxy.url(), netns, egress, spawned, cleanups).await?;
+    // The first worker is looked at in /proc (its uid, a renderer's seccomp filter and user
+    // namespace): the flags say the sandbox is on, this sees whether it is.
+    if checked.is_none() {
+        let (pgid, uid) = (launched.process.pid(), launched.process.uid);
+        let report = tokio::task::spawn_blocking(move || crate::sandbox::inspect(pgid, uid))
+            .await
+            .map_err(|e| PoolError::Launch(format!("sandbox check task: {e}")))?;
+        if report.sandboxed {
+            tracing::info!(detail = %report.detail, "chromium's sandbox is on");
+        } else if cfg.launch.allow_unsandboxed {
+            tracing::error!(detail = %report.detail, "WORKERS RUN WITHOUT CHROMIUM'S SANDBOX (--allow-unsandboxed): a renderer exploit runs with the worker's rights");
+        }
+        sandbox.send_replace(Some(report.clone()));
+        if !report.sandboxed && !cfg.launch.allow_unsandboxed {
+            launched.handler_task.abort();
+            launched.process.kill().await;
+            return Err(PoolError::Unsandboxed(report.detail));
+        }
+    }
+    let driver_cfg = driver_config(cfg, launched.process.cgroup.clone());
+    let devtools_url = launched.ws_url.clone();
+    let driver = match Driver::attach(launched.browser, &launched.ws_url, driver_cfg, net).await {
+        Ok(driver) => driver,
+        Err(e) => {
+            launched.handler_task.abort();
+            launched.process.kill().await;
+            return Err(e);
+        }
+    };
+    let (died_tx, died) = watch::channel(None);
+    let death_watch = OwnedTask::spawn(
+        watch_death(
+            launched.process.pid(),
+            launched.process.cgroup.clone(),
+            launched.died,
+            died_tx,
+            driver.browser.clone(),
+            cfg.unresponsive_after,
+        )
+        .instrument(tracing::debug_span!("death_watch", worker = %id)),
+    );
+    Ok(Worker {
+        id,
+        process: launched.process,
+        _proxy: proxy,
+        handler_task: launched.handler_task,
+        died,
+        death_watch,
+        devtools_url,
+        driver,
+        started_at: SystemTime::now(),
+    })
+}
+
+/// A new network namespace for a worker: the server's own where it may create one (root or
+/// `CAP_SYS_ADMIN`), else one inside an unprivileged user namespace. `None` where neither is
+/// possible: said once, at warn, since it leaves the DevTools ports reachable by every local
+/// process. Which kind is said once too.
+pub(super) fn worker_netns() -> Option<NetNs> {
+    static SAID: std::sync::Once = std::sync::Once::new();
+    let privileged = NetNs::create();
+    let made = privileged.as_ref().err().map(|_| NetNs::create_unprivileged());
+    match (privileged, made) {
+        (Ok(ns), _) => Some(ns),
+        (Err(_), Some(Ok(ns))) => {
+            SAID.call_once(|| {
+                tracing::info!("each worker runs in a network namespace of its own, inside an unprivileged user namespace (the server is not root)")
+            });
+            Some(ns)
+        }
+        (Err(e), unprivileged) => {
+            let why = unprivileged.and_then(Result::err).map(|u| u.to_string()).unwrap_or_default();
+            SAID.call_once(|| {
+                tracing::warn!(error = %e, unprivileged = %why, "workers share the host's network namespace (creating one needs root, CAP_SYS_ADMIN or unprivileged user namespaces): their devtools ports are reachable by local processes")
+            });
+            None
+        }
+    }
+}
+
+pub(super) fn driver_config(cfg: &PoolConfig, cgroup: Option<Arc<WorkerCgroup>>) -> DriverConfig {
+    DriverConfig {
+        cdp_timeout: cfg.launch.cdp_timeout,
+        max_html_bytes: cfg.max_html_bytes,
+        max_tabs: cfg.max_tabs,
+        cgroup,
+    }
+}
