@@ -26,6 +26,17 @@ pub(super) struct ContextLease {
 }
 
 impl Lease {
+    /// The lease with the session's viewport applied; a browser that cannot take it is not
+    /// usable (and the lease, dropped, ends).
+    pub(super) async fn with_viewport(self, viewport: Viewport) -> Result<Lease, PoolError> {
+        let timeout = self.pool.inner.cfg.launch.cdp_timeout;
+        self.driver()
+            .set_viewport(viewport, timeout)
+            .await
+            .map_err(|e| PoolError::Cdp(format!("set viewport: {}", e.message)))?;
+        Ok(self)
+    }
+
     pub(super) fn held(&self) -> &Held {
         self.held.as_ref().expect("lease holds its worker until release")
     }

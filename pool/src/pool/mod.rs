@@ -252,13 +252,7 @@ impl Pool {
         let fenced = self.fence_memory(&worker, memory);
         let lease = Lease { pool: self.clone(), held: Some(Held::Own(Box::new(worker))), _permit: permit };
         fenced?;
-        // Apply the session's viewport; a worker that cannot take it is not usable.
-        lease
-            .driver()
-            .set_viewport(viewport, self.inner.cfg.launch.cdp_timeout)
-            .await
-            .map_err(|e| PoolError::Cdp(format!("set viewport: {}", e.message)))?;
-        Ok(lease)
+        lease.with_viewport(viewport).await
     }
 
     /// Takes a warm worker (counted as leased from then on), waiting up to `wait` for one,

@@ -151,12 +151,7 @@ impl Pool {
                     held: Some(Held::Context(ContextLease { browser, context, driver })),
                     _permit: permit,
                 };
-                lease
-                    .driver()
-                    .set_viewport(viewport, self.inner.cfg.launch.cdp_timeout)
-                    .await
-                    .map_err(|e| PoolError::Cdp(format!("set viewport: {}", e.message)))?;
-                Ok(lease)
+                lease.with_viewport(viewport).await
             }
             Err(e) => {
                 self.context_gone(&browser);
