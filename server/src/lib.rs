@@ -282,6 +282,109 @@ mod tests {
         }
     }
 
+    /// Production lines (above a file's `mod tests`) a file may have, and lines a function
+    /// may have.
+    const FILE_LINES: usize = 600;
+    const FN_LINES: usize = 100;
+
+    /// What is still longer than that, with its length when this list was last cut: each may
+    /// shrink (then lower or drop its line here) and none may grow, and nothing else may join.
+    /// Split along responsibilities (see ARCHITECTURE.md), or say in a comment above a long
+    /// function why it reads better whole.
+    const TOO_LONG: &[(&str, usize)] = &[
+        ("pool/src/launcher.rs", 851),
+        ("pool/src/driver/mod.rs", 662),
+        ("server/src/auth.rs", 946),
+        ("server/src/forward.rs", 856),
+        ("server/src/server.rs", 661),
+        ("server/src/store.rs", 958),
+        ("server/src/tls.rs", 786),
+        ("server/src/cdp.rs", 714),
+        ("server/src/sessions/lifecycle.rs", 736),
+        ("pool/src/egress.rs serve_conn", 122),
+        ("pool/src/launcher.rs launch", 284),
+        ("pool/src/actions/reference.rs reference", 243),
+        ("pool/src/driver/mod.rs answer", 106),
+        ("server/src/server.rs bind", 126),
+        ("server/src/server.rs serve", 222),
+        ("server/src/http.rs cdp", 115),
+        ("server/src/cdp.rs relay", 220),
+        ("server/src/sessions/lifecycle.rs acquire_inner", 133),
+        ("client/src/cli/admin.rs run", 128),
+    ];
+
+    /// Files over [`FILE_LINES`] production lines and functions over [`FN_LINES`] lines in the
+    /// crates' sources, as `("path", lines)` and `("path name", lines)`.
+    fn too_long() -> Vec<(String, usize)> {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let mut found = Vec::new();
+        for krate in ["proto", "pool", "server", "client"] {
+            let mut dirs = vec![root.join(krate).join("src")];
+            while let Some(dir) = dirs.pop() {
+                for entry in std::fs::read_dir(dir).unwrap().flatten() {
+                    let path = entry.path();
+                    if path.is_dir() {
+                        dirs.push(path);
+                        continue;
+                    }
+                    if path.extension().is_none_or(|e| e != "rs") {
+                        continue;
+                    }
+                    let name = path.strip_prefix(&root).unwrap().to_string_lossy().to_string();
+                    let text = std::fs::read_to_string(&path).unwrap();
+                    let code = text.split("#[cfg(test)]\nmod tests").next().unwrap_or_default();
+                    let lines: Vec<&str> = code.lines().collect();
+                    if lines.len() > FILE_LINES {
+                        found.push((name.clone(), lines.len()));
+                    }
+                    for (at, line) in lines.iter().enumerate() {
+                        let body = line.trim_start();
+                        let indent = &line[..line.len() - body.len()];
+                        let body =
+                            body.strip_prefix("pub ").or_else(|| body.strip_prefix("pub(crate) ")).unwrap_or(body);
+                        let body = body.strip_prefix("pub(super) ").unwrap_or(body);
+                        let body = body.strip_prefix("async ").unwrap_or(body);
+                        let Some(rest) = body.strip_prefix("fn ") else { continue };
+                        let fn_name: String =
+                            rest.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+                        let close = format!("{indent}}}");
+                        if let Some(end) = lines[at + 1..].iter().position(|l| *l == close) {
+                            if end + 2 > FN_LINES {
+                                found.push((format!("{name} {fn_name}"), end + 2));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        found
+    }
+
+    /// No file or function grows past its bound, and the list of those still past it only
+    /// shrinks.
+    #[test]
+    fn files_and_functions_stay_short() {
+        let found = too_long();
+        let mut wrong = Vec::new();
+        for (what, lines) in &found {
+            match TOO_LONG.iter().find(|(w, _)| w == what) {
+                None => wrong.push(format!("{what}: {lines} lines (files: {FILE_LINES}, functions: {FN_LINES})")),
+                Some((_, listed)) if lines > listed => {
+                    wrong.push(format!("{what}: {lines} lines, more than the {listed} it had (split it)"))
+                }
+                Some(_) => {}
+            }
+        }
+        for (what, listed) in TOO_LONG {
+            let now = found.iter().find(|(w, _)| w == what).map(|(_, n)| *n);
+            if now.is_none_or(|n| n < *listed) {
+                wrong
+                    .push(format!("{what}: listed at {listed} lines, now {now:?}: lower or drop its line in TOO_LONG"));
+            }
+        }
+        assert!(wrong.is_empty(), "too long:\n{}", wrong.join("\n"));
+    }
+
     #[test]
     fn imports_are_read_through_braces_super_and_tests() {
         let text = "use crate::{a::X, b::{c::Y, Z}};\nuse super::d::W;\n// crate::comment\nlet v = crate::e::f();\nmod tests {\n    use super::*;\n    use super::super::g;\n}\n";

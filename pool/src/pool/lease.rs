@@ -144,3 +144,20 @@ impl Drop for Lease {
         }
     }
 }
+
+/// Counts a caller holding a slot without a worker yet; the count drops with the guard, so a
+/// cancelled `lease` future un-counts itself.
+pub(super) struct Pending<'a>(&'a Inner);
+
+impl<'a> Pending<'a> {
+    pub(super) fn new(inner: &'a Inner) -> Self {
+        inner.state().pending += 1;
+        Pending(inner)
+    }
+}
+
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        self.0.state().pending -= 1;
+    }
+}

@@ -26,7 +26,7 @@ mod shared;
 mod worker;
 
 pub use lease::Lease;
-use lease::{ContextLease, Held};
+use lease::{ContextLease, Held, Pending};
 use shared::{take_idle_shared, SharedBrowser};
 use worker::{boot_worker, Worker};
 
@@ -582,23 +582,6 @@ fn waited_for(state: &State) -> bool {
 /// (it reads `/proc`), without waiting for it.
 fn raise_aside(spawned: Spawned) {
     tokio::task::spawn_blocking(move || spawned.raise());
-}
-
-/// Counts a caller holding a slot without a worker yet; the count drops with the guard, so a
-/// cancelled `lease` future un-counts itself.
-struct Pending<'a>(&'a Inner);
-
-impl<'a> Pending<'a> {
-    fn new(inner: &'a Inner) -> Self {
-        inner.state().pending += 1;
-        Pending(inner)
-    }
-}
-
-impl Drop for Pending<'_> {
-    fn drop(&mut self) {
-        self.0.state().pending -= 1;
-    }
 }
 
 #[cfg(test)]
