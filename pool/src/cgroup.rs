@@ -287,8 +287,7 @@ impl WorkerCgroup {
 
     /// Kills what is left in it and removes it; called once the worker's processes are gone.
     pub fn remove(&self) {
-        let dirs: Vec<&PathBuf> = self.dirs().collect();
-        for dir in dirs {
+        for dir in self.dirs() {
             empty(dir, self.version);
             if let Err(e) = remove_dir(dir) {
                 tracing::warn!(dir = %dir.display(), error = %e, "could not remove worker cgroup");

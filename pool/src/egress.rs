@@ -28,6 +28,7 @@ use tokio::task::JoinSet;
 use tracing::Instrument;
 
 use crate::policy::{private_ip, NavPolicy};
+use crate::sync::lock;
 use crate::task::OwnedTask;
 
 /// Largest request or response head the proxy reads (start line and headers).
@@ -87,17 +88,16 @@ impl Egress {
     }
 
     fn reserved_port(&self, port: u16) -> bool {
-        self.reserved.iter().any(|r| r.contains(&port))
-            || self.live.lock().unwrap_or_else(|e| e.into_inner()).contains(&port)
+        self.reserved.iter().any(|r| r.contains(&port)) || lock(&self.live).contains(&port)
     }
 
     /// Marks a port of the pool's own on the host's loopback as refused while it lives.
     pub(crate) fn hold(&self, port: u16) {
-        self.live.lock().unwrap_or_else(|e| e.into_inner()).insert(port);
+        lock(&self.live).insert(port);
     }
 
     pub(crate) fn unhold(&self, port: u16) {
-        self.live.lock().unwrap_or_else(|e| e.into_inner()).remove(&port);
+        lock(&self.live).remove(&port);
     }
 
     /// The first of `addrs` a page under `policy` may connect to, or why none may. The reason

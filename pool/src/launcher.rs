@@ -18,6 +18,7 @@ use crate::lock::PortRange;
 use crate::netns::{Gate, NetNs};
 use crate::procfs::{group_pids, pid_exited};
 use crate::sandbox::{kill_uid, UidRange};
+use crate::sync::lock;
 use crate::task::OwnedTask;
 
 /// Executable names tried on PATH when `--chrome` is not given, in order.
@@ -174,8 +175,7 @@ impl Process {
         let spawned = self.spawned();
         let left = tokio::task::spawn_blocking(move || {
             spawned.condemn();
-            // SAFETY: killpg on a group this server created; ESRCH is harmless.
-            unsafe { libc::killpg(spawned.pgid as libc::pid_t, libc::SIGKILL) };
+            kill_group(spawned.pgid as libc::pid_t);
             spawned.cgroup.map(|cgroup| cgroup.kill_and_wait(Duration::from_secs(5)))
         })
         .await;
@@ -226,19 +226,11 @@ impl Process {
         .await;
     }
 
-    /// SIGKILL to the group.
-    fn kill_group(&self) {
-        // SAFETY: killpg on the group we created with process_group(0); ESRCH is harmless.
-        unsafe {
-            libc::killpg(self.pgid, libc::SIGKILL);
-        }
-    }
-
     fn signal_all(&self) {
         if let Some(cgroup) = &self.cgroup {
             let _ = cgroup.condemn();
         }
-        self.kill_group();
+        kill_group(self.pgid);
         kill_strays(&self.profile);
         if let Some(uid) = self.uid {
             kill_uid(uid, false);
@@ -258,6 +250,14 @@ impl Drop for Process {
                 let _ = std::thread::Builder::new().name("cgroup-remove".into()).spawn(move || cgroup.remove());
             }
         }
+    }
+}
+
+/// SIGKILL to process group `pgid`, one a worker's Chromium leads.
+fn kill_group(pgid: libc::pid_t) {
+    // SAFETY: killpg on a group we created with process_group(0); ESRCH is harmless.
+    unsafe {
+        libc::killpg(pgid, libc::SIGKILL);
     }
 }
 
@@ -801,11 +801,7 @@ async fn spawn_on_keeper(mut cmd: Command) -> std::io::Result<Child> {
         let _entered = runtime.enter();
         let _ = done.send(cmd.spawn());
     });
-    keeper
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .send(job)
-        .map_err(|_| std::io::Error::other("forker thread gone"))?;
+    lock(keeper).send(job).map_err(|_| std::io::Error::other("forker thread gone"))?;
     spawned.await.map_err(|_| std::io::Error::other("forker thread dropped the spawn"))?
 }
 

@@ -30,6 +30,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::egress::{accept_loop, read_head, Egress};
+use crate::sync::lock;
 use crate::task::OwnedTask;
 
 /// A network namespace with only `lo`, up. It lives while this handle (or a process in it) does.
@@ -224,7 +225,7 @@ impl Broker {
             Request::Listen => (b'L', 0u16),
             Request::Connect(port) => (b'C', port),
         };
-        let sock = self.sock.lock().unwrap_or_else(|e| e.into_inner());
+        let sock = lock(&self.sock);
         let msg = [op, (port >> 8) as u8, port as u8];
         // SAFETY: sends 3 bytes from `msg` on our descriptor.
         if unsafe { libc::send(sock.as_raw_fd(), msg.as_ptr().cast(), msg.len(), libc::MSG_NOSIGNAL) } != 3 {

@@ -17,6 +17,7 @@ use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot};
 use tracing::Instrument;
 
+use crate::sync::lock;
 use crate::task::OwnedTask;
 
 /// An event of the raw connection: method, params and the session it came from.
@@ -100,7 +101,7 @@ impl RawCdp {
                     }
                 }
                 // Fail whatever still waits for an answer.
-                task_pending.lock().unwrap_or_else(|e| e.into_inner()).clear();
+                lock(&task_pending).clear();
             }
             .instrument(tracing::debug_span!("raw_cdp")),
         );
@@ -115,16 +116,16 @@ impl RawCdp {
             msg["sessionId"] = json!(session_id);
         }
         let (tx, rx) = oneshot::channel();
-        self.pending.lock().unwrap_or_else(|e| e.into_inner()).insert(id, tx);
+        lock(&self.pending).insert(id, tx);
         if self.out.send(msg.to_string()).is_err() {
-            self.pending.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+            lock(&self.pending).remove(&id);
             return Err("raw cdp connection closed".into());
         }
         match tokio::time::timeout(self.timeout, rx).await {
             Ok(Ok(result)) => result,
             Ok(Err(_)) => Err("raw cdp connection closed".into()),
             Err(_) => {
-                self.pending.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+                lock(&self.pending).remove(&id);
                 Err(format!("{method} timed out"))
             }
         }
@@ -141,7 +142,7 @@ impl RawCdp {
 fn dispatch(text: &str, pending: &Pending, events: &mpsc::UnboundedSender<RawEvent>) {
     let Ok(msg) = serde_json::from_str::<Value>(text) else { return };
     if let Some(id) = msg.get("id").and_then(Value::as_u64) {
-        if let Some(tx) = pending.lock().unwrap_or_else(|e| e.into_inner()).remove(&id) {
+        if let Some(tx) = lock(pending).remove(&id) {
             let result = match msg.get("error") {
                 Some(err) => Err(err.get("message").and_then(Value::as_str).unwrap_or("cdp error").to_string()),
                 None => Ok(msg.get("result").cloned().unwrap_or(Value::Null)),

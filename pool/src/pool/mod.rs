@@ -19,6 +19,7 @@ use crate::launcher::{launch, LaunchConfig, Process, Spawned};
 use crate::netns::NetNs;
 use crate::outcome::Viewport;
 use crate::sandbox::SandboxReport;
+use crate::sync::lock;
 use crate::task::OwnedTask;
 
 mod lease;
@@ -192,7 +193,7 @@ struct Inner {
 impl Inner {
     fn state(&self) -> MutexGuard<'_, State> {
         // A panic while holding this lock is a bug; the state itself stays consistent.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.state)
     }
 }
 

@@ -4,6 +4,7 @@
 
 use super::worker::{driver_config, MEMORY_READ_EVERY};
 use super::*;
+use crate::sync::lock;
 
 /// Removes from the map a shared browser no session uses, if there is one.
 pub(super) fn take_idle_shared(state: &mut State) -> Option<Arc<SharedBrowser>> {
@@ -50,7 +51,7 @@ pub(super) struct Usage {
 
 impl SharedBrowser {
     pub(super) fn usage(&self) -> MutexGuard<'_, Usage> {
-        self.usage.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.usage)
     }
 
     pub(super) fn dead(&self) -> bool {
@@ -58,12 +59,12 @@ impl SharedBrowser {
     }
 
     pub(super) fn take_spare(&self) -> Option<(String, Driver)> {
-        self.spare.lock().unwrap_or_else(|e| e.into_inner()).take()
+        lock(&self.spare).take()
     }
 
     pub(super) async fn kill(&self) {
         drop(self.take_spare());
-        let worker = self.worker.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let worker = lock(&self.worker).take();
         if let Some(worker) = worker {
             tracing::info!(worker = %self.id, tenant = %self.tenant, "shared browser killed");
             worker.kill().await;
@@ -189,7 +190,7 @@ impl Pool {
     pub(super) fn prepare_spare(&self, browser: &Arc<SharedBrowser>) {
         {
             let mut usage = browser.usage();
-            if usage.preparing || usage.retiring || browser.spare.lock().unwrap_or_else(|e| e.into_inner()).is_some() {
+            if usage.preparing || usage.retiring || lock(&browser.spare).is_some() {
                 return;
             }
             usage.preparing = true;
@@ -203,7 +204,7 @@ impl Pool {
                 !usage.retiring && !browser.dead()
             };
             match made {
-                Ok(spare) if keep => *browser.spare.lock().unwrap_or_else(|e| e.into_inner()) = Some(spare),
+                Ok(spare) if keep => *lock(&browser.spare) = Some(spare),
                 Ok((context, driver)) => {
                     drop(driver);
                     let _ = pool.dispose(&browser, &context).await;
