@@ -151,7 +151,7 @@ pub struct WorkerNet {
 
 impl WorkerNet {
     /// A worker's egress under the warm policy (nothing private) until a lease sets its own.
-    pub(crate) fn new(egress: Arc<Egress>) -> Arc<WorkerNet> {
+    pub fn new(egress: Arc<Egress>) -> Arc<WorkerNet> {
         Arc::new(WorkerNet {
             egress,
             policy: RwLock::new(NavPolicy::default()),

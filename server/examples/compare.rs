@@ -267,7 +267,7 @@ fn check_png(png: &[u8]) -> anyhow::Result<()> {
 
 async fn wait_warm(server: &InProcess, n: usize) {
     let deadline = Instant::now() + Duration::from_secs(60);
-    while server.sessions.pool().status().warm < n && Instant::now() < deadline {
+    while server.pool.status().warm < n && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }

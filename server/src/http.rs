@@ -27,6 +27,8 @@ pub use crate::cdp::CDP_PREFIX;
 #[derive(Clone)]
 pub struct HttpState {
     pub sessions: Sessions,
+    /// The Chromium pool: `/readyz` and `/metrics` read its status.
+    pub pool: browserpool_pool::Pool,
     pub store: Store,
     pub tokens: TokenCheck,
     /// `/cdp/{session}` of a session another replica holds is relayed there.
@@ -242,7 +244,7 @@ async fn readyz(State(state): State<HttpState>) -> impl IntoResponse {
         return (StatusCode::SERVICE_UNAVAILABLE, format!("audit trail behind: {spooling}\n"));
     }
     // Not ready while workers fail to boot: new sessions could not be served.
-    let pool = state.sessions.pool();
+    let pool = &state.pool;
     match pool.last_boot_error() {
         // Ready, but loudly so when --allow-unsandboxed let workers run without the sandbox.
         None => match pool.sandbox().filter(|r| !r.sandboxed) {
@@ -257,7 +259,7 @@ async fn readyz(State(state): State<HttpState>) -> impl IntoResponse {
 }
 
 async fn metrics(State(state): State<HttpState>) -> impl IntoResponse {
-    let status = state.sessions.pool().status();
+    let status = &state.pool.status();
     let mut out = String::new();
     let gauges = [
         ("browserpool_workers_warm", "Workers booted and idle.", status.warm),

@@ -11,6 +11,8 @@ pub struct InProcess {
     pub endpoint: String,
     pub token: String,
     pub sessions: Sessions,
+    /// The Chromium pool under the sessions.
+    pub pool: browserpool_pool::Pool,
     /// Its data dir (deleted on drop).
     pub dir: tempfile::TempDir,
     stop: tokio::sync::oneshot::Sender<()>,
@@ -47,11 +49,12 @@ impl InProcess {
         let endpoint = format!("http://{}", bound.grpc_addr);
         let token = std::fs::read_to_string(&bound.admin_token_path)?;
         let sessions = bound.sessions().clone();
+        let pool = bound.pool().clone();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(bound.serve(async move {
             let _ = stopped.await;
         }));
-        Ok(InProcess { endpoint, token, sessions, dir, stop, task })
+        Ok(InProcess { endpoint, token, sessions, pool, dir, stop, task })
     }
 
     /// Stops the server and waits until it has (workers killed, profiles removed).

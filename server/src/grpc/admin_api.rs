@@ -5,7 +5,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use browserpool_pool::WorkerState;
+use browserpool_pool::{Pool, WorkerState};
 use browserpool_proto::v1 as pb;
 use futures::Stream;
 use tonic::{Request, Response, Status};
@@ -24,6 +24,7 @@ use sha2::Digest;
 /// Adapter from the generated `Admin` service.
 pub struct AdminApi {
     sessions: Sessions,
+    pool: Pool,
     keys: Arc<Keys>,
     store: Store,
     revoked: Revocations,
@@ -34,8 +35,10 @@ pub struct AdminApi {
 }
 
 impl AdminApi {
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         sessions: Sessions,
+        pool: Pool,
         keys: Arc<Keys>,
         store: Store,
         revoked: Revocations,
@@ -44,12 +47,12 @@ impl AdminApi {
         peers: Peers,
     ) -> Self {
         let tenants = Tenants::new(sessions.clone(), store.clone(), epochs, max_token_ttl);
-        AdminApi { sessions, keys, store, revoked, tenants, peers }
+        AdminApi { sessions, pool, keys, store, revoked, tenants, peers }
     }
 
     /// This replica's pool status alone.
     async fn local_status(&self) -> Result<pb::PoolStatusResponse, Status> {
-        let status = self.sessions.pool().status();
+        let status = self.pool.status();
         let mut tenants = Vec::new();
         for t in self.store.tenants().await.map_err(ServiceError::from)? {
             let (active, queued) = self.sessions.usage(&t.id);
@@ -93,7 +96,7 @@ impl AdminApi {
             .collect();
         let (warm, leased, capacity, draining) =
             (status.warm as u32, status.leased as u32, status.capacity as u32, self.sessions.draining());
-        let report = self.sessions.pool().sandbox();
+        let report = self.pool.sandbox();
         let unsandboxed = report.as_ref().is_some_and(|r| !r.sandboxed);
         let sandbox = report.map(|r| r.detail).unwrap_or_default();
         Ok(pb::PoolStatusResponse {
@@ -114,7 +117,7 @@ impl AdminApi {
                 error: String::new(),
                 sandbox,
                 unsandboxed,
-                resource_fence: self.sessions.pool().resource_fence().unwrap_or_default(),
+                resource_fence: self.pool.resource_fence().unwrap_or_default(),
             }],
         })
     }
@@ -122,7 +125,7 @@ impl AdminApi {
     /// Drains (or resumes) this replica alone.
     fn drain_here(&self, drain: bool) -> pb::DrainResponse {
         let draining = self.sessions.set_draining(drain);
-        let status = self.sessions.pool().status();
+        let status = self.pool.status();
         let leased = status.leased as u32;
         pb::DrainResponse {
             draining,

@@ -134,12 +134,12 @@ impl Sessions {
                     timeout,
                     default_timeout,
                 };
-                lease.driver().run(&switch).await.map_err(|mut f| {
+                lease.run(&switch).await.map_err(|mut f| {
                     f.message = format!("tab_index: {}", f.message);
                     f
                 })?;
             }
-            lease.driver().run(&call).await
+            lease.run(&call).await
         };
         let outcome = live.unless_ended(id, run).await;
         let crashed = outcome.is_err() && lease.crashed();
@@ -194,14 +194,14 @@ impl Sessions {
         &self,
         id: &str,
         what: &str,
-        f: impl for<'a> FnOnce(&'a Lease) -> futures::future::BoxFuture<'a, std::result::Result<T, ActionFailure>>,
+        f: impl for<'a> FnOnce(&'a dyn Leased) -> futures::future::BoxFuture<'a, std::result::Result<T, ActionFailure>>,
     ) -> Result<T> {
         let live = self.live(id)?;
         let guard = live.lease.lock().await;
         let lease = guard.as_ref().ok_or_else(|| ServiceError::NotReady { id: id.into(), state: "CLOSED" })?;
         let _acting = self.inner.acting.token();
         let bounded = async {
-            tokio::time::timeout(DEFAULT_ACTION_TIMEOUT, f(lease)).await.unwrap_or_else(|_| {
+            tokio::time::timeout(DEFAULT_ACTION_TIMEOUT, f(lease.as_ref())).await.unwrap_or_else(|_| {
                 Err(ActionFailure::new(
                     FailureCode::Timeout,
                     format!("{what} did not finish within {} ms", DEFAULT_ACTION_TIMEOUT.as_millis()),
@@ -218,7 +218,7 @@ impl Sessions {
     pub async fn export_context(&self, claims: &Claims, id: &str, opts: CaptureOptions) -> Result<ContextState> {
         require(claims, Scope::ContextExport)?;
         self.attach(claims, id).await?;
-        self.with_lease(id, "export", |lease| Box::pin(async move { lease.driver().export_context(&opts).await })).await
+        self.with_lease(id, "export", |lease| Box::pin(async move { lease.export_context(&opts).await })).await
     }
 
     /// Applies a verified state to the caller's session (strict replace for its origin).
@@ -232,7 +232,7 @@ impl Sessions {
         require(claims, Scope::ContextImport)?;
         self.attach(claims, id).await?;
         self.with_lease(id, "import", |lease| {
-            Box::pin(async move { lease.driver().import_context(&state, strict_origin).await })
+            Box::pin(async move { lease.import_context(&state, strict_origin).await })
         })
         .await
     }
@@ -244,7 +244,7 @@ impl Sessions {
         let live = self.live(id)?;
         let guard = live.lease.lock().await;
         match guard.as_ref() {
-            Some(lease) => Ok(lease.driver().events()),
+            Some(lease) => Ok(lease.events()),
             None => Err(ServiceError::NotReady { id: id.into(), state: "CLOSED" }),
         }
     }

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use browserpool_pool::{
     canonicalize, Access, ActionCall, ActionFailure, ActionOutput, CaptureOptions, ContextState, EventKind,
-    EventReader, FailureCode, Lease, LeaseSpec, NavPolicy, Pool, PoolError, Viewport,
+    EventReader, FailureCode, LeaseSpec, NavPolicy, PoolError, Viewport,
 };
 use serde_json::Value;
 use tokio::sync::watch;
@@ -23,18 +23,21 @@ use tokio_util::task::TaskTracker;
 use crate::admission::{Admission, AdmissionError, Quota, Slot};
 use crate::audit::{AuditLog, Place};
 use crate::auth::{Claims, Scope};
+use crate::browsers::{Browsers, Leased};
 use crate::clock::{now_ms, Clock};
 use crate::deadlines::{self, Deadlines};
 use crate::error::{Result, ServiceError};
 pub use crate::model::SessionState;
-use crate::model::{Isolation, ReplicaAddrs, SessionRecord, TenantRecord};
+use crate::model::{ReplicaAddrs, SessionRecord, TenantRecord};
 use crate::store::{SessionFilter, Store};
 
 mod act;
+mod cdp_access;
+mod ending;
 mod lifecycle;
 mod replicas;
 
-pub use lifecycle::CdpAccess;
+pub use cdp_access::CdpAccess;
 use lifecycle::Claim;
 
 /// Default and maximum per-action deadline.
@@ -101,7 +104,7 @@ struct Live {
     slot: Mutex<Option<(Slot, Claim)>>,
     idle_timeout: Duration,
     /// Held for the whole of each action, so a session's actions run one at a time in order.
-    lease: tokio::sync::Mutex<Option<Lease>>,
+    lease: tokio::sync::Mutex<Option<Box<dyn Leased>>>,
     /// Cancelled when the session starts to end: a running action stops at once (its caller
     /// gets `SESSION_CLOSED`, or `SESSION_CRASHED`) instead of holding the end up.
     stop: CancellationToken,
@@ -169,7 +172,7 @@ struct Inner {
     store: Store,
     /// This server's id among the replicas sharing the database.
     replica: String,
-    pool: Pool,
+    browsers: Arc<dyn Browsers>,
     admission: Admission,
     audit: AuditLog,
     /// Ends under way (see [`Sessions::end`]), a tracker token each, and a signal as each ends.
@@ -181,8 +184,9 @@ struct Inner {
     acting: TaskTracker,
     /// Every task spawned for a session, a stream or a relay; shutdown joins them.
     tasks: TaskTracker,
-    /// While true, Acquire answers UNAVAILABLE; live sessions go on.
-    draining: std::sync::atomic::AtomicBool,
+    /// While true, Acquire answers UNAVAILABLE, callers already queued included (they retry
+    /// on another replica); live sessions go on.
+    draining: watch::Sender<bool>,
     limits: Limits,
     live: Mutex<HashMap<String, Arc<Live>>>,
     /// Sessions out of `live` whose end is under way, until it is done: `Get` reads their
@@ -278,13 +282,13 @@ mod store_seen_tests {
 }
 
 impl Sessions {
-    pub fn new(store: Store, pool: Pool, limits: Limits, capacity: u32, audit: AuditLog) -> Sessions {
+    pub fn new(store: Store, browsers: Arc<dyn Browsers>, limits: Limits, capacity: u32, audit: AuditLog) -> Sessions {
         let admission = Admission::new(capacity);
         Sessions {
             inner: Arc::new(Inner {
                 store,
                 replica: format!("r-{}", uuid::Uuid::new_v4().simple()),
-                pool,
+                browsers,
                 admission,
                 audit,
                 ending: TaskTracker::new(),
@@ -292,7 +296,7 @@ impl Sessions {
                 acting: TaskTracker::new(),
                 tasks: TaskTracker::new(),
                 deadlines: Deadlines::new(Clock::new()),
-                draining: std::sync::atomic::AtomicBool::new(false),
+                draining: watch::channel(false).0,
                 limits,
                 live: Mutex::new(HashMap::new()),
                 ending_now: Mutex::new(HashMap::new()),
@@ -324,14 +328,14 @@ impl Sessions {
 
     /// Starts or stops draining; returns the new state.
     pub fn set_draining(&self, drain: bool) -> bool {
-        self.inner.draining.store(drain, std::sync::atomic::Ordering::SeqCst);
+        self.inner.draining.send_replace(drain);
         tracing::info!(draining = drain, "drain state changed");
         drain
     }
 
     /// Whether this server refuses new sessions.
     pub fn draining(&self) -> bool {
-        self.inner.draining.load(std::sync::atomic::Ordering::SeqCst)
+        *self.inner.draining.borrow()
     }
 
     /// The service's counters and histograms.
@@ -382,11 +386,6 @@ impl Sessions {
 
     fn ending_map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Live>>> {
         self.inner.ending_now.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// The pool behind the sessions.
-    pub fn pool(&self) -> &Pool {
-        &self.inner.pool
     }
 
     /// Number of live sessions.
@@ -485,30 +484,5 @@ fn same_secret(a: &str, b: &str) -> bool {
     a.len() == b.len() && a.bytes().zip(b.bytes()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// Milliseconds since the epoch.
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn viewport_defaults_and_bounds() {
-        assert_eq!(validate_viewport(None).unwrap(), Viewport::default());
-        let v = validate_viewport(Some(Viewport { width: 0, height: 0, scale: 0.0, mobile: false })).unwrap();
-        assert_eq!(v, Viewport::default());
-        for bad in [0.5, 4.0, f64::NAN, f64::INFINITY] {
-            let err =
-                validate_viewport(Some(Viewport { width: 100, height: 100, scale: bad, mobile: false })).unwrap_err();
-            assert!(err.to_string().contains("viewport.scale"), "{err}");
-        }
-        assert!(validate_viewport(Some(Viewport { width: 20000, height: 10, scale: 1.0, mobile: false })).is_err());
-    }
-
-    #[test]
-    fn states_round_trip() {
-        for s in ["QUEUED", "READY", "CLOSED", "CRASHED", "EXPIRED", "KILLED"] {
-            assert_eq!(SessionState::parse(s).unwrap().as_str(), s);
-        }
-        assert!(SessionState::parse("ready").is_none());
-        assert!(SessionState::Closed.is_terminal() && !SessionState::Ready.is_terminal());
-    }
-}
+mod tests;

@@ -8,14 +8,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Context;
-use browserpool_pool::{
-    find_chrome, reap_orphans, sandbox::UidRange, Cgroups, DirLock, EgressConfig, LaunchConfig, Pool, PoolConfig,
-    SharedConfig,
-};
+use browserpool_pool::{find_chrome, reap_orphans, DirLock, Pool};
 use browserpool_proto::v1::{admin_server::AdminServer, sessions_server::SessionsServer};
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
-use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
@@ -26,11 +22,16 @@ use crate::clock::now_ms;
 use crate::config::ServeArgs;
 use crate::forward::{ForwardLayer, Peers};
 use crate::grpc::{admin_api::AdminApi, sessions_api::SessionsApi};
-use crate::sessions::{Limits, SessionState, Sessions};
+use crate::sessions::{Limits, Sessions};
+use crate::shutdown::Stages;
 use crate::store::{Isolation, ReplicaAddrs, Store, TenantRecord};
 use crate::tls::{Tls, TlsListener, TlsMode};
 
 pub use crate::model::DEFAULT_TENANT;
+pub use workers::profiles_dir;
+use workers::{check_sandbox, pool_config, raise_open_files_limit, worker_uids};
+
+mod workers;
 
 /// A server with its sockets bound, ready to serve.
 pub struct Bound {
@@ -47,6 +48,8 @@ pub struct Bound {
     keys: Arc<Keys>,
     store: Store,
     sessions: Sessions,
+    /// The Chromium pool the sessions lease from (the sessions see it as [`crate::browsers::Browsers`]).
+    pool: Pool,
     /// The stop, in stages (see [`Stages`]).
     stages: Stages,
     max_html_bytes: usize,
@@ -60,29 +63,6 @@ pub struct Bound {
     tls: Option<Tls>,
     /// Held while serving: no second server on this data dir.
     _dir_lock: DirLock,
-}
-
-/// The stop, in order: each stage's token is a child of the next one's, so cancelling a later
-/// stage also stops everything of the earlier ones, and nothing outlives `writers`.
-struct Stages {
-    /// The gRPC listener, streams, relays, the reaper, the pool's refill and the cache
-    /// refreshes: cancelled once the drain and the grace period are over.
-    serving: CancellationToken,
-    /// The replica heartbeat: cancelled once every session has ended, so other replicas do
-    /// not take this one for gone while it closes them.
-    beating: CancellationToken,
-    /// The audit writer and the HTTP listener: cancelled last, after every session's records
-    /// were queued.
-    writers: CancellationToken,
-}
-
-impl Stages {
-    fn new() -> Stages {
-        let writers = CancellationToken::new();
-        let beating = writers.child_token();
-        let serving = beating.child_token();
-        Stages { serving, beating, writers }
-    }
 }
 
 /// `<data-dir>/replica.id`: the replica id of the last server on this data dir, so the next
@@ -124,52 +104,13 @@ pub async fn bind(args: ServeArgs) -> anyhow::Result<Bound> {
     let http_addr = http.local_addr()?;
 
     let stages = Stages::new();
-    let pool = Pool::start(
-        PoolConfig {
-            launch: LaunchConfig {
-                chrome,
-                profiles_dir,
-                lock_dir: args.lock_dir.clone(),
-                ports: args.port_range,
-                launch_timeout: args.launch_timeout,
-                cdp_timeout: std::time::Duration::from_secs(10),
-                worker_uids,
-                allow_unsandboxed: args.allow_unsandboxed,
-                cgroups: worker_cgroups(&args),
-            },
-            warm: args.warm,
-            max_workers: args.max_workers,
-            max_html_bytes: args.max_html_bytes,
-            // Pages never reach the server's own listeners, whatever the tenant allows.
-            egress: EgressConfig {
-                reserved_ports: vec![grpc_addr.port()..=grpc_addr.port(), http_addr.port()..=http_addr.port()],
-                hosts: args.resolve.iter().cloned().collect(),
-            },
-            max_tabs: args.max_tabs as usize,
-            unresponsive_after: args.browser_unresponsive_after,
-            shared: SharedConfig {
-                recycle_after: args.context_recycle_after,
-                memory_ceiling: args.context_memory_ceiling_mib << 20,
-                idle: args.context_idle,
-            },
-        },
-        stages.serving.clone(),
-    );
-    // What the database refuses of the audit trail waits here, on this server's own disk;
-    // what a previous run left in it goes into the chain first.
-    let spool_path = args.store.audit_spool.clone().unwrap_or_else(|| data_dir.join(crate::audit::spool::SPOOL_FILE));
-    let spool =
-        crate::audit::Spool::open(&spool_path).with_context(|| format!("audit spool {}", spool_path.display()))?;
-    if !spool.is_empty() {
-        tracing::warn!(
-            records = spool.len(),
-            "a previous run left audit records in the local spool; they go into the chain first"
-        );
-    }
+    let cfg = pool_config(&args, chrome, profiles_dir, worker_uids, [grpc_addr.port(), http_addr.port()]);
+    let pool = Pool::start(cfg, stages.serving.clone());
+    let spool = open_spool(&args, &data_dir)?;
     let (audit, audit_writer) = AuditLog::new(store.clone(), Some(spool));
     let sessions = Sessions::new(
         store.clone(),
-        pool,
+        Arc::new(pool.clone()),
         Limits { max_session_ttl: args.max_session_ttl, idle_timeout: args.idle_timeout },
         args.max_workers as u32,
         audit.clone(),
@@ -188,7 +129,7 @@ pub async fn bind(args: ServeArgs) -> anyhow::Result<Bound> {
     std::fs::write(&replica_file, sessions.replica_id()).map_err(|e| {
         anyhow::anyhow!("write {}: {}", replica_file.display(), browserpool_pool::lock::explain_io(&e, &replica_file))
     })?;
-    check_sandbox(&args, sessions.pool(), &stages).await?;
+    check_sandbox(&args, &pool, &stages).await?;
     Ok(Bound {
         audit,
         audit_writer,
@@ -200,6 +141,7 @@ pub async fn bind(args: ServeArgs) -> anyhow::Result<Bound> {
         keys,
         store,
         sessions,
+        pool,
         stages,
         max_html_bytes: args.max_html_bytes,
         max_token_ttl: args.max_token_ttl,
@@ -217,75 +159,19 @@ pub async fn bind(args: ServeArgs) -> anyhow::Result<Bound> {
     })
 }
 
-/// Where the profiles of a data dir's workers live: a directory of the temp dir named by the
-/// data dir, not the data dir itself, which workers running as uids of their own must not
-/// reach (and whose parents, `/root` say, they often cannot pass).
-pub fn profiles_dir(data_dir: &Path) -> PathBuf {
-    use sha2::Digest;
-    let real = data_dir.canonicalize().unwrap_or_else(|_| data_dir.to_path_buf());
-    let name = hex::encode(&sha2::Sha256::digest(real.as_os_str().as_encoded_bytes())[..6]);
-    std::env::temp_dir().join(format!("browserpool-profiles-{name}"))
-}
-
-/// The uids workers run as: `--worker-uids`, checked, when the server is root; none otherwise
-/// (only root can switch).
-fn worker_uids(args: &ServeArgs) -> anyhow::Result<Option<UidRange>> {
-    // SAFETY: geteuid has no preconditions.
-    let euid = unsafe { libc::geteuid() };
-    if euid != 0 {
-        tracing::info!(
-            uid = euid,
-            "workers run as the server's own uid (only a root server gives them uids of their own)"
+/// The audit spool: what the database refuses of the audit trail waits there, on this
+/// server's own disk; what a previous run left in it goes into the chain first.
+fn open_spool(args: &ServeArgs, data_dir: &Path) -> anyhow::Result<crate::audit::Spool> {
+    let spool_path = args.store.audit_spool.clone().unwrap_or_else(|| data_dir.join(crate::audit::spool::SPOOL_FILE));
+    let spool =
+        crate::audit::Spool::open(&spool_path).with_context(|| format!("audit spool {}", spool_path.display()))?;
+    if !spool.is_empty() {
+        tracing::warn!(
+            records = spool.len(),
+            "a previous run left audit records in the local spool; they go into the chain first"
         );
-        return Ok(None);
     }
-    args.worker_uids.check(args.port_range, euid, Path::new("/etc")).map_err(anyhow::Error::msg)?;
-    Ok(Some(args.worker_uids))
-}
-
-/// Where workers get a cgroup each (memory, tasks, CPU weight), or `None`, said once, at warn,
-/// with why: `--no-worker-cgroups`, or a server that may not manage cgroups.
-fn worker_cgroups(args: &ServeArgs) -> Option<Arc<Cgroups>> {
-    let why = if args.no_worker_cgroups {
-        "--no-worker-cgroups".to_string()
-    } else {
-        match Cgroups::detect((args.worker_memory_mb as u64) << 20, args.worker_pids_max) {
-            Ok(cgroups) => {
-                tracing::info!(
-                    version = ?cgroups.version(),
-                    parent = %cgroups.parent().display(),
-                    memory_mb = args.worker_memory_mb,
-                    pids_max = args.worker_pids_max,
-                    "each worker runs in a cgroup of its own"
-                );
-                return Some(Arc::new(cgroups));
-            }
-            Err(e) => e,
-        }
-    };
-    tracing::warn!(why = %why, "workers have no memory, task or CPU limit of their own (no cgroup per worker): one page can take the host's memory; size the host or pod for it");
-    None
-}
-
-/// Refuses to serve when the first worker booted runs without Chromium's sandbox, unless
-/// `--allow-unsandboxed` says to. With no warm worker to look at, the first one booted for a
-/// session is checked instead (and fails to boot without the sandbox).
-async fn check_sandbox(args: &ServeArgs, pool: &Pool, stages: &Stages) -> anyhow::Result<()> {
-    if args.warm == 0 {
-        return Ok(());
-    }
-    // A boot, its DevTools connection, and the sandbox check's wait for a renderer.
-    let within = args.launch_timeout + std::time::Duration::from_secs(40);
-    match pool.sandbox_checked(within).await {
-        Some(report) if !report.sandboxed && !args.allow_unsandboxed => {
-            stages.serving.cancel();
-            pool.shutdown().await;
-            anyhow::bail!("{}", browserpool_pool::PoolError::Unsandboxed(report.detail))
-        }
-        Some(_) => Ok(()),
-        // Boots fail (said in the log and /readyz); the first that succeeds is checked.
-        None => Ok(()),
-    }
+    Ok(spool)
 }
 
 /// The host other replicas reach this one at: `--advertise-host`, else the listen address's
@@ -316,21 +202,6 @@ fn join_host_port(host: &str, port: u16) -> String {
         format!("[{host}]:{port}")
     } else {
         format!("{host}:{port}")
-    }
-}
-
-/// Raises the soft limit on open descriptors to the hard one: every connection a page opens
-/// costs the server two (its egress proxy relays it), up to 256 per worker.
-fn raise_open_files_limit() {
-    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-    // SAFETY: getrlimit/setrlimit read and write the struct we own.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
-            let wanted = libc::rlimit { rlim_cur: lim.rlim_max, rlim_max: lim.rlim_max };
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &wanted) != 0 {
-                tracing::warn!(soft = lim.rlim_cur, "could not raise the open files limit");
-            }
-        }
     }
 }
 
@@ -423,9 +294,14 @@ pub async fn run(args: ServeArgs, shutdown: impl Future<Output = ()> + Send + 's
 }
 
 impl Bound {
-    /// The session manager (tests and benches inspect the pool through it).
+    /// The session manager.
     pub fn sessions(&self) -> &Sessions {
         &self.sessions
+    }
+
+    /// The Chromium pool (benches wait for its spares).
+    pub fn pool(&self) -> &Pool {
+        &self.pool
     }
 
     /// Whether both listeners speak TLS, and mutual TLS; `tls_mode().ws_scheme()` is the
@@ -445,6 +321,7 @@ impl Bound {
             keys,
             store,
             sessions,
+            pool,
             stages,
             max_html_bytes,
             max_token_ttl,
@@ -517,6 +394,7 @@ impl Bound {
         );
         let http_state = crate::http::HttpState {
             sessions: sessions.clone(),
+            pool: pool.clone(),
             store: store.clone(),
             tokens,
             peers: peers.clone(),
@@ -552,6 +430,7 @@ impl Bound {
         let max_message = max_html_bytes + (1 << 20);
         let admin_api = AdminApi::new(
             sessions.clone(),
+            pool.clone(),
             keys.clone(),
             store.clone(),
             revoked.clone(),
@@ -559,38 +438,9 @@ impl Bound {
             max_token_ttl,
             peers.clone(),
         );
-        // On the signal: refuse new sessions, end streams, give running actions the grace
-        // period, then end every session (interrupting what still runs) so the graceful stop
-        // below never waits on an action's own, longer deadline.
+        // On the signal: drain, then the grace period (see [`Stages::stop_sessions`]).
         let serving = stages.serving.clone();
-        let stopper = {
-            let sessions = sessions.clone();
-            let serving = serving.clone();
-            tasks.spawn(async move {
-                shutdown.await;
-                sessions.set_draining(true);
-                // Draining: /readyz answers 503 and Acquire UNAVAILABLE, while live sessions go
-                // on as usual until they end or the drain timeout runs out.
-                if !drain_timeout.is_zero() && sessions.live_count() > 0 {
-                    tracing::info!(timeout = ?drain_timeout, sessions = sessions.live_count(), "draining: live sessions go on until they end");
-                    let left = sessions.wait_sessions(drain_timeout).await;
-                    if left > 0 {
-                        tracing::warn!(sessions = left, "the drain timeout ran out with sessions live");
-                    }
-                }
-                tracing::info!(grace = ?shutdown_grace, "shutting down: running actions get the grace period");
-                // Streams and loops watch this; they end so the graceful stop can finish.
-                serving.cancel();
-                let running = sessions.wait_actions(shutdown_grace).await;
-                if running > 0 {
-                    tracing::warn!(running, "actions still running after the grace period: their sessions are killed");
-                    sessions.end_busy(SessionState::Killed, "server shutdown: the grace period ran out").await;
-                }
-                if !drain_timeout.is_zero() && sessions.live_count() > 0 {
-                    sessions.end_all(SessionState::Killed, "server shutdown: the drain timeout ran out").await;
-                }
-            })
-        };
+        let stopper = tasks.spawn(stages.stop_sessions(shutdown, sessions.clone(), drain_timeout, shutdown_grace));
         // The trace layer outermost, so calls the auth layer refuses are traced too.
         let grpc_router = tonic::transport::Server::builder()
             .layer(crate::telemetry::TraceLayer::new(sessions.replica_id()))
@@ -634,7 +484,7 @@ impl Bound {
         }
         tracing::info!("closing sessions");
         sessions.close_all("server shutdown").await;
-        sessions.pool().shutdown().await;
+        pool.shutdown().await;
         let left = sessions.join_tasks(shutdown_grace + std::time::Duration::from_secs(5)).await;
         if left > 0 {
             tracing::warn!(tasks = left, "session tasks still running at the end of the stop");

@@ -1,0 +1,165 @@
+//! The browsers sessions run on, as the session lifecycle sees them: the seam between
+//! `sessions` and the Chromium pool. [`Browsers`] holds exactly what the lifecycle asks of
+//! the pool (a lease, its capacity), [`Leased`] what it asks of one session's browser (run an
+//! action, watch for its death, release it). The Chromium pool implements both; the
+//! in-memory [`fake`] does too, so the lifecycle's races are unit-tested in milliseconds with
+//! no Chromium on the machine.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use browserpool_pool::egress::WorkerNet;
+use browserpool_pool::{
+    ActionCall, ActionFailure, ActionOutput, CaptureOptions, ContextState, EventKind, EventReader, Lease, LeaseSpec,
+    NavPolicy, Pool, PoolError,
+};
+use futures::future::BoxFuture;
+use tokio::sync::watch;
+
+use crate::model::Isolation;
+
+#[cfg(test)]
+pub(crate) mod fake;
+
+/// What an action on a session's browser answers.
+pub type Acted<T> = Result<T, ActionFailure>;
+
+/// What the session lifecycle needs of the browsers.
+pub trait Browsers: Send + Sync + 'static {
+    /// A browser for one session of `tenant`: one of its own (process isolation) or a
+    /// context of the tenant's shared browser, within `spec.wait`.
+    fn lease(
+        &self,
+        tenant: &str,
+        isolation: Isolation,
+        spec: LeaseSpec,
+    ) -> BoxFuture<'_, Result<Box<dyn Leased>, PoolError>>;
+
+    /// The most browsers this server runs at once (`--max-workers`).
+    fn capacity(&self) -> usize;
+}
+
+/// One session's browser. Dropped without [`Leased::release`], it is released all the same.
+pub trait Leased: Send + Sync {
+    /// Its worker's id (for a context session, its shared browser's).
+    fn worker_id(&self) -> String;
+
+    /// The browser's own DevTools websocket, for the CDP proxy alone.
+    fn devtools_url(&self) -> String;
+
+    /// Where the session's downloads go (not created until asked for).
+    fn download_dir(&self) -> PathBuf;
+
+    /// The worker's egress: the policy the CDP proxy judges by.
+    fn net(&self) -> Arc<WorkerNet>;
+
+    /// The session's browser context when it shares its tenant's browser.
+    fn context(&self) -> Option<String>;
+
+    /// Turns `Some(why)` when the browser dies; a release is not a death.
+    fn died(&self) -> watch::Receiver<Option<String>>;
+
+    /// Whether the browser has died under this lease.
+    fn crashed(&mut self) -> bool;
+
+    /// The tenant's navigation policy, for every request the session's pages make.
+    fn set_policy(&self, policy: NavPolicy);
+
+    /// Runs one action within its own deadline.
+    fn run<'a>(&'a self, call: &'a ActionCall) -> BoxFuture<'a, Acted<ActionOutput>>;
+
+    /// Captures one origin's state.
+    fn export_context<'a>(&'a self, opts: &'a CaptureOptions) -> BoxFuture<'a, Acted<ContextState>>;
+
+    /// Applies a verified state (strict replace for its origin).
+    fn import_context<'a>(&'a self, state: &'a ContextState, strict_origin: bool) -> BoxFuture<'a, Acted<(u32, u32)>>;
+
+    /// A reader of the session's events from now on.
+    fn events(&self) -> EventReader;
+
+    /// Publishes an event to the session's readers.
+    fn emit(&self, kind: EventKind);
+
+    /// Kills the browser (or disposes of the context) and frees its place.
+    fn release(self: Box<Self>) -> BoxFuture<'static, ()>;
+}
+
+impl Browsers for Pool {
+    fn lease(
+        &self,
+        tenant: &str,
+        isolation: Isolation,
+        spec: LeaseSpec,
+    ) -> BoxFuture<'_, Result<Box<dyn Leased>, PoolError>> {
+        let tenant = tenant.to_string();
+        Box::pin(async move {
+            let lease = match isolation {
+                Isolation::Process => Pool::lease(self, spec).await,
+                Isolation::Context => self.lease_context(&tenant, spec).await,
+            };
+            lease.map(|lease| Box::new(lease) as Box<dyn Leased>)
+        })
+    }
+
+    fn capacity(&self) -> usize {
+        self.status().capacity
+    }
+}
+
+impl Leased for Lease {
+    fn worker_id(&self) -> String {
+        Lease::worker_id(self).to_string()
+    }
+
+    fn devtools_url(&self) -> String {
+        Lease::devtools_url(self).to_string()
+    }
+
+    fn download_dir(&self) -> PathBuf {
+        Lease::download_dir(self)
+    }
+
+    fn net(&self) -> Arc<WorkerNet> {
+        self.driver().net()
+    }
+
+    fn context(&self) -> Option<String> {
+        Lease::context(self).map(str::to_string)
+    }
+
+    fn died(&self) -> watch::Receiver<Option<String>> {
+        Lease::died(self)
+    }
+
+    fn crashed(&mut self) -> bool {
+        Lease::crashed(self)
+    }
+
+    fn set_policy(&self, policy: NavPolicy) {
+        self.driver().set_policy(policy)
+    }
+
+    fn run<'a>(&'a self, call: &'a ActionCall) -> BoxFuture<'a, Acted<ActionOutput>> {
+        Box::pin(self.driver().run(call))
+    }
+
+    fn export_context<'a>(&'a self, opts: &'a CaptureOptions) -> BoxFuture<'a, Acted<ContextState>> {
+        Box::pin(self.driver().export_context(opts))
+    }
+
+    fn import_context<'a>(&'a self, state: &'a ContextState, strict_origin: bool) -> BoxFuture<'a, Acted<(u32, u32)>> {
+        Box::pin(self.driver().import_context(state, strict_origin))
+    }
+
+    fn events(&self) -> EventReader {
+        self.driver().events()
+    }
+
+    fn emit(&self, kind: EventKind) {
+        self.driver().emit(kind)
+    }
+
+    fn release(self: Box<Self>) -> BoxFuture<'static, ()> {
+        Box::pin(Lease::release(*self))
+    }
+}

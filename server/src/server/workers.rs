@@ -1,0 +1,136 @@
+//! The server's browsers: the pool's settings from the flags (the uids, cgroups and profiles
+//! its workers get), and the checks made before serving (the sandbox, the open files limit).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use browserpool_pool::sandbox::UidRange;
+use browserpool_pool::{Cgroups, EgressConfig, LaunchConfig, Pool, PoolConfig, SharedConfig};
+
+use super::Stages;
+use crate::config::ServeArgs;
+
+/// The pool's settings: `chrome` launched on `profiles_dir`, as `worker_uids`; pages never
+/// reach the server's own `listeners` ports, whatever the tenant allows.
+pub(super) fn pool_config(
+    args: &ServeArgs,
+    chrome: PathBuf,
+    profiles_dir: PathBuf,
+    worker_uids: Option<UidRange>,
+    listeners: [u16; 2],
+) -> PoolConfig {
+    PoolConfig {
+        launch: LaunchConfig {
+            chrome,
+            profiles_dir,
+            lock_dir: args.lock_dir.clone(),
+            ports: args.port_range,
+            launch_timeout: args.launch_timeout,
+            cdp_timeout: std::time::Duration::from_secs(10),
+            worker_uids,
+            allow_unsandboxed: args.allow_unsandboxed,
+            cgroups: worker_cgroups(args),
+        },
+        warm: args.warm,
+        max_workers: args.max_workers,
+        max_html_bytes: args.max_html_bytes,
+        // Pages never reach the server's own listeners, whatever the tenant allows.
+        egress: EgressConfig {
+            reserved_ports: listeners.iter().map(|port| *port..=*port).collect(),
+            hosts: args.resolve.iter().cloned().collect(),
+        },
+        max_tabs: args.max_tabs as usize,
+        unresponsive_after: args.browser_unresponsive_after,
+        shared: SharedConfig {
+            recycle_after: args.context_recycle_after,
+            memory_ceiling: args.context_memory_ceiling_mib << 20,
+            idle: args.context_idle,
+        },
+    }
+}
+
+/// Where the profiles of a data dir's workers live: a directory of the temp dir named by the
+/// data dir, not the data dir itself, which workers running as uids of their own must not
+/// reach (and whose parents, `/root` say, they often cannot pass).
+pub fn profiles_dir(data_dir: &Path) -> PathBuf {
+    use sha2::Digest;
+    let real = data_dir.canonicalize().unwrap_or_else(|_| data_dir.to_path_buf());
+    let name = hex::encode(&sha2::Sha256::digest(real.as_os_str().as_encoded_bytes())[..6]);
+    std::env::temp_dir().join(format!("browserpool-profiles-{name}"))
+}
+
+/// The uids workers run as: `--worker-uids`, checked, when the server is root; none otherwise
+/// (only root can switch).
+pub(super) fn worker_uids(args: &ServeArgs) -> anyhow::Result<Option<UidRange>> {
+    // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    if euid != 0 {
+        tracing::info!(
+            uid = euid,
+            "workers run as the server's own uid (only a root server gives them uids of their own)"
+        );
+        return Ok(None);
+    }
+    args.worker_uids.check(args.port_range, euid, Path::new("/etc")).map_err(anyhow::Error::msg)?;
+    Ok(Some(args.worker_uids))
+}
+
+/// Where workers get a cgroup each (memory, tasks, CPU weight), or `None`, said once, at warn,
+/// with why: `--no-worker-cgroups`, or a server that may not manage cgroups.
+pub(super) fn worker_cgroups(args: &ServeArgs) -> Option<Arc<Cgroups>> {
+    let why = if args.no_worker_cgroups {
+        "--no-worker-cgroups".to_string()
+    } else {
+        match Cgroups::detect((args.worker_memory_mb as u64) << 20, args.worker_pids_max) {
+            Ok(cgroups) => {
+                tracing::info!(
+                    version = ?cgroups.version(),
+                    parent = %cgroups.parent().display(),
+                    memory_mb = args.worker_memory_mb,
+                    pids_max = args.worker_pids_max,
+                    "each worker runs in a cgroup of its own"
+                );
+                return Some(Arc::new(cgroups));
+            }
+            Err(e) => e,
+        }
+    };
+    tracing::warn!(why = %why, "workers have no memory, task or CPU limit of their own (no cgroup per worker): one page can take the host's memory; size the host or pod for it");
+    None
+}
+
+/// Refuses to serve when the first worker booted runs without Chromium's sandbox, unless
+/// `--allow-unsandboxed` says to. With no warm worker to look at, the first one booted for a
+/// session is checked instead (and fails to boot without the sandbox).
+pub(super) async fn check_sandbox(args: &ServeArgs, pool: &Pool, stages: &Stages) -> anyhow::Result<()> {
+    if args.warm == 0 {
+        return Ok(());
+    }
+    // A boot, its DevTools connection, and the sandbox check's wait for a renderer.
+    let within = args.launch_timeout + std::time::Duration::from_secs(40);
+    match pool.sandbox_checked(within).await {
+        Some(report) if !report.sandboxed && !args.allow_unsandboxed => {
+            stages.serving.cancel();
+            pool.shutdown().await;
+            anyhow::bail!("{}", browserpool_pool::PoolError::Unsandboxed(report.detail))
+        }
+        Some(_) => Ok(()),
+        // Boots fail (said in the log and /readyz); the first that succeeds is checked.
+        None => Ok(()),
+    }
+}
+
+/// Raises the soft limit on open descriptors to the hard one: every connection a page opens
+/// costs the server two (its egress proxy relays it), up to 256 per worker.
+pub(super) fn raise_open_files_limit() {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit/setrlimit read and write the struct we own.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            let wanted = libc::rlimit { rlim_cur: lim.rlim_max, rlim_max: lim.rlim_max };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &wanted) != 0 {
+                tracing::warn!(soft = lim.rlim_cur, "could not raise the open files limit");
+            }
+        }
+    }
+}

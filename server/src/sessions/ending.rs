@@ -1,0 +1,249 @@
+//! Ending a session exactly once (release, kill, TTL, idle, crash, the stop), the reaper, and
+//! the stop's waits for sessions and actions.
+
+use super::*;
+
+/// Whether an end task ended the session: a failed record still ended it (logged), a task
+/// that failed did not.
+fn ended(task: std::result::Result<Result<bool>, tokio::task::JoinError>) -> bool {
+    match task {
+        Ok(Ok(ended)) => ended,
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "could not record session end");
+            true
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "session end task failed");
+            false
+        }
+    }
+}
+
+impl Sessions {
+    /// [`Sessions::end`] in its own task, so a caller that goes away cannot leave it half done.
+    pub async fn end_detached(&self, id: &str, state: SessionState, reason: impl Into<String>) -> bool {
+        let this = self.clone();
+        let id = id.to_string();
+        let reason = reason.into();
+        ended(self.spawn(async move { this.end(&id, state, &reason).await }).await)
+    }
+
+    /// [`Sessions::end_detached`] that answers as soon as the end is in the store: killing the
+    /// worker and deleting its profile go on after the answer (still counted against the
+    /// tenant's and the server's capacity until done, and waited for by shutdown), so
+    /// `Release` does not keep its caller waiting for them.
+    pub async fn end_once_recorded(&self, id: &str, state: SessionState, reason: impl Into<String>) -> bool {
+        let this = self.clone();
+        let (id, reason) = (id.to_string(), reason.into());
+        let (recorded_tx, recorded) = tokio::sync::oneshot::channel();
+        let task = self.spawn(async move { this.end_reporting(&id, state, &reason, Some(recorded_tx)).await });
+        match recorded.await {
+            Ok(ended) => ended,
+            // Nothing to record (already ended), or the end failed before its record: the
+            // task's own answer says which.
+            Err(_) => ended(task.await),
+        }
+    }
+
+    /// Ends a live session: out of the map, terminal state recorded, worker killed. Returns
+    /// false when it had already ended.
+    /// An end already under way elsewhere is waited for, so a caller that then reports the
+    /// end (an action that found its browser dead, say) never runs ahead of its record.
+    pub async fn end(&self, id: &str, state: SessionState, reason: &str) -> Result<bool> {
+        self.end_reporting(id, state, reason, None).await
+    }
+
+    /// [`Sessions::end`], telling `recorded` once the end is in the store.
+    async fn end_reporting(
+        &self,
+        id: &str,
+        state: SessionState,
+        reason: &str,
+        recorded_tx: Option<tokio::sync::oneshot::Sender<bool>>,
+    ) -> Result<bool> {
+        let taken = {
+            let mut live = self.live_map();
+            let taken = live.remove(id);
+            if let Some(taken) = &taken {
+                self.ending_map().insert(id.to_string(), taken.clone());
+            }
+            taken
+        };
+        let Some(live) = taken else {
+            let under_way = self.ending_map().get(id).cloned();
+            if let Some(other) = under_way {
+                other.finished.cancelled().await;
+            }
+            return Ok(false);
+        };
+        // Counted until the worker is gone, so shutdown can wait for ends already under way
+        // (the reaper's, say) and never return with a worker or profile still alive.
+        let _ending = Ending::new(&self.inner, id, &live);
+        let at = self.now();
+        {
+            let mut rec = live.record.lock().unwrap_or_else(|e| e.into_inner());
+            rec.state = state;
+            rec.ended_at_ms = Some(at);
+            rec.end_reason = Some(reason.to_string());
+        }
+        // A running action answers at once and lets go of the lease.
+        *live.ended_as.lock().unwrap_or_else(|e| e.into_inner()) = Some(state);
+        live.stop.cancel();
+        // The record and the kill go side by side: on a host whose disk is busy the write may
+        // take a while, and a tenant's browser should not run on meanwhile.
+        let began = std::time::Instant::now();
+        let record = async {
+            let recorded = self.inner.store.end_session(id, state, at, reason).await;
+            let took = began.elapsed();
+            if let (Some(tx), Ok(_)) = (recorded_tx, &recorded) {
+                let _ = tx.send(true);
+                // The caller waiting for the record was woken onto this thread's next-task
+                // slot, which no other thread may take: let it answer.
+                tokio::task::yield_now().await;
+            }
+            (recorded, took)
+        };
+        let kill = async {
+            let lease = live.lease.lock().await.take();
+            if let Some(lease) = lease {
+                // The last event readers see; they end when the worker (and its hub) is gone.
+                lease.emit(EventKind::SessionEnded { state: state.as_str().into(), reason: reason.into() });
+                lease.release().await;
+            }
+            began.elapsed()
+        };
+        let ((recorded, record_took), kill_took) = tokio::join!(record, kill);
+        // Only now, with the worker gone, may the next waiter (here or on another replica) be
+        // admitted.
+        let slots = live.slot.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some((slot, claim)) = slots {
+            claim.release().await;
+            drop(slot);
+        }
+        tracing::info!(
+            session = %id,
+            state = state.as_str(),
+            reason,
+            recorded_ms = record_took.as_millis() as u64,
+            killed_ms = kill_took.as_millis() as u64,
+            "session ended"
+        );
+        recorded?;
+        Ok(true)
+    }
+
+    /// Ends sessions past their TTL or idle deadline until shutdown. It sleeps until the
+    /// earliest deadline (see [`Deadlines`]), so it looks only at sessions that may be due: an
+    /// entry whose session was touched since is scheduled again with its new deadline (idle
+    /// deadlines only move later, so touching needs no heap work).
+    pub async fn reap_loop(self, shutdown: CancellationToken) {
+        while let Some(due) = self.inner.deadlines.next_due(&shutdown).await {
+            let now = self.now();
+            for id in due {
+                let Some(live) = self.live_map().get(&id).cloned() else { continue };
+                let (expires, idle) = {
+                    let rec = live.record.lock().unwrap_or_else(|e| e.into_inner());
+                    (rec.expires_at_ms, rec.idle_deadline_ms)
+                };
+                let Some(reason) = deadlines::verdict(now, expires, idle) else {
+                    self.inner.deadlines.schedule(&id, expires.min(idle));
+                    continue;
+                };
+                // One task each: ending waits for a running action, which must not hold up others.
+                let this = self.clone();
+                self.spawn(async move {
+                    if let Err(e) = this.end(&id, SessionState::Expired, reason).await {
+                        tracing::warn!(session = %id, error = %e, "could not record expiry");
+                    }
+                });
+            }
+        }
+        tracing::debug!("reaper ended");
+    }
+
+    /// Waits until no session is live here, at most `timeout`; returns how many still are.
+    pub async fn wait_sessions(&self, timeout: Duration) -> usize {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let notified = self.inner.ended.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let live = self.live_count();
+            if live == 0 || tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return self.live_count();
+            }
+        }
+    }
+
+    /// Waits until no action runs, at most `grace`; returns how many still run then.
+    pub async fn wait_actions(&self, grace: Duration) -> usize {
+        // Closed only for the wait: actions still start (and count) until the sessions end.
+        self.inner.acting.close();
+        let _ = tokio::time::timeout(grace, self.inner.acting.wait()).await;
+        self.inner.acting.reopen();
+        self.inner.acting.len()
+    }
+
+    /// Ends every live session as `state` (a shutdown whose drain timeout ran out kills them).
+    pub async fn end_all(&self, state: SessionState, reason: &str) {
+        self.close_all_as(state, reason).await
+    }
+
+    /// Ends as `state` the live sessions with an action still running (its lease held): a
+    /// shutdown whose grace ran out kills those, and closes the others as usual.
+    pub async fn end_busy(&self, state: SessionState, reason: &str) {
+        let busy: Vec<String> = self
+            .live_map()
+            .iter()
+            .filter(|(_, live)| live.lease.try_lock().is_err())
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in &busy {
+            if let Err(e) = self.end(id, state, reason).await {
+                tracing::warn!(session = %id, error = %e, "could not record end");
+            }
+        }
+    }
+
+    /// Ends every live session (server shutdown).
+    pub async fn close_all(&self, reason: &str) {
+        self.close_all_as(SessionState::Closed, reason).await
+    }
+
+    pub(super) async fn close_all_as(&self, state: SessionState, reason: &str) {
+        let ids: Vec<String> = self.live_map().keys().cloned().collect();
+        for id in ids {
+            if let Err(e) = self.end(&id, state, reason).await {
+                tracing::warn!(session = %id, error = %e, "could not record close");
+            }
+        }
+        // Ends started elsewhere (reaper, release) finish before shutdown goes on. Each waits at
+        // most for its session's running action, which has a deadline.
+        self.inner.ending.close();
+        self.inner.ending.wait().await;
+        self.inner.ending.reopen();
+    }
+}
+
+/// An end under way, counted by its tracker token; dropping it (even by cancellation)
+/// un-counts it, forgets the session and tells whoever waits for that end.
+struct Ending<'a> {
+    inner: &'a Inner,
+    id: String,
+    live: Arc<Live>,
+    _counted: tokio_util::task::task_tracker::TaskTrackerToken,
+}
+
+impl<'a> Ending<'a> {
+    pub(super) fn new(inner: &'a Inner, id: &str, live: &Arc<Live>) -> Self {
+        Ending { inner, id: id.to_string(), live: live.clone(), _counted: inner.ending.token() }
+    }
+}
+
+impl Drop for Ending<'_> {
+    fn drop(&mut self) {
+        self.inner.ending_now.lock().unwrap_or_else(|e| e.into_inner()).remove(&self.id);
+        self.live.finished.cancel();
+        self.inner.ended.notify_waiters();
+    }
+}
