@@ -73,23 +73,46 @@ pub fn chain(mut seq: u64, mut prev: String, entries: &[Entry], at_ms: i64) -> V
         .collect()
 }
 
-/// Walks the chain in order; returns (records checked, first bad seq and why).
-pub fn verify_chain(records: &[Record]) -> (u64, Option<(u64, String)>) {
-    let mut prev = String::new();
-    for (i, r) in records.iter().enumerate() {
-        let expected_seq = i as u64 + 1;
+/// Checks a chain one record at a time, in order, so a verifier never holds all of it.
+#[derive(Debug, Default)]
+pub struct ChainCheck {
+    prev: String,
+    checked: u64,
+}
+
+impl ChainCheck {
+    /// Takes the next record: `Err((seq, why))` at the first one that breaks the chain.
+    pub fn next(&mut self, r: &Record) -> Result<(), (u64, String)> {
+        let expected_seq = self.checked + 1;
         if r.seq != expected_seq {
-            return (i as u64, Some((r.seq, format!("seq {} follows {}", r.seq, expected_seq - 1))));
+            return Err((r.seq, format!("seq {} follows {}", r.seq, expected_seq - 1)));
         }
-        if r.prev_hash != prev {
-            return (i as u64, Some((r.seq, "prev_hash does not match the previous record".into())));
+        if r.prev_hash != self.prev {
+            return Err((r.seq, "prev_hash does not match the previous record".into()));
         }
         if r.compute_hash() != r.hash {
-            return (i as u64, Some((r.seq, "hash does not match the record".into())));
+            return Err((r.seq, "hash does not match the record".into()));
         }
-        prev = r.hash.clone();
+        self.prev = r.hash.clone();
+        self.checked += 1;
+        Ok(())
     }
-    (records.len() as u64, None)
+
+    /// Records that passed so far (the last one's seq).
+    pub fn checked(&self) -> u64 {
+        self.checked
+    }
+}
+
+/// Walks the chain in order; returns (records checked, first bad seq and why).
+pub fn verify_chain(records: &[Record]) -> (u64, Option<(u64, String)>) {
+    let mut check = ChainCheck::default();
+    for r in records {
+        if let Err(bad) = check.next(r) {
+            return (check.checked(), Some(bad));
+        }
+    }
+    (check.checked(), None)
 }
 
 #[cfg(test)]

@@ -24,12 +24,12 @@ use tokio::sync::mpsc;
 use tokio::sync::mpsc::error::TrySendError;
 
 use crate::clock::now_ms;
-use crate::store::{Store, StoreError};
+use crate::store::{AuditFilter, Store, StoreError};
 
 pub mod chain;
 pub mod refusals;
 pub mod spool;
-pub use chain::{chain, verify_chain, Entry, Record};
+pub use chain::{chain, verify_chain, ChainCheck, Entry, Record};
 pub use refusals::rpc_name;
 pub use spool::Spool;
 
@@ -543,6 +543,44 @@ impl<S: Sink> Writer<S> {
     }
 }
 
+/// Records a query of the trail answers when it names no limit, and the most it may ask for.
+pub const QUERY_DEFAULT: u32 = 100;
+pub const QUERY_MAX: u32 = 10_000;
+
+/// A query of the trail, newest first: an empty `tenant`, `session_id` or `action` filters
+/// nothing; `limit` 0 is [`QUERY_DEFAULT`], and none goes past [`QUERY_MAX`].
+pub fn query_filter(tenant: &str, session_id: &str, action: &str, since_ms: Option<i64>, limit: u32) -> AuditFilter {
+    let given = |s: &str| (!s.is_empty()).then(|| s.to_string());
+    AuditFilter {
+        tenant: given(tenant),
+        session_id: given(session_id),
+        action: given(action),
+        since_ms,
+        limit: if limit == 0 { QUERY_DEFAULT } else { limit.min(QUERY_MAX) },
+    }
+}
+
+/// Records read at a time when the stored chain is verified: memory stays bounded whatever
+/// its length.
+pub const VERIFY_PAGE: u32 = 1000;
+
+/// Verifies the chain in `store`, `page` records at a time: (records checked, the first bad
+/// seq and why).
+pub async fn verify_stored(store: &Store, page: u32) -> Result<(u64, Option<(u64, String)>), StoreError> {
+    let mut check = ChainCheck::default();
+    loop {
+        let records = store.audit_after(check.checked(), page).await?;
+        for r in &records {
+            if let Err(bad) = check.next(r) {
+                return Ok((check.checked(), Some(bad)));
+            }
+        }
+        if records.len() < page as usize {
+            return Ok((check.checked(), None));
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -889,5 +927,32 @@ mod tests {
             "one record per call, at its end"
         );
         assert_eq!(log.queued(), 0, "every place was used");
+    }
+
+    #[tokio::test]
+    async fn the_stored_chain_is_verified_a_page_at_a_time_and_an_edit_is_named() {
+        use sqlx::Connection;
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("audit.db").display());
+        let store = Store::open(&url).await.unwrap();
+        for batch in 0..10 {
+            let entries: Vec<Entry> = (0..5)
+                .map(|n| Entry { tenant: "t".into(), rpc: format!("/r{batch}-{n}"), ..Default::default() })
+                .collect();
+            store.append_audit(&entries, 1000 + batch).await.unwrap();
+        }
+        // Pages that end inside the chain, at its end, and past it.
+        for page in [7, 10, 50, 1000] {
+            assert_eq!(verify_stored(&store, page).await.unwrap(), (50, None), "page {page}");
+        }
+        // Someone with the database's password edits record 23 (the append-only trigger
+        // dropped first).
+        let mut db = sqlx::SqliteConnection::connect(&url).await.unwrap();
+        sqlx::query("DROP TRIGGER audit_no_update").execute(&mut db).await.unwrap();
+        sqlx::query("UPDATE audit SET target = 'nothing to see' WHERE seq = 23").execute(&mut db).await.unwrap();
+        db.close().await.unwrap();
+        let (checked, bad) = verify_stored(&store, 7).await.unwrap();
+        assert_eq!((checked, bad), (22, Some((23, "hash does not match the record".to_string()))));
+        store.close().await;
     }
 }

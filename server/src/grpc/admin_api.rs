@@ -16,8 +16,8 @@ use crate::clock::now_ms;
 use crate::convert::{session_to_pb, state_from_pb, state_to_pb, tenant_from_pb, tenant_to_pb, timestamp};
 use crate::error::ServiceError;
 use crate::forward::Peers;
-use crate::sessions::{SessionState, Sessions};
-use crate::store::{AuditFilter, Store};
+use crate::sessions::{drain_reach, DrainReach, SessionState, Sessions};
+use crate::store::Store;
 use crate::tenants::Tenants;
 use sha2::Digest;
 
@@ -203,22 +203,21 @@ impl pb::admin_server::Admin for AdminApi {
 
     async fn drain(&self, req: Request<pb::DrainRequest>) -> Result<Response<pb::DrainResponse>, Status> {
         let r = req.get_ref().clone();
-        let me = self.sessions.replica_id();
-        if r.all_replicas && !r.replica.is_empty() {
-            return Err(ServiceError::InvalidArgument("give replica or all_replicas, not both".into()).into());
-        }
-        if Peers::forwarded(req.metadata()) || (!r.all_replicas && (r.replica.is_empty() || r.replica == me)) {
-            return Ok(Response::new(self.drain_here(r.drain)));
-        }
-        let others = self.peers.others().await.map_err(ServiceError::from)?;
-        let targets: Vec<_> = if r.all_replicas {
-            others
-        } else {
-            let named: Vec<_> = others.into_iter().filter(|o| o.id == r.replica).collect();
-            if named.is_empty() {
-                return Err(ServiceError::NotFound(format!("no live replica has id {:?}", r.replica)).into());
+        let forwarded = Peers::forwarded(req.metadata());
+        let reach = drain_reach(r.all_replicas, &r.replica, self.sessions.replica_id(), forwarded)?;
+        let others = match &reach {
+            DrainReach::Here => return Ok(Response::new(self.drain_here(r.drain))),
+            _ => self.peers.others().await.map_err(ServiceError::from)?,
+        };
+        let targets: Vec<_> = match &reach {
+            DrainReach::Named(id) => {
+                let named: Vec<_> = others.into_iter().filter(|o| &o.id == id).collect();
+                if named.is_empty() {
+                    return Err(ServiceError::NotFound(format!("no live replica has id {id:?}")).into());
+                }
+                named
             }
-            named
+            _ => others,
         };
         let message = pb::DrainRequest { drain: r.drain, all_replicas: false, replica: String::new() };
         let answers = fanout::each(&self.peers, &targets, |mut client| {
@@ -309,19 +308,8 @@ impl pb::admin_server::Admin for AdminApi {
         req: Request<pb::QueryAuditRequest>,
     ) -> Result<Response<Self::QueryAuditStream>, Status> {
         let r = req.into_inner();
-        let limit = match r.limit {
-            0 => 100,
-            n => n.min(10_000),
-        };
         let since = r.since.map(|t| t.seconds * 1000 + (t.nanos as i64) / 1_000_000);
-        let nonempty = |s: &str| (!s.is_empty()).then(|| s.to_string());
-        let filter = AuditFilter {
-            tenant: nonempty(&r.tenant),
-            session_id: nonempty(&r.session_id),
-            action: nonempty(&r.action),
-            since_ms: since,
-            limit,
-        };
+        let filter = crate::audit::query_filter(&r.tenant, &r.session_id, &r.action, since, r.limit);
         let records = self.store.audit_query(&filter).await.map_err(ServiceError::from)?;
         let out: Vec<Result<pb::AuditRecord, Status>> = records
             .into_iter()
@@ -352,8 +340,8 @@ impl pb::admin_server::Admin for AdminApi {
         &self,
         _req: Request<pb::VerifyAuditRequest>,
     ) -> Result<Response<pb::VerifyAuditResponse>, Status> {
-        let records = self.store.audit_all().await.map_err(ServiceError::from)?;
-        let (checked, bad) = crate::audit::verify_chain(&records);
+        let (checked, bad) =
+            crate::audit::verify_stored(&self.store, crate::audit::VERIFY_PAGE).await.map_err(ServiceError::from)?;
         Ok(Response::new(match bad {
             None => pb::VerifyAuditResponse {
                 ok: true,

@@ -39,6 +39,7 @@ mod replicas;
 
 pub use cdp_access::CdpAccess;
 use lifecycle::Claim;
+pub use replicas::{drain_reach, DrainReach};
 
 /// Default and maximum per-action deadline.
 pub const DEFAULT_ACTION_TIMEOUT: Duration = Duration::from_secs(30);

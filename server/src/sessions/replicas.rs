@@ -111,3 +111,47 @@ impl Sessions {
         }
     }
 }
+
+/// Which replicas a `Drain` reaches.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DrainReach {
+    /// This replica alone (no replica named, this one named, or a call another replica
+    /// forwarded here).
+    Here,
+    /// Another replica, by id.
+    Named(String),
+    /// Every replica, this one included.
+    All,
+}
+
+/// Reads a `Drain`'s target: `replica` (empty: none) or `all_replicas`, never both, as seen by
+/// replica `me`; a call `forwarded` by another replica reaches this one alone.
+pub fn drain_reach(all_replicas: bool, replica: &str, me: &str, forwarded: bool) -> Result<DrainReach> {
+    if all_replicas && !replica.is_empty() {
+        return Err(ServiceError::InvalidArgument("give replica or all_replicas, not both".into()));
+    }
+    Ok(match () {
+        _ if forwarded || (!all_replicas && (replica.is_empty() || replica == me)) => DrainReach::Here,
+        _ if all_replicas => DrainReach::All,
+        _ => DrainReach::Named(replica.to_string()),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_drain_reaches_this_replica_another_or_all() {
+        use DrainReach::*;
+        assert_eq!(drain_reach(false, "", "r-1", false).unwrap(), Here);
+        assert_eq!(drain_reach(false, "r-1", "r-1", false).unwrap(), Here);
+        assert_eq!(drain_reach(false, "r-2", "r-1", false).unwrap(), Named("r-2".into()));
+        assert_eq!(drain_reach(true, "", "r-1", false).unwrap(), All);
+        // Forwarded by another replica: this one alone, whatever it says.
+        assert_eq!(drain_reach(true, "", "r-1", true).unwrap(), Here);
+        assert_eq!(drain_reach(false, "r-2", "r-1", true).unwrap(), Here);
+        let both = drain_reach(true, "r-2", "r-1", false).unwrap_err();
+        assert!(both.to_string().contains("not both"), "{both}");
+    }
+}
