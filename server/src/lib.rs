@@ -298,7 +298,7 @@ mod tests {
         ("pool/src/driver/mod.rs", 662),
         ("server/src/auth.rs", 946),
         ("server/src/forward.rs", 856),
-        ("server/src/tls.rs", 786),
+        ("server/src/tls.rs", 718),
         ("server/src/cdp.rs", 714),
         ("pool/src/egress.rs serve_conn", 122),
         ("pool/src/launcher.rs launch", 284),

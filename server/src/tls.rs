@@ -619,7 +619,7 @@ fn load_certs(flag: &'static str, path: &Path, now: SystemTime) -> Result<Vec<Ce
     let now = now.duration_since(UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0);
     for (index, cert) in certs.iter().enumerate() {
         let (not_before, not_after) =
-            der::validity(cert).ok_or_else(|| TlsError::BadCertificate { flag, path: path.to_path_buf(), index })?;
+            validity::of(cert).ok_or_else(|| TlsError::BadCertificate { flag, path: path.to_path_buf(), index })?;
         if now > not_after.unix {
             return Err(TlsError::Expired { flag, path: path.to_path_buf(), index, not_after: not_after.text });
         }
@@ -684,103 +684,35 @@ fn warn_if_key_readable(key: &Path) {
     }
 }
 
-/// Just enough DER to read a certificate's validity: rustls checks the rest of it.
-mod der {
+/// A certificate's validity, read with `x509-parser` (rustls checks the rest of it).
+mod validity {
+    use x509_parser::time::ASN1Time;
+
     /// An instant from a certificate, as seconds since the epoch and as written.
     pub struct Time {
         pub unix: i64,
         pub text: String,
     }
 
-    /// One TLV: tag, contents, what follows. Single-byte tags and definite lengths only, as
-    /// DER has for every field read here.
-    fn tlv(input: &[u8]) -> Option<(u8, &[u8], &[u8])> {
-        let (&tag, rest) = input.split_first()?;
-        let (&first, rest) = rest.split_first()?;
-        let (len, rest) = if first < 0x80 {
-            (first as usize, rest)
-        } else {
-            let n = (first & 0x7f) as usize;
-            if n == 0 || n > 4 || rest.len() < n {
-                return None;
-            }
-            (rest[..n].iter().fold(0usize, |acc, &b| acc << 8 | b as usize), &rest[n..])
-        };
-        (rest.len() >= len).then(|| (tag, &rest[..len], &rest[len..]))
+    /// `(notBefore, notAfter)` of an X.509 certificate; `None` when it does not parse.
+    pub fn of(cert: &[u8]) -> Option<(Time, Time)> {
+        let (_, cert) = x509_parser::parse_x509_certificate(cert).ok()?;
+        let validity = cert.validity();
+        Some((time(&validity.not_before), time(&validity.not_after)))
     }
 
-    /// `(notBefore, notAfter)` of an X.509 certificate.
-    pub fn validity(cert: &[u8]) -> Option<(Time, Time)> {
-        const SEQUENCE: u8 = 0x30;
-        let (SEQUENCE, cert, _) = tlv(cert)? else { return None };
-        let (SEQUENCE, tbs, _) = tlv(cert)? else { return None };
-        let (mut tag, _, mut rest) = tlv(tbs)?;
-        if tag == 0xa0 {
-            // [0] version, then the serial number.
-            (tag, _, rest) = tlv(rest)?;
-        }
-        if tag != 0x02 {
-            return None;
-        }
-        let (SEQUENCE, _, rest) = tlv(rest)? else { return None }; // signature algorithm
-        let (SEQUENCE, _, rest) = tlv(rest)? else { return None }; // issuer
-        let (SEQUENCE, validity, _) = tlv(rest)? else { return None };
-        let (t1, not_before, rest) = tlv(validity)?;
-        let (t2, not_after, _) = tlv(rest)?;
-        Some((time(t1, not_before)?, time(t2, not_after)?))
-    }
-
-    /// UTCTime (`YYMMDDHHMMSSZ`) or GeneralizedTime (`YYYYMMDDHHMMSSZ`).
-    fn time(tag: u8, s: &[u8]) -> Option<Time> {
-        let s = std::str::from_utf8(s).ok()?;
-        let digits = s.strip_suffix('Z')?;
-        if !digits.bytes().all(|b| b.is_ascii_digit()) {
-            return None;
-        }
-        let (year, rest) = match (tag, digits.len()) {
-            (0x17, 12) => {
-                let yy: i64 = digits[..2].parse().ok()?;
-                (if yy >= 50 { 1900 + yy } else { 2000 + yy }, &digits[2..])
-            }
-            (0x18, 14) => (digits[..4].parse().ok()?, &digits[4..]),
-            _ => return None,
-        };
-        let field = |i: usize| rest[i..i + 2].parse::<i64>().ok();
-        let (month, day, hour, min, sec) = (field(0)?, field(2)?, field(4)?, field(6)?, field(8)?);
-        if !(1..=12).contains(&month) || !(1..=31).contains(&day) || hour > 23 || min > 59 || sec > 60 {
-            return None;
-        }
-        let unix = days_from_civil(year, month, day) * 86_400 + hour * 3600 + min * 60 + sec;
-        let text = format!("{year:04}-{month:02}-{day:02} {hour:02}:{min:02}:{sec:02} UTC");
-        Some(Time { unix, text })
-    }
-
-    /// Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's algorithm).
-    fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-        let y = if m <= 2 { y - 1 } else { y };
-        let era = y.div_euclid(400);
-        let yoe = y - era * 400;
-        let mp = (m + 9) % 12;
-        let doy = (153 * mp + 2) / 5 + d - 1;
-        let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-        era * 146_097 + doe - 719_468
-    }
-
-    #[cfg(test)]
-    mod tests {
-        use super::*;
-
-        #[test]
-        fn times_parse_to_the_epoch_seconds() {
-            let t = time(0x17, b"700101000000Z").unwrap();
-            assert_eq!(t.unix, 0);
-            let t = time(0x18, b"20240229123456Z").unwrap();
-            assert_eq!(t.unix, 1_709_210_096);
-            assert_eq!(t.text, "2024-02-29 12:34:56 UTC");
-            assert_eq!(time(0x17, b"491231235959Z").unwrap().unix, 2_524_607_999);
-            assert!(time(0x17, b"20240229123456Z").is_none());
-            assert!(time(0x18, b"2024022912345aZ").is_none());
-        }
+    fn time(t: &ASN1Time) -> Time {
+        let d = t.to_datetime();
+        let text = format!(
+            "{:04}-{:02}-{:02} {:02}:{:02}:{:02} UTC",
+            d.year(),
+            u8::from(d.month()),
+            d.day(),
+            d.hour(),
+            d.minute(),
+            d.second()
+        );
+        Time { unix: t.timestamp(), text }
     }
 }
 
@@ -845,7 +777,7 @@ mod tests {
         assert_eq!(tls.mode(), TlsMode::Tls);
         assert_eq!(tls.mode().ws_scheme(), "wss");
         let certs = load_certs("--tls-cert", &cert, SystemTime::now()).unwrap();
-        let (nb, na) = der::validity(&certs[0]).unwrap();
+        let (nb, na) = validity::of(&certs[0]).unwrap();
         // The pair was made a moment ago: allow a second or two between then and now.
         assert!((nb.unix - (now() - 3600)).abs() <= 2, "not before {}", nb.text);
         assert!((na.unix - (now() + 86_400)).abs() <= 2, "not after {}", na.text);
@@ -900,6 +832,11 @@ mod tests {
         let (old, old_key) = (files.write("old.pem", old), files.write("old-key.pem", old_key));
         let e = err(&old, &old_key, None);
         assert!(e.contains("--tls-cert") && e.contains("old.pem") && e.contains("expired at"), "{e}");
+        // The instant as written, to the second: 2024-02-29 12:34:56 UTC is 1709210096.
+        let (leap, leap_key) = leaf(&ca, 1_709_210_000, 1_709_210_096);
+        let (leap, leap_key) = (files.write("leap.pem", leap), files.write("leap-key.pem", leap_key));
+        let e = err(&leap, &leap_key, None);
+        assert!(e.ends_with("certificate 0 expired at 2024-02-29 12:34:56 UTC"), "{e}");
         let (early, early_key) = leaf(&ca, now() + 86_400, now() + 86_400 * 10);
         let (early, early_key) = (files.write("early.pem", early), files.write("early-key.pem", early_key));
         let e = err(&early, &early_key, None);
