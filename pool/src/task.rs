@@ -85,7 +85,8 @@ mod tests {
         assert!(files.len() > 20, "found only {} source files under {}", files.len(), root.display());
         let mut bare = Vec::new();
         for file in &files {
-            if file.ends_with("pool/src/task.rs") {
+            // This file, and the test modules of their own (`tests.rs`), which may spawn freely.
+            if file.ends_with("pool/src/task.rs") || file.ends_with("tests.rs") {
                 continue;
             }
             let text = std::fs::read_to_string(file).unwrap();

@@ -3,8 +3,6 @@
 //! `/metrics` (Prometheus text) and `/cdp/<session>`, the CDP proxy's WebSocket (see
 //! [`crate::cdp`]). Request paths are never logged: a `cdp_url` carries its ticket.
 
-use std::fmt::Write;
-
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -259,93 +257,79 @@ async fn readyz(State(state): State<HttpState>) -> impl IntoResponse {
 }
 
 async fn metrics(State(state): State<HttpState>) -> impl IntoResponse {
-    let status = &state.pool.status();
-    let mut out = String::new();
-    let gauges = [
-        ("browserpool_workers_warm", "Workers booted and idle.", status.warm),
-        ("browserpool_workers_booting", "Workers starting.", status.booting),
-        ("browserpool_workers_leased", "Workers leased to sessions.", status.leased),
-        ("browserpool_workers_capacity", "Cap on Chromium processes.", status.capacity),
-        ("browserpool_sessions_live", "Sessions not yet ended.", state.sessions.live_count()),
-    ];
-    for (name, help, value) in gauges {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}");
+    use crate::metrics::Scrape;
+    use prometheus_client::encoding::EncodeLabelSet;
+    #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+    struct State {
+        state: &'static str,
     }
+    #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+    struct Tenant {
+        tenant: String,
+    }
+    #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+    struct Build {
+        version: &'static str,
+        revision: &'static str,
+    }
+    #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+    struct Direction {
+        direction: &'static str,
+    }
+    let status = &state.pool.status();
     let audit = state.sessions.audit();
-    let store_gauges = [
-        ("browserpool_audit_queued", "Audit records waiting to be written (places taken included).", audit.queued()),
+    let mut scrape = Scrape::default();
+    for (name, help, value) in [
+        ("browserpool_workers_warm", "Workers booted and idle", status.warm),
+        ("browserpool_workers_booting", "Workers starting", status.booting),
+        ("browserpool_workers_leased", "Workers leased to sessions", status.leased),
+        ("browserpool_workers_capacity", "Cap on Chromium processes", status.capacity),
+        ("browserpool_sessions_live", "Sessions not yet ended", state.sessions.live_count()),
+        ("browserpool_audit_queued", "Audit records waiting to be written (places taken included)", audit.queued()),
         (
             "browserpool_audit_writable",
-            "1 while the audit trail is written, 0 after a failed write.",
+            "1 while the audit trail is written, 0 after a failed write",
             audit.healthy() as usize,
         ),
         (
             "browserpool_audit_spooled",
-            "Audit records kept in the local spool while the database refuses them.",
+            "Audit records kept in the local spool while the database refuses them",
             audit.spooled() as usize,
         ),
         (
             "browserpool_store_writable",
-            "1 while the database takes writes.",
+            "1 while the database takes writes",
             state.store.write_fault().is_none() as usize,
         ),
-    ];
-    for (name, help, value) in store_gauges {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}");
+    ] {
+        scrape.gauge(name, help, value as u64);
     }
-    let _ = writeln!(
-        out,
-        "# HELP browserpool_build_info This build's version and git revision.\n# TYPE browserpool_build_info gauge\nbrowserpool_build_info{{version=\"{}\",revision=\"{}\"}} 1",
-        crate::VERSION,
-        crate::REVISION
+    let build = Build { version: crate::VERSION, revision: crate::REVISION };
+    scrape.gauges("browserpool_build_info", "This build's version and git revision", [(build, 1)]);
+    let by_state = [("warm", status.warm), ("booting", status.booting), ("leased", status.leased)];
+    scrape.gauges(
+        "browserpool_workers",
+        "Chromium workers by state",
+        by_state.map(|(state, n)| (State { state }, n as u64)),
     );
-    let name = "browserpool_workers";
-    let _ = writeln!(out, "# HELP {name} Chromium workers by state.\n# TYPE {name} gauge");
-    for (worker_state, n) in [("warm", status.warm), ("booting", status.booting), ("leased", status.leased)] {
-        let _ = writeln!(out, "{name}{{state=\"{worker_state}\"}} {n}");
-    }
-    let name = "browserpool_queue_depth";
-    let _ = writeln!(
-        out,
-        "# HELP {name} Acquire calls waiting in each tenant's queue on this server.\n# TYPE {name} gauge"
-    );
-    for (tenant, depth) in state.sessions.queue_depths() {
-        let _ = writeln!(out, "{name}{{tenant=\"{tenant}\"}} {depth}");
-    }
-    state.sessions.metrics().write(&mut out);
-    let name = "browserpool_worker_cleanup_retries_total";
-    let _ = writeln!(
-        out,
-        "# HELP {name} Deletes of a killed worker's directories that failed and were tried again.\n# TYPE {name} counter\n{name} {}",
-        browserpool_pool::launcher::CLEANUP_RETRIES.load(Ordering::Relaxed)
+    let depths = state.sessions.queue_depths().into_iter().map(|(tenant, depth)| (Tenant { tenant }, depth as u64));
+    scrape.gauges("browserpool_queue_depth", "Acquire calls waiting in each tenant's queue on this server", depths);
+    state.sessions.metrics().scraped(&mut scrape);
+    scrape.counter(
+        "browserpool_worker_cleanup_retries",
+        "Deletes of a killed worker's directories that failed and were tried again",
+        browserpool_pool::launcher::CLEANUP_RETRIES.load(Ordering::Relaxed),
     );
     let cdp = &state.cdp_stats;
-    let _ = writeln!(
-        out,
-        "# HELP browserpool_cdp_connections CDP proxy connections open.\n# TYPE browserpool_cdp_connections gauge\nbrowserpool_cdp_connections {}",
-        cdp.open.load(Ordering::Relaxed)
+    scrape.gauge("browserpool_cdp_connections", "CDP proxy connections open", cdp.open.load(Ordering::Relaxed) as u64);
+    let frames = [("to_browser", &cdp.frames_in), ("to_client", &cdp.frames_out)];
+    let frames = frames.map(|(direction, n)| (Direction { direction }, n.load(Ordering::Relaxed)));
+    scrape.counters("browserpool_cdp_frames", "CDP messages relayed, by direction", frames);
+    scrape.counter("browserpool_cdp_refused", "CDP messages refused by the proxy", cdp.refused.load(Ordering::Relaxed));
+    scrape.counter(
+        "browserpool_audit_refusals_lost",
+        "Records of refused calls that found the audit queue full (logged instead)",
+        audit.lost_refusals(),
     );
-    let _ = writeln!(out, "# HELP browserpool_cdp_frames_total CDP messages relayed, by direction.\n# TYPE browserpool_cdp_frames_total counter");
-    let _ = writeln!(
-        out,
-        "browserpool_cdp_frames_total{{direction=\"to_browser\"}} {}",
-        cdp.frames_in.load(Ordering::Relaxed)
-    );
-    let _ = writeln!(
-        out,
-        "browserpool_cdp_frames_total{{direction=\"to_client\"}} {}",
-        cdp.frames_out.load(Ordering::Relaxed)
-    );
-    let _ = writeln!(
-        out,
-        "# HELP browserpool_cdp_refused_total CDP messages refused by the proxy.\n# TYPE browserpool_cdp_refused_total counter\nbrowserpool_cdp_refused_total {}",
-        cdp.refused.load(Ordering::Relaxed)
-    );
-    let name = "browserpool_audit_refusals_lost_total";
-    let _ = writeln!(
-        out,
-        "# HELP {name} Records of refused calls that found the audit queue full (logged instead).\n# TYPE {name} counter\n{name} {}",
-        audit.lost_refusals()
-    );
-    ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], out)
+    ([(axum::http::header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], scrape.encode())
 }

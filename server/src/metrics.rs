@@ -1,111 +1,171 @@
-//! The service's own counters and histograms for `/metrics` (Prometheus text format), kept in
-//! atomics so recording never waits: acquires and actions by outcome, how long acquires
-//! waited and actions ran. Gauges (workers, queues, sessions) are read when scraped.
+//! The service's metrics for `/metrics`, through `prometheus-client`: its counters and
+//! histograms (acquires and actions by outcome, how long acquires waited and actions ran) live
+//! as long as the server and are recorded without waiting; each scrape builds a [`Scrape`] of
+//! them plus the gauges read then (workers, queues, sessions, the audit trail), typed label sets
+//! throughout, and encodes it as OpenMetrics text.
 
-use std::collections::BTreeMap;
-use std::fmt::Write;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::fmt::Debug;
+use std::hash::Hash;
 use std::time::Duration;
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::{Metric, Registry};
+
+/// The media type of what [`Scrape::encode`] writes.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// Upper bounds of the histograms' buckets, in seconds (`+Inf` is implied).
 const BUCKETS: [f64; 12] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
 
-/// A Prometheus histogram with fixed buckets.
-#[derive(Debug, Default)]
-struct Histogram {
-    buckets: [AtomicU64; BUCKETS.len()],
-    count: AtomicU64,
-    /// Sum in microseconds.
-    sum_us: AtomicU64,
+fn histogram() -> Histogram {
+    Histogram::new(BUCKETS)
 }
 
-impl Histogram {
-    fn observe(&self, d: Duration) {
-        let secs = d.as_secs_f64();
-        for (bound, bucket) in BUCKETS.iter().zip(&self.buckets) {
-            if secs <= *bound {
-                bucket.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-        self.count.fetch_add(1, Ordering::Relaxed);
-        self.sum_us.fetch_add(d.as_micros().min(u64::MAX as u128) as u64, Ordering::Relaxed);
-    }
-
-    fn write(&self, out: &mut String, name: &str, labels: &str) {
-        let sep = if labels.is_empty() { "" } else { "," };
-        for (bound, bucket) in BUCKETS.iter().zip(&self.buckets) {
-            let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"{bound}\"}} {}", bucket.load(Ordering::Relaxed));
-        }
-        let count = self.count.load(Ordering::Relaxed);
-        let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {count}");
-        let sum = self.sum_us.load(Ordering::Relaxed) as f64 / 1e6;
-        let braces = if labels.is_empty() { String::new() } else { format!("{{{labels}}}") };
-        let _ = writeln!(out, "{name}_sum{braces} {sum}\n{name}_count{braces} {count}");
-    }
+/// How an `Acquire` ended.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AcquireLabels {
+    outcome: &'static str,
 }
 
-/// The service's counters. Cheap to share (`Arc`).
-#[derive(Debug, Default)]
+/// A canonical action's name (`unknown` for names that are not actions: a client's string is
+/// never a label).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ActionLabels {
+    action: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ActionOutcomeLabels {
+    action: String,
+    outcome: Outcome,
+}
+
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+enum Outcome {
+    ok,
+    error,
+}
+
+/// The service's counters and histograms. Cheap to share (`Arc`); clones of its metrics read
+/// the same values.
+#[derive(Debug)]
 pub struct Metrics {
     acquire_wait: Histogram,
-    acquires: Mutex<BTreeMap<&'static str, u64>>,
-    /// Per canonical action name (a bounded set; unknown names count as `unknown`).
-    action_duration: Mutex<BTreeMap<String, std::sync::Arc<Histogram>>>,
-    actions: Mutex<BTreeMap<(String, &'static str), u64>>,
+    acquires: Family<AcquireLabels, Counter>,
+    action_duration: Family<ActionLabels, Histogram, fn() -> Histogram>,
+    actions: Family<ActionOutcomeLabels, Counter>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics {
+            acquire_wait: histogram(),
+            acquires: Family::default(),
+            action_duration: Family::new_with_constructor(histogram),
+            actions: Family::default(),
+        }
+    }
 }
 
 impl Metrics {
-    /// An `Acquire` ended: `outcome` is `ok`, `queue_full`, `timeout`, `unavailable` or
-    /// `error`; `waited` is how long it took.
+    /// An `Acquire` ended: `outcome` is `ok`, `queue_full`, `timeout`, `unavailable`,
+    /// `refused` or `error`; `waited` is how long it took.
     pub fn acquired(&self, outcome: &'static str, waited: Duration) {
-        self.acquire_wait.observe(waited);
-        *self.acquires.lock().unwrap_or_else(|e| e.into_inner()).entry(outcome).or_default() += 1;
+        self.acquire_wait.observe(waited.as_secs_f64());
+        self.acquires.get_or_create(&AcquireLabels { outcome }).inc();
     }
 
     /// An action ended (`action` canonical, or `unknown`).
     pub fn acted(&self, action: &str, ok: bool, took: Duration) {
-        let histogram = self
-            .action_duration
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .entry(action.to_string())
-            .or_default()
-            .clone();
-        histogram.observe(took);
-        let outcome = if ok { "ok" } else { "error" };
-        *self.actions.lock().unwrap_or_else(|e| e.into_inner()).entry((action.to_string(), outcome)).or_default() += 1;
+        let action = action.to_string();
+        self.action_duration.get_or_create(&ActionLabels { action: action.clone() }).observe(took.as_secs_f64());
+        let outcome = if ok { Outcome::ok } else { Outcome::error };
+        self.actions.get_or_create(&ActionOutcomeLabels { action, outcome }).inc();
     }
 
-    /// Appends the counters and histograms in Prometheus text format.
-    pub fn write(&self, out: &mut String) {
-        let name = "browserpool_acquire_wait_seconds";
-        let _ = writeln!(out, "# HELP {name} How long Acquire calls took, queueing included.\n# TYPE {name} histogram");
-        self.acquire_wait.write(out, name, "");
-        let name = "browserpool_acquires_total";
-        let _ = writeln!(out, "# HELP {name} Acquire calls by outcome.\n# TYPE {name} counter");
-        for (outcome, n) in self.acquires.lock().unwrap_or_else(|e| e.into_inner()).iter() {
-            let _ = writeln!(out, "{name}{{outcome=\"{outcome}\"}} {n}");
-        }
-        let name = "browserpool_action_duration_seconds";
-        let _ = writeln!(out, "# HELP {name} How long actions ran, by canonical action.\n# TYPE {name} histogram");
-        let histograms: Vec<_> = self
-            .action_duration
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-            .map(|(a, h)| (a.clone(), h.clone()))
-            .collect();
-        for (action, histogram) in histograms {
-            histogram.write(out, name, &format!("action=\"{action}\""));
-        }
-        let name = "browserpool_actions_total";
-        let _ = writeln!(out, "# HELP {name} Actions by canonical action and outcome.\n# TYPE {name} counter");
-        for ((action, outcome), n) in self.actions.lock().unwrap_or_else(|e| e.into_inner()).iter() {
-            let _ = writeln!(out, "{name}{{action=\"{action}\",outcome=\"{outcome}\"}} {n}");
-        }
+    /// Puts the counters and histograms in `scrape`.
+    pub fn scraped(&self, scrape: &mut Scrape) {
+        scrape.add(
+            "browserpool_acquire_wait_seconds",
+            "How long Acquire calls took, queueing included",
+            self.acquire_wait.clone(),
+        );
+        scrape.add("browserpool_acquires", "Acquire calls by outcome", self.acquires.clone());
+        scrape.add(
+            "browserpool_action_duration_seconds",
+            "How long actions ran, by canonical action",
+            self.action_duration.clone(),
+        );
+        scrape.add("browserpool_actions", "Actions by canonical action and outcome", self.actions.clone());
     }
 }
+
+/// One scrape: one registry of everything `/metrics` answers.
+#[derive(Debug, Default)]
+pub struct Scrape {
+    registry: Registry,
+}
+
+impl Scrape {
+    /// Adds a metric. `name` is the family's (a counter's without `_total`, which the
+    /// encoding adds); `help` is one sentence without its closing period (added too).
+    pub fn add(&mut self, name: &str, help: &str, metric: impl Metric) {
+        self.registry.register(name, help, metric);
+    }
+
+    /// A gauge read now.
+    pub fn gauge(&mut self, name: &str, help: &str, value: u64) {
+        let gauge = Gauge::<i64>::default();
+        gauge.set(value.min(i64::MAX as u64) as i64);
+        self.add(name, help, gauge);
+    }
+
+    /// A gauge per label set, read now.
+    pub fn gauges<L>(&mut self, name: &str, help: &str, values: impl IntoIterator<Item = (L, u64)>)
+    where
+        L: EncodeLabelSet + Clone + Hash + Eq + Debug + Send + Sync + 'static,
+    {
+        let family = Family::<L, Gauge<i64>>::default();
+        for (labels, value) in values {
+            family.get_or_create(&labels).set(value.min(i64::MAX as u64) as i64);
+        }
+        self.add(name, help, family);
+    }
+
+    /// A counter kept elsewhere (an atomic), read now.
+    pub fn counter(&mut self, name: &str, help: &str, value: u64) {
+        self.counters(name, help, [(NoLabels {}, value)]);
+    }
+
+    /// A counter per label set, kept elsewhere, read now.
+    pub fn counters<L>(&mut self, name: &str, help: &str, values: impl IntoIterator<Item = (L, u64)>)
+    where
+        L: EncodeLabelSet + Clone + Hash + Eq + Debug + Send + Sync + 'static,
+    {
+        let family = Family::<L, Counter>::default();
+        for (labels, value) in values {
+            family.get_or_create(&labels).inc_by(value);
+        }
+        self.add(name, help, family);
+    }
+
+    /// The OpenMetrics text, `# EOF` last.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing to a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}
+
+/// A metric without labels, in a family.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NoLabels {}
 
 #[cfg(test)]
 mod tests {
@@ -119,19 +179,29 @@ mod tests {
         m.acquired("timeout", Duration::from_secs(60));
         m.acted("navigate", true, Duration::from_millis(40));
         m.acted("navigate", false, Duration::from_millis(40));
-        let mut out = String::new();
-        m.write(&mut out);
-        assert!(out.contains("browserpool_acquire_wait_seconds_bucket{le=\"0.005\"} 1\n"), "{out}");
-        assert!(out.contains("browserpool_acquire_wait_seconds_bucket{le=\"1\"} 2\n"), "{out}");
-        assert!(out.contains("browserpool_acquire_wait_seconds_bucket{le=\"+Inf\"} 3\n"), "{out}");
-        assert!(out.contains("browserpool_acquire_wait_seconds_count 3\n"), "{out}");
-        assert!(out.contains("browserpool_acquires_total{outcome=\"ok\"} 2\n"), "{out}");
-        assert!(out.contains("browserpool_acquires_total{outcome=\"timeout\"} 1\n"), "{out}");
-        assert!(
-            out.contains("browserpool_action_duration_seconds_bucket{action=\"navigate\",le=\"0.05\"} 2\n"),
-            "{out}"
-        );
-        assert!(out.contains("browserpool_action_duration_seconds_sum{action=\"navigate\"} 0.08\n"), "{out}");
-        assert!(out.contains("browserpool_actions_total{action=\"navigate\",outcome=\"error\"} 1\n"), "{out}");
+        let mut scrape = Scrape::default();
+        m.scraped(&mut scrape);
+        scrape.gauge("browserpool_workers_warm", "Workers booted and idle", 2);
+        scrape.counter("browserpool_worker_cleanup_retries", "Deletes tried again", 5);
+        let out = scrape.encode();
+        for line in [
+            "# HELP browserpool_acquire_wait_seconds How long Acquire calls took, queueing included.\n",
+            "# TYPE browserpool_acquire_wait_seconds histogram\n",
+            "browserpool_acquire_wait_seconds_bucket{le=\"0.005\"} 1\n",
+            "browserpool_acquire_wait_seconds_bucket{le=\"1.0\"} 2\n",
+            "browserpool_acquire_wait_seconds_bucket{le=\"+Inf\"} 3\n",
+            "browserpool_acquire_wait_seconds_count 3\n",
+            "# TYPE browserpool_acquires counter\n",
+            "browserpool_acquires_total{outcome=\"ok\"} 2\n",
+            "browserpool_acquires_total{outcome=\"timeout\"} 1\n",
+            "browserpool_action_duration_seconds_bucket{le=\"0.05\",action=\"navigate\"} 2\n",
+            "browserpool_action_duration_seconds_sum{action=\"navigate\"} 0.08\n",
+            "browserpool_actions_total{action=\"navigate\",outcome=\"error\"} 1\n",
+            "browserpool_workers_warm 2\n",
+            "browserpool_worker_cleanup_retries_total 5\n",
+        ] {
+            assert!(out.contains(line), "{line:?} missing from:\n{out}");
+        }
+        assert!(out.ends_with("# EOF\n"), "{out}");
     }
 }
