@@ -799,7 +799,7 @@ async fn action_deadlines_are_kept_to_within_a_hundred_milliseconds() {
 /// when dropped.
 struct CpuHogs(Vec<std::process::Child>);
 
-const HOGS_PER_CORE: usize = 60;
+const HOGS_PER_CORE: usize = 12;
 
 impl CpuHogs {
     fn start() -> CpuHogs {
