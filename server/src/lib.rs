@@ -296,7 +296,6 @@ mod tests {
     const TOO_LONG: &[(&str, usize)] = &[
         ("pool/src/launcher.rs", 847),
         ("pool/src/driver/mod.rs", 662),
-        ("server/src/auth.rs", 946),
         ("server/src/forward.rs", 856),
         ("server/src/tls.rs", 718),
         ("server/src/cdp.rs", 714),
