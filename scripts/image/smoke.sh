@@ -177,7 +177,10 @@ say "workers run as uid $browser_uid; PoolStatus: $sandbox"
 browser_net="$(readlink "/proc/$browser_pid/ns/net")"
 [ "$browser_net" != "$(readlink "/proc/$ctr_pid/ns/net")" ] \
     || fail "the worker's browser shares the server's network namespace: its DevTools port is open to the pod"
-podman logs "$name" 2>&1 | grep -q 'inside an unprivileged user namespace' \
+# The log is read whole first: `grep -q` stops at the first match, and under pipefail the
+# SIGPIPE that gives `podman logs` would fail the check whenever more log followed the line.
+server_log="$(podman logs "$name" 2>&1)"
+grep -q 'inside an unprivileged user namespace' <<<"$server_log" \
     || fail "the server did not say its workers' namespaces are unprivileged ones"
 say "the worker's DevTools lives in a network namespace of its own ($browser_net)"
 

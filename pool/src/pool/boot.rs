@@ -151,7 +151,7 @@ impl Pool {
                 }
                 // Still counted as booting until killed, so shutdown waits for it.
                 Ok(worker) => Some(worker),
-                Err(e) if state.closed => {
+                Err(e) if state.closed || self.inner.closing.is_cancelled() => {
                     state.booting -= 1;
                     tracing::debug!(worker = %id, error = %e, "boot ended by the stop");
                     None

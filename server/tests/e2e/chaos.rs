@@ -707,6 +707,8 @@ async fn sigterm_ends_a_boot_in_flight_without_waiting_for_it() {
     assert!(took <= Duration::from_secs(5), "exit after {took:?}: {log:#?}");
     assert!(!alive(pid), "the booting browser outlived the server");
     assert!(!log.iter().any(|l| l.contains("boots still running")), "{log:#?}");
+    // Ended by the stop, not failed: no error, no backoff.
+    assert!(!log.iter().any(|l| l.contains("worker failed to boot")), "{log:#?}");
     let browserpool_client::Error::Status(status) = waiting.await.unwrap().unwrap_err() else { panic!() };
     assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
 }
