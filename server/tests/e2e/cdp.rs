@@ -341,12 +341,14 @@ async fn ending_a_session_closes_its_cdp_connections_with_a_reason() {
 async fn cdp_traffic_is_activity_and_a_client_may_come_back() {
     let server = TestServer::start().await;
     let client = server.admin().await;
-    let req = pb::AcquireRequest { wait_ms: 30_000, idle_timeout_ms: 1_500, ..Default::default() };
+    // CDP traffic touches the session at most once a second: an idle timeout of 2 s leaves a
+    // second of margin (1.5 s left half a second, which a loaded host once took).
+    let req = pb::AcquireRequest { wait_ms: 30_000, idle_timeout_ms: 2_000, ..Default::default() };
     let session = client.acquire_with(req).await.unwrap();
     let mut ws = connect(&session.cdp_url).await;
-    // 3 s of traffic, twice the idle timeout: the session must not expire meanwhile, and only
+    // 4 s of traffic, twice the idle timeout: the session must not expire meanwhile, and only
     // traffic spread over that long can show it does not.
-    for id in 0..10 {
+    for id in 0..14 {
         let answer = answer_to(&mut ws, json!({"id": id, "method": "Browser.getVersion"})).await;
         assert!(answer["result"]["product"].as_str().unwrap().contains("Chrome"), "{answer}");
         tokio::time::sleep(Duration::from_millis(300)).await;
