@@ -260,7 +260,7 @@ async fn metrics(State(state): State<HttpState>) -> impl IntoResponse {
     use crate::metrics::Scrape;
     use prometheus_client::encoding::EncodeLabelSet;
     #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-    struct State {
+    struct ByState {
         state: &'static str,
     }
     #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -310,7 +310,7 @@ async fn metrics(State(state): State<HttpState>) -> impl IntoResponse {
     scrape.gauges(
         "browserpool_workers",
         "Chromium workers by state",
-        by_state.map(|(state, n)| (State { state }, n as u64)),
+        by_state.map(|(state, n)| (ByState { state }, n as u64)),
     );
     let depths = state.sessions.queue_depths().into_iter().map(|(tenant, depth)| (Tenant { tenant }, depth as u64));
     scrape.gauges("browserpool_queue_depth", "Acquire calls waiting in each tenant's queue on this server", depths);
