@@ -128,7 +128,7 @@ impl Pool {
             result = &mut booting => result,
             _ = stopped => {
                 let spawned = self.inner.state().booting_groups.get(&id).cloned();
-                self.abandon(booting, spawned).await;
+                abandon(booting, spawned).await;
                 Err(PoolError::ShuttingDown)
             }
         };
@@ -175,19 +175,19 @@ impl Pool {
         }
         self.inner.refill.notify_one();
     }
+}
 
-    /// Drops a boot the stop ended, on a blocking thread (the launch's `Process` kills its
-    /// group and removes its directories as it drops, reading `/proc`), and waits, bounded,
-    /// for its processes to be gone.
-    async fn abandon<F: Send + 'static>(&self, boot: F, spawned: Option<Spawned>) {
-        let _ = tokio::task::spawn_blocking(move || {
-            drop(boot);
-            if let Some(cgroup) = spawned.and_then(|spawned| spawned.cgroup) {
-                cgroup.kill_and_wait(Duration::from_secs(5));
-            }
-        })
-        .await;
-    }
+/// Drops a boot the stop ended, on a blocking thread (the launch's `Process` kills its
+/// group and removes its directories as it drops, reading `/proc`), and waits, bounded,
+/// for its processes to be gone.
+async fn abandon<F: Send + 'static>(boot: F, spawned: Option<Spawned>) {
+    let _ = tokio::task::spawn_blocking(move || {
+        drop(boot);
+        if let Some(cgroup) = spawned.and_then(|spawned| spawned.cgroup) {
+            cgroup.kill_and_wait(Duration::from_secs(5));
+        }
+    })
+    .await;
 }
 
 /// Whether a caller waits for the boots in flight: those run at normal priority. Boots
