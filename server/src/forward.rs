@@ -36,10 +36,11 @@ use tokio_util::sync::CancellationToken;
 use tonic::body::Body;
 use tower::{Service, ServiceExt};
 
+use crate::app::App;
 use crate::auth::Claims;
 use crate::auth::TokenCheck;
 use crate::sessions::Sessions;
-use crate::store::{ReplicaRecord, SessionOwner};
+use crate::store::{ReplicaRecord, SessionOwner, Store};
 
 /// Set on every forwarded request, to the forwarding replica's id: its receiver never
 /// forwards it again.
@@ -162,6 +163,7 @@ pub struct Peers {
 
 struct PeersInner {
     sessions: Sessions,
+    store: Store,
     tokens: TokenCheck,
     connect_timeout: Duration,
     /// Bound on looking up which replica holds a session.
@@ -176,8 +178,7 @@ struct PeersInner {
 
 impl Peers {
     pub fn new(
-        sessions: Sessions,
-        tokens: TokenCheck,
+        app: &App,
         tls: Option<&crate::tls::Tls>,
         connect_timeout: Duration,
         forward_timeout: Duration,
@@ -185,8 +186,9 @@ impl Peers {
     ) -> Peers {
         Peers {
             inner: Arc::new(PeersInner {
-                sessions,
-                tokens,
+                sessions: app.sessions.clone(),
+                store: app.store.clone(),
+                tokens: app.tokens.clone(),
                 connect_timeout,
                 forward_timeout,
                 tls: tls.map(|t| (t.peer_connector(b"h2"), t.peer_connector(b"http/1.1"))),
@@ -254,7 +256,7 @@ impl Peers {
 
     /// Which replica holds session `id`, from the database, within the forward timeout.
     async fn owner_of(&self, id: &str) -> Result<Option<SessionOwner>, String> {
-        let lookup = self.inner.sessions.store().session_owner(id);
+        let lookup = self.inner.store.session_owner(id);
         match tokio::time::timeout(self.inner.forward_timeout, lookup).await {
             Ok(Ok(owner)) => Ok(owner),
             Ok(Err(e)) => Err(format!("the database: {e}")),
@@ -312,8 +314,7 @@ impl Peers {
         let me = self.inner.sessions.replica_id();
         Ok(self
             .inner
-            .sessions
-            .store()
+            .store
             .replicas(stale_before)
             .await?
             .into_iter()

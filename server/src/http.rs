@@ -13,35 +13,25 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 
-use crate::auth::TokenCheck;
+use crate::app::App;
 use crate::cdp::{relay, CdpError, CdpLimits, CdpStats, Conn};
-use crate::sessions::Sessions;
-use crate::store::Store;
-use crate::tls::{client_cert_gate, ClientCertGate, TlsMode};
+use crate::tls::{client_cert_gate, ClientCertGate};
 
 pub use crate::cdp::CDP_PREFIX;
 
-/// What the handlers read.
+/// What the handlers read: the application's state and the CDP proxy's own.
 #[derive(Clone)]
 pub struct HttpState {
-    pub sessions: Sessions,
-    /// The Chromium pool: `/readyz` and `/metrics` read its status.
-    pub pool: browserpool_pool::Pool,
-    pub store: Store,
-    pub tokens: TokenCheck,
+    pub app: App,
     /// `/cdp/{session}` of a session another replica holds is relayed there.
     pub peers: crate::forward::Peers,
     pub cdp_limits: CdpLimits,
     pub cdp_stats: Arc<CdpStats>,
-    /// TLS on this listener: the scheme of URLs pointing at it, whether mTLS is on.
-    pub tls: TlsMode,
-    /// The per-address budget of calls without a valid token, shared with the gRPC listener.
-    pub throttle: crate::throttle::Throttle,
 }
 
 /// The router of the side listener.
 pub fn router(state: HttpState) -> Router {
-    let gate = ClientCertGate { prefix: CDP_PREFIX, mode: state.tls };
+    let gate = ClientCertGate { prefix: CDP_PREFIX, mode: state.app.tls };
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
@@ -73,21 +63,21 @@ async fn cdp(
     let started = std::time::Instant::now();
     let source = peer.map_or_else(|| "an unknown address".to_string(), |p| p.0 .0.ip().to_string());
     let header = headers.get(axum::http::header::AUTHORIZATION).and_then(|v| v.to_str().ok());
-    let claims = match header.map(|h| state.tokens.verify_header(Some(h))) {
+    let claims = match header.map(|h| state.app.tokens.verify_header(Some(h))) {
         Some(Ok(claims)) => Some(claims),
         Some(Err(e)) => return refuse_cdp(&state, &source, None, &session, CdpError::BadToken(e.to_string())),
         None => None,
     };
     let opened = (|| {
         let upgrade = upgrade.map_err(|_| CdpError::NotUpgrade)?;
-        let place = state.sessions.audit().reserve_call().map_err(|e| CdpError::Audit(e.to_string()))?;
-        let access = state.sessions.cdp_open(
+        let place = state.app.audit.reserve_call().map_err(|e| CdpError::Audit(e.to_string()))?;
+        let access = state.app.sessions.cdp_open(
             claims.as_ref(),
             query.ticket.as_deref(),
             &session,
             state.cdp_limits.per_session,
         )?;
-        if claims.is_none() && state.tokens.withdrawn(access.acquired_by(), None).is_some() {
+        if claims.is_none() && state.app.tokens.withdrawn(access.acquired_by(), None).is_some() {
             return Err(CdpError::TicketRevoked);
         }
         let open = &state.cdp_stats.open;
@@ -118,7 +108,7 @@ async fn cdp(
     tracing::info!(session = %record.id, tenant = %tenant, "cdp client attached");
     let limits = state.cdp_limits.clone();
     let stats = state.cdp_stats.clone();
-    let tokens = state.tokens.clone();
+    let tokens = state.app.tokens.clone();
     upgrade
         .max_message_size(limits.max_message)
         .max_frame_size(limits.max_message)
@@ -196,9 +186,9 @@ fn refuse_cdp(
             e,
             CdpError::NoCredentials | CdpError::BadToken(_) | CdpError::TicketRevoked | CdpError::NotFound(_)
         );
-    let throttled = unproven.then(|| state.throttle.spend(source, std::time::Instant::now()).err()).flatten();
+    let throttled = unproven.then(|| state.app.throttle.spend(source, std::time::Instant::now()).err()).flatten();
     let (status, e) = match throttled {
-        Some(wait) => (StatusCode::TOO_MANY_REQUESTS, state.throttle.words(source, wait)),
+        Some(wait) => (StatusCode::TOO_MANY_REQUESTS, state.app.throttle.words(source, wait)),
         None => (e.status(), e.to_string()),
     };
     tracing::info!(session = %session, reason = %e, "cdp connection refused");
@@ -213,7 +203,7 @@ fn refuse_cdp(
         code: status.as_u16().to_string(),
         ..Default::default()
     };
-    state.sessions.audit().record_refusal(source, entry);
+    state.app.audit.record_refusal(source, entry);
     let mut response = (status, format!("{e}\n")).into_response();
     if let Some(wait) = throttled {
         let secs = wait.as_secs().max(1).to_string();
@@ -226,23 +216,23 @@ fn refuse_cdp(
 }
 
 async fn readyz(State(state): State<HttpState>) -> impl IntoResponse {
-    if state.sessions.draining() {
+    if state.app.sessions.draining() {
         return (StatusCode::SERVICE_UNAVAILABLE, "draining\n".to_string());
     }
     // Not ready while sessions could not be recorded, nor actions audited: both recover by
     // themselves once the database takes writes again (the heartbeat writes every second).
-    if let Some(fault) = state.store.write_fault() {
+    if let Some(fault) = state.app.store.write_fault() {
         return (StatusCode::SERVICE_UNAVAILABLE, format!("database refuses writes: {fault}\n"));
     }
-    if let Some(fault) = state.sessions.audit().fault() {
+    if let Some(fault) = state.app.audit.fault() {
         return (StatusCode::SERVICE_UNAVAILABLE, format!("audit trail not written: {fault}\n"));
     }
     // Live sessions go on meanwhile; new ones would not start.
-    if let Some(spooling) = state.sessions.audit().spooling() {
+    if let Some(spooling) = state.app.audit.spooling() {
         return (StatusCode::SERVICE_UNAVAILABLE, format!("audit trail behind: {spooling}\n"));
     }
     // Not ready while workers fail to boot: new sessions could not be served.
-    let pool = &state.pool;
+    let pool = &state.app.pool;
     match pool.last_boot_error() {
         // Ready, but loudly so when --allow-unsandboxed let workers run without the sandbox.
         None => match pool.sandbox().filter(|r| !r.sandboxed) {
@@ -276,15 +266,15 @@ async fn metrics(State(state): State<HttpState>) -> impl IntoResponse {
     struct Direction {
         direction: &'static str,
     }
-    let status = &state.pool.status();
-    let audit = state.sessions.audit();
+    let status = &state.app.pool.status();
+    let audit = &state.app.audit;
     let mut scrape = Scrape::default();
     for (name, help, value) in [
         ("browserpool_workers_warm", "Workers booted and idle", status.warm),
         ("browserpool_workers_booting", "Workers starting", status.booting),
         ("browserpool_workers_leased", "Workers leased to sessions", status.leased),
         ("browserpool_workers_capacity", "Cap on Chromium processes", status.capacity),
-        ("browserpool_sessions_live", "Sessions not yet ended", state.sessions.live_count()),
+        ("browserpool_sessions_live", "Sessions not yet ended", state.app.sessions.live_count()),
         ("browserpool_audit_queued", "Audit records waiting to be written (places taken included)", audit.queued()),
         (
             "browserpool_audit_writable",
@@ -299,7 +289,7 @@ async fn metrics(State(state): State<HttpState>) -> impl IntoResponse {
         (
             "browserpool_store_writable",
             "1 while the database takes writes",
-            state.store.write_fault().is_none() as usize,
+            state.app.store.write_fault().is_none() as usize,
         ),
     ] {
         scrape.gauge(name, help, value as u64);
@@ -312,9 +302,9 @@ async fn metrics(State(state): State<HttpState>) -> impl IntoResponse {
         "Chromium workers by state",
         by_state.map(|(state, n)| (ByState { state }, n as u64)),
     );
-    let depths = state.sessions.queue_depths().into_iter().map(|(tenant, depth)| (Tenant { tenant }, depth as u64));
+    let depths = state.app.sessions.queue_depths().into_iter().map(|(tenant, depth)| (Tenant { tenant }, depth as u64));
     scrape.gauges("browserpool_queue_depth", "Acquire calls waiting in each tenant's queue on this server", depths);
-    state.sessions.metrics().scraped(&mut scrape);
+    state.app.metrics.scraped(&mut scrape);
     scrape.counter(
         "browserpool_worker_cleanup_retries",
         "Deletes of a killed worker's directories that failed and were tried again",

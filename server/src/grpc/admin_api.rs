@@ -11,7 +11,8 @@ use futures::Stream;
 use tonic::{Request, Response, Status};
 
 use super::{claims, fanout};
-use crate::auth::{Epochs, Keys, Revocations};
+use crate::app::App;
+use crate::auth::{Keys, Revocations};
 use crate::clock::now_ms;
 use crate::convert::{session_to_pb, state_from_pb, state_to_pb, tenant_from_pb, tenant_to_pb, timestamp};
 use crate::error::ServiceError;
@@ -35,19 +36,17 @@ pub struct AdminApi {
 }
 
 impl AdminApi {
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        sessions: Sessions,
-        pool: Pool,
-        keys: Arc<Keys>,
-        store: Store,
-        revoked: Revocations,
-        epochs: Epochs,
-        max_token_ttl: Duration,
-        peers: Peers,
-    ) -> Self {
-        let tenants = Tenants::new(sessions.clone(), store.clone(), epochs, max_token_ttl);
-        AdminApi { sessions, pool, keys, store, revoked, tenants, peers }
+    pub fn new(app: &App, max_token_ttl: Duration, peers: Peers) -> Self {
+        let tenants = Tenants::new(app.sessions.clone(), app.store.clone(), app.epochs.clone(), max_token_ttl);
+        AdminApi {
+            sessions: app.sessions.clone(),
+            pool: app.pool.clone(),
+            keys: app.keys.clone(),
+            store: app.store.clone(),
+            revoked: app.revoked.clone(),
+            tenants,
+            peers,
+        }
     }
 
     /// This replica's pool status alone.

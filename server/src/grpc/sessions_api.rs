@@ -12,7 +12,8 @@ use tonic::{Request, Response, Status, Streaming};
 use tracing::Instrument;
 
 use super::{claims, claims_about, rpc_target};
-use crate::audit::Place;
+use crate::app::App;
+use crate::audit::{AuditLog, Place};
 use crate::auth::Scope;
 use crate::clock::now_ms;
 use crate::convert::{
@@ -27,12 +28,14 @@ use browserpool_pool::CaptureOptions;
 /// Adapter from the generated `Sessions` service to [`Sessions`].
 pub struct SessionsApi {
     sessions: Sessions,
+    /// The application's state (the audit trail, for each action's record).
+    app: App,
     shutdown: CancellationToken,
 }
 
 impl SessionsApi {
-    pub fn new(sessions: Sessions, shutdown: CancellationToken) -> Self {
-        SessionsApi { sessions, shutdown }
+    pub fn new(app: &App, shutdown: CancellationToken) -> Self {
+        SessionsApi { sessions: app.sessions.clone(), app: app.clone(), shutdown }
     }
 
     /// A session on the wire, with its `cdp_url` while it is live here and the caller may
@@ -61,7 +64,7 @@ type DriveTx = mpsc::Sender<Result<pb::DriveEvent, Status>>;
 /// server shuts down.
 #[allow(clippy::too_many_arguments)]
 async fn drive_session(
-    sessions: Sessions,
+    app: App,
     claims: crate::auth::Claims,
     session_id: String,
     mut pending: Option<pb::Action>,
@@ -70,6 +73,7 @@ async fn drive_session(
     tx: DriveTx,
     shutdown: CancellationToken,
 ) {
+    let sessions = &app.sessions;
     let event_tx = tx.clone();
     let event_session = session_id.clone();
     let (ended_tx, mut ended) = tokio::sync::oneshot::channel::<()>();
@@ -89,7 +93,7 @@ async fn drive_session(
     );
     loop {
         if let Some(action) = pending.take() {
-            let place = match audit_place(&sessions) {
+            let place = match audit_place(&app.audit) {
                 Ok(place) => place,
                 Err(status) => {
                     let _ = tx.send(Err(status)).await;
@@ -134,8 +138,8 @@ async fn drive_session(
 
 /// A place for an action's record; refused (UNAVAILABLE) while the audit trail cannot be
 /// written or its queue is full, so no action runs unrecorded.
-fn audit_place(sessions: &Sessions) -> Result<Place, Status> {
-    Ok(sessions.audit().reserve().map_err(ServiceError::from)?)
+fn audit_place(audit: &AuditLog) -> Result<Place, Status> {
+    Ok(audit.reserve().map_err(ServiceError::from)?)
 }
 
 /// Records a context transfer: origin, counts and the integrity hash, never the envelope.
@@ -247,7 +251,7 @@ impl pb::sessions_server::Sessions for SessionsApi {
         let mut inbound = req.into_inner();
         let shutdown = self.shutdown.clone();
         let (tx, rx) = mpsc::channel::<Result<pb::DriveEvent, Status>>(64);
-        let sessions = self.sessions.clone();
+        let (sessions, app) = (self.sessions.clone(), self.app.clone());
         self.sessions.spawn(async move {
             let first = tokio::select! {
                 m = inbound.next() => m,
@@ -288,9 +292,7 @@ impl pb::sessions_server::Sessions for SessionsApi {
                 return;
             }
             let span = tracing::info_span!("drive", session = %session_id);
-            drive_session(sessions, claims, session_id, first.action, inbound, events, tx, shutdown)
-                .instrument(span)
-                .await;
+            drive_session(app, claims, session_id, first.action, inbound, events, tx, shutdown).instrument(span).await;
         });
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
@@ -300,7 +302,7 @@ impl pb::sessions_server::Sessions for SessionsApi {
         let r = req.into_inner();
         self.sessions.attach(&claims, &r.session_id).await?;
         let action = r.action.ok_or_else(|| Status::from(ServiceError::InvalidArgument("action: required".into())))?;
-        let place = audit_place(&self.sessions)?;
+        let place = audit_place(&self.app.audit)?;
         let report = self
             .sessions
             .act(&claims, &r.session_id, action_input(action), "/browserpool.v1.Sessions/Act", place)
@@ -363,7 +365,7 @@ impl pb::sessions_server::Sessions for SessionsApi {
             include_http_auth: r.include_http_auth,
             capture_user_agent: r.capture_user_agent,
         };
-        let place = audit_place(&self.sessions)?;
+        let place = audit_place(&self.app.audit)?;
         let state = self.sessions.export_context(&claims, &r.session_id, opts).await?;
         let env = envelope::seal(state, now_ms());
         audit_context(place, &claims, "/browserpool.v1.Sessions/ExportContext", &r.session_id, &env, "ok");
@@ -381,7 +383,7 @@ impl pb::sessions_server::Sessions for SessionsApi {
         require(&claims, Scope::ContextImport)?;
         let env = r.envelope.ok_or_else(|| Status::from(ServiceError::InvalidArgument("envelope: required".into())))?;
         envelope::check_bounds(&env)?;
-        let place = audit_place(&self.sessions)?;
+        let place = audit_place(&self.app.audit)?;
         if let Err(integrity_error) = envelope::verify(&env) {
             // Still an owner check first, so a foreign id stays NOT_FOUND.
             self.sessions.attach(&claims, &r.session_id).await?;

@@ -6,31 +6,28 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 use browserpool_pool::{find_chrome, reap_orphans, DirLock, Pool};
-use browserpool_proto::v1::{admin_server::AdminServer, sessions_server::SessionsServer};
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
-use tokio_util::task::TaskTracker;
-use tracing::Instrument;
 
 use crate::audit::{AuditLog, Writer};
-use crate::auth::{write_admin_token, AuthLayer, Epochs, Keys, Revocations, TokenCheck};
+use crate::auth::{write_admin_token, Keys};
 use crate::cdp::CdpLimits;
 use crate::clock::now_ms;
 use crate::config::ServeArgs;
-use crate::forward::{ForwardLayer, Peers};
-use crate::grpc::{admin_api::AdminApi, sessions_api::SessionsApi};
+use crate::metrics::Metrics;
 use crate::sessions::{Limits, Sessions};
 use crate::shutdown::Stages;
 use crate::store::{Isolation, ReplicaAddrs, Store, TenantRecord};
-use crate::tls::{Tls, TlsListener, TlsMode};
+use crate::tls::{Tls, TlsMode};
 
 pub use crate::model::DEFAULT_TENANT;
 pub use workers::profiles_dir;
 use workers::{check_sandbox, pool_config, raise_open_files_limit, worker_uids};
 
+mod serving;
 mod workers;
 
 /// A server with its sockets bound, ready to serve.
@@ -48,21 +45,27 @@ pub struct Bound {
     keys: Arc<Keys>,
     store: Store,
     sessions: Sessions,
+    metrics: Arc<Metrics>,
     /// The Chromium pool the sessions lease from (the sessions see it as [`crate::browsers::Browsers`]).
     pool: Pool,
     /// The stop, in stages (see [`Stages`]).
     stages: Stages,
-    max_html_bytes: usize,
-    max_token_ttl: std::time::Duration,
-    shutdown_grace: std::time::Duration,
-    drain_timeout: std::time::Duration,
-    forward_connect_timeout: std::time::Duration,
-    forward_timeout: std::time::Duration,
-    cdp_limits: CdpLimits,
+    settings: Settings,
     /// Both listeners' TLS, when `--tls-cert` is given.
     tls: Option<Tls>,
     /// Held while serving: no second server on this data dir.
     _dir_lock: DirLock,
+}
+
+/// What serving takes from the flags once bound.
+struct Settings {
+    max_html_bytes: usize,
+    max_token_ttl: Duration,
+    shutdown_grace: Duration,
+    drain_timeout: Duration,
+    forward_connect_timeout: Duration,
+    forward_timeout: Duration,
+    cdp_limits: CdpLimits,
 }
 
 /// `<data-dir>/replica.id`: the replica id of the last server on this data dir, so the next
@@ -108,12 +111,14 @@ pub async fn bind(args: ServeArgs) -> anyhow::Result<Bound> {
     let pool = Pool::start(cfg, stages.serving.clone());
     let spool = open_spool(&args, &data_dir)?;
     let (audit, audit_writer) = AuditLog::new(store.clone(), Some(spool));
+    let metrics = Arc::new(Metrics::default());
     let sessions = Sessions::new(
         store.clone(),
         Arc::new(pool.clone()),
         Limits { max_session_ttl: args.max_session_ttl, idle_timeout: args.idle_timeout },
         args.max_workers as u32,
         audit.clone(),
+        metrics.clone(),
     );
     // The previous run on this data dir is dead (we hold its lock): its sessions end now, as
     // CRASHED, rather than when its heartbeat goes stale.
@@ -141,18 +146,21 @@ pub async fn bind(args: ServeArgs) -> anyhow::Result<Bound> {
         keys,
         store,
         sessions,
+        metrics,
         pool,
         stages,
-        max_html_bytes: args.max_html_bytes,
-        max_token_ttl: args.max_token_ttl,
-        shutdown_grace: args.shutdown_grace,
-        drain_timeout: args.drain_timeout,
-        forward_connect_timeout: args.forward_connect_timeout,
-        forward_timeout: args.forward_timeout,
-        cdp_limits: CdpLimits {
-            max_message: args.cdp_max_message,
-            per_session: args.cdp_max_clients as usize,
-            per_server: args.cdp_max_connections as usize,
+        settings: Settings {
+            max_html_bytes: args.max_html_bytes,
+            max_token_ttl: args.max_token_ttl,
+            shutdown_grace: args.shutdown_grace,
+            drain_timeout: args.drain_timeout,
+            forward_connect_timeout: args.forward_connect_timeout,
+            forward_timeout: args.forward_timeout,
+            cdp_limits: CdpLimits {
+                max_message: args.cdp_max_message,
+                per_session: args.cdp_max_clients as usize,
+                per_server: args.cdp_max_connections as usize,
+            },
         },
         tls,
         _dir_lock: dir_lock,
@@ -308,204 +316,5 @@ impl Bound {
     /// scheme of websocket URLs on the HTTP listener.
     pub fn tls_mode(&self) -> TlsMode {
         self.tls.as_ref().map_or(TlsMode::Off, Tls::mode)
-    }
-
-    /// Serves gRPC and HTTP until `shutdown` resolves, then closes every session, kills every
-    /// worker and waits for every background task.
-    pub async fn serve(self, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
-        let Bound {
-            grpc,
-            http,
-            grpc_addr,
-            http_addr,
-            keys,
-            store,
-            sessions,
-            pool,
-            stages,
-            max_html_bytes,
-            max_token_ttl,
-            audit,
-            audit_writer,
-            shutdown_grace,
-            drain_timeout,
-            forward_connect_timeout,
-            forward_timeout,
-            cdp_limits,
-            tls,
-            _dir_lock,
-            ..
-        } = self;
-        let tls_mode = tls.as_ref().map_or(TlsMode::Off, Tls::mode);
-        tracing::info!(%grpc_addr, %http_addr, tls = ?tls_mode, version = crate::VERSION, revision = crate::REVISION, "serving");
-
-        // Every background task is tracked, and all are joined before this returns.
-        let tasks = TaskTracker::new();
-        // The audit writer stops after the sessions are closed (their records go in first).
-        let audit_task =
-            tasks.spawn(audit_writer.run(stages.writers.clone()).instrument(tracing::info_span!("audit_writer")));
-        // The deny-list and the tenant epochs are loaded before serving, then refreshed twice
-        // a second.
-        let revoked = Revocations::default();
-        revoked.replace(store.revoked().await?);
-        let epochs = Epochs::default();
-        epochs.replace(store.tenant_epochs().await?);
-        tasks.spawn(
-            revoked
-                .clone()
-                .refresh_loop(store.clone(), std::time::Duration::from_millis(500), stages.serving.clone())
-                .instrument(tracing::info_span!("revocations")),
-        );
-        tasks.spawn(
-            epochs
-                .clone()
-                .refresh_loop(store.clone(), std::time::Duration::from_millis(500), stages.serving.clone())
-                .instrument(tracing::info_span!("tenant_epochs")),
-        );
-        // Keys rotated beside the running server (`browserpool key rotate`) are signed with
-        // within a second, no restart.
-        tasks.spawn(
-            keys.clone()
-                .refresh_loop(std::time::Duration::from_secs(1), stages.serving.clone())
-                .instrument(tracing::info_span!("signing_keys")),
-        );
-        let reaper = tasks.spawn(
-            sessions.clone().reap_loop(stages.serving.clone()).instrument(tracing::info_span!("session_reaper")),
-        );
-        let heartbeat = tasks.spawn(
-            sessions
-                .clone()
-                .heartbeat_loop(stages.beating.clone())
-                .instrument(tracing::info_span!("replica_heartbeat")),
-        );
-        // The HTTP listener stays until the very end, so /readyz answers 503 (draining) from
-        // the signal to the exit, whatever the drain timeout; CDP relays end with their
-        // sessions, and a session that has ended takes no new one.
-        let http_shutdown = stages.writers.clone();
-        let tokens = TokenCheck::new(keys.clone(), revoked.clone(), epochs.clone());
-        let throttle = crate::throttle::Throttle::default();
-        let peers = Peers::new(
-            sessions.clone(),
-            tokens.clone(),
-            tls.as_ref(),
-            forward_connect_timeout,
-            forward_timeout,
-            stages.serving.clone(),
-        );
-        let http_state = crate::http::HttpState {
-            sessions: sessions.clone(),
-            pool: pool.clone(),
-            store: store.clone(),
-            tokens,
-            peers: peers.clone(),
-            cdp_limits,
-            cdp_stats: Default::default(),
-            tls: tls_mode,
-            throttle: throttle.clone(),
-        };
-        let http_task = tasks.spawn(
-            crate::tls::serve_http(
-                http,
-                crate::http::router(http_state),
-                tls.as_ref().map(Tls::http_acceptor),
-                async move { http_shutdown.cancelled().await },
-            )
-            .instrument(tracing::info_span!("http_listener")),
-        );
-
-        let (health_reporter, health_service) = tonic_health::server::health_reporter();
-        health_reporter.set_serving::<SessionsServer<SessionsApi>>().await;
-        health_reporter.set_serving::<AdminServer<AdminApi>>().await;
-        let reflection_v1 = tonic_reflection::server::Builder::configure()
-            .register_encoded_file_descriptor_set(browserpool_proto::FILE_DESCRIPTOR_SET)
-            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-            .build_v1()?;
-        let reflection_v1alpha = tonic_reflection::server::Builder::configure()
-            .register_encoded_file_descriptor_set(browserpool_proto::FILE_DESCRIPTOR_SET)
-            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-            .build_v1alpha()?;
-
-        let sessions_api = SessionsApi::new(sessions.clone(), stages.serving.clone());
-        // Room for a maximal load_html document plus the rest of the message.
-        let max_message = max_html_bytes + (1 << 20);
-        let admin_api = AdminApi::new(
-            sessions.clone(),
-            pool.clone(),
-            keys.clone(),
-            store.clone(),
-            revoked.clone(),
-            epochs.clone(),
-            max_token_ttl,
-            peers.clone(),
-        );
-        // On the signal: drain, then the grace period (see [`Stages::stop_sessions`]).
-        let serving = stages.serving.clone();
-        let stopper = tasks.spawn(stages.stop_sessions(shutdown, sessions.clone(), drain_timeout, shutdown_grace));
-        // The trace layer outermost, so calls the auth layer refuses are traced too.
-        let grpc_router = tonic::transport::Server::builder()
-            .layer(crate::telemetry::TraceLayer::new(sessions.replica_id()))
-            // Then forwarding: a call for a session another replica holds is checked and
-            // audited there, not here.
-            .layer(ForwardLayer::new(peers))
-            .layer(AuthLayer::new(keys, revoked.clone(), epochs, audit.clone()).with_throttle(throttle))
-            .add_service(health_service)
-            .add_service(reflection_v1)
-            .add_service(reflection_v1alpha)
-            .add_service(
-                SessionsServer::new(sessions_api)
-                    .max_decoding_message_size(max_message)
-                    .max_encoding_message_size(64 << 20),
-            )
-            .add_service(AdminServer::new(admin_api));
-        let stopping = async move { serving.cancelled().await };
-        let served = match &tls {
-            None => {
-                // Without TCP_NODELAY a response's frames (headers, data, trailers) wait on
-                // the client's delayed ACK: about 40 ms added to a call that took 2.
-                let incoming = tokio_stream::StreamExt::map(TcpListenerStream::new(grpc), |accepted| {
-                    accepted.inspect(|tcp| {
-                        let _ = tcp.set_nodelay(true);
-                    })
-                });
-                grpc_router.serve_with_incoming_shutdown(incoming, stopping).await
-            }
-            Some(tls) => {
-                let incoming = crate::tls::incoming(TlsListener::new(grpc, tls.grpc_acceptor()));
-                grpc_router.serve_with_incoming_shutdown(incoming, stopping).await
-            }
-        };
-        stages.serving.cancel();
-        // Every call has returned, so no action runs and the grace wait is over at once; a
-        // serve that failed before any signal leaves nothing to wait for.
-        if served.is_ok() {
-            let _ = stopper.await;
-        } else {
-            stopper.abort();
-        }
-        tracing::info!("closing sessions");
-        sessions.close_all("server shutdown").await;
-        pool.shutdown().await;
-        let left = sessions.join_tasks(shutdown_grace + std::time::Duration::from_secs(5)).await;
-        if left > 0 {
-            tracing::warn!(tasks = left, "session tasks still running at the end of the stop");
-        }
-        let _ = reaper.await;
-        stages.beating.cancel();
-        let _ = heartbeat.await;
-        sessions.deregister().await;
-        stages.writers.cancel();
-        tasks.close();
-        tasks.wait().await;
-        if let Err(e) = audit_task.await {
-            tracing::warn!(error = %e, "audit writer panicked");
-        }
-        match http_task.await {
-            Ok(Err(e)) => tracing::warn!(error = %e, "http listener failed"),
-            Err(e) => tracing::warn!(error = %e, "http listener panicked"),
-            Ok(Ok(())) => {}
-        }
-        store.close().await;
-        tracing::info!("stopped");
-        served.context("grpc server")
     }
 }

@@ -193,7 +193,7 @@ struct Inner {
     /// Sessions out of `live` whose end is under way, until it is done: `Get` reads their
     /// terminal state here, and a second `end` waits for the first.
     ending_now: Mutex<HashMap<String, Arc<Live>>>,
-    metrics: crate::metrics::Metrics,
+    metrics: Arc<crate::metrics::Metrics>,
     /// Where `cdp_url`s point (set once at start).
     cdp_base: std::sync::OnceLock<String>,
     /// Where the other replicas reach this one (set once at start, by [`Sessions::recover`]).
@@ -283,7 +283,14 @@ mod store_seen_tests {
 }
 
 impl Sessions {
-    pub fn new(store: Store, browsers: Arc<dyn Browsers>, limits: Limits, capacity: u32, audit: AuditLog) -> Sessions {
+    pub fn new(
+        store: Store,
+        browsers: Arc<dyn Browsers>,
+        limits: Limits,
+        capacity: u32,
+        audit: AuditLog,
+        metrics: Arc<crate::metrics::Metrics>,
+    ) -> Sessions {
         let admission = Admission::new(capacity);
         Sessions {
             inner: Arc::new(Inner {
@@ -304,7 +311,7 @@ impl Sessions {
                 cdp_base: std::sync::OnceLock::new(),
                 addrs: std::sync::OnceLock::new(),
                 store_seen: Mutex::new(StoreSeen::started(std::time::Instant::now())),
-                metrics: Default::default(),
+                metrics,
             }),
         }
     }
@@ -337,11 +344,6 @@ impl Sessions {
     /// Whether this server refuses new sessions.
     pub fn draining(&self) -> bool {
         *self.inner.draining.borrow()
-    }
-
-    /// The service's counters and histograms.
-    pub fn metrics(&self) -> &crate::metrics::Metrics {
-        &self.inner.metrics
     }
 
     /// Callers waiting in each tenant's queue here (tenants with none left out).
@@ -397,17 +399,6 @@ impl Sessions {
     /// Whether this replica holds session `id` (live, or its end under way).
     pub fn holds(&self, id: &str) -> bool {
         self.live_map().contains_key(id) || self.ending_map().contains_key(id)
-    }
-
-    /// The store every replica shares.
-    pub fn store(&self) -> &Store {
-        &self.inner.store
-    }
-
-    /// The audit trail (adapters check its health before running actions, and record
-    /// context transfers).
-    pub fn audit(&self) -> &AuditLog {
-        &self.inner.audit
     }
 
     /// Now on the sessions' clock (which deadlines are kept on).

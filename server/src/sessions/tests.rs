@@ -36,6 +36,7 @@ struct Harness {
     sessions: Sessions,
     fake: FakeBrowsers,
     store: Store,
+    audit: AuditLog,
     database: String,
     reaper: CancellationToken,
     _dir: tempfile::TempDir,
@@ -53,12 +54,14 @@ impl Harness {
         let (audit, writer) = AuditLog::new(store.clone(), None);
         let fake = FakeBrowsers::new(capacity);
         let limits = Limits { max_session_ttl: Duration::from_secs(60), idle_timeout: Duration::from_secs(60) };
-        let sessions = Sessions::new(store.clone(), Arc::new(fake.clone()), limits, capacity as u32, audit);
+        let metrics = Arc::default();
+        let sessions =
+            Sessions::new(store.clone(), Arc::new(fake.clone()), limits, capacity as u32, audit.clone(), metrics);
         sessions.recover(None, ReplicaAddrs::default()).await.unwrap();
         let reaper = CancellationToken::new();
         tokio::spawn(sessions.clone().reap_loop(reaper.clone()));
         tokio::spawn(writer.run(reaper.clone()));
-        Harness { sessions, fake, store, database, reaper, _dir: dir }
+        Harness { sessions, fake, store, audit, database, reaper, _dir: dir }
     }
 
     async fn acquire(&self, who: &Claims, wait_ms: u32) -> Result<SessionRecord> {
@@ -68,7 +71,7 @@ impl Harness {
     /// Runs one action whose payload tells the fake what to do.
     async fn act(&self, who: &Claims, id: &str, payload: Value, timeout_ms: u32) -> ActionReport {
         let input = ActionInput { action: "evaluate".into(), payload, timeout_ms, ..ActionInput::default() };
-        let place = self.sessions.audit().reserve().unwrap();
+        let place = self.audit.reserve().unwrap();
         self.sessions.act(who, id, input, "/browserpool.v1.Sessions/Act", place).await
     }
 
