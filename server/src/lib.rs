@@ -298,7 +298,6 @@ mod tests {
     const TOO_LONG: &[(&str, usize)] = &[
         ("pool/src/launcher.rs", 847),
         ("pool/src/driver/mod.rs", 662),
-        ("server/src/tls.rs", 718),
         ("server/src/cdp.rs", 714),
         ("pool/src/egress.rs serve_conn", 122),
         ("pool/src/launcher.rs launch", 284),
