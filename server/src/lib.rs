@@ -301,7 +301,6 @@ mod tests {
         ("server/src/cdp.rs", 714),
         ("pool/src/egress.rs serve_conn", 122),
         ("pool/src/launcher.rs launch", 284),
-        ("pool/src/actions/reference.rs reference", 243),
         ("pool/src/driver/mod.rs answer", 106),
         ("server/src/server/mod.rs serve", 196),
         ("server/src/http.rs cdp", 115),
