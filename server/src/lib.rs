@@ -295,13 +295,11 @@ mod tests {
     /// function why it reads better whole.
     const TOO_LONG: &[(&str, usize)] = &[
         ("pool/src/launcher.rs", 847),
-        ("pool/src/driver/mod.rs", 662),
         ("server/src/forward.rs", 856),
         ("server/src/tls.rs", 718),
         ("server/src/cdp.rs", 714),
         ("pool/src/egress.rs serve_conn", 122),
         ("pool/src/launcher.rs launch", 284),
-        ("pool/src/driver/mod.rs answer", 106),
         ("server/src/server/mod.rs serve", 196),
         ("server/src/http.rs cdp", 115),
         ("server/src/cdp.rs relay", 220),
