@@ -298,7 +298,6 @@ mod tests {
         ("server/src/forward.rs", 856),
         ("server/src/tls.rs", 718),
         ("server/src/cdp.rs", 714),
-        ("pool/src/egress/mod.rs serve_conn", 122),
         ("pool/src/launcher.rs launch", 284),
         ("server/src/server/mod.rs serve", 196),
         ("server/src/http.rs cdp", 115),

@@ -22,6 +22,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
@@ -30,7 +31,7 @@ use tracing::Instrument;
 use crate::policy::{private_ip, NavPolicy};
 use crate::sync::lock;
 use crate::task::OwnedTask;
-use head::{read_any_head, request_body_len, rewrite};
+use head::{read_any_head, request_body_len, rewrite, Head};
 
 mod head;
 
@@ -353,23 +354,51 @@ async fn serve_conn(mut client: TcpStream, net: &WorkerNet) {
             return refuse(&mut client, "400 Bad Request", token, "Failed", why).await;
         }
     };
+    let Some(mut upstream) = connect_upstream(&mut client, net, &url, &parsed).await else { return };
+    // Relayed writes are small (request heads, websocket frames): never hold them back.
+    let _ = client.set_nodelay(true);
+    let _ = upstream.set_nodelay(true);
+    if !tunnel {
+        return relay_request(client, upstream, &head, &parsed, token).await;
+    }
+    if client.write_all(b"HTTP/1.1 200 Connection Established\r\n\r\n").await.is_err() {
+        return;
+    }
+    if !head.rest.is_empty() && upstream.write_all(&head.rest).await.is_err() {
+        return;
+    }
+    let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+}
+
+/// Connects to the host of `url` (`parsed`) at the one address the policy allows, resolved
+/// once; `None` once `client` has been told why not.
+async fn connect_upstream(client: &mut TcpStream, net: &WorkerNet, url: &str, parsed: &url::Url) -> Option<TcpStream> {
+    let token = net.egress.token.as_str();
     let (Some(host), Some(port)) = (parsed.host_str().map(str::to_string), parsed.port_or_known_default()) else {
-        return refuse(&mut client, "400 Bad Request", token, "Failed", "no host in the request target").await;
+        refuse(client, "400 Bad Request", token, "Failed", "no host in the request target").await;
+        return None;
     };
     let policy = net.policy();
-    if let Err(why) = policy.check(&url) {
-        return blocked(&mut client, token, &host, port, &why).await;
+    if let Err(why) = policy.check(url) {
+        blocked(client, token, &host, port, &why).await;
+        return None;
     }
     let addrs = match net.resolve(&host, port).await {
         Ok(addrs) => addrs,
-        Err(why) => return refuse(&mut client, "502 Bad Gateway", token, "NameNotResolved", &why).await,
+        Err(why) => {
+            refuse(client, "502 Bad Gateway", token, "NameNotResolved", &why).await;
+            return None;
+        }
     };
     let addr = match net.egress.judge(&policy, &host, &addrs) {
         Ok(addr) => addr,
-        Err(why) => return blocked(&mut client, token, &host, port, &why).await,
+        Err(why) => {
+            blocked(client, token, &host, port, &why).await;
+            return None;
+        }
     };
-    let mut upstream = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await {
-        Ok(Ok(s)) => s,
+    match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await {
+        Ok(Ok(s)) => Some(s),
         Ok(Err(e)) => {
             let reason = match e.kind() {
                 std::io::ErrorKind::ConnectionRefused => "ConnectionRefused",
@@ -377,86 +406,82 @@ async fn serve_conn(mut client: TcpStream, net: &WorkerNet) {
                 _ => "ConnectionFailed",
             };
             let why = format!("connect {host}:{port}: {e}");
-            return refuse(&mut client, "502 Bad Gateway", token, reason, &why).await;
+            refuse(client, "502 Bad Gateway", token, reason, &why).await;
+            None
         }
         Err(_) => {
             let why = format!("connect {host}:{port} timed out");
-            return refuse(&mut client, "504 Gateway Timeout", token, "TimedOut", &why).await;
+            refuse(client, "504 Gateway Timeout", token, "TimedOut", &why).await;
+            None
         }
+    }
+}
+
+/// Relays the plain-HTTP request `head` (its target `parsed`) to `upstream` in origin form,
+/// and the answer back, both to close.
+async fn relay_request(mut client: TcpStream, mut upstream: TcpStream, head: &Head, parsed: &url::Url, token: &str) {
+    let path = &parsed[url::Position::BeforePath..url::Position::AfterQuery];
+    let start = format!("{} {} HTTP/1.1\r\n", head.method, if path.is_empty() { "/" } else { path });
+    let Some(body_len) = request_body_len(head) else {
+        let why = "a request body without a valid Content-Length";
+        return refuse(&mut client, "411 Length Required", token, "Failed", why).await;
     };
-    // Relayed writes are small (request heads, websocket frames): never hold them back.
-    let _ = client.set_nodelay(true);
-    let _ = upstream.set_nodelay(true);
-    if tunnel {
-        if client.write_all(b"HTTP/1.1 200 Connection Established\r\n\r\n").await.is_err() {
-            return;
-        }
-    } else {
-        let path = &parsed[url::Position::BeforePath..url::Position::AfterQuery];
-        let start = format!("{} {} HTTP/1.1\r\n", head.method, if path.is_empty() { "/" } else { path });
-        let Some(body_len) = request_body_len(&head) else {
-            let why = "a request body without a valid Content-Length";
-            return refuse(&mut client, "411 Length Required", token, "Failed", why).await;
-        };
-        if upstream.write_all(&rewrite(&start, &head, false)).await.is_err() {
-            return;
-        }
-        // Exactly one request goes upstream: its head and its body, nothing after. Chromium
-        // pools proxy connections across sites, so bytes after the body could be its next
-        // request, for another site, which this upstream must never see.
-        let (mut from_up, mut to_up) = upstream.into_split();
-        let (mut from_client, mut to_client) = client.into_split();
-        let early = head.rest.len().min(body_len as usize);
-        let request_body = async {
-            if to_up.write_all(&head.rest[..early]).await.is_err() {
-                return;
-            }
-            let mut body = (&mut from_client).take(body_len - early as u64);
-            if tokio::io::copy(&mut body, &mut to_up).await.is_err() {
-                return;
-            }
-            // Anything more the client sends is dropped; its end ends the exchange.
-            let mut sink = [0u8; 4096];
-            while matches!(from_client.read(&mut sink).await, Ok(n) if n > 0) {}
-        };
-        let response = async {
-            loop {
-                let resp = tokio::time::timeout(HEAD_TIMEOUT, read_any_head(&mut from_up, false)).await;
-                let Ok(Ok(resp)) = resp else { return };
-                // An upstream 407 would read as this proxy asking for credentials.
-                let start = if resp.status == 407 {
-                    "HTTP/1.1 502 Bad Gateway\r\n".to_string()
-                } else {
-                    let line = resp.raw.split(|b| *b == b'\n').next().unwrap_or_default();
-                    format!("{}\r\n", String::from_utf8_lossy(line).trim_end_matches('\r'))
-                };
-                if to_client.write_all(&rewrite(&start, &resp, true)).await.is_err()
-                    || to_client.write_all(&resp.rest).await.is_err()
-                {
-                    return;
-                }
-                // Interim answers (100 Continue) come before the real one, head only. An upgrade
-                // (101) is final and, rewritten to close, goes nowhere: Chromium tunnels
-                // WebSockets with CONNECT, never through a plain-HTTP request.
-                if !(100..200).contains(&resp.status) || resp.status == 101 {
-                    break;
-                }
-            }
-            let _ = tokio::io::copy(&mut from_up, &mut to_client).await;
-            let _ = to_client.shutdown().await;
-        };
-        // The answer says close, so Chromium never reuses the connection: the exchange ends
-        // when the upstream has answered or the client has gone.
-        tokio::select! {
-            _ = response => {}
-            _ = request_body => {}
-        }
+    if upstream.write_all(&rewrite(&start, head, false)).await.is_err() {
         return;
     }
-    if !head.rest.is_empty() && upstream.write_all(&head.rest).await.is_err() {
-        return;
+    // Exactly one request goes upstream: its head and its body, nothing after. Chromium
+    // pools proxy connections across sites, so bytes after the body could be its next
+    // request, for another site, which this upstream must never see.
+    let (mut from_up, mut to_up) = upstream.into_split();
+    let (mut from_client, mut to_client) = client.into_split();
+    let early = head.rest.len().min(body_len as usize);
+    let request_body = async {
+        if to_up.write_all(&head.rest[..early]).await.is_err() {
+            return;
+        }
+        let mut body = (&mut from_client).take(body_len - early as u64);
+        if tokio::io::copy(&mut body, &mut to_up).await.is_err() {
+            return;
+        }
+        // Anything more the client sends is dropped; its end ends the exchange.
+        let mut sink = [0u8; 4096];
+        while matches!(from_client.read(&mut sink).await, Ok(n) if n > 0) {}
+    };
+    // The answer says close, so Chromium never reuses the connection: the exchange ends
+    // when the upstream has answered or the client has gone.
+    tokio::select! {
+        _ = relay_response(&mut from_up, &mut to_client) => {}
+        _ = request_body => {}
     }
-    let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+}
+
+/// Relays upstream's answer: its heads rewritten to close (an upstream 407 as a 502), then
+/// its body as it comes.
+async fn relay_response(from_up: &mut OwnedReadHalf, to_client: &mut OwnedWriteHalf) {
+    loop {
+        let resp = tokio::time::timeout(HEAD_TIMEOUT, read_any_head(from_up, false)).await;
+        let Ok(Ok(resp)) = resp else { return };
+        // An upstream 407 would read as this proxy asking for credentials.
+        let start = if resp.status == 407 {
+            "HTTP/1.1 502 Bad Gateway\r\n".to_string()
+        } else {
+            let line = resp.raw.split(|b| *b == b'\n').next().unwrap_or_default();
+            format!("{}\r\n", String::from_utf8_lossy(line).trim_end_matches('\r'))
+        };
+        if to_client.write_all(&rewrite(&start, &resp, true)).await.is_err()
+            || to_client.write_all(&resp.rest).await.is_err()
+        {
+            return;
+        }
+        // Interim answers (100 Continue) come before the real one, head only. An upgrade
+        // (101) is final and, rewritten to close, goes nowhere: Chromium tunnels
+        // WebSockets with CONNECT, never through a plain-HTTP request.
+        if !(100..200).contains(&resp.status) || resp.status == 101 {
+            break;
+        }
+    }
+    let _ = tokio::io::copy(from_up, to_client).await;
+    let _ = to_client.shutdown().await;
 }
 
 #[cfg(test)]
