@@ -123,233 +123,11 @@ impl ActionKind {
     pub fn reference(self) -> &'static Reference {
         use ActionKind as K;
         match self {
-            K::Navigate => &Reference {
-                summary: "Loads a URL in the active tab and waits for it.",
-                selector: SelectorUse::None,
-                payload: "the URL as a string, or an options object",
-                options: NAVIGATE_OPTIONS,
-                result: "`{url, status}`: the URL the tab is on, and the main document's HTTP status (`null` when there was no HTTP response: `about:blank`, a same-document navigation)",
-                errors: &[NAVIGATION, POLICY, ("NAVIGATION_FAILED", "with `fail_on_status`, also an HTTP status of 400..599")],
-            },
-            K::Back => &Reference {
-                summary: "Goes one page back in the active tab's history and waits for it to load.",
-                selector: SelectorUse::None,
-                payload: NO_PAYLOAD,
-                options: &[],
-                result: "`{url}`",
-                errors: &[("INVALID_ARGUMENT", "there is no previous page")],
-            },
-            K::Forward => &Reference {
-                summary: "Goes one page forward in the active tab's history and waits for it to load.",
-                selector: SelectorUse::None,
-                payload: NO_PAYLOAD,
-                options: &[],
-                result: "`{url}`",
-                errors: &[("INVALID_ARGUMENT", "there is no next page")],
-            },
-            K::Reload => &Reference {
-                summary: "Reloads the active tab and waits for `load`.",
-                selector: SelectorUse::None,
-                payload: NO_PAYLOAD,
-                options: &[],
-                result: "`{url}`",
-                errors: &[],
-            },
-            K::Click => &Reference {
-                summary: "Clicks the element's centre (waiting for it to exist), or answers the open dialog with `dialog::accept` / `dialog::dismiss`.",
-                selector: SelectorUse::Required("a CSS selector, or `dialog::accept` / `dialog::dismiss`"),
-                payload: "none, or an options object",
-                options: &[
-                    opt!("button", "string", "`left`", "`left`, `right` or `middle`"),
-                    opt!("click_count", "integer", "1", "1, 2 (double click) or 3"),
-                ],
-                result: "nothing",
-                errors: &[ELEMENT, ("INVALID_ARGUMENT", "a `dialog::` selector while no dialog is open")],
-            },
-            K::Type => &Reference {
-                summary: "Focuses the element and types the text key by key; `dialog::username`, `dialog::password` and `dialog::prompt` fill the open dialog instead.",
-                selector: SelectorUse::Required("a CSS selector, or `dialog::username` / `dialog::password` / `dialog::prompt`"),
-                payload: "the text, a string",
-                options: &[],
-                result: "nothing",
-                errors: &[ELEMENT],
-            },
-            K::Fill => &Reference {
-                summary: "Replaces the value of an input or textarea with the text (clearing it first).",
-                selector: SelectorUse::Required(CSS),
-                payload: "the text, a string (may be empty)",
-                options: &[],
-                result: "nothing",
-                errors: &[ELEMENT],
-            },
-            K::Press => &Reference {
-                summary: "Presses a key or chord, on the element when a selector is given, else on whatever has focus.",
-                selector: SelectorUse::Optional("the element to focus first"),
-                payload: "the key or chord, a string: `Enter`, `Tab`, `Control+A`, `Shift+ArrowLeft`",
-                options: &[],
-                result: "nothing",
-                errors: &[ELEMENT, ("INVALID_ARGUMENT", "an unknown key name")],
-            },
-            K::Hover => &Reference {
-                summary: "Moves the mouse over the element's centre.",
-                selector: SelectorUse::Required(CSS),
-                payload: NO_PAYLOAD,
-                options: &[],
-                result: "nothing",
-                errors: &[ELEMENT],
-            },
-            K::Focus => &Reference {
-                summary: "Focuses the element.",
-                selector: SelectorUse::Required(CSS),
-                payload: NO_PAYLOAD,
-                options: &[],
-                result: "nothing",
-                errors: &[ELEMENT],
-            },
-            K::Select => &Reference {
-                summary: "Selects options of a `<select>` by value (and fires `input` and `change`).",
-                selector: SelectorUse::Required("a CSS selector of a `<select>`"),
-                payload: "a value string, or a list of value strings (several only for a `multiple` select)",
-                options: &[],
-                result: "the values now selected, a list",
-                errors: &[ELEMENT, ("INVALID_ARGUMENT", "not a `<select>`, or no option has one of the values")],
-            },
-            K::Scroll => &Reference {
-                summary: "Scrolls the element into view, or the window to a point.",
-                selector: SelectorUse::Optional("the element to scroll into view (then no payload)"),
-                payload: "none (the top), or an options object",
-                options: &[
-                    opt!("x", "number", "0", "CSS pixels from the left"),
-                    opt!("y", "number", "0", "CSS pixels from the top"),
-                ],
-                result: "`{x, y}`: where the window is scrolled to",
-                errors: &[ELEMENT],
-            },
-            K::WaitFor => &Reference {
-                summary: "Waits until the element is visible, a time has passed, or the page's text or URL contains a string.",
-                selector: SelectorUse::Optional("wait until this element has a visible box (then no payload)"),
-                payload: "without a selector, an object with exactly one of its options",
-                options: &[
-                    opt!("ms", "integer", "none", "milliseconds to wait, within the action's timeout"),
-                    opt!("text", "string", "none", "wait until the page's visible text contains it"),
-                    opt!("url", "string", "none", "wait until the page's URL contains it"),
-                ],
-                result: "nothing",
-                errors: &[("TIMEOUT", "the condition did not come true in time; the message says how long it waited")],
-            },
-            K::Extract => &Reference {
-                summary: "Reads the element (`body` by default): its text, HTML, form value or an attribute.",
-                selector: SelectorUse::Optional("the element to read; `body` when empty"),
-                payload: "none (`text`), a format string, or an options object",
-                options: &[opt!(
-                    "format",
-                    "string",
-                    "`text`",
-                    "`text` (innerText), `html` (outerHTML), `value` (form value) or `attr:<name>`",
-                )],
-                result: "the string read, or `null` (no value, no such attribute)",
-                errors: &[ELEMENT],
-            },
-            K::Attr => &Reference {
-                summary: "Reads one attribute of the element.",
-                selector: SelectorUse::Required(CSS),
-                payload: "the attribute name as a string, or an options object",
-                options: &[opt!("name", "string", "required", "the attribute's name")],
-                result: "the attribute's value, or `null` when it is absent",
-                errors: &[ELEMENT],
-            },
-            K::Evaluate => &Reference {
-                summary: "Runs a JavaScript expression in the page; a promise is awaited.",
-                selector: SelectorUse::None,
-                payload: "the expression, a non-empty string",
-                options: &[],
-                result: "the expression's value as JSON (`null` for undefined or what JSON cannot hold)",
-                errors: &[("JS_EXCEPTION", "the script threw; the message holds the exception's text")],
-            },
-            K::Screenshot => &Reference {
-                summary: "Captures the viewport, the whole page, a rectangle or one element as PNG or JPEG.",
-                selector: SelectorUse::Optional("crop to this element's box (not with `clip`)"),
-                payload: "none, a format string (`png`, `jpeg`), or an options object",
-                options: SCREENSHOT_OPTIONS,
-                result: "`data`: the image bytes; `mime_type`: `image/png` or `image/jpeg`",
-                errors: &[ELEMENT, ("PAYLOAD_TOO_LARGE", "the image would be more than 16384 device pixels on a side")],
-            },
-            K::Pdf => &Reference {
-                summary: "Prints the page to PDF.",
-                selector: SelectorUse::None,
-                payload: "none, or an options object",
-                options: PDF_OPTIONS,
-                result: "`data`: the PDF bytes; `mime_type`: `application/pdf`",
-                errors: &[],
-            },
-            K::SetViewport => &Reference {
-                summary: "Sets the viewport of every tab of the session (and of tabs opened later); `load_html` content survives it.",
-                selector: SelectorUse::None,
-                payload: "an options object",
-                options: VIEWPORT_OPTIONS,
-                result: "`{width, height, scale, mobile}`",
-                errors: &[],
-            },
-            K::LoadHtml => &Reference {
-                summary: "Replaces the active tab's document with the given HTML (the URL stays).",
-                selector: SelectorUse::None,
-                payload: "the HTML, a string starting with `<`",
-                options: &[],
-                result: "`{bytes}`",
-                errors: &[("PAYLOAD_TOO_LARGE", "the HTML is larger than the server's `--max-html-bytes`")],
-            },
-            K::NewTab => &Reference {
-                summary: "Opens a tab, makes it the active one and loads the URL in it (`about:blank` by default).",
-                selector: SelectorUse::None,
-                payload: "none, the URL as a string, or an options object",
-                options: &[opt!("url", "string", "`about:blank`", "the page to load")],
-                result: "`{tab_index, url}`",
-                errors: &[
-                    NAVIGATION,
-                    POLICY,
-                    ("BLOCKED_BY_POLICY", "the session has as many tabs as the server allows (`--max-tabs`, 20 by default)"),
-                ],
-            },
-            K::SwitchTab => &Reference {
-                summary: "Makes another tab the active one; later actions run there until the next switch (sticky).",
-                selector: SelectorUse::None,
-                payload: "a tab index (number), or a string the tab's title or URL contains",
-                options: &[],
-                result: "`{tab_index, url, title}`",
-                errors: &[("INVALID_ARGUMENT", "no such tab")],
-            },
-            K::CloseTab => &Reference {
-                summary: "Closes a tab (the active one by default); the last tab cannot be closed.",
-                selector: SelectorUse::None,
-                payload: "none, or a tab index (number)",
-                options: &[],
-                result: "`{closed, tabs, active}`: the index closed, how many are left, the active index",
-                errors: &[("INVALID_ARGUMENT", "no such tab, or it is the last one")],
-            },
-            K::ListTabs => &Reference {
-                summary: "Lists the session's tabs.",
-                selector: SelectorUse::None,
-                payload: NO_PAYLOAD,
-                options: &[],
-                result: "`[{index, url, title, active}]`",
-                errors: &[],
-            },
-            K::Url => &Reference {
-                summary: "The active tab's URL.",
-                selector: SelectorUse::None,
-                payload: NO_PAYLOAD,
-                options: &[],
-                result: "the URL, a string",
-                errors: &[],
-            },
-            K::Title => &Reference {
-                summary: "The active tab's title.",
-                selector: SelectorUse::None,
-                payload: NO_PAYLOAD,
-                options: &[],
-                result: "the title, a string",
-                errors: &[],
-            },
+            K::Navigate | K::Back | K::Forward | K::Reload | K::LoadHtml | K::Url | K::Title => navigation(self),
+            K::Click | K::Type | K::Fill | K::Press | K::Hover | K::Focus | K::Select | K::Scroll => input(self),
+            K::WaitFor | K::Extract | K::Attr | K::Evaluate => dom(self),
+            K::Screenshot | K::Pdf | K::SetViewport => capture(self),
+            K::NewTab | K::SwitchTab | K::CloseTab | K::ListTabs => tabs(self),
             K::Cookies => &Reference {
                 summary: "Reads, sets or clears the session's cookies.",
                 selector: SelectorUse::None,
@@ -362,6 +140,277 @@ impl ActionKind {
                 errors: &[POLICY, ("PAYLOAD_TOO_LARGE", "more than 3000 cookies")],
             },
         }
+    }
+}
+
+/// [`ActionKind::reference`] of the actions of `driver/ops/navigation.rs`.
+fn navigation(kind: ActionKind) -> &'static Reference {
+    use ActionKind as K;
+    match kind {
+        K::Navigate => &Reference {
+            summary: "Loads a URL in the active tab and waits for it.",
+            selector: SelectorUse::None,
+            payload: "the URL as a string, or an options object",
+            options: NAVIGATE_OPTIONS,
+            result: "`{url, status}`: the URL the tab is on, and the main document's HTTP status (`null` when there was no HTTP response: `about:blank`, a same-document navigation)",
+            errors: &[NAVIGATION, POLICY, ("NAVIGATION_FAILED", "with `fail_on_status`, also an HTTP status of 400..599")],
+        },
+        K::Back => &Reference {
+            summary: "Goes one page back in the active tab's history and waits for it to load.",
+            selector: SelectorUse::None,
+            payload: NO_PAYLOAD,
+            options: &[],
+            result: "`{url}`",
+            errors: &[("INVALID_ARGUMENT", "there is no previous page")],
+        },
+        K::Forward => &Reference {
+            summary: "Goes one page forward in the active tab's history and waits for it to load.",
+            selector: SelectorUse::None,
+            payload: NO_PAYLOAD,
+            options: &[],
+            result: "`{url}`",
+            errors: &[("INVALID_ARGUMENT", "there is no next page")],
+        },
+        K::Reload => &Reference {
+            summary: "Reloads the active tab and waits for `load`.",
+            selector: SelectorUse::None,
+            payload: NO_PAYLOAD,
+            options: &[],
+            result: "`{url}`",
+            errors: &[],
+        },
+        K::LoadHtml => &Reference {
+            summary: "Replaces the active tab's document with the given HTML (the URL stays).",
+            selector: SelectorUse::None,
+            payload: "the HTML, a string starting with `<`",
+            options: &[],
+            result: "`{bytes}`",
+            errors: &[("PAYLOAD_TOO_LARGE", "the HTML is larger than the server's `--max-html-bytes`")],
+        },
+        K::Url => &Reference {
+            summary: "The active tab's URL.",
+            selector: SelectorUse::None,
+            payload: NO_PAYLOAD,
+            options: &[],
+            result: "the URL, a string",
+            errors: &[],
+        },
+        K::Title => &Reference {
+            summary: "The active tab's title.",
+            selector: SelectorUse::None,
+            payload: NO_PAYLOAD,
+            options: &[],
+            result: "the title, a string",
+            errors: &[],
+        },
+        _ => unreachable!("{kind:?} is not a navigation action"),
+    }
+}
+
+/// [`ActionKind::reference`] of the actions of `driver/ops/input.rs`.
+fn input(kind: ActionKind) -> &'static Reference {
+    use ActionKind as K;
+    match kind {
+        K::Click => &Reference {
+            summary: "Clicks the element's centre (waiting for it to exist), or answers the open dialog with `dialog::accept` / `dialog::dismiss`.",
+            selector: SelectorUse::Required("a CSS selector, or `dialog::accept` / `dialog::dismiss`"),
+            payload: "none, or an options object",
+            options: &[
+                opt!("button", "string", "`left`", "`left`, `right` or `middle`"),
+                opt!("click_count", "integer", "1", "1, 2 (double click) or 3"),
+            ],
+            result: "nothing",
+            errors: &[ELEMENT, ("INVALID_ARGUMENT", "a `dialog::` selector while no dialog is open")],
+        },
+        K::Type => &Reference {
+            summary: "Focuses the element and types the text key by key; `dialog::username`, `dialog::password` and `dialog::prompt` fill the open dialog instead.",
+            selector: SelectorUse::Required("a CSS selector, or `dialog::username` / `dialog::password` / `dialog::prompt`"),
+            payload: "the text, a string",
+            options: &[],
+            result: "nothing",
+            errors: &[ELEMENT],
+        },
+        K::Fill => &Reference {
+            summary: "Replaces the value of an input or textarea with the text (clearing it first).",
+            selector: SelectorUse::Required(CSS),
+            payload: "the text, a string (may be empty)",
+            options: &[],
+            result: "nothing",
+            errors: &[ELEMENT],
+        },
+        K::Press => &Reference {
+            summary: "Presses a key or chord, on the element when a selector is given, else on whatever has focus.",
+            selector: SelectorUse::Optional("the element to focus first"),
+            payload: "the key or chord, a string: `Enter`, `Tab`, `Control+A`, `Shift+ArrowLeft`",
+            options: &[],
+            result: "nothing",
+            errors: &[ELEMENT, ("INVALID_ARGUMENT", "an unknown key name")],
+        },
+        K::Hover => &Reference {
+            summary: "Moves the mouse over the element's centre.",
+            selector: SelectorUse::Required(CSS),
+            payload: NO_PAYLOAD,
+            options: &[],
+            result: "nothing",
+            errors: &[ELEMENT],
+        },
+        K::Focus => &Reference {
+            summary: "Focuses the element.",
+            selector: SelectorUse::Required(CSS),
+            payload: NO_PAYLOAD,
+            options: &[],
+            result: "nothing",
+            errors: &[ELEMENT],
+        },
+        K::Select => &Reference {
+            summary: "Selects options of a `<select>` by value (and fires `input` and `change`).",
+            selector: SelectorUse::Required("a CSS selector of a `<select>`"),
+            payload: "a value string, or a list of value strings (several only for a `multiple` select)",
+            options: &[],
+            result: "the values now selected, a list",
+            errors: &[ELEMENT, ("INVALID_ARGUMENT", "not a `<select>`, or no option has one of the values")],
+        },
+        K::Scroll => &Reference {
+            summary: "Scrolls the element into view, or the window to a point.",
+            selector: SelectorUse::Optional("the element to scroll into view (then no payload)"),
+            payload: "none (the top), or an options object",
+            options: &[
+                opt!("x", "number", "0", "CSS pixels from the left"),
+                opt!("y", "number", "0", "CSS pixels from the top"),
+            ],
+            result: "`{x, y}`: where the window is scrolled to",
+            errors: &[ELEMENT],
+        },
+        _ => unreachable!("{kind:?} is not an input action"),
+    }
+}
+
+/// [`ActionKind::reference`] of the actions of `driver/ops/dom.rs`.
+fn dom(kind: ActionKind) -> &'static Reference {
+    use ActionKind as K;
+    match kind {
+        K::WaitFor => &Reference {
+            summary:
+                "Waits until the element is visible, a time has passed, or the page's text or URL contains a string.",
+            selector: SelectorUse::Optional("wait until this element has a visible box (then no payload)"),
+            payload: "without a selector, an object with exactly one of its options",
+            options: &[
+                opt!("ms", "integer", "none", "milliseconds to wait, within the action's timeout"),
+                opt!("text", "string", "none", "wait until the page's visible text contains it"),
+                opt!("url", "string", "none", "wait until the page's URL contains it"),
+            ],
+            result: "nothing",
+            errors: &[("TIMEOUT", "the condition did not come true in time; the message says how long it waited")],
+        },
+        K::Extract => &Reference {
+            summary: "Reads the element (`body` by default): its text, HTML, form value or an attribute.",
+            selector: SelectorUse::Optional("the element to read; `body` when empty"),
+            payload: "none (`text`), a format string, or an options object",
+            options: &[opt!(
+                "format",
+                "string",
+                "`text`",
+                "`text` (innerText), `html` (outerHTML), `value` (form value) or `attr:<name>`",
+            )],
+            result: "the string read, or `null` (no value, no such attribute)",
+            errors: &[ELEMENT],
+        },
+        K::Attr => &Reference {
+            summary: "Reads one attribute of the element.",
+            selector: SelectorUse::Required(CSS),
+            payload: "the attribute name as a string, or an options object",
+            options: &[opt!("name", "string", "required", "the attribute's name")],
+            result: "the attribute's value, or `null` when it is absent",
+            errors: &[ELEMENT],
+        },
+        K::Evaluate => &Reference {
+            summary: "Runs a JavaScript expression in the page; a promise is awaited.",
+            selector: SelectorUse::None,
+            payload: "the expression, a non-empty string",
+            options: &[],
+            result: "the expression's value as JSON (`null` for undefined or what JSON cannot hold)",
+            errors: &[("JS_EXCEPTION", "the script threw; the message holds the exception's text")],
+        },
+        _ => unreachable!("{kind:?} is not a DOM action"),
+    }
+}
+
+/// [`ActionKind::reference`] of the actions of `driver/ops/capture.rs`.
+fn capture(kind: ActionKind) -> &'static Reference {
+    use ActionKind as K;
+    match kind {
+        K::Screenshot => &Reference {
+            summary: "Captures the viewport, the whole page, a rectangle or one element as PNG or JPEG.",
+            selector: SelectorUse::Optional("crop to this element's box (not with `clip`)"),
+            payload: "none, a format string (`png`, `jpeg`), or an options object",
+            options: SCREENSHOT_OPTIONS,
+            result: "`data`: the image bytes; `mime_type`: `image/png` or `image/jpeg`",
+            errors: &[ELEMENT, ("PAYLOAD_TOO_LARGE", "the image would be more than 16384 device pixels on a side")],
+        },
+        K::Pdf => &Reference {
+            summary: "Prints the page to PDF.",
+            selector: SelectorUse::None,
+            payload: "none, or an options object",
+            options: PDF_OPTIONS,
+            result: "`data`: the PDF bytes; `mime_type`: `application/pdf`",
+            errors: &[],
+        },
+        K::SetViewport => &Reference {
+            summary: "Sets the viewport of every tab of the session (and of tabs opened later); `load_html` content survives it.",
+            selector: SelectorUse::None,
+            payload: "an options object",
+            options: VIEWPORT_OPTIONS,
+            result: "`{width, height, scale, mobile}`",
+            errors: &[],
+        },
+        _ => unreachable!("{kind:?} is not a capture action"),
+    }
+}
+
+/// [`ActionKind::reference`] of the actions of `driver/ops/tabs.rs`.
+fn tabs(kind: ActionKind) -> &'static Reference {
+    use ActionKind as K;
+    match kind {
+        K::NewTab => &Reference {
+            summary: "Opens a tab, makes it the active one and loads the URL in it (`about:blank` by default).",
+            selector: SelectorUse::None,
+            payload: "none, the URL as a string, or an options object",
+            options: &[opt!("url", "string", "`about:blank`", "the page to load")],
+            result: "`{tab_index, url}`",
+            errors: &[
+                NAVIGATION,
+                POLICY,
+                (
+                    "BLOCKED_BY_POLICY",
+                    "the session has as many tabs as the server allows (`--max-tabs`, 20 by default)",
+                ),
+            ],
+        },
+        K::SwitchTab => &Reference {
+            summary: "Makes another tab the active one; later actions run there until the next switch (sticky).",
+            selector: SelectorUse::None,
+            payload: "a tab index (number), or a string the tab's title or URL contains",
+            options: &[],
+            result: "`{tab_index, url, title}`",
+            errors: &[("INVALID_ARGUMENT", "no such tab")],
+        },
+        K::CloseTab => &Reference {
+            summary: "Closes a tab (the active one by default); the last tab cannot be closed.",
+            selector: SelectorUse::None,
+            payload: "none, or a tab index (number)",
+            options: &[],
+            result: "`{closed, tabs, active}`: the index closed, how many are left, the active index",
+            errors: &[("INVALID_ARGUMENT", "no such tab, or it is the last one")],
+        },
+        K::ListTabs => &Reference {
+            summary: "Lists the session's tabs.",
+            selector: SelectorUse::None,
+            payload: NO_PAYLOAD,
+            options: &[],
+            result: "`[{index, url, title, active}]`",
+            errors: &[],
+        },
+        _ => unreachable!("{kind:?} is not a tab action"),
     }
 }
 

@@ -12,7 +12,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chromiumoxide::cdp::browser_protocol::emulation::{SetDeviceMetricsOverrideParams, SetTouchEmulationEnabledParams};
-use chromiumoxide::cdp::browser_protocol::page::HandleJavaScriptDialogParams;
 use chromiumoxide::cdp::browser_protocol::target::{
     CloseTargetParams, EventTargetCreated, EventTargetDestroyed, GetTargetsParams, TargetId,
 };
@@ -28,15 +27,17 @@ use tracing::Instrument;
 use crate::actions::{ActionKind, Canonical};
 use crate::egress::WorkerNet;
 use crate::error::PoolError;
-use crate::events::{DialogInfo, DialogKind, EventHub, EventKind, EventReader};
-use crate::outcome::{kind_name, ActResult, ActionFailure, ActionOutput, Deadline, FailureCode, Viewport};
+use crate::events::{EventHub, EventKind, EventReader};
+use crate::outcome::{ActResult, ActionFailure, ActionOutput, Deadline, FailureCode, Viewport};
 use crate::policy::NavPolicy;
 use crate::rawcdp::RawCdp;
 use crate::sync::lock;
-use state::{Answer, OpenDialog, Shared, Tab, Tabs};
+use dialog::wait_dialog_after;
+use state::{OpenDialog, Shared, Tab, Tabs};
 use watchers::{raw_events, watch_targets};
 
 mod context;
+mod dialog;
 pub(crate) mod ops;
 pub(crate) mod state;
 mod watchers;
@@ -434,170 +435,6 @@ impl Driver {
             format!("tab {index}'s page crashed ({when}; {why}): navigate or reload it, or close_tab"),
         )
     }
-
-    /// `type dialog::username|password|prompt` and `click dialog::accept|dismiss`.
-    async fn answer_dialog(&self, call: &ActionCall) -> ActResult<ActionOutput> {
-        let field = call.selector.trim_start_matches("dialog::");
-        let Some(open) = self.open_dialog() else {
-            return Err(ActionFailure::invalid(format!(
-                "selector: {} answers a dialog, and none is open",
-                call.selector
-            )));
-        };
-        let tab_index = open.info.tab_index;
-        match (call.action.kind, field) {
-            (ActionKind::Type, "username" | "password" | "prompt") => {
-                let text =
-                    call.payload.as_str().ok_or_else(|| ActionFailure::invalid("payload: a string is required"))?;
-                let fits = match field {
-                    "prompt" => open.info.kind == DialogKind::Prompt,
-                    _ => open.info.kind == DialogKind::BasicAuth,
-                };
-                if !fits {
-                    return Err(ActionFailure::invalid(format!(
-                        "selector: {} does not apply to a {} dialog; it takes: {}",
-                        call.selector,
-                        kind_name(open.info.kind),
-                        open.info.grammar.join(", ")
-                    )));
-                }
-                self.shared.dialog.send_if_modified(|d| match d {
-                    Some(d) if d.seq == open.seq => {
-                        match field {
-                            "username" => d.username = Some(text.to_string()),
-                            "password" => d.password = Some(text.to_string()),
-                            _ => d.prompt = Some(text.to_string()),
-                        }
-                        false
-                    }
-                    _ => false,
-                });
-                Ok(ActionOutput { tab_index, ..ActionOutput::default() })
-            }
-            (ActionKind::Click, "accept" | "dismiss") => {
-                let accept = field == "accept";
-                // Re-read: typed fields live in the watched value.
-                let open = self.open_dialog().filter(|d| d.seq == open.seq).unwrap_or(open);
-                self.answer(open, accept, call.timeout).await.map(|mut o| {
-                    o.tab_index = tab_index;
-                    o
-                })
-            }
-            _ => Err(ActionFailure::invalid(format!(
-                "selector: `{} {}` is not dialog grammar; this dialog takes: {}",
-                call.action.name,
-                call.selector,
-                open.info.grammar.join(", ")
-            ))),
-        }
-    }
-
-    async fn answer(&self, open: OpenDialog, accept: bool, budget: Duration) -> ActResult<ActionOutput> {
-        match &open.answer {
-            Answer::Js => {
-                let tab = lock(&self.shared.tabs).list.iter().find(|tab| tab.target == open.target).cloned();
-                let Some(tab) = tab else {
-                    self.shared.close_dialog(open.seq);
-                    return Err(ActionFailure::new(FailureCode::SessionClosed, "the dialog's tab is gone"));
-                };
-                let mut params = HandleJavaScriptDialogParams::new(accept);
-                if accept && open.info.kind == DialogKind::Prompt {
-                    params.prompt_text = Some(open.prompt.clone().unwrap_or_else(|| open.info.default_prompt.clone()));
-                }
-                // Bounded by the action's own deadline (see `run`).
-                tab.page.execute(params).await.map_err(ActionFailure::cdp)?;
-                // The closed event clears it too; clearing here lets the next action run at once.
-                if self.shared.close_dialog(open.seq).is_some() {
-                    self.shared.events.emit(EventKind::DialogClosed {
-                        kind: open.info.kind,
-                        accepted: accept,
-                        tab_index: open.info.tab_index,
-                    });
-                }
-                Ok(ActionOutput::default())
-            }
-            Answer::Permission { session, context, id, permission, origin } => {
-                if accept {
-                    // Grant for real so the API the page calls next sees it granted.
-                    let name = match permission.as_str() {
-                        "camera" => "videoCapture",
-                        "microphone" => "audioCapture",
-                        other => other,
-                    };
-                    if let Err(e) = self
-                        .raw
-                        .call(
-                            "",
-                            "Browser.grantPermissions",
-                            self.shared.scoped(json!({ "origin": origin, "permissions": [name] })),
-                        )
-                        .await
-                    {
-                        tracing::debug!(error = %e, permission = %name, "grant failed; the page's own answer still says granted");
-                    }
-                }
-                let settle = json!({
-                    "expression": format!("window.__browserpoolPermission && window.__browserpoolPermission.settle({id}, {accept})"),
-                    "contextId": context,
-                });
-                self.raw.call(session, "Runtime.evaluate", settle).await.map_err(ActionFailure::raw)?;
-                self.shared.close_dialog(open.seq);
-                self.shared.events.emit(EventKind::DialogClosed {
-                    kind: DialogKind::Permission,
-                    accepted: accept,
-                    tab_index: open.info.tab_index,
-                });
-                Ok(ActionOutput::default())
-            }
-            Answer::Auth { session, request_id, origin } => {
-                let baseline = self.shared.dialog_seq.load(Ordering::SeqCst);
-                let mut dialogs = self.shared.dialog.subscribe();
-                let mut lifecycle = self.shared.lifecycle.subscribe();
-                let response = if accept {
-                    let username = open.username.clone().unwrap_or_default();
-                    let password = open.password.clone().unwrap_or_default();
-                    if username.is_empty() {
-                        return Err(ActionFailure::invalid("type dialog::username first: no username was given"));
-                    }
-                    lock(&self.shared.credentials).insert(origin.clone(), (username.clone(), password.clone()));
-                    json!({ "response": "ProvideCredentials", "username": username, "password": password })
-                } else {
-                    json!({ "response": "CancelAuth" })
-                };
-                self.raw
-                    .call(
-                        session,
-                        "Fetch.continueWithAuth",
-                        json!({ "requestId": request_id, "authChallengeResponse": response }),
-                    )
-                    .await
-                    .map_err(ActionFailure::raw)?;
-                self.shared.close_dialog(open.seq);
-                self.shared.events.emit(EventKind::DialogClosed {
-                    kind: DialogKind::BasicAuth,
-                    accepted: accept,
-                    tab_index: open.info.tab_index,
-                });
-                // The held navigation now completes (or is challenged again, or shows 401).
-                let loaded = async {
-                    loop {
-                        match lifecycle.recv().await {
-                            Ok((s, _, name)) if &s == session && name == "load" => return,
-                            Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
-                            Err(broadcast::error::RecvError::Closed) => return,
-                        }
-                    }
-                };
-                tokio::select! {
-                    opened = wait_dialog_after(&mut dialogs, baseline) => Err(ActionFailure::dialog_open(opened)),
-                    r = tokio::time::timeout(budget, loaded) => match r {
-                        Ok(()) => Ok(ActionOutput::default()),
-                        Err(_) => Err(ActionFailure::new(FailureCode::Timeout, "the page did not finish loading after the answer")),
-                    },
-                }
-            }
-        }
-    }
 }
 
 /// Frees a tab an action left busy: when the action timed out or its caller went away (its
@@ -634,21 +471,6 @@ impl Drop for Unstick {
             }
             raw.send(&session, "Page.stopLoading", json!({}));
         });
-    }
-}
-
-/// Resolves with the first dialog opened after `baseline`.
-async fn wait_dialog_after(rx: &mut watch::Receiver<Option<OpenDialog>>, baseline: u64) -> DialogInfo {
-    loop {
-        if let Some(d) = rx.borrow_and_update().as_ref() {
-            if d.seq > baseline {
-                return d.info.clone();
-            }
-        }
-        if rx.changed().await.is_err() {
-            // The driver is gone; never resolve, the action's own result wins.
-            std::future::pending::<()>().await;
-        }
     }
 }
 

@@ -21,7 +21,8 @@ use std::ops::RangeInclusive;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
@@ -30,9 +31,12 @@ use tracing::Instrument;
 use crate::policy::{private_ip, NavPolicy};
 use crate::sync::lock;
 use crate::task::OwnedTask;
+use head::{read_any_head, request_body_len, rewrite, Head};
 
-/// Largest request or response head the proxy reads (start line and headers).
-const MAX_HEAD: usize = 64 * 1024;
+mod head;
+
+pub(crate) use head::read_head;
+
 /// How long a client may take to send its request head, and an upstream its response head.
 const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long resolving and connecting upstream may take.
@@ -309,87 +313,6 @@ impl Drop for Proxy {
     }
 }
 
-/// A parsed HTTP/1 head: for a request its method and target, for a response its status.
-pub(crate) struct Head {
-    pub(crate) method: String,
-    pub(crate) target: String,
-    status: u16,
-    headers: Vec<(String, Vec<u8>)>,
-    /// The head as received.
-    pub(crate) raw: Vec<u8>,
-    /// Bytes after the head already read (the start of a body or tunnel data).
-    pub(crate) rest: Vec<u8>,
-}
-
-/// Reads one HTTP/1 request head (at most [`MAX_HEAD`] bytes).
-pub(crate) async fn read_head(stream: &mut (impl AsyncRead + Unpin)) -> Result<Head, String> {
-    read_any_head(stream, true).await
-}
-
-async fn read_any_head(stream: &mut (impl AsyncRead + Unpin), request: bool) -> Result<Head, String> {
-    let mut buf = Vec::with_capacity(4096);
-    loop {
-        let mut chunk = [0u8; 4096];
-        let n = stream.read(&mut chunk).await.map_err(|e| format!("read: {e}"))?;
-        if n == 0 {
-            return Err("closed before sending a complete head".into());
-        }
-        // Parse only once the blank line that ends a head has arrived (a head sent a byte at
-        // a time must not cost a parse per byte).
-        let from = buf.len().saturating_sub(3);
-        buf.extend_from_slice(&chunk[..n]);
-        if !buf[from..].windows(4).any(|w| w == b"\r\n\r\n") {
-            if buf.len() >= MAX_HEAD {
-                return Err("head too large".into());
-            }
-            continue;
-        }
-        let mut headers = [httparse::EMPTY_HEADER; 128];
-        let parsed = if request {
-            let mut req = httparse::Request::new(&mut headers);
-            match req.parse(&buf) {
-                Ok(httparse::Status::Complete(len)) => Ok(Some((
-                    req.method.unwrap_or_default().to_string(),
-                    req.path.unwrap_or_default().to_string(),
-                    0,
-                    len,
-                ))),
-                Ok(httparse::Status::Partial) => Ok(None),
-                Err(e) => Err(e),
-            }
-        } else {
-            let mut resp = httparse::Response::new(&mut headers);
-            match resp.parse(&buf) {
-                Ok(httparse::Status::Complete(len)) => {
-                    Ok(Some((String::new(), String::new(), resp.code.unwrap_or(0), len)))
-                }
-                Ok(httparse::Status::Partial) => Ok(None),
-                Err(e) => Err(e),
-            }
-        };
-        match parsed {
-            Ok(Some((method, target, status, len))) => {
-                let headers = headers
-                    .iter()
-                    .take_while(|h| !h.name.is_empty())
-                    .map(|h| (h.name.to_string(), h.value.to_vec()))
-                    .collect();
-                return Ok(Head {
-                    method,
-                    target,
-                    status,
-                    headers,
-                    raw: buf[..len].to_vec(),
-                    rest: buf[len..].to_vec(),
-                });
-            }
-            Ok(None) if buf.len() < MAX_HEAD => {}
-            Ok(None) => return Err("head too large".into()),
-            Err(e) => return Err(format!("bad head: {e}")),
-        }
-    }
-}
-
 /// The header of the proxy's own answers: `<token> <reason>`, the reason being the network
 /// error Chromium would have seen without a proxy, as a CDP `Network.ErrorReason`
 /// (`BlockedByClient`, `ConnectionRefused`...). The request hook turns a document's answer
@@ -412,48 +335,6 @@ async fn blocked(client: &mut TcpStream, token: &str, host: &str, port: u16, why
     refuse(client, "403 Forbidden", token, "BlockedByClient", why).await
 }
 
-/// Writes `head` without the hop-by-hop headers, with `Connection: close` (and, for a
-/// response, `Proxy-Connection: close`) instead.
-fn rewrite(start: &str, head: &Head, response: bool) -> Vec<u8> {
-    let mut out = start.as_bytes().to_vec();
-    for (name, value) in &head.headers {
-        let lower = name.to_ascii_lowercase();
-        if lower.starts_with("proxy-") || lower == "connection" || lower == "keep-alive" || lower == ERROR_HEADER {
-            continue;
-        }
-        out.extend_from_slice(name.as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(value);
-        out.extend_from_slice(b"\r\n");
-    }
-    out.extend_from_slice(b"Connection: close\r\n");
-    if response {
-        out.extend_from_slice(b"Proxy-Connection: close\r\n");
-    }
-    out.extend_from_slice(b"\r\n");
-    out
-}
-
-/// How many body bytes follow a request head: its `Content-Length`, or none. `None` for a
-/// body this proxy does not relay (chunked, which Chromium does not send over HTTP/1.1, a
-/// malformed length, or `Content-Length` given twice: upstream might read the other one, and
-/// take what follows the body as a request of its own).
-fn request_body_len(head: &Head) -> Option<u64> {
-    let mut len = None;
-    for (name, value) in &head.headers {
-        if name.eq_ignore_ascii_case("transfer-encoding") {
-            return None;
-        }
-        if name.eq_ignore_ascii_case("content-length") {
-            if len.is_some() {
-                return None;
-            }
-            len = Some(std::str::from_utf8(value).ok()?.trim().parse().ok()?);
-        }
-    }
-    Some(len.unwrap_or(0))
-}
-
 /// Serves one client connection: a CONNECT tunnel (https, ws, wss) or one plain-HTTP request
 /// in absolute form, each only to an address the policy allows.
 async fn serve_conn(mut client: TcpStream, net: &WorkerNet) {
@@ -473,23 +354,51 @@ async fn serve_conn(mut client: TcpStream, net: &WorkerNet) {
             return refuse(&mut client, "400 Bad Request", token, "Failed", why).await;
         }
     };
+    let Some(mut upstream) = connect_upstream(&mut client, net, &url, &parsed).await else { return };
+    // Relayed writes are small (request heads, websocket frames): never hold them back.
+    let _ = client.set_nodelay(true);
+    let _ = upstream.set_nodelay(true);
+    if !tunnel {
+        return relay_request(client, upstream, &head, &parsed, token).await;
+    }
+    if client.write_all(b"HTTP/1.1 200 Connection Established\r\n\r\n").await.is_err() {
+        return;
+    }
+    if !head.rest.is_empty() && upstream.write_all(&head.rest).await.is_err() {
+        return;
+    }
+    let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+}
+
+/// Connects to the host of `url` (`parsed`) at the one address the policy allows, resolved
+/// once; `None` once `client` has been told why not.
+async fn connect_upstream(client: &mut TcpStream, net: &WorkerNet, url: &str, parsed: &url::Url) -> Option<TcpStream> {
+    let token = net.egress.token.as_str();
     let (Some(host), Some(port)) = (parsed.host_str().map(str::to_string), parsed.port_or_known_default()) else {
-        return refuse(&mut client, "400 Bad Request", token, "Failed", "no host in the request target").await;
+        refuse(client, "400 Bad Request", token, "Failed", "no host in the request target").await;
+        return None;
     };
     let policy = net.policy();
-    if let Err(why) = policy.check(&url) {
-        return blocked(&mut client, token, &host, port, &why).await;
+    if let Err(why) = policy.check(url) {
+        blocked(client, token, &host, port, &why).await;
+        return None;
     }
     let addrs = match net.resolve(&host, port).await {
         Ok(addrs) => addrs,
-        Err(why) => return refuse(&mut client, "502 Bad Gateway", token, "NameNotResolved", &why).await,
+        Err(why) => {
+            refuse(client, "502 Bad Gateway", token, "NameNotResolved", &why).await;
+            return None;
+        }
     };
     let addr = match net.egress.judge(&policy, &host, &addrs) {
         Ok(addr) => addr,
-        Err(why) => return blocked(&mut client, token, &host, port, &why).await,
+        Err(why) => {
+            blocked(client, token, &host, port, &why).await;
+            return None;
+        }
     };
-    let mut upstream = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await {
-        Ok(Ok(s)) => s,
+    match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await {
+        Ok(Ok(s)) => Some(s),
         Ok(Err(e)) => {
             let reason = match e.kind() {
                 std::io::ErrorKind::ConnectionRefused => "ConnectionRefused",
@@ -497,86 +406,82 @@ async fn serve_conn(mut client: TcpStream, net: &WorkerNet) {
                 _ => "ConnectionFailed",
             };
             let why = format!("connect {host}:{port}: {e}");
-            return refuse(&mut client, "502 Bad Gateway", token, reason, &why).await;
+            refuse(client, "502 Bad Gateway", token, reason, &why).await;
+            None
         }
         Err(_) => {
             let why = format!("connect {host}:{port} timed out");
-            return refuse(&mut client, "504 Gateway Timeout", token, "TimedOut", &why).await;
+            refuse(client, "504 Gateway Timeout", token, "TimedOut", &why).await;
+            None
         }
+    }
+}
+
+/// Relays the plain-HTTP request `head` (its target `parsed`) to `upstream` in origin form,
+/// and the answer back, both to close.
+async fn relay_request(mut client: TcpStream, mut upstream: TcpStream, head: &Head, parsed: &url::Url, token: &str) {
+    let path = &parsed[url::Position::BeforePath..url::Position::AfterQuery];
+    let start = format!("{} {} HTTP/1.1\r\n", head.method, if path.is_empty() { "/" } else { path });
+    let Some(body_len) = request_body_len(head) else {
+        let why = "a request body without a valid Content-Length";
+        return refuse(&mut client, "411 Length Required", token, "Failed", why).await;
     };
-    // Relayed writes are small (request heads, websocket frames): never hold them back.
-    let _ = client.set_nodelay(true);
-    let _ = upstream.set_nodelay(true);
-    if tunnel {
-        if client.write_all(b"HTTP/1.1 200 Connection Established\r\n\r\n").await.is_err() {
-            return;
-        }
-    } else {
-        let path = &parsed[url::Position::BeforePath..url::Position::AfterQuery];
-        let start = format!("{} {} HTTP/1.1\r\n", head.method, if path.is_empty() { "/" } else { path });
-        let Some(body_len) = request_body_len(&head) else {
-            let why = "a request body without a valid Content-Length";
-            return refuse(&mut client, "411 Length Required", token, "Failed", why).await;
-        };
-        if upstream.write_all(&rewrite(&start, &head, false)).await.is_err() {
-            return;
-        }
-        // Exactly one request goes upstream: its head and its body, nothing after. Chromium
-        // pools proxy connections across sites, so bytes after the body could be its next
-        // request, for another site, which this upstream must never see.
-        let (mut from_up, mut to_up) = upstream.into_split();
-        let (mut from_client, mut to_client) = client.into_split();
-        let early = head.rest.len().min(body_len as usize);
-        let request_body = async {
-            if to_up.write_all(&head.rest[..early]).await.is_err() {
-                return;
-            }
-            let mut body = (&mut from_client).take(body_len - early as u64);
-            if tokio::io::copy(&mut body, &mut to_up).await.is_err() {
-                return;
-            }
-            // Anything more the client sends is dropped; its end ends the exchange.
-            let mut sink = [0u8; 4096];
-            while matches!(from_client.read(&mut sink).await, Ok(n) if n > 0) {}
-        };
-        let response = async {
-            loop {
-                let resp = tokio::time::timeout(HEAD_TIMEOUT, read_any_head(&mut from_up, false)).await;
-                let Ok(Ok(resp)) = resp else { return };
-                // An upstream 407 would read as this proxy asking for credentials.
-                let start = if resp.status == 407 {
-                    "HTTP/1.1 502 Bad Gateway\r\n".to_string()
-                } else {
-                    let line = resp.raw.split(|b| *b == b'\n').next().unwrap_or_default();
-                    format!("{}\r\n", String::from_utf8_lossy(line).trim_end_matches('\r'))
-                };
-                if to_client.write_all(&rewrite(&start, &resp, true)).await.is_err()
-                    || to_client.write_all(&resp.rest).await.is_err()
-                {
-                    return;
-                }
-                // Interim answers (100 Continue) come before the real one, head only. An upgrade
-                // (101) is final and, rewritten to close, goes nowhere: Chromium tunnels
-                // WebSockets with CONNECT, never through a plain-HTTP request.
-                if !(100..200).contains(&resp.status) || resp.status == 101 {
-                    break;
-                }
-            }
-            let _ = tokio::io::copy(&mut from_up, &mut to_client).await;
-            let _ = to_client.shutdown().await;
-        };
-        // The answer says close, so Chromium never reuses the connection: the exchange ends
-        // when the upstream has answered or the client has gone.
-        tokio::select! {
-            _ = response => {}
-            _ = request_body => {}
-        }
+    if upstream.write_all(&rewrite(&start, head, false)).await.is_err() {
         return;
     }
-    if !head.rest.is_empty() && upstream.write_all(&head.rest).await.is_err() {
-        return;
+    // Exactly one request goes upstream: its head and its body, nothing after. Chromium
+    // pools proxy connections across sites, so bytes after the body could be its next
+    // request, for another site, which this upstream must never see.
+    let (mut from_up, mut to_up) = upstream.into_split();
+    let (mut from_client, mut to_client) = client.into_split();
+    let early = head.rest.len().min(body_len as usize);
+    let request_body = async {
+        if to_up.write_all(&head.rest[..early]).await.is_err() {
+            return;
+        }
+        let mut body = (&mut from_client).take(body_len - early as u64);
+        if tokio::io::copy(&mut body, &mut to_up).await.is_err() {
+            return;
+        }
+        // Anything more the client sends is dropped; its end ends the exchange.
+        let mut sink = [0u8; 4096];
+        while matches!(from_client.read(&mut sink).await, Ok(n) if n > 0) {}
+    };
+    // The answer says close, so Chromium never reuses the connection: the exchange ends
+    // when the upstream has answered or the client has gone.
+    tokio::select! {
+        _ = relay_response(&mut from_up, &mut to_client) => {}
+        _ = request_body => {}
     }
-    let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+}
+
+/// Relays upstream's answer: its heads rewritten to close (an upstream 407 as a 502), then
+/// its body as it comes.
+async fn relay_response(from_up: &mut OwnedReadHalf, to_client: &mut OwnedWriteHalf) {
+    loop {
+        let resp = tokio::time::timeout(HEAD_TIMEOUT, read_any_head(from_up, false)).await;
+        let Ok(Ok(resp)) = resp else { return };
+        // An upstream 407 would read as this proxy asking for credentials.
+        let start = if resp.status == 407 {
+            "HTTP/1.1 502 Bad Gateway\r\n".to_string()
+        } else {
+            let line = resp.raw.split(|b| *b == b'\n').next().unwrap_or_default();
+            format!("{}\r\n", String::from_utf8_lossy(line).trim_end_matches('\r'))
+        };
+        if to_client.write_all(&rewrite(&start, &resp, true)).await.is_err()
+            || to_client.write_all(&resp.rest).await.is_err()
+        {
+            return;
+        }
+        // Interim answers (100 Continue) come before the real one, head only. An upgrade
+        // (101) is final and, rewritten to close, goes nowhere: Chromium tunnels
+        // WebSockets with CONNECT, never through a plain-HTTP request.
+        if !(100..200).contains(&resp.status) || resp.status == 101 {
+            break;
+        }
+    }
+    let _ = tokio::io::copy(from_up, to_client).await;
+    let _ = to_client.shutdown().await;
 }
 
 #[cfg(test)]
@@ -672,7 +577,7 @@ mod tests {
         let open = NavPolicy { allow_private_networks: true, allow_hosts: vec![] };
         let garbage = exchange(e.clone(), open.clone(), b"\x00\x01 nonsense\r\n\r\n").await;
         assert!(garbage.starts_with("HTTP/1.1 400"), "{garbage}");
-        let huge = format!("GET http://a/ HTTP/1.1\r\nX: {}\r\n", "a".repeat(MAX_HEAD));
+        let huge = format!("GET http://a/ HTTP/1.1\r\nX: {}\r\n", "a".repeat(head::MAX_HEAD));
         assert!(exchange(e.clone(), open.clone(), huge.as_bytes()).await.starts_with("HTTP/1.1 400"));
         let relative = exchange(e.clone(), open.clone(), b"GET /x HTTP/1.1\r\nHost: a\r\n\r\n").await;
         assert!(relative.starts_with("HTTP/1.1 400"), "{relative}");

@@ -1,0 +1,116 @@
+//! A worker's process group: what the pool raises from a spare's idle priority ([`Spawned`])
+//! and what the group's memory is.
+
+use crate::cgroup::WorkerCgroup;
+use crate::procfs::group_pids;
+
+/// Memory of a whole process group (Chromium's browser, renderers, GPU and utility
+/// processes), from /proc; zeros when the group is gone.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GroupMemory {
+    /// Resident set summed over the processes: pages they share count once per process, so
+    /// it overstates what the group costs (several times over for Chromium).
+    pub rss_bytes: u64,
+    /// Proportional set size summed over the processes (`Pss` of `smaps_rollup`): a shared
+    /// page is split among its sharers, so this is what killing the group gives back.
+    pub pss_bytes: u64,
+}
+
+/// A worker's process group and cgroup, as soon as it is spawned: what the pool raises from
+/// a spare's priority when someone waits for it or leases it.
+#[derive(Debug, Clone)]
+pub(crate) struct Spawned {
+    pub(crate) pgid: u32,
+    pub(crate) cgroup: Option<std::sync::Arc<WorkerCgroup>>,
+}
+
+impl Spawned {
+    /// Normal scheduling for every thread, and a leased worker's CPU weight. Blocking.
+    pub(crate) fn raise(&self) {
+        raise_priority(self.pgid);
+        if let Some(cgroup) = &self.cgroup {
+            if let Err(e) = cgroup.set_cpu_weight(crate::cgroup::LEASED_WEIGHT) {
+                tracing::warn!(error = %e, "could not raise a worker's cpu weight");
+            }
+        }
+    }
+
+    /// Readies the group for its kill: every process moves to the cgroup of the dying, or,
+    /// where there are no cgroups (or the move failed), every thread back to normal
+    /// scheduling. Blocking.
+    pub(crate) fn condemn(&self) {
+        let moved = self.cgroup.as_ref().map(|cgroup| cgroup.condemn());
+        match moved {
+            Some(Ok(_)) => {}
+            Some(Err(e)) => {
+                tracing::warn!(error = %e, "could not move a killed worker to the cgroup of the dying");
+                raise_priority(self.pgid);
+            }
+            None => raise_priority(self.pgid),
+        }
+    }
+}
+
+/// Puts every thread of process group `pgid` back at normal priority (`SCHED_OTHER`; see
+/// [`launch`](super::launch)). Twice over `/proc`, for threads started while the first pass
+/// ran. Blocking.
+pub(crate) fn raise_priority(pgid: u32) {
+    let param = libc::sched_param { sched_priority: 0 };
+    for _ in 0..2 {
+        for pid in group_pids(pgid) {
+            let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { continue };
+            for task in tasks.flatten() {
+                if let Some(tid) = task.file_name().to_str().and_then(|t| t.parse::<libc::pid_t>().ok()) {
+                    // SAFETY: sched_setscheduler has no memory preconditions; a thread gone
+                    // meanwhile only makes it fail.
+                    unsafe { libc::sched_setscheduler(tid, libc::SCHED_OTHER, &param) };
+                }
+            }
+        }
+    }
+}
+
+/// [`GroupMemory`] of process group `pgid`.
+pub fn group_memory(pgid: u32) -> GroupMemory {
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u64;
+    let mut memory = GroupMemory::default();
+    for pid in group_pids(pgid) {
+        if let Ok(statm) = std::fs::read_to_string(format!("/proc/{pid}/statm")) {
+            memory.rss_bytes += page * statm.split_whitespace().nth(1).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0);
+        }
+        if let Ok(rollup) = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")) {
+            memory.pss_bytes += 1024 * rollup_kib(&rollup, "Pss:");
+        }
+    }
+    memory
+}
+
+/// A `Name:   123 kB` line's number from `/proc/<pid>/smaps_rollup`.
+fn rollup_kib(rollup: &str, name: &str) -> u64 {
+    rollup
+        .lines()
+        .find_map(|line| line.strip_prefix(name))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rollup_lines_parse() {
+        let rollup = "55d0-7ffd ---p 00000000 00:00 0 [rollup]\nRss:  120 kB\nPss:   48 kB\nPss_Anon: 40 kB\n";
+        assert_eq!((rollup_kib(rollup, "Rss:"), rollup_kib(rollup, "Pss:")), (120, 48));
+        assert_eq!(rollup_kib(rollup, "Swap:"), 0);
+    }
+
+    #[test]
+    fn our_own_group_has_memory_and_pss_is_at_most_rss() {
+        // SAFETY: getpgid(0) has no preconditions.
+        let memory = group_memory(unsafe { libc::getpgid(0) } as u32);
+        assert!(memory.pss_bytes > 0 && memory.pss_bytes <= memory.rss_bytes, "{memory:?}");
+    }
+}

@@ -1,0 +1,185 @@
+//! A running Chromium: its process group, port lock, directories, uid and cgroup, killed
+//! whole on kill or drop, with its directories and cgroup removed after.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use tokio::process::Child;
+
+use super::cleanup::{kill_strays, remove_dir_retried};
+use super::group::Spawned;
+use super::profile::Dirs;
+use crate::cgroup::WorkerCgroup;
+use crate::lock::PortLock;
+use crate::netns::Gate;
+use crate::sandbox::kill_uid;
+use crate::task::OwnedTask;
+
+/// A running Chromium process: its group, its port lock and its profile. Dropping it kills
+/// the whole group and deletes the profile, so a worker can never outlive its owner's handle.
+#[derive(Debug)]
+pub(crate) struct Process {
+    pub(super) child: Child,
+    pgid: libc::pid_t,
+    pub(crate) lock: Option<PortLock>,
+    /// The only way into DevTools when the worker has its own network namespace.
+    pub(super) gate: Option<Gate>,
+    /// Drains Chromium's stderr; ends with the pipe, or with the process value.
+    pub(super) stderr: Option<OwnedTask>,
+    pub(crate) profile: PathBuf,
+    tmp: PathBuf,
+    /// The worker's own uid, when it has one: every process left running as it is killed
+    /// before the port (and with it the uid) is free again.
+    pub(crate) uid: Option<u32>,
+    /// The worker's cgroup, when it has one: removed once its processes are gone.
+    pub(crate) cgroup: Option<std::sync::Arc<WorkerCgroup>>,
+    /// Where a kill's directory removal runs, so the pool's shutdown can wait for it.
+    cleanups: Option<tokio_util::task::TaskTracker>,
+    killed: bool,
+}
+
+impl Process {
+    /// The process of `child`, which leads its own group, holding the worker's port `lock`,
+    /// its directories, uid and cgroup; its kill removes the directories on `cleanups`.
+    pub(super) fn new(
+        child: Child,
+        lock: PortLock,
+        dirs: Dirs,
+        uid: Option<u32>,
+        cgroup: Option<std::sync::Arc<WorkerCgroup>>,
+        cleanups: tokio_util::task::TaskTracker,
+    ) -> Process {
+        let pgid = child.id().map(|p| p as libc::pid_t).unwrap_or(0);
+        Process {
+            child,
+            pgid,
+            lock: Some(lock),
+            gate: None,
+            stderr: None,
+            profile: dirs.profile,
+            tmp: dirs.tmp,
+            uid,
+            cgroup,
+            cleanups: Some(cleanups),
+            killed: false,
+        }
+    }
+
+    pub(crate) fn pid(&self) -> u32 {
+        self.pgid as u32
+    }
+
+    pub(crate) fn port(&self) -> u16 {
+        self.lock.as_ref().map(PortLock::port).unwrap_or(0)
+    }
+
+    pub(crate) fn spawned(&self) -> Spawned {
+        Spawned { pgid: self.pgid as u32, cgroup: self.cgroup.clone() }
+    }
+
+    /// Whether the main Chromium process has exited.
+    pub(crate) fn exited(&mut self) -> bool {
+        !matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Kills the group, its strays and every process of its uid, and returns once they are
+    /// gone (bounded), so the caller may free the slot at once; the profile, the temp dir and
+    /// the cgroup are removed after, on a thread the pool's shutdown waits for, which keeps
+    /// the port (and with it the uid and the profile's path) until they are.
+    ///
+    /// Killing is not background work: a killed Chromium's exit (unmapping its memory) runs at
+    /// its threads' own priority and its cgroup's weight, and a spare's are `SCHED_IDLE` and 1,
+    /// which a busy host never gets to. So the group is condemned first ([`Spawned::condemn`]).
+    pub(crate) async fn kill(mut self) {
+        // Everything the browser started is in its cgroup, which its uid may not leave: kill
+        // and wait on the cgroup's own list. Without one (or if that list does not empty),
+        // every process naming the profile or of the uid, found in `/proc`. One hop to a
+        // blocking thread for all of it: on a busy host each hop waits for a turn.
+        let spawned = self.spawned();
+        let left = tokio::task::spawn_blocking(move || {
+            spawned.condemn();
+            kill_group(spawned.pgid as libc::pid_t);
+            spawned.cgroup.map(|cgroup| cgroup.kill_and_wait(Duration::from_secs(5)))
+        })
+        .await;
+        if let Ok(Some(left @ 1..)) = left {
+            tracing::warn!(pid = self.pgid, left, "worker processes did not exit after sigkill");
+        }
+        let emptied = matches!(left, Ok(Some(0)));
+        if !emptied {
+            // All at once first, so they exit side by side rather than each after the browser.
+            self.kill_others(false).await;
+        }
+        if tokio::time::timeout(Duration::from_secs(5), self.child.wait()).await.is_err() {
+            tracing::warn!(pid = self.pgid, "chromium did not exit after sigkill");
+        }
+        if !emptied {
+            // Strays (crashpad starts sessions of its own) and the uid's leftovers, until gone.
+            self.kill_others(true).await;
+        }
+        self.gate.take();
+        self.killed = true;
+        let (profile, tmp, cgroup, lock) =
+            (self.profile.clone(), self.tmp.clone(), self.cgroup.take(), self.lock.take());
+        let cleanup = move || {
+            for dir in [profile, tmp] {
+                remove_dir_retried(&dir);
+            }
+            if let Some(cgroup) = cgroup {
+                cgroup.remove();
+            }
+            drop(lock);
+        };
+        match &self.cleanups {
+            Some(tracker) => drop(tracker.spawn_blocking(cleanup)),
+            None => cleanup(),
+        }
+    }
+
+    /// SIGKILL to the processes outside the group: those naming the profile, and every one
+    /// of the worker's uid (with `wait`, until they are gone, at most 5 s).
+    async fn kill_others(&self, wait: bool) {
+        let (profile, uid) = (self.profile.clone(), self.uid);
+        let _ = tokio::task::spawn_blocking(move || {
+            kill_strays(&profile);
+            if let Some(uid) = uid {
+                kill_uid(uid, wait);
+            }
+        })
+        .await;
+    }
+
+    fn signal_all(&self) {
+        if let Some(cgroup) = &self.cgroup {
+            let _ = cgroup.condemn();
+        }
+        kill_group(self.pgid);
+        kill_strays(&self.profile);
+        if let Some(uid) = self.uid {
+            kill_uid(uid, false);
+        }
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        if !self.killed {
+            self.signal_all();
+            let _ = std::fs::remove_dir_all(&self.profile);
+            let _ = std::fs::remove_dir_all(&self.tmp);
+            // The cgroup goes once the killed processes have left it (which takes a moment):
+            // on a thread of its own, as drop may not wait.
+            if let Some(cgroup) = self.cgroup.take() {
+                let _ = std::thread::Builder::new().name("cgroup-remove".into()).spawn(move || cgroup.remove());
+            }
+        }
+    }
+}
+
+/// SIGKILL to process group `pgid`, one a worker's Chromium leads.
+fn kill_group(pgid: libc::pid_t) {
+    // SAFETY: killpg on a group we created with process_group(0); ESRCH is harmless.
+    unsafe {
+        libc::killpg(pgid, libc::SIGKILL);
+    }
+}
