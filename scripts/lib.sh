@@ -9,6 +9,12 @@ apt_install() {
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "$@" >/dev/null
 }
 
+# The caches under /var/tmp are root's when the suite runs as root, and each other user's own
+# (`-<uid>`), so a contributor who is not root never meets a directory root made.
+own_suffix() {
+    [ "$(id -u)" -eq 0 ] || echo "-$(id -u)"
+}
+
 # Notes a check that cannot run here, with why, where the suite's summary lists it
 # ($BROWSERPOOL_TEST_SKIP_LOG, set by scripts/test.sh), and on stderr.
 note_skip() {
@@ -59,7 +65,7 @@ ensure_cdp_clients() {
 # and `npm ci` in clients/typescript (buf, protoc-gen-es, the connect runtime, typescript;
 # pinned by its package-lock.json). Installs python3-venv, node and npm with apt-get when
 # missing.
-BROWSERPOOL_PYVENV="${BROWSERPOOL_PYVENV:-/var/tmp/browserpool-tools/pyvenv}"
+BROWSERPOOL_PYVENV="${BROWSERPOOL_PYVENV:-/var/tmp/browserpool-tools$(own_suffix)/pyvenv}"
 export BROWSERPOOL_PYVENV
 ensure_client_deps() {
     local req=clients/python/requirements.txt stamp="$BROWSERPOOL_PYVENV/requirements.txt"
@@ -88,7 +94,7 @@ ensure_client_deps() {
 
 # Compiled dependencies are reused across clones when this directory survives; an empty one
 # just means a full build.
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/browserpool-target}"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/browserpool-target$(own_suffix)}"
 
 # Runs a command as the postgres system user (peer authentication on the local socket).
 as_postgres() {
@@ -112,6 +118,16 @@ ensure_postgres() {
         echo "SKIP: the PostgreSQL half of the suite: PostgreSQL is installed but has no cluster (pg_createcluster)" >&2
         return 1
     fi
+    local url="postgres://browserpool:browserpool@127.0.0.1:$port/postgres"
+    # A running cluster where the role exists already needs nothing of root (nor of sudo).
+    if [ "$status" = "online" ] && psql "$url" -qtAc "SELECT 1" >/dev/null 2>&1; then
+        export BROWSERPOOL_TEST_POSTGRES="$url"
+        return 0
+    fi
+    if [ "$(id -u)" -ne 0 ] && ! sudo -n true >/dev/null 2>&1; then
+        echo "SKIP: the PostgreSQL half of the suite: PostgreSQL $version/$name is $status and starting it or creating the browserpool role needs root (run the suite as root or with passwordless sudo, or set BROWSERPOOL_TEST_POSTGRES)" >&2
+        return 1
+    fi
     if [ "$status" != "online" ]; then
         echo "starting PostgreSQL $version/$name (pg_ctlcluster $version $name start)" >&2
         local sudo=""
@@ -128,7 +144,7 @@ ensure_postgres() {
         echo "FAIL: could not create the browserpool role on PostgreSQL $version/$name" >&2
         exit 1
     fi
-    export BROWSERPOOL_TEST_POSTGRES="postgres://browserpool:browserpool@127.0.0.1:$port/postgres"
+    export BROWSERPOOL_TEST_POSTGRES="$url"
 }
 
 # Names this run's scratch databases: tests create them as `bp_test_<run>_<uuid>` (see

@@ -15,6 +15,7 @@ use axum::Router;
 
 use crate::app::App;
 use crate::cdp::{relay, CdpError, CdpLimits, CdpStats, Conn};
+use crate::sessions::CdpAccess;
 use crate::tls::{client_cert_gate, ClientCertGate};
 
 pub use crate::cdp::CDP_PREFIX;
@@ -115,35 +116,8 @@ async fn cdp(
         .on_upgrade(move |socket| async move {
             // Held (with the session's CDP place) until the relay ends.
             let access = Arc::new(access);
-            let conn = Conn {
-                devtools_url: access.devtools_url().to_string(),
-                download_dir,
-                net: access.net(),
-                stop: access.stop(),
-                stop_reason: Box::new({
-                    let access = access.clone();
-                    move || access.end_reason()
-                }),
-                on_activity: Box::new({
-                    let access = access.clone();
-                    move || access.touch()
-                }),
-                // The token it was opened with, or (by ticket) the one that acquired the session.
-                withdrawn: Box::new({
-                    let (tokens, access) = (tokens.clone(), access.clone());
-                    let opened_by = claims.map(|c| (c.jti, c.tenant, c.tenant_epoch));
-                    move || {
-                        let why = match &opened_by {
-                            Some((jti, tenant, epoch)) => tokens.withdrawn(jti, Some((tenant, epoch))),
-                            None => tokens.withdrawn(access.acquired_by(), None),
-                        };
-                        why.map(|e| format!("credentials withdrawn: {e}"))
-                    }
-                }),
-                limits,
-                stats: stats.clone(),
-                context: access.context(),
-            };
+            let opened_by = claims.map(|c| (c.jti, c.tenant, c.tenant_epoch));
+            let conn = relay_conn(&access, download_dir, tokens, opened_by, limits, stats.clone());
             let summary = relay(socket, conn).await;
             stats.open.fetch_sub(1, Ordering::SeqCst);
             tracing::info!(session = %record.id, close = %summary.close, frames_in = summary.frames_in, frames_out = summary.frames_out, "cdp client detached");
@@ -166,6 +140,45 @@ async fn cdp(
                 ..Default::default()
             });
         })
+}
+
+/// What the relay needs of its session. `opened_by` is the token the connection was opened
+/// with (jti, tenant, epoch); by ticket, the one that acquired the session is checked.
+fn relay_conn(
+    access: &Arc<CdpAccess>,
+    download_dir: String,
+    tokens: crate::auth::TokenCheck,
+    opened_by: Option<(String, String, String)>,
+    limits: CdpLimits,
+    stats: Arc<CdpStats>,
+) -> Conn {
+    Conn {
+        devtools_url: access.devtools_url().to_string(),
+        download_dir,
+        net: access.net(),
+        stop: access.stop(),
+        stop_reason: Box::new({
+            let access = access.clone();
+            move || access.end_reason()
+        }),
+        on_activity: Box::new({
+            let access = access.clone();
+            move || access.touch()
+        }),
+        withdrawn: Box::new({
+            let access = access.clone();
+            move || {
+                let why = match &opened_by {
+                    Some((jti, tenant, epoch)) => tokens.withdrawn(jti, Some((tenant, epoch))),
+                    None => tokens.withdrawn(access.acquired_by(), None),
+                };
+                why.map(|e| format!("credentials withdrawn: {e}"))
+            }
+        }),
+        limits,
+        stats,
+        context: access.context(),
+    }
 }
 
 /// The `rpc` of a CDP connection's audit record.

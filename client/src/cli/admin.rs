@@ -224,7 +224,17 @@ pub(super) async fn run(ctx: &Ctx, command: AdminCommand) -> Result<(), CliError
             ctx.print(&(head + &render::replicas_table(&r.replicas)))
         }
         AdminCommand::Tenants { command } => tenants(ctx, command.unwrap_or(TenantsCommand::List)).await,
-        AdminCommand::Tokens(TokensCommand::Issue { tenant, subject, scopes, ttl, quiet }) => {
+        AdminCommand::Tokens(command) => tokens(ctx, command).await,
+        AdminCommand::Audit(args) => audit(ctx, args).await,
+        AdminCommand::Verify => verify(ctx).await,
+    }
+}
+
+/// `admin tokens issue` and `admin tokens revoke`.
+async fn tokens(ctx: &Ctx, command: TokensCommand) -> Result<(), CliError> {
+    let mut admin = ctx.client.admin();
+    match command {
+        TokensCommand::Issue { tenant, subject, scopes, ttl, quiet } => {
             let ttl_s = u32::try_from(ttl.as_secs()).unwrap_or(u32::MAX).max(1);
             let req = pb::IssueTokenRequest { tenant, subject, scopes, ttl_s };
             let r = admin.issue_token(req).await.map_err(|s| ctx.status(s))?.into_inner();
@@ -244,7 +254,7 @@ pub(super) async fn run(ctx: &Ctx, command: AdminCommand) -> Result<(), CliError
                 ("expires", render::time_text(&r.expires_at)),
             ]))
         }
-        AdminCommand::Tokens(TokensCommand::Revoke { jti }) => {
+        TokensCommand::Revoke { jti } => {
             let r = admin.revoke_token(pb::RevokeTokenRequest { jti: jti.clone() }).await.map_err(|s| ctx.status(s))?;
             let revoked = r.into_inner().revoked;
             if ctx.json {
@@ -255,49 +265,55 @@ pub(super) async fn run(ctx: &Ctx, command: AdminCommand) -> Result<(), CliError
                 false => ctx.line(&format!("{jti} was already revoked")),
             }
         }
-        AdminCommand::Audit(args) => {
-            let req = pb::QueryAuditRequest {
-                tenant: args.tenant.unwrap_or_default(),
-                session_id: args.session.unwrap_or_default(),
-                action: args.action.unwrap_or_default(),
-                since: args.since,
-                limit: args.limit,
-            };
-            let mut stream = admin.query_audit(req).await.map_err(|s| ctx.status(s))?.into_inner();
-            let mut table = render::audit_table();
-            while let Some(record) = stream.message().await.map_err(|s| ctx.status(s))? {
-                if ctx.json {
-                    ctx.json_line(&audit_json(&record))?;
-                } else {
-                    audit_row(&mut table, &record);
-                }
-            }
-            if ctx.json {
-                return Ok(());
-            }
-            ctx.print(&table.render())
+    }
+}
+
+/// `admin audit`: the records streamed, as a table or one JSON line each.
+async fn audit(ctx: &Ctx, args: AuditArgs) -> Result<(), CliError> {
+    let mut admin = ctx.client.admin();
+    let req = pb::QueryAuditRequest {
+        tenant: args.tenant.unwrap_or_default(),
+        session_id: args.session.unwrap_or_default(),
+        action: args.action.unwrap_or_default(),
+        since: args.since,
+        limit: args.limit,
+    };
+    let mut stream = admin.query_audit(req).await.map_err(|s| ctx.status(s))?.into_inner();
+    let mut table = render::audit_table();
+    while let Some(record) = stream.message().await.map_err(|s| ctx.status(s))? {
+        if ctx.json {
+            ctx.json_line(&audit_json(&record))?;
+        } else {
+            audit_row(&mut table, &record);
         }
-        AdminCommand::Verify => {
-            let r = admin.verify_audit(pb::VerifyAuditRequest {}).await.map_err(|s| ctx.status(s))?.into_inner();
-            if ctx.json {
-                ctx.json_line(&json!({
-                    "ok": r.ok,
-                    "records_checked": r.records_checked,
-                    "first_bad_seq": r.first_bad_seq,
-                    "message": r.message,
-                }))?;
-            } else if r.ok {
-                ctx.line(&format!("audit chain ok: {} records checked", r.records_checked))?;
-            }
-            if r.ok {
-                Ok(())
-            } else {
-                Err(CliError::failed(format!(
-                    "audit chain broken at seq {} ({} records checked): {}",
-                    r.first_bad_seq, r.records_checked, r.message
-                )))
-            }
-        }
+    }
+    if ctx.json {
+        return Ok(());
+    }
+    ctx.print(&table.render())
+}
+
+/// `admin verify`: fails (exit code) when the chain is broken.
+async fn verify(ctx: &Ctx) -> Result<(), CliError> {
+    let mut admin = ctx.client.admin();
+    let r = admin.verify_audit(pb::VerifyAuditRequest {}).await.map_err(|s| ctx.status(s))?.into_inner();
+    if ctx.json {
+        ctx.json_line(&json!({
+            "ok": r.ok,
+            "records_checked": r.records_checked,
+            "first_bad_seq": r.first_bad_seq,
+            "message": r.message,
+        }))?;
+    } else if r.ok {
+        ctx.line(&format!("audit chain ok: {} records checked", r.records_checked))?;
+    }
+    if r.ok {
+        Ok(())
+    } else {
+        Err(CliError::failed(format!(
+            "audit chain broken at seq {} ({} records checked): {}",
+            r.first_bad_seq, r.records_checked, r.message
+        )))
     }
 }
 
