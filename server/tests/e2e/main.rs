@@ -14,6 +14,7 @@ mod faults;
 mod fences;
 mod forwarding;
 mod helpers;
+mod image;
 mod isolation;
 mod lifecycle;
 mod ops;
