@@ -16,6 +16,11 @@ ensure_chromium
 ensure_cdp_clients
 ensure_client_deps
 
+# The host-wide port lock dir (--lock-dir, /tmp/browserpool-locks) is root's once a root
+# server made it: the suite's servers that are not root keep theirs apart.
+if [ "$(id -u)" -ne 0 ]; then
+    export BROWSERPOOL_LOCK_DIR="${BROWSERPOOL_LOCK_DIR:-/tmp/browserpool-locks-$(id -u)}"
+fi
 # Every data dir, profile and lock of the suite lives under one directory, so the checks
 # below see only what the suite started (other Chromiums on the host are not ours).
 suite_tmp="$(mktemp -d /tmp/browserpool-suite.XXXXXX)"

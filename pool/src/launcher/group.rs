@@ -51,6 +51,31 @@ impl Spawned {
     }
 }
 
+/// Whether spares may boot at idle priority: only where this server may raise a thread from
+/// `SCHED_IDLE` again (root, `CAP_SYS_NICE`, or an `RLIMIT_NICE` that allows nice 0). A
+/// server that is not root usually may not, and its leased browsers would then run at idle
+/// priority for good: there every boot runs at normal priority. Tried once, on a thread of
+/// its own, and said once in the log.
+pub fn idle_boots() -> bool {
+    static IDLE_BOOTS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *IDLE_BOOTS.get_or_init(|| {
+        let reversible = std::thread::spawn(|| {
+            let param = libc::sched_param { sched_priority: 0 };
+            // SAFETY: sched_setscheduler on the calling thread (0) has no memory preconditions.
+            unsafe {
+                libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) == 0
+                    && libc::sched_setscheduler(0, libc::SCHED_OTHER, &param) == 0
+            }
+        })
+        .join()
+        .unwrap_or(false);
+        if !reversible {
+            tracing::info!("spares boot at normal priority: this server may not raise a thread from idle priority again (it needs root, CAP_SYS_NICE or RLIMIT_NICE)");
+        }
+        reversible
+    })
+}
+
 /// Puts every thread of process group `pgid` back at normal priority (`SCHED_OTHER`; see
 /// [`launch`](super::launch)). Twice over `/proc`, for threads started while the first pass
 /// ran. Blocking.

@@ -30,7 +30,7 @@ mod spawn;
 pub use chrome::{find_chrome, CHROME_FLAGS, CHROME_NAMES, DISABLED_FEATURES};
 pub use cleanup::{reap_orphans, CLEANUP_RETRIES};
 pub(crate) use group::Spawned;
-pub use group::{group_memory, GroupMemory};
+pub use group::{group_memory, idle_boots, GroupMemory};
 pub(crate) use process::Process;
 
 /// How workers are launched.

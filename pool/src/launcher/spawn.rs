@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use tokio::process::{Child, Command};
 
+use super::group::idle_boots;
 use super::LaunchConfig;
 use crate::cgroup::WorkerCgroup;
 use crate::error::PoolError;
@@ -62,15 +63,18 @@ fn confine(cmd: &mut Command, procs: &[OwnedFd], netns: Option<&NetNs>, uid: Opt
     // Every boot starts at idle priority (SCHED_IDLE, which every process and thread Chromium
     // starts inherits, and which its own nice values do not undo): a spare booting on a busy
     // host takes only CPU the sessions leave. The pool raises it when a caller waits for it,
-    // and when it is leased ([`raise_priority`]).
-    // SAFETY: sched_setscheduler is async-signal-safe; it runs in the child before exec.
-    unsafe {
-        cmd.pre_exec(|| {
-            let param = libc::sched_param { sched_priority: 0 };
-            // Where the policy may not be set, the boot simply runs at normal priority.
-            let _ = libc::sched_setscheduler(0, libc::SCHED_IDLE, &param);
-            Ok(())
-        });
+    // and when it is leased ([`raise_priority`](super::group::raise_priority)); where it could
+    // not, boots run at normal priority ([`idle_boots`]).
+    if idle_boots() {
+        // SAFETY: sched_setscheduler is async-signal-safe; it runs in the child before exec.
+        unsafe {
+            cmd.pre_exec(|| {
+                let param = libc::sched_param { sched_priority: 0 };
+                // Where the policy may not be set, the boot simply runs at normal priority.
+                let _ = libc::sched_setscheduler(0, libc::SCHED_IDLE, &param);
+                Ok(())
+            });
+        }
     }
     if !procs.is_empty() {
         let fds: Vec<std::os::fd::RawFd> = procs.iter().map(std::os::fd::AsRawFd::as_raw_fd).collect();

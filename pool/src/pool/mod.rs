@@ -193,6 +193,8 @@ pub struct Pool {
 impl Pool {
     /// Creates the pool and starts its refill loop, which ends when `shutdown` is cancelled.
     pub fn start(cfg: PoolConfig, shutdown: CancellationToken) -> Pool {
+        // Decided (and said) once, before the first boot.
+        crate::launcher::idle_boots();
         let max = cfg.max_workers.max(1);
         let mut egress = cfg.egress.clone();
         egress.reserved_ports.push(cfg.launch.ports.start..=cfg.launch.ports.end);
