@@ -97,8 +97,7 @@ async fn a_frozen_browser_is_a_dead_browser_even_to_a_caller_that_keeps_retrying
     let id = client.acquire(30_000).await.unwrap().session_id;
     ok(&act(&client, &id, action("evaluate", "", "1 + 1")).await);
     let pid = browser_pid(&client, &id).await;
-    let uid = uid_of(pid).expect("the browser runs");
-    let processes = processes_of(&[uid]);
+    let processes = worker_processes(pid);
     assert!(processes.len() > 1, "a browser and its helpers: {processes:?}");
     let mut events = client.sessions().events(pb::EventsRequest { session_id: id.clone() }).await.unwrap().into_inner();
     // SAFETY: stopping the worker's process group, which this test's server started.
@@ -456,6 +455,28 @@ fn uid_of(pid: i32) -> Option<u32> {
     status.lines().find_map(|l| l.strip_prefix("Uid:"))?.split_whitespace().next()?.parse().ok()
 }
 
+/// The live processes of the worker whose browser (or one of whose processes) is `pid`: every
+/// process of its uid where the worker has a uid of its own (a root server); where it runs as
+/// the suite's own uid (a server that is not root), those of its process group.
+fn worker_processes(pid: i32) -> Vec<i32> {
+    let Some(uid) = uid_of(pid) else { return Vec::new() };
+    // SAFETY: geteuid has no preconditions.
+    if uid != unsafe { libc::geteuid() } {
+        return processes_of(&[uid]);
+    }
+    let group = |p: i32| {
+        let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).ok()?;
+        stat.rsplit_once(')')?.1.split_whitespace().nth(2)?.parse::<i32>().ok()
+    };
+    let Some(pgid) = group(pid) else { return Vec::new() };
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|p| group(*p) == Some(pgid) && alive(*p))
+        .collect()
+}
+
 /// Live processes (not zombies) whose real uid is one of `uids`.
 fn processes_of(uids: &[u32]) -> Vec<i32> {
     let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
@@ -480,11 +501,13 @@ async fn a_server_killed_hard_takes_its_browsers_with_it_and_a_restart_ends_its_
     let profiles = format!("{}/", browserpool_server::server::profiles_dir(server.dir.path()).display());
     let before = pids_naming(&profiles);
     assert!(before.len() >= 2, "two leased browsers and their processes: {before:?}");
-    let uids: Vec<u32> = before.iter().filter_map(|pid| uid_of(*pid)).collect();
-    // Renderers need not name the profile; they run as the worker's uid. Only processes seen
-    // now count: a later server may take the freed port, and with it the uid.
-    let of_uids = processes_of(&uids);
-    assert!(!of_uids.is_empty(), "the workers run as uids of their own: {uids:?}");
+    // Renderers need not name the profile; they run as the worker's uid (or, under a server
+    // that is not root, in its process group). Only processes seen now count: a later server
+    // may take the freed port, and with it the uid.
+    let mut of_uids: Vec<i32> = before.iter().flat_map(|pid| worker_processes(*pid)).collect();
+    of_uids.sort_unstable();
+    of_uids.dedup();
+    assert!(!of_uids.is_empty(), "the workers' processes: {before:?}");
     let killed = Instant::now();
     server.kill_server_only();
     // Nobody restarts it: the kernel takes its browsers, every process of them.
@@ -834,7 +857,7 @@ async fn cleanup_keeps_up_with_every_core_busy() {
     let worker = status.workers.iter().find(|w| w.session_id == id).expect("PoolStatus names the session");
     let profile = browserpool_server::server::profiles_dir(server.dir.path()).join(format!("port-{}", worker.cdp_port));
     assert!(profile.is_dir(), "{}", profile.display());
-    let processes = processes_of(&[uid_of(worker.pid as i32).expect("the browser runs")]);
+    let processes = worker_processes(worker.pid as i32);
     assert!(processes.len() > 1, "{processes:?}");
 
     let hogs = CpuHogs::start();
