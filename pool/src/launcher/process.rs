@@ -168,9 +168,15 @@ impl Drop for Process {
             let _ = std::fs::remove_dir_all(&self.profile);
             let _ = std::fs::remove_dir_all(&self.tmp);
             // The cgroup goes once the killed processes have left it (which takes a moment):
-            // on a thread of its own, as drop may not wait.
+            // on a thread of its own, as drop may not wait. The port stays locked until then:
+            // the next boot on it makes a cgroup of the same name, which this removal would
+            // otherwise empty and remove under it.
             if let Some(cgroup) = self.cgroup.take() {
-                let _ = std::thread::Builder::new().name("cgroup-remove".into()).spawn(move || cgroup.remove());
+                let lock = self.lock.take();
+                let _ = std::thread::Builder::new().name("cgroup-remove".into()).spawn(move || {
+                    cgroup.remove();
+                    drop(lock);
+                });
             }
         }
     }

@@ -543,6 +543,7 @@ async fn a_server_killed_hard_takes_its_browsers_with_it_and_a_restart_ends_its_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_gives_running_actions_the_grace_then_kills_only_their_sessions_and_exits_on_time() {
+    let _timing = crate::helpers::TIMING.read().await;
     let grace = Duration::from_secs(2);
     let server = BinaryServer::spawn_with(&["--shutdown-grace", "2s"]).await;
     let client = server.client().await;
@@ -774,6 +775,7 @@ async fn a_chromium_that_cannot_start_is_named_and_not_relaunched_in_a_loop() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn action_deadlines_are_kept_to_within_a_hundred_milliseconds() {
+    let _timing = crate::helpers::TIMING.read().await;
     let server = TestServer::start().await;
     let client = server.admin().await;
     let site = crate::helpers::fixture_site().await;
@@ -848,6 +850,7 @@ impl Drop for CpuHogs {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cleanup_keeps_up_with_every_core_busy() {
+    let _timing = crate::helpers::TIMING.write().await;
     let server = BinaryServer::spawn().await;
     let client = server.client().await;
     let site = crate::helpers::fixture_site().await;

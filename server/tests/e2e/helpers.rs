@@ -404,6 +404,10 @@ async fn set_cookies() -> axum::response::Response {
         .into_response()
 }
 
+/// Tests that measure time (deadlines, the stop's grace) hold this for reading, and the one that
+/// busies every core holds it for writing, so they never run side by side.
+pub static TIMING: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+
 static PIXEL_HITS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 /// How many times any fixture site served `/pixel` (tests compare before and after).
