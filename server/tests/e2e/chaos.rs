@@ -464,17 +464,12 @@ fn worker_processes(pid: i32) -> Vec<i32> {
     if uid != unsafe { libc::geteuid() } {
         return processes_of(&[uid]);
     }
-    let group = |p: i32| {
-        let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).ok()?;
-        stat.rsplit_once(')')?.1.split_whitespace().nth(2)?.parse::<i32>().ok()
-    };
-    let Some(pgid) = group(pid) else { return Vec::new() };
-    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
-    entries
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|p| group(*p) == Some(pgid) && alive(*p))
-        .collect()
+    // SAFETY: getpgid has no preconditions; a vanished pid answers -1.
+    let pgid = unsafe { libc::getpgid(pid) };
+    if pgid <= 0 {
+        return Vec::new();
+    }
+    crate::helpers::group_members(pgid, "").into_iter().filter(|p| alive(*p)).collect()
 }
 
 /// Live processes (not zombies) whose real uid is one of `uids`.

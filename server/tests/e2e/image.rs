@@ -33,12 +33,10 @@ SYS_TTY_CONFIG,SYSLOG,WAKE_ALARM";
 const TITLE: &str = "browserpool image check";
 
 /// podman as this host runs it (runc, cgroupfs).
+const PODMAN: [&str; 5] = ["podman", "--runtime", "runc", "--cgroup-manager", "cgroupfs"];
+
 fn podman(args: &[&str]) -> Output {
-    Command::new("podman")
-        .args(["--runtime", "runc", "--cgroup-manager", "cgroupfs"])
-        .args(args)
-        .output()
-        .expect("run podman")
+    Command::new(PODMAN[0]).args(&PODMAN[1..]).args(args).output().expect("run podman")
 }
 
 fn text(out: &Output) -> String {
@@ -145,8 +143,7 @@ fn descendants(root: u32) -> Vec<Proc> {
     let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
         let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
-        let fields: Vec<&str> = stat.rsplit_once(')').map_or("", |(_, rest)| rest).split_whitespace().collect();
+        let Some(fields) = stat_fields(pid) else { continue };
         let (Some(ppid), Some(start)) = (fields.get(1).and_then(|p| p.parse().ok()), fields.get(19)) else { continue };
         let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
         let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ").trim().to_string();
@@ -163,13 +160,15 @@ fn descendants(root: u32) -> Vec<Proc> {
     found
 }
 
+/// The fields of `/proc/<pid>/stat` after the command name (the state first, the parent
+/// second, the start time 20th).
+fn stat_fields(pid: u32) -> Option<Vec<String>> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    Some(stat.rsplit_once(')')?.1.split_whitespace().map(str::to_string).collect())
+}
+
 fn still_running(p: &Proc) -> bool {
-    std::fs::read_to_string(format!("/proc/{}/stat", p.pid))
-        .ok()
-        .and_then(|stat| {
-            stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(19).map(str::to_string))
-        })
-        .is_some_and(|start| start == p.start)
+    stat_fields(p.pid).and_then(|f| f.get(19).cloned()).is_some_and(|start| start == p.start)
 }
 
 fn status_field(pid: u32, field: &str) -> String {
@@ -271,11 +270,7 @@ async fn the_image_runs_as_the_chart_runs_it() {
 
     let term = podman(&["kill", "--signal", "TERM", &name]);
     assert!(term.status.success(), "podman kill: {}", text(&term));
-    let waited = Command::new("timeout")
-        .args(["60", "podman", "--runtime", "runc", "--cgroup-manager", "cgroupfs"])
-        .args(["wait", &name])
-        .output()
-        .unwrap();
+    let waited = Command::new("timeout").arg("60").args(PODMAN).args(["wait", &name]).output().unwrap();
     assert_eq!(text(&waited), "0", "the container's exit after SIGTERM (within 60 s):\n{}", ctr.logs());
     assert!(ctr.logs().contains("stopped"), "the server did not log its stop:\n{}", ctr.logs());
     let left: Vec<&Proc> = procs.iter().filter(|p| still_running(p)).collect();
