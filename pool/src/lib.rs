@@ -20,7 +20,7 @@ pub mod pool;
 mod procfs;
 pub mod rawcdp;
 pub mod sandbox;
-mod sync;
+pub mod sync;
 mod task;
 
 pub use actions::{canonicalize, parse_viewport, Access, Action, ActionKind, Canonical, Target, UnknownAction};

@@ -4,6 +4,6 @@
 use std::sync::{Mutex, MutexGuard};
 
 /// `m`'s guard, poisoned or not.
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }

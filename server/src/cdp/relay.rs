@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use async_tungstenite::tungstenite::{self, protocol::WebSocketConfig};
 use axum::extract::ws::{CloseFrame, Message, WebSocket};
+use browserpool_pool::sync::lock;
 use futures::{SinkExt, StreamExt};
 use serde_json::{json, Value};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -294,10 +295,6 @@ impl End {
             End::Fail(code, reason) => (code, reason),
         }
     }
-}
-
-pub(super) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// What both directions of one relay share; they run in one task, and nothing here is locked
