@@ -94,12 +94,37 @@ async fn lease_act_release_leaves_nothing() {
     pool.shutdown().await;
     stop.cancel();
     assert_profiles_gone(dir.path());
-    let locks: Vec<_> = std::fs::read_dir(dir.path().join("locks"))
+    assert_locks_gone(&dir.path().join("locks"));
+}
+
+/// No port lock is left in `locks` (the pool's shutdown waits for the last to go).
+fn assert_locks_gone(locks: &std::path::Path) {
+    let left: Vec<_> = std::fs::read_dir(locks)
         .unwrap()
         .flatten()
         .filter(|e| e.file_name().to_string_lossy().ends_with(".lock"))
         .collect();
-    assert!(locks.is_empty(), "locks left: {locks:?}");
+    assert!(left.is_empty(), "locks left: {left:?}");
+}
+
+/// A shutdown while a spare boots ends that boot where it stands: its Chromium is killed
+/// and, once its cgroup is gone, its port is free, before `shutdown` returns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shutdown_during_a_boot_leaves_no_lock() {
+    // At a few points of the boot: before Chromium runs, while it starts, as it turns warm.
+    for delay_ms in [0, 100, 300] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = config(dir.path(), 1, 2);
+        cfg.launch.lock_dir = dir.path().join("locks");
+        cfg.launch.ports = PortRange { start: 19300, end: 19349 };
+        let pool = Pool::start(cfg, tokio_util::sync::CancellationToken::new());
+        assert!(pool.wait_warm(1, Duration::from_secs(30)).await, "a worker must turn warm");
+        // Taking the spare starts the next one's boot.
+        pool.lease(spec(Duration::from_secs(30))).await.unwrap().release().await;
+        tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+        pool.shutdown().await;
+        assert_locks_gone(&dir.path().join("locks"));
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

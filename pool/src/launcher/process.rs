@@ -168,15 +168,20 @@ impl Drop for Process {
             let _ = std::fs::remove_dir_all(&self.profile);
             let _ = std::fs::remove_dir_all(&self.tmp);
             // The cgroup goes once the killed processes have left it (which takes a moment):
-            // on a thread of its own, as drop may not wait. The port stays locked until then:
-            // the next boot on it makes a cgroup of the same name, which this removal would
-            // otherwise empty and remove under it.
+            // on another thread, as drop may not wait. The port stays locked until then: the
+            // next boot on it makes a cgroup of the same name, which this removal would
+            // otherwise empty and remove under it. On the cleanups the pool's shutdown waits
+            // for where there is a runtime (a boot ended where it stood), so no lock outlives it.
             if let Some(cgroup) = self.cgroup.take() {
                 let lock = self.lock.take();
-                let _ = std::thread::Builder::new().name("cgroup-remove".into()).spawn(move || {
+                let remove = move || {
                     cgroup.remove();
                     drop(lock);
-                });
+                };
+                match (&self.cleanups, tokio::runtime::Handle::try_current()) {
+                    (Some(tracker), Ok(handle)) => drop(tracker.spawn_blocking_on(remove, &handle)),
+                    _ => drop(std::thread::Builder::new().name("cgroup-remove".into()).spawn(remove)),
+                }
             }
         }
     }
