@@ -658,3 +658,17 @@ pub async fn action_records(client: &Client, id: &str, action: &str) -> Vec<pb::
     }
     got
 }
+
+/// How many `ok` records of `action` session `id` has, once it has at least `want` (or 20 s
+/// have passed): a result does not wait for its record, which the writer appends just after
+/// (from its replica's spool, after an outage), so the last action's may still be on its way.
+pub async fn ok_records(client: &Client, id: &str, action: &str, want: usize) -> usize {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let ok = action_records(client, id, action).await.iter().filter(|r| r.outcome == "ok").count();
+        if ok >= want || tokio::time::Instant::now() > deadline {
+            return ok;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
