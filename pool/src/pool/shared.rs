@@ -267,7 +267,8 @@ impl Pool {
             browser.usage().retiring = true;
         }
         let downloads = browser.profile.join("downloads").join(&context);
-        let (pid, ceiling) = (browser.pid, self.inner.cfg.shared.memory_ceiling);
+        let limit = browser.cgroup.as_ref().map(|c| c.memory_limit());
+        let (pid, ceiling) = (browser.pid, replace_past(self.inner.cfg.shared.memory_ceiling, limit));
         // Reading PSS walks every page table of every process of the browser (about 10 ms of
         // CPU for a busy one), so it is read at most once a second, not at every session end.
         let read_memory = {
@@ -359,5 +360,26 @@ impl Pool {
             browser.kill().await;
             pool.finish_lease(&browser.id);
         });
+    }
+}
+
+/// The memory past which a shared browser is replaced: the configured `ceiling`, or three
+/// quarters of its cgroup's `limit` when that is lower, so that a browser holding several
+/// sessions is replaced at a session's end before the kernel's OOM killer ends them all.
+fn replace_past(ceiling: u64, limit: Option<u64>) -> u64 {
+    limit.map_or(ceiling, |limit| ceiling.min(limit / 4 * 3))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::replace_past;
+
+    #[test]
+    fn a_shared_browser_is_replaced_below_its_memory_limit() {
+        const MIB: u64 = 1 << 20;
+        // The defaults: 1536 MiB per worker, a 2 GiB ceiling.
+        assert_eq!(replace_past(2048 * MIB, Some(1536 * MIB)), 1152 * MIB);
+        assert_eq!(replace_past(2048 * MIB, Some(4096 * MIB)), 2048 * MIB);
+        assert_eq!(replace_past(2048 * MIB, None), 2048 * MIB);
     }
 }
