@@ -51,11 +51,12 @@ else
     echo "SKIP: the server's tests on PostgreSQL: no PostgreSQL could be started (see above)" >>"$BROWSERPOOL_TEST_SKIP_LOG"
 fi
 # The feature modules again with every session of the `default` tenant a browser context of
-# one shared Chromium: actions, dialogs, envelopes, the policy and the CDP proxy must work the
-# same in context isolation (the modules about worker processes themselves are not rerun).
-echo "== actions, dialogs, envelopes, egress and CDP again in context isolation"
+# one shared Chromium: actions, dialogs, envelopes, the policy, the CDP proxy and session files
+# must work the same in context isolation (the modules about worker processes themselves are
+# not rerun).
+echo "== actions, dialogs, envelopes, egress, CDP and session files again in context isolation"
 BROWSERPOOL_DEFAULT_ISOLATION=context BROWSERPOOL_TEST_POSTGRES= TMPDIR="$suite_tmp" \
-    cargo test -p browserpool-server --locked --test e2e -- --test-threads=2 actions:: dialogs:: context:: egress:: cdp:: 2>&1 | tee -a "$log"
+    cargo test -p browserpool-server --locked --test e2e -- --test-threads=2 actions:: dialogs:: context:: egress:: cdp:: files:: 2>&1 | tee -a "$log"
 
 # Every worker the suite started must be gone (zombies awaiting their reaper do not count).
 for _ in $(seq 1 50); do

@@ -235,7 +235,51 @@ impl Client {
     pub async fn get(&self, session_id: &str) -> Result<pb::Session, Error> {
         Ok(self.sessions().get(pb::GetSessionRequest { session_id: session_id.into() }).await?.into_inner())
     }
+
+    /// Uploads `content` as file `name` of the session (a file input can then take it),
+    /// in chunks of 1 MiB.
+    pub async fn put_file(&self, session_id: &str, name: &str, content: &[u8]) -> Result<pb::Artifact, Error> {
+        let mut messages: Vec<pb::PutFileRequest> = content
+            .chunks(FILE_CHUNK)
+            .map(|c| pb::PutFileRequest { chunk: c.to_vec(), ..Default::default() })
+            .collect();
+        if messages.is_empty() {
+            messages.push(pb::PutFileRequest::default());
+        }
+        messages[0].session_id = session_id.into();
+        messages[0].name = name.into();
+        Ok(self.sessions().put_file(tokio_stream::iter(messages)).await?.into_inner())
+    }
+
+    /// The session's files: its downloads and uploads.
+    pub async fn list_files(&self, session_id: &str) -> Result<Vec<pb::Artifact>, Error> {
+        let req = pb::ListFilesRequest { session_id: session_id.into() };
+        Ok(self.sessions().list_files(req).await?.into_inner().artifacts)
+    }
+
+    /// One file of the session, whole, with what it is.
+    pub async fn get_file(&self, session_id: &str, name: &str) -> Result<(pb::Artifact, Vec<u8>), Error> {
+        let req = pb::GetFileRequest { session_id: session_id.into(), name: name.into() };
+        let mut stream = self.sessions().get_file(req).await?.into_inner();
+        let (mut artifact, mut content) = (None, Vec::new());
+        while let Some(chunk) = stream.message().await? {
+            artifact = artifact.or(chunk.artifact);
+            content.extend_from_slice(&chunk.chunk);
+        }
+        let artifact = artifact.ok_or_else(|| Error::Unexpected("get_file: the stream carried no artifact".into()))?;
+        Ok((artifact, content))
+    }
+
+    /// Deletes one file of the session.
+    pub async fn delete_file(&self, session_id: &str, name: &str) -> Result<(), Error> {
+        let req = pb::DeleteFileRequest { session_id: session_id.into(), name: name.into() };
+        self.sessions().delete_file(req).await?;
+        Ok(())
+    }
 }
+
+/// The size of each message of a [`Client::put_file`] upload.
+const FILE_CHUNK: usize = 1 << 20;
 
 /// Builds an action: name, selector (may be empty) and a payload (anything JSON-like).
 pub fn action(name: &str, selector: &str, payload: impl Into<serde_json::Value>) -> pb::Action {

@@ -140,25 +140,6 @@ pub fn prepare_profiles_dir(dir: &Path, worker_uids: bool) -> Result<(), String>
     Ok(())
 }
 
-/// Creates `dir` inside a worker's profile (a session's download directory), owner only and
-/// owned as the profile is: a worker running as a uid of its own writes there, nobody else
-/// reads there. Directories it creates on the way get the same owner and mode.
-pub fn create_worker_dir(dir: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
-    let mut missing = Vec::new();
-    let mut at = dir;
-    while !at.exists() {
-        missing.push(at);
-        at = at.parent().ok_or_else(|| std::io::Error::other("no existing directory above it"))?;
-    }
-    let owner = std::fs::metadata(at)?;
-    for made in missing.into_iter().rev() {
-        std::fs::DirBuilder::new().mode(0o700).create(made)?;
-        std::os::unix::fs::chown(made, Some(owner.uid()), Some(owner.gid()))?;
-    }
-    Ok(())
-}
-
 fn read_lines(path: &Path) -> Vec<String> {
     std::fs::read_to_string(path)
         .map(|s| s.lines().filter(|l| !l.trim_start().starts_with('#')).map(str::to_string).collect())

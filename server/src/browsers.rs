@@ -47,8 +47,9 @@ pub trait Leased: Send + Sync {
     /// The browser's own DevTools websocket, for the CDP proxy alone.
     fn devtools_url(&self) -> String;
 
-    /// Where the session's downloads go (not created until asked for).
-    fn download_dir(&self) -> PathBuf;
+    /// The session's files directory (its downloads, and what clients upload), made with the
+    /// lease and owned by the browser's uid: open what is in it with [`crate::files`] only.
+    fn files_dir(&self) -> PathBuf;
 
     /// The worker's egress: the policy the CDP proxy judges by.
     fn net(&self) -> Arc<WorkerNet>;
@@ -115,8 +116,8 @@ impl Leased for Lease {
         Lease::devtools_url(self).to_string()
     }
 
-    fn download_dir(&self) -> PathBuf {
-        Lease::download_dir(self)
+    fn files_dir(&self) -> PathBuf {
+        Lease::files_dir(self).to_path_buf()
     }
 
     fn net(&self) -> Arc<WorkerNet> {

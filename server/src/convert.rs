@@ -9,11 +9,25 @@ use browserpool_proto::v1 as pb;
 
 use crate::error::ServiceError;
 use crate::model::{Isolation, SessionRecord, TenantRecord};
-use crate::sessions::{ActionReport, SessionState};
+use crate::sessions::{ActionReport, SessionFile, SessionState};
 
 /// Milliseconds since the epoch to a protobuf timestamp.
 pub fn timestamp(ms: i64) -> Timestamp {
     Timestamp { seconds: ms.div_euclid(1000), nanos: (ms.rem_euclid(1000) * 1_000_000) as i32 }
+}
+
+/// A live session's file: it goes with the session, so it has no expiry of its own yet.
+pub fn artifact_to_pb(f: &SessionFile) -> pb::Artifact {
+    let kind = if f.uploaded { pb::ArtifactKind::Upload } else { pb::ArtifactKind::Download };
+    pb::Artifact {
+        name: f.info.name.clone(),
+        kind: kind as i32,
+        size: f.info.size,
+        mime_type: f.info.mime_type.to_string(),
+        sha256: f.info.sha256.clone(),
+        created_at: Some(timestamp(f.info.modified_ms)),
+        expires_at: None,
+    }
 }
 
 pub fn state_to_pb(s: SessionState) -> pb::SessionState {

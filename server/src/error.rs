@@ -6,6 +6,7 @@ use browserpool_pool::PoolError;
 use tonic::{Code, Status};
 
 use crate::audit::AuditError;
+use crate::files::FileError;
 use crate::store::StoreError;
 
 /// Everything an RPC can fail with.
@@ -59,6 +60,9 @@ pub enum ServiceError {
     Audit(#[from] AuditError),
     #[error("{0}")]
     Internal(String),
+    /// A session's file refused (its name, its size, what it is) or not found.
+    #[error(transparent)]
+    Files(#[from] FileError),
     /// A browser-side failure of a whole RPC (context import/export).
     #[error("{}", .0.message)]
     Action(browserpool_pool::ActionFailure),
@@ -119,6 +123,16 @@ impl From<ServiceError> for Status {
                 };
                 (code, f.message.clone())
             }
+            ServiceError::Files(f) => match f {
+                FileError::BadName { .. } => (Code::InvalidArgument, e.to_string()),
+                FileError::NotFound(_) => (Code::NotFound, e.to_string()),
+                FileError::NotAFile(_) => (Code::FailedPrecondition, e.to_string()),
+                FileError::TooLarge { .. } => (Code::ResourceExhausted, e.to_string()),
+                FileError::Io(_) => {
+                    tracing::error!(error = %e, "session files");
+                    (Code::Internal, "internal error; see server log".into())
+                }
+            },
             ServiceError::Store(_) => {
                 tracing::error!(error = %e, "store error");
                 (Code::Unavailable, "session store unavailable; see server log".into())

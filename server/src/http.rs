@@ -93,14 +93,6 @@ async fn cdp(
         Ok(opened) => opened,
         Err(e) => return refuse_cdp(&state, &source, claims.as_ref(), &session, e),
     };
-    let download_dir = match access.download_dir() {
-        Ok(dir) => dir,
-        Err(e) => {
-            tracing::error!(error = %e, "cdp proxy: cannot create the session's download directory");
-            state.cdp_stats.open.fetch_sub(1, Ordering::SeqCst);
-            return (StatusCode::INTERNAL_SERVER_ERROR, "internal error; see server log\n").into_response();
-        }
-    };
     let record = access.record().clone();
     let (tenant, subject, jti_hash) = match &claims {
         Some(c) => (c.tenant.clone(), c.sub.clone(), c.jti_hash()),
@@ -117,7 +109,7 @@ async fn cdp(
             // Held (with the session's CDP place) until the relay ends.
             let access = Arc::new(access);
             let opened_by = claims.map(|c| (c.jti, c.tenant, c.tenant_epoch));
-            let conn = relay_conn(&access, download_dir, tokens, opened_by, limits, stats.clone());
+            let conn = relay_conn(&access, tokens, opened_by, limits, stats.clone());
             let summary = relay(socket, conn).await;
             stats.open.fetch_sub(1, Ordering::SeqCst);
             tracing::info!(session = %record.id, close = %summary.close, frames_in = summary.frames_in, frames_out = summary.frames_out, "cdp client detached");
@@ -146,7 +138,6 @@ async fn cdp(
 /// with (jti, tenant, epoch); by ticket, the one that acquired the session is checked.
 fn relay_conn(
     access: &Arc<CdpAccess>,
-    download_dir: String,
     tokens: crate::auth::TokenCheck,
     opened_by: Option<(String, String, String)>,
     limits: CdpLimits,
@@ -154,7 +145,8 @@ fn relay_conn(
 ) -> Conn {
     Conn {
         devtools_url: access.devtools_url().to_string(),
-        download_dir,
+        // Downloads a CDP client asks for land in the session's files.
+        download_dir: access.files_dir(),
         net: access.net(),
         stop: access.stop(),
         stop_reason: Box::new({

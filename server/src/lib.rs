@@ -14,6 +14,7 @@ pub mod convert;
 pub mod deadlines;
 pub mod envelope;
 pub mod error;
+pub mod files;
 pub mod forward;
 pub mod grpc;
 pub mod grpc_status;
@@ -73,6 +74,7 @@ const LAYERS: &[&[&str]] = &[
         "cdp",
         "clock",
         "config",
+        "files",
         "grpc_status",
         "jcs",
         "metrics",

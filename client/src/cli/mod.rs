@@ -6,6 +6,7 @@
 
 mod admin;
 mod envelope;
+mod files;
 mod render;
 mod session;
 mod steps;

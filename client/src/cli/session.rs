@@ -1,4 +1,4 @@
-//! `browserpool session ...`: acquire, act, batch, release, list, get, export, import.
+//! `browserpool session ...`: acquire, act, batch, release, list, get, export, import, files.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -46,6 +46,8 @@ pub enum SessionCommand {
     /// Replace one origin's cookies and storage with an envelope file (its integrity is
     /// checked first).
     Import(ImportArgs),
+    /// The session's files (its downloads and uploads): list them, or get, put or delete one.
+    Files(super::files::FilesArgs),
 }
 
 #[derive(Debug, Args)]
@@ -207,6 +209,7 @@ pub(super) async fn run(ctx: &Ctx, command: SessionCommand) -> Result<(), CliErr
         }
         SessionCommand::Export(args) => export(ctx, args).await,
         SessionCommand::Import(args) => import(ctx, args).await,
+        SessionCommand::Files(args) => super::files::run(ctx, args).await,
     }
 }
 
@@ -288,13 +291,13 @@ async fn waiting<F: Future>(show: bool, what: &str, call: F) -> F::Output {
 }
 
 /// Where bytes go: a file, or stdout (never a terminal).
-enum Out {
+pub(super) enum Out {
     File(PathBuf),
     Stdout,
 }
 
 impl Out {
-    fn new(path: &Path) -> Result<Out, CliError> {
+    pub(super) fn new(path: &Path) -> Result<Out, CliError> {
         if path != Path::new("-") {
             return Ok(Out::File(path.to_path_buf()));
         }
@@ -304,14 +307,14 @@ impl Out {
         Ok(Out::Stdout)
     }
 
-    fn name(&self) -> String {
+    pub(super) fn name(&self) -> String {
         match self {
             Out::File(path) => path.display().to_string(),
             Out::Stdout => "-".into(),
         }
     }
 
-    fn write(&self, data: &[u8]) -> Result<(), CliError> {
+    pub(super) fn write(&self, data: &[u8]) -> Result<(), CliError> {
         use std::io::Write;
         match self {
             Out::File(path) => {

@@ -9,6 +9,8 @@ use super::*;
 pub struct Lease {
     pub(super) pool: Pool,
     pub(super) held: Option<Held>,
+    /// The session's files directory (see `files.rs`); empty until made, and once removed.
+    pub(super) files: std::path::PathBuf,
     pub(super) _permit: OwnedSemaphorePermit,
 }
 
@@ -85,15 +87,6 @@ impl Lease {
         }
     }
 
-    /// The directory the session's downloads go to (inside the worker's profile, deleted with
-    /// it, or with the context); not created until asked for.
-    pub fn download_dir(&self) -> std::path::PathBuf {
-        match self.held() {
-            Held::Own(w) => w.process.profile.join("downloads"),
-            Held::Context(c) => c.browser.profile.join("downloads").join(&c.context),
-        }
-    }
-
     /// Turns `Some(why)` as soon as the worker's browser dies (its process exits or its
     /// DevTools connection closes); a release is not a death. A shared browser's death ends
     /// every session of its tenant in it, and no other.
@@ -105,8 +98,9 @@ impl Lease {
     }
 
     /// Kills the worker's process group and deletes its profile (or disposes the session's
-    /// browser context and its downloads) and lets the pool refill.
+    /// browser context), deletes the session's files, and lets the pool refill.
     pub async fn release(mut self) {
+        let files = self.remove_files();
         match self.held.take() {
             Some(Held::Own(worker)) => {
                 let id = worker.id.clone();
@@ -116,11 +110,17 @@ impl Lease {
             Some(Held::Context(c)) => self.pool.clone().end_context(c).await,
             None => {}
         }
+        if let Some(remove) = files {
+            let _ = tokio::task::spawn_blocking(remove).await;
+        }
     }
 }
 
 impl Drop for Lease {
     fn drop(&mut self) {
+        if let Some(remove) = self.remove_files() {
+            remove();
+        }
         match self.held.take() {
             Some(Held::Own(worker)) => {
                 let id = worker.id.clone();

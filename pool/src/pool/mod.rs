@@ -23,6 +23,7 @@ use crate::sync::lock;
 use crate::task::OwnedTask;
 
 mod boot;
+mod files;
 mod lease;
 mod shared;
 mod worker;
@@ -195,6 +196,10 @@ impl Pool {
     pub fn start(cfg: PoolConfig, shutdown: CancellationToken) -> Pool {
         // Decided (and said) once, before the first boot.
         crate::launcher::idle_boots();
+        if let Err(e) = files::reset_root(&cfg.launch.profiles_dir) {
+            // Said here; each lease then fails naming the directory it could not make.
+            tracing::error!(dir = %cfg.launch.profiles_dir.display(), error = %e, "sessions' files directory cannot be made");
+        }
         let max = cfg.max_workers.max(1);
         let mut egress = cfg.egress.clone();
         egress.reserved_ports.push(cfg.launch.ports.start..=cfg.launch.ports.end);
@@ -240,9 +245,14 @@ impl Pool {
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
         let worker = self.take_warm(left).await?;
         let fenced = self.fence_memory(&worker, memory);
-        let lease = Lease { pool: self.clone(), held: Some(Held::Own(Box::new(worker))), _permit: permit };
+        let lease = Lease {
+            pool: self.clone(),
+            held: Some(Held::Own(Box::new(worker))),
+            files: Default::default(),
+            _permit: permit,
+        };
         fenced?;
-        lease.with_viewport(viewport).await
+        lease.with_files().await?.with_viewport(viewport).await
     }
 
     /// Takes a warm worker (counted as leased from then on), waiting up to `wait` for one,
@@ -413,6 +423,7 @@ impl Pool {
             tracing::warn!("worker directories still being removed after 10 s");
         }
         // The profiles dir goes too once its last profile has (a lease still held keeps it).
+        files::remove_root(&self.inner.cfg.launch.profiles_dir);
         let _ = std::fs::remove_dir(&self.inner.cfg.launch.profiles_dir);
         tracing::info!(warm, killed_ms, ms = started.elapsed().as_millis() as u64, "pool stopped");
     }

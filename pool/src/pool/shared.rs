@@ -150,9 +150,10 @@ impl Pool {
                 let lease = Lease {
                     pool: self.clone(),
                     held: Some(Held::Context(ContextLease { browser, context, driver })),
+                    files: Default::default(),
                     _permit: permit,
                 };
-                lease.with_viewport(viewport).await
+                lease.with_files().await?.with_viewport(viewport).await
             }
             Err(e) => {
                 self.context_gone(&browser);
@@ -257,8 +258,8 @@ impl Pool {
     }
 
     /// Disposes a session's browser context (its pages, cookies, storage, cache, service
-    /// workers and permissions go with it) and its downloads; the shared browser is replaced
-    /// once past its memory ceiling.
+    /// workers and permissions go with it); the shared browser is replaced once past its memory
+    /// ceiling.
     pub(super) async fn end_context(self, c: ContextLease) {
         let ContextLease { browser, context, driver } = c;
         drop(driver);
@@ -266,7 +267,6 @@ impl Pool {
             tracing::warn!(worker = %browser.id, "a browser context {why}; replacing its browser");
             browser.usage().retiring = true;
         }
-        let downloads = browser.profile.join("downloads").join(&context);
         let limit = browser.cgroup.as_ref().map(|c| c.memory_limit());
         let (pid, ceiling) = (browser.pid, replace_past(self.inner.cfg.shared.memory_ceiling, limit));
         // Reading PSS walks every page table of every process of the browser (about 10 ms of
@@ -279,16 +279,12 @@ impl Pool {
             }
             due
         };
-        let pss = tokio::task::spawn_blocking(move || {
-            let _ = std::fs::remove_dir_all(downloads);
-            if read_memory {
-                crate::launcher::group_memory(pid).pss_bytes
-            } else {
-                0
+        let pss = match read_memory {
+            true => {
+                tokio::task::spawn_blocking(move || crate::launcher::group_memory(pid).pss_bytes).await.unwrap_or(0)
             }
-        })
-        .await
-        .unwrap_or(0);
+            false => 0,
+        };
         if pss > ceiling {
             tracing::info!(worker = %browser.id, pss_mib = pss >> 20, ceiling_mib = ceiling >> 20, "shared browser past its memory ceiling; replacing it");
             browser.usage().retiring = true;

@@ -145,8 +145,8 @@ impl Leased for FakeLeased {
         format!("ws://127.0.0.1:9/devtools/browser/{}", self.id)
     }
 
-    fn download_dir(&self) -> PathBuf {
-        std::env::temp_dir().join(&self.id).join("downloads")
+    fn files_dir(&self) -> PathBuf {
+        std::env::temp_dir().join(&self.id).join("files")
     }
 
     fn net(&self) -> Arc<WorkerNet> {

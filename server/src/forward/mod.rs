@@ -59,6 +59,10 @@ macro_rules! session_rpcs {
             "/browserpool.v1.Sessions/Events" => EventsRequest,
             "/browserpool.v1.Sessions/ExportContext" => ExportContextRequest,
             "/browserpool.v1.Sessions/ImportContext" => ImportContextRequest,
+            "/browserpool.v1.Sessions/PutFile" => PutFileRequest,
+            "/browserpool.v1.Sessions/ListFiles" => ListFilesRequest,
+            "/browserpool.v1.Sessions/GetFile" => GetFileRequest,
+            "/browserpool.v1.Sessions/DeleteFile" => DeleteFileRequest,
             "/browserpool.v1.Admin/KillSession" => KillSessionRequest,
         }
     };

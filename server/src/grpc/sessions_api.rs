@@ -17,7 +17,7 @@ use crate::audit::{AuditLog, Place};
 use crate::auth::Scope;
 use crate::clock::now_ms;
 use crate::convert::{
-    event_to_pb, labels_from_pb, report_to_pb, session_to_pb, state_from_pb, to_json, viewport_from_pb,
+    artifact_to_pb, event_to_pb, labels_from_pb, report_to_pb, session_to_pb, state_from_pb, to_json, viewport_from_pb,
 };
 use crate::envelope;
 use crate::error::ServiceError;
@@ -169,6 +169,27 @@ fn audit_context(
         ..Default::default()
     });
 }
+
+/// Records a file put, fetched or deleted: its name, size and hash, never its content.
+fn audit_file(place: Place, claims: &crate::auth::Claims, rpc: &str, session: &str, target: String) {
+    place.record(crate::audit::Entry {
+        tenant: claims.tenant.clone(),
+        subject: claims.sub.clone(),
+        jti_hash: claims.jti_hash(),
+        session_id: session.to_string(),
+        rpc: rpc.to_string(),
+        target,
+        outcome: "ok".into(),
+        ..Default::default()
+    });
+}
+
+fn file_target(f: &crate::sessions::SessionFile) -> String {
+    format!("name={} size={} sha256={}", f.info.name, f.info.size, f.info.sha256)
+}
+
+/// The size of each `FileChunk` of a `GetFile` stream.
+const FILE_CHUNK: usize = 64 << 10;
 
 /// How long a `Drive` stream may stay silent before naming its session.
 const FIRST_MESSAGE_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
@@ -401,5 +422,108 @@ impl pb::sessions_server::Sessions for SessionsApi {
             applied_storage_keys,
             integrity_error: String::new(),
         }))
+    }
+
+    async fn put_file(&self, req: Request<Streaming<pb::PutFileRequest>>) -> Result<Response<pb::Artifact>, Status> {
+        let claims = claims(&req)?;
+        let target = rpc_target(&req);
+        let mut inbound = req.into_inner();
+        let first = tokio::select! {
+            m = inbound.next() => m,
+            _ = tokio::time::sleep(FIRST_MESSAGE_WAIT) => {
+                return Err(Status::deadline_exceeded("put_file: no first message naming session_id and name"));
+            }
+        };
+        let first = match first {
+            Some(Ok(m)) if !m.session_id.is_empty() => m,
+            Some(Err(status)) => return Err(status),
+            Some(Ok(_)) | None => {
+                return Err(
+                    ServiceError::InvalidArgument("put_file: the first message must name session_id".into()).into()
+                )
+            }
+        };
+        let id = first.session_id.clone();
+        target.set(&id);
+        let place = audit_place(&self.app.audit)?;
+        let mut upload = self.sessions.put_file(&claims, &id, &first.name).await?;
+        upload.write(&first.chunk).map_err(ServiceError::from)?;
+        while let Some(m) = inbound.next().await {
+            let m = m?;
+            if !m.session_id.is_empty() && m.session_id != id {
+                return Err(ServiceError::InvalidArgument(
+                    "put_file: session_id differs from the first message".into(),
+                )
+                .into());
+            }
+            if !m.name.is_empty() && m.name != first.name {
+                return Err(
+                    ServiceError::InvalidArgument("put_file: name differs from the first message".into()).into()
+                );
+            }
+            upload.write(&m.chunk).map_err(ServiceError::from)?;
+        }
+        let file = self.sessions.uploaded(&id, upload).await?;
+        audit_file(place, &claims, "/browserpool.v1.Sessions/PutFile", &id, file_target(&file));
+        tracing::info!(session = %id, name = %file.info.name, size = file.info.size, "file uploaded");
+        Ok(Response::new(artifact_to_pb(&file)))
+    }
+
+    async fn list_files(&self, req: Request<pb::ListFilesRequest>) -> Result<Response<pb::ListFilesResponse>, Status> {
+        let claims = claims_about(&req)?;
+        let files = self.sessions.list_files(&claims, &req.get_ref().session_id).await?;
+        Ok(Response::new(pb::ListFilesResponse { artifacts: files.iter().map(artifact_to_pb).collect() }))
+    }
+
+    type GetFileStream = BoxStream<pb::FileChunk>;
+
+    async fn get_file(&self, req: Request<pb::GetFileRequest>) -> Result<Response<Self::GetFileStream>, Status> {
+        use tokio::io::AsyncReadExt;
+        let claims = claims_about(&req)?;
+        let r = req.into_inner();
+        let place = audit_place(&self.app.audit)?;
+        let (file, info) = self.sessions.open_file(&claims, &r.session_id, &r.name).await?;
+        audit_file(place, &claims, "/browserpool.v1.Sessions/GetFile", &r.session_id, file_target(&info));
+        let (tx, rx) = mpsc::channel::<Result<pb::FileChunk, Status>>(4);
+        let shutdown = self.shutdown.clone();
+        self.sessions.spawn(
+            async move {
+                let mut file = tokio::fs::File::from_std(file);
+                let mut artifact = Some(artifact_to_pb(&info));
+                let mut buf = vec![0u8; FILE_CHUNK];
+                loop {
+                    let read = tokio::select! {
+                        n = file.read(&mut buf) => n,
+                        _ = shutdown.cancelled() => Err(std::io::Error::other("server is shutting down")),
+                    };
+                    let chunk = match read {
+                        Ok(0) if artifact.is_none() => break,
+                        Ok(n) => buf[..n].to_vec(),
+                        Err(e) => {
+                            let _ = tx.send(Err(Status::unavailable(format!("reading the file: {e}")))).await;
+                            break;
+                        }
+                    };
+                    let last = chunk.is_empty();
+                    if tx.send(Ok(pb::FileChunk { chunk, artifact: artifact.take() })).await.is_err() || last {
+                        break;
+                    }
+                }
+            }
+            .instrument(tracing::info_span!("get_file")),
+        );
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+
+    async fn delete_file(
+        &self,
+        req: Request<pb::DeleteFileRequest>,
+    ) -> Result<Response<pb::DeleteFileResponse>, Status> {
+        let claims = claims_about(&req)?;
+        let r = req.into_inner();
+        let place = audit_place(&self.app.audit)?;
+        self.sessions.delete_file(&claims, &r.session_id, &r.name).await?;
+        audit_file(place, &claims, "/browserpool.v1.Sessions/DeleteFile", &r.session_id, format!("name={}", r.name));
+        Ok(Response::new(pb::DeleteFileResponse {}))
     }
 }

@@ -86,11 +86,10 @@ impl CdpAccess {
         &self.live.cdp.devtools_url
     }
 
-    /// The session's download directory (created, owned by the worker's uid, owner only).
-    pub fn download_dir(&self) -> std::io::Result<String> {
-        let dir = &self.live.cdp.download_dir;
-        browserpool_pool::sandbox::create_worker_dir(dir)?;
-        Ok(dir.display().to_string())
+    /// The session's files directory, where its downloads go (made with the lease, owned by
+    /// the worker's uid, owner only).
+    pub fn files_dir(&self) -> String {
+        self.live.cdp.files_dir.display().to_string()
     }
 
     pub fn net(&self) -> Arc<browserpool_pool::egress::WorkerNet> {

@@ -224,7 +224,7 @@ impl Sessions {
         let died = lease.died();
         let cdp = CdpTarget {
             devtools_url: lease.devtools_url(),
-            download_dir: lease.download_dir(),
+            files_dir: lease.files_dir(),
             net: lease.net(),
             context: lease.context(),
             ticket: new_ticket()?,
@@ -240,6 +240,7 @@ impl Sessions {
             ended_as: Mutex::new(None),
             finished: CancellationToken::new(),
             cdp,
+            uploads: Mutex::default(),
         });
         self.spawn(self.clone().watch_browser(record.id.clone(), live.stop.clone(), died));
         self.live_map().insert(record.id.clone(), live);

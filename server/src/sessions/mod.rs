@@ -34,10 +34,12 @@ use crate::store::{SessionFilter, Store};
 mod act;
 mod cdp_access;
 mod ending;
+mod files;
 mod lifecycle;
 mod replicas;
 
 pub use cdp_access::CdpAccess;
+pub use files::{SessionFile, MAX_FILE_BYTES};
 use lifecycle::Claim;
 pub use replicas::{drain_reach, DrainReach};
 
@@ -116,12 +118,15 @@ struct Live {
     /// What the CDP proxy needs, readable without the action lock (an action may hold it for
     /// minutes while a CDP client attaches).
     cdp: CdpTarget,
+    /// The names of the files clients uploaded (the others in its files directory are
+    /// downloads).
+    uploads: Mutex<std::collections::BTreeSet<String>>,
 }
 
 /// A session's browser as the CDP proxy reaches it.
 struct CdpTarget {
     devtools_url: String,
-    download_dir: std::path::PathBuf,
+    files_dir: std::path::PathBuf,
     net: Arc<browserpool_pool::egress::WorkerNet>,
     /// The session's browser context when it shares its tenant's browser: the proxy keeps
     /// its clients to it.

@@ -430,30 +430,13 @@ async fn limits_metrics_public_url_downloads_and_actions_beside_a_client() {
     let page = r#"<a id="d" href="data:text/plain,hello" download="report.txt">get</a>"#;
     ok(&act(&client, &id, action("load_html", "", page)).await);
     ok(&act(&client, &id, action("click", "#d", json!(null))).await);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let landed = loop {
-        // The session's dir is its profile's `downloads` (process isolation), or a directory
-        // per context in it (context isolation, see the e2e run with
-        // BROWSERPOOL_DEFAULT_ISOLATION=context).
-        let found = std::fs::read_dir(server.profiles_dir())
-            .unwrap()
-            .flatten()
-            .flat_map(|profile| {
-                let downloads = profile.path().join("downloads");
-                let per_context = std::fs::read_dir(&downloads).into_iter().flatten().flatten().map(|d| d.path());
-                std::iter::once(downloads.clone()).chain(per_context).collect::<Vec<_>>()
-            })
-            .map(|dir| dir.join("report.txt"))
-            .find(|p| p.exists());
-        // Chromium reserves the name with an empty file first, then moves the finished
-        // download over it.
-        match found.map(|p| (std::fs::read_to_string(&p).unwrap_or_default(), p)) {
-            Some((content, p)) if !content.is_empty() => break (content, p),
-            found => assert!(Instant::now() < deadline, "no finished download in the session's dir: {found:?}"),
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
-    assert_eq!(landed.0, "hello", "{}", landed.1.display());
+    // It is one of the session's files (in either isolation mode).
+    crate::helpers::eventually("the download among the session's files", Duration::from_secs(10), || async {
+        // Chromium reserves the name with an empty file, then moves the download over it.
+        client.list_files(&id).await.unwrap().into_iter().find(|f| f.name == "report.txt" && f.size > 0)
+    })
+    .await;
+    assert_eq!(client.get_file(&id, "report.txt").await.unwrap().1, b"hello");
     assert_eq!(std::fs::read_dir(elsewhere.path()).unwrap().count(), 0, "the client's path stayed empty");
     drop(ws);
     client.release(&id).await.unwrap();

@@ -584,14 +584,15 @@ async fn sigterm_gives_running_actions_the_grace_then_kills_only_their_sessions_
     assert_eq!(status.code(), Some(0));
     assert!(took <= grace + Duration::from_millis(500), "exit after {took:?}, more than the grace plus 0.5 s");
     // From the signal to the exit, /readyz said 503 (only the listener's close in the last
-    // moment refuses).
+    // moment refuses, or closes unanswered a connection the kernel had already taken).
     let signalled = started + Duration::from_millis(20);
     let answered: Vec<_> = seen.iter().filter(|(at, _)| *at > signalled && *at < exited).collect();
     assert!(answered.len() >= 10, "{seen:?}");
     for (at, answer) in &answered {
         let before_exit = exited.saturating_duration_since(*at);
         assert!(
-            answer.starts_with("HTTP/1.1 503") || (answer == "refused" && before_exit < Duration::from_millis(200)),
+            answer.starts_with("HTTP/1.1 503")
+                || (["refused", "no answer"].contains(&answer.as_str()) && before_exit < Duration::from_millis(200)),
             "/readyz {before_exit:?} before the exit: {answer}"
         );
     }

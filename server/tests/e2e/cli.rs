@@ -161,6 +161,23 @@ async fn cli_drives_a_session_from_acquire_to_release() {
     let bad_file = cli.run_with(&["session", "batch", &s, "--file", "-"], Some(r#"[{"actoin": "url"}]"#)).await;
     assert!(bad_file.expect(2).stderr.contains(r#"step 1: unknown key "actoin""#));
 
+    // Files: put one, list it, get it back to a file, delete it; a bad name is exit code 1.
+    let upload = cli.path("invoice.txt");
+    std::fs::write(&upload, "total: 42\n").unwrap();
+    let put = cli.run(&["session", "files", &s, "put", &upload]).await.expect(0);
+    assert!(put.stdout.starts_with("uploaded invoice.txt (10 bytes, sha256 "), "{}", put.stdout);
+    let renamed = cli.run(&["session", "files", &s, "put", &upload, "--name", "copy.txt", "--json"]).await.expect(0);
+    assert_eq!((renamed.json()["name"].clone(), renamed.json()["kind"].clone()), (json!("copy.txt"), json!("upload")));
+    let files = cli.run(&["session", "files", &s]).await.expect(0);
+    let names: Vec<&str> = files.stdout.lines().map(|l| l.split('\t').next().unwrap()).collect();
+    assert_eq!(names, ["copy.txt", "invoice.txt"], "{}", files.stdout);
+    let back = cli.path("back.txt");
+    cli.run(&["session", "files", &s, "get", "invoice.txt", "--out", &back]).await.expect(0);
+    assert_eq!(std::fs::read_to_string(&back).unwrap(), "total: 42\n");
+    assert_eq!(cli.run(&["session", "files", &s, "delete", "copy.txt"]).await.expect(0).stdout, "deleted copy.txt\n");
+    let bad = cli.run(&["session", "files", &s, "put", &upload, "--name", "../x"]).await.expect(1);
+    assert!(bad.stderr.contains("INVALID_ARGUMENT") && bad.stderr.contains("path separator"), "{}", bad.stderr);
+
     // Listing, reading, the operator's view.
     let listed = cli.run(&["session", "list", "--json"]).await.expect(0).json_lines();
     assert!(listed.iter().any(|l| l["session_id"] == s.as_str()), "{listed:?}");

@@ -107,6 +107,13 @@ async fn three_replicas_behind_a_round_robin_proxy_serve_any_session() {
             let import =
                 pb::ImportContextRequest { session_id: id.clone(), envelope: Some(envelope), strict_origin: false };
             assert!(lb.sessions().import_context(import).await.unwrap().into_inner().ok, "round {round} session {i}");
+            // Files: the upload (a client stream) and the download (a server stream) too.
+            let name = format!("round-{round}.txt");
+            let put = lb.put_file(id, &name, name.as_bytes()).await.unwrap();
+            assert_eq!(put.size, name.len() as u64);
+            assert_eq!(lb.get_file(id, &name).await.unwrap().1, name.as_bytes());
+            let files = lb.list_files(id).await.unwrap();
+            assert_eq!(files.len(), round + 1, "round {round} session {i}: {files:?}");
         }
         // List is answered from the database, every replica's sessions in it.
         let listed = lb.sessions().list(pb::ListSessionsRequest::default()).await.unwrap().into_inner().sessions;

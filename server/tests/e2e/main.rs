@@ -12,6 +12,7 @@ mod dialogs;
 mod egress;
 mod faults;
 mod fences;
+mod files;
 mod forwarding;
 mod helpers;
 mod image;

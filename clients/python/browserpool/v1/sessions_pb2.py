@@ -23,9 +23,10 @@ _sym_db = _symbol_database.Default()
 
 
 from browserpool.v1 import common_pb2 as browserpool_dot_v1_dot_common__pb2
+from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x62rowserpool/v1/sessions.proto\x12\x0e\x62rowserpool.v1\x1a\x1b\x62rowserpool/v1/common.proto\"\x93\x02\n\x0e\x41\x63quireRequest\x12\x0f\n\x07wait_ms\x18\x01 \x01(\r\x12\x0e\n\x06ttl_ms\x18\x02 \x01(\r\x12\x17\n\x0fidle_timeout_ms\x18\x03 \x01(\r\x12*\n\x08viewport\x18\x04 \x01(\x0b\x32\x18.browserpool.v1.Viewport\x12:\n\x06labels\x18\x05 \x03(\x0b\x32*.browserpool.v1.AcquireRequest.LabelsEntry\x12\x30\n\x07\x63ontext\x18\x06 \x01(\x0b\x32\x1f.browserpool.v1.ContextEnvelope\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"$\n\x0eReleaseRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"P\n\x0fReleaseResponse\x12\x10\n\x08released\x18\x01 \x01(\x08\x12+\n\x05state\x18\x02 \x01(\x0e\x32\x1c.browserpool.v1.SessionState\";\n\x0cRenewRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x17\n\x0fidle_timeout_ms\x18\x02 \x01(\r\"\'\n\x11GetSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"i\n\x13ListSessionsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\r\x12\x12\n\npage_token\x18\x02 \x01(\t\x12+\n\x05state\x18\x03 \x01(\x0e\x32\x1c.browserpool.v1.SessionState\"Z\n\x14ListSessionsResponse\x12)\n\x08sessions\x18\x01 \x03(\x0b\x32\x17.browserpool.v1.Session\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"J\n\x0c\x44riveRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12&\n\x06\x61\x63tion\x18\x02 \x01(\x0b\x32\x16.browserpool.v1.Action\"\x99\x01\n\nDriveEvent\x12+\n\x08\x61ttached\x18\x01 \x01(\x0b\x32\x17.browserpool.v1.SessionH\x00\x12.\n\x06result\x18\x02 \x01(\x0b\x32\x1c.browserpool.v1.ActionResultH\x00\x12&\n\x05\x65vent\x18\x03 \x01(\x0b\x32\x15.browserpool.v1.EventH\x00\x42\x06\n\x04kind\"H\n\nActRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12&\n\x06\x61\x63tion\x18\x02 \x01(\x0b\x32\x16.browserpool.v1.Action\"b\n\x0c\x42\x61tchRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\'\n\x07\x61\x63tions\x18\x02 \x03(\x0b\x32\x16.browserpool.v1.Action\x12\x15\n\rstop_on_error\x18\x03 \x01(\x08\"v\n\rBatchResponse\x12-\n\x07results\x18\x01 \x03(\x0b\x32\x1c.browserpool.v1.ActionResult\x12\x11\n\tsucceeded\x18\x02 \x01(\r\x12\x0e\n\x06\x66\x61iled\x18\x03 \x01(\r\x12\x13\n\x0b\x64uration_ms\x18\x04 \x01(\r\"#\n\rEventsRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"\xa3\x01\n\x14\x45xportContextRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0e\n\x06origin\x18\x02 \x01(\t\x12\x1c\n\x0finclude_storage\x18\x03 \x01(\x08H\x00\x88\x01\x01\x12\x19\n\x11include_http_auth\x18\x04 \x01(\x08\x12\x1a\n\x12\x63\x61pture_user_agent\x18\x05 \x01(\x08\x42\x12\n\x10_include_storage\"t\n\x14ImportContextRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x31\n\x08\x65nvelope\x18\x02 \x01(\x0b\x32\x1f.browserpool.v1.ContextEnvelope\x12\x15\n\rstrict_origin\x18\x03 \x01(\x08\"s\n\x15ImportContextResponse\x12\n\n\x02ok\x18\x01 \x01(\x08\x12\x17\n\x0f\x61pplied_cookies\x18\x02 \x01(\r\x12\x1c\n\x14\x61pplied_storage_keys\x18\x03 \x01(\r\x12\x17\n\x0fintegrity_error\x18\x04 \x01(\t2\xb6\x06\n\x08Sessions\x12\x42\n\x07\x41\x63quire\x12\x1e.browserpool.v1.AcquireRequest\x1a\x17.browserpool.v1.Session\x12J\n\x07Release\x12\x1e.browserpool.v1.ReleaseRequest\x1a\x1f.browserpool.v1.ReleaseResponse\x12>\n\x05Renew\x12\x1c.browserpool.v1.RenewRequest\x1a\x17.browserpool.v1.Session\x12\x41\n\x03Get\x12!.browserpool.v1.GetSessionRequest\x1a\x17.browserpool.v1.Session\x12Q\n\x04List\x12#.browserpool.v1.ListSessionsRequest\x1a$.browserpool.v1.ListSessionsResponse\x12\x45\n\x05\x44rive\x12\x1c.browserpool.v1.DriveRequest\x1a\x1a.browserpool.v1.DriveEvent(\x01\x30\x01\x12?\n\x03\x41\x63t\x12\x1a.browserpool.v1.ActRequest\x1a\x1c.browserpool.v1.ActionResult\x12\x44\n\x05\x42\x61tch\x12\x1c.browserpool.v1.BatchRequest\x1a\x1d.browserpool.v1.BatchResponse\x12@\n\x06\x45vents\x12\x1d.browserpool.v1.EventsRequest\x1a\x15.browserpool.v1.Event0\x01\x12V\n\rExportContext\x12$.browserpool.v1.ExportContextRequest\x1a\x1f.browserpool.v1.ContextEnvelope\x12\\\n\rImportContext\x12$.browserpool.v1.ImportContextRequest\x1a%.browserpool.v1.ImportContextResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x62rowserpool/v1/sessions.proto\x12\x0e\x62rowserpool.v1\x1a\x1b\x62rowserpool/v1/common.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x93\x02\n\x0e\x41\x63quireRequest\x12\x0f\n\x07wait_ms\x18\x01 \x01(\r\x12\x0e\n\x06ttl_ms\x18\x02 \x01(\r\x12\x17\n\x0fidle_timeout_ms\x18\x03 \x01(\r\x12*\n\x08viewport\x18\x04 \x01(\x0b\x32\x18.browserpool.v1.Viewport\x12:\n\x06labels\x18\x05 \x03(\x0b\x32*.browserpool.v1.AcquireRequest.LabelsEntry\x12\x30\n\x07\x63ontext\x18\x06 \x01(\x0b\x32\x1f.browserpool.v1.ContextEnvelope\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"$\n\x0eReleaseRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"P\n\x0fReleaseResponse\x12\x10\n\x08released\x18\x01 \x01(\x08\x12+\n\x05state\x18\x02 \x01(\x0e\x32\x1c.browserpool.v1.SessionState\";\n\x0cRenewRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x17\n\x0fidle_timeout_ms\x18\x02 \x01(\r\"\'\n\x11GetSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"i\n\x13ListSessionsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\r\x12\x12\n\npage_token\x18\x02 \x01(\t\x12+\n\x05state\x18\x03 \x01(\x0e\x32\x1c.browserpool.v1.SessionState\"Z\n\x14ListSessionsResponse\x12)\n\x08sessions\x18\x01 \x03(\x0b\x32\x17.browserpool.v1.Session\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"J\n\x0c\x44riveRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12&\n\x06\x61\x63tion\x18\x02 \x01(\x0b\x32\x16.browserpool.v1.Action\"\x99\x01\n\nDriveEvent\x12+\n\x08\x61ttached\x18\x01 \x01(\x0b\x32\x17.browserpool.v1.SessionH\x00\x12.\n\x06result\x18\x02 \x01(\x0b\x32\x1c.browserpool.v1.ActionResultH\x00\x12&\n\x05\x65vent\x18\x03 \x01(\x0b\x32\x15.browserpool.v1.EventH\x00\x42\x06\n\x04kind\"H\n\nActRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12&\n\x06\x61\x63tion\x18\x02 \x01(\x0b\x32\x16.browserpool.v1.Action\"b\n\x0c\x42\x61tchRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\'\n\x07\x61\x63tions\x18\x02 \x03(\x0b\x32\x16.browserpool.v1.Action\x12\x15\n\rstop_on_error\x18\x03 \x01(\x08\"v\n\rBatchResponse\x12-\n\x07results\x18\x01 \x03(\x0b\x32\x1c.browserpool.v1.ActionResult\x12\x11\n\tsucceeded\x18\x02 \x01(\r\x12\x0e\n\x06\x66\x61iled\x18\x03 \x01(\r\x12\x13\n\x0b\x64uration_ms\x18\x04 \x01(\r\"#\n\rEventsRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"\xa3\x01\n\x14\x45xportContextRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0e\n\x06origin\x18\x02 \x01(\t\x12\x1c\n\x0finclude_storage\x18\x03 \x01(\x08H\x00\x88\x01\x01\x12\x19\n\x11include_http_auth\x18\x04 \x01(\x08\x12\x1a\n\x12\x63\x61pture_user_agent\x18\x05 \x01(\x08\x42\x12\n\x10_include_storage\"t\n\x14ImportContextRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x31\n\x08\x65nvelope\x18\x02 \x01(\x0b\x32\x1f.browserpool.v1.ContextEnvelope\x12\x15\n\rstrict_origin\x18\x03 \x01(\x08\"s\n\x15ImportContextResponse\x12\n\n\x02ok\x18\x01 \x01(\x08\x12\x17\n\x0f\x61pplied_cookies\x18\x02 \x01(\r\x12\x1c\n\x14\x61pplied_storage_keys\x18\x03 \x01(\r\x12\x17\n\x0fintegrity_error\x18\x04 \x01(\t\"\xd5\x01\n\x08\x41rtifact\x12\x0c\n\x04name\x18\x01 \x01(\t\x12*\n\x04kind\x18\x02 \x01(\x0e\x32\x1c.browserpool.v1.ArtifactKind\x12\x0c\n\x04size\x18\x03 \x01(\x04\x12\x11\n\tmime_type\x18\x04 \x01(\t\x12\x0e\n\x06sha256\x18\x05 \x01(\t\x12.\n\ncreated_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nexpires_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"A\n\x0ePutFileRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\r\n\x05\x63hunk\x18\x03 \x01(\x0c\"&\n\x10ListFilesRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"@\n\x11ListFilesResponse\x12+\n\tartifacts\x18\x01 \x03(\x0b\x32\x18.browserpool.v1.Artifact\"2\n\x0eGetFileRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\"F\n\tFileChunk\x12\r\n\x05\x63hunk\x18\x01 \x01(\x0c\x12*\n\x08\x61rtifact\x18\x02 \x01(\x0b\x32\x18.browserpool.v1.Artifact\"5\n\x11\x44\x65leteFileRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\"\x14\n\x12\x44\x65leteFileResponse*V\n\x0c\x41rtifactKind\x12\x1d\n\x19\x41RTIFACT_KIND_UNSPECIFIED\x10\x00\x12\x0c\n\x08\x44OWNLOAD\x10\x01\x12\n\n\x06UPLOAD\x10\x02\x12\r\n\tRECORDING\x10\x03\x32\xec\x08\n\x08Sessions\x12\x42\n\x07\x41\x63quire\x12\x1e.browserpool.v1.AcquireRequest\x1a\x17.browserpool.v1.Session\x12J\n\x07Release\x12\x1e.browserpool.v1.ReleaseRequest\x1a\x1f.browserpool.v1.ReleaseResponse\x12>\n\x05Renew\x12\x1c.browserpool.v1.RenewRequest\x1a\x17.browserpool.v1.Session\x12\x41\n\x03Get\x12!.browserpool.v1.GetSessionRequest\x1a\x17.browserpool.v1.Session\x12Q\n\x04List\x12#.browserpool.v1.ListSessionsRequest\x1a$.browserpool.v1.ListSessionsResponse\x12\x45\n\x05\x44rive\x12\x1c.browserpool.v1.DriveRequest\x1a\x1a.browserpool.v1.DriveEvent(\x01\x30\x01\x12?\n\x03\x41\x63t\x12\x1a.browserpool.v1.ActRequest\x1a\x1c.browserpool.v1.ActionResult\x12\x44\n\x05\x42\x61tch\x12\x1c.browserpool.v1.BatchRequest\x1a\x1d.browserpool.v1.BatchResponse\x12@\n\x06\x45vents\x12\x1d.browserpool.v1.EventsRequest\x1a\x15.browserpool.v1.Event0\x01\x12V\n\rExportContext\x12$.browserpool.v1.ExportContextRequest\x1a\x1f.browserpool.v1.ContextEnvelope\x12\\\n\rImportContext\x12$.browserpool.v1.ImportContextRequest\x1a%.browserpool.v1.ImportContextResponse\x12\x45\n\x07PutFile\x12\x1e.browserpool.v1.PutFileRequest\x1a\x18.browserpool.v1.Artifact(\x01\x12P\n\tListFiles\x12 .browserpool.v1.ListFilesRequest\x1a!.browserpool.v1.ListFilesResponse\x12\x46\n\x07GetFile\x12\x1e.browserpool.v1.GetFileRequest\x1a\x19.browserpool.v1.FileChunk0\x01\x12S\n\nDeleteFile\x12!.browserpool.v1.DeleteFileRequest\x1a\".browserpool.v1.DeleteFileResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,40 +35,58 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_ACQUIREREQUEST_LABELSENTRY']._loaded_options = None
   _globals['_ACQUIREREQUEST_LABELSENTRY']._serialized_options = b'8\001'
-  _globals['_ACQUIREREQUEST']._serialized_start=79
-  _globals['_ACQUIREREQUEST']._serialized_end=354
-  _globals['_ACQUIREREQUEST_LABELSENTRY']._serialized_start=309
-  _globals['_ACQUIREREQUEST_LABELSENTRY']._serialized_end=354
-  _globals['_RELEASEREQUEST']._serialized_start=356
-  _globals['_RELEASEREQUEST']._serialized_end=392
-  _globals['_RELEASERESPONSE']._serialized_start=394
-  _globals['_RELEASERESPONSE']._serialized_end=474
-  _globals['_RENEWREQUEST']._serialized_start=476
-  _globals['_RENEWREQUEST']._serialized_end=535
-  _globals['_GETSESSIONREQUEST']._serialized_start=537
-  _globals['_GETSESSIONREQUEST']._serialized_end=576
-  _globals['_LISTSESSIONSREQUEST']._serialized_start=578
-  _globals['_LISTSESSIONSREQUEST']._serialized_end=683
-  _globals['_LISTSESSIONSRESPONSE']._serialized_start=685
-  _globals['_LISTSESSIONSRESPONSE']._serialized_end=775
-  _globals['_DRIVEREQUEST']._serialized_start=777
-  _globals['_DRIVEREQUEST']._serialized_end=851
-  _globals['_DRIVEEVENT']._serialized_start=854
-  _globals['_DRIVEEVENT']._serialized_end=1007
-  _globals['_ACTREQUEST']._serialized_start=1009
-  _globals['_ACTREQUEST']._serialized_end=1081
-  _globals['_BATCHREQUEST']._serialized_start=1083
-  _globals['_BATCHREQUEST']._serialized_end=1181
-  _globals['_BATCHRESPONSE']._serialized_start=1183
-  _globals['_BATCHRESPONSE']._serialized_end=1301
-  _globals['_EVENTSREQUEST']._serialized_start=1303
-  _globals['_EVENTSREQUEST']._serialized_end=1338
-  _globals['_EXPORTCONTEXTREQUEST']._serialized_start=1341
-  _globals['_EXPORTCONTEXTREQUEST']._serialized_end=1504
-  _globals['_IMPORTCONTEXTREQUEST']._serialized_start=1506
-  _globals['_IMPORTCONTEXTREQUEST']._serialized_end=1622
-  _globals['_IMPORTCONTEXTRESPONSE']._serialized_start=1624
-  _globals['_IMPORTCONTEXTRESPONSE']._serialized_end=1739
-  _globals['_SESSIONS']._serialized_start=1742
-  _globals['_SESSIONS']._serialized_end=2564
+  _globals['_ARTIFACTKIND']._serialized_start=2364
+  _globals['_ARTIFACTKIND']._serialized_end=2450
+  _globals['_ACQUIREREQUEST']._serialized_start=112
+  _globals['_ACQUIREREQUEST']._serialized_end=387
+  _globals['_ACQUIREREQUEST_LABELSENTRY']._serialized_start=342
+  _globals['_ACQUIREREQUEST_LABELSENTRY']._serialized_end=387
+  _globals['_RELEASEREQUEST']._serialized_start=389
+  _globals['_RELEASEREQUEST']._serialized_end=425
+  _globals['_RELEASERESPONSE']._serialized_start=427
+  _globals['_RELEASERESPONSE']._serialized_end=507
+  _globals['_RENEWREQUEST']._serialized_start=509
+  _globals['_RENEWREQUEST']._serialized_end=568
+  _globals['_GETSESSIONREQUEST']._serialized_start=570
+  _globals['_GETSESSIONREQUEST']._serialized_end=609
+  _globals['_LISTSESSIONSREQUEST']._serialized_start=611
+  _globals['_LISTSESSIONSREQUEST']._serialized_end=716
+  _globals['_LISTSESSIONSRESPONSE']._serialized_start=718
+  _globals['_LISTSESSIONSRESPONSE']._serialized_end=808
+  _globals['_DRIVEREQUEST']._serialized_start=810
+  _globals['_DRIVEREQUEST']._serialized_end=884
+  _globals['_DRIVEEVENT']._serialized_start=887
+  _globals['_DRIVEEVENT']._serialized_end=1040
+  _globals['_ACTREQUEST']._serialized_start=1042
+  _globals['_ACTREQUEST']._serialized_end=1114
+  _globals['_BATCHREQUEST']._serialized_start=1116
+  _globals['_BATCHREQUEST']._serialized_end=1214
+  _globals['_BATCHRESPONSE']._serialized_start=1216
+  _globals['_BATCHRESPONSE']._serialized_end=1334
+  _globals['_EVENTSREQUEST']._serialized_start=1336
+  _globals['_EVENTSREQUEST']._serialized_end=1371
+  _globals['_EXPORTCONTEXTREQUEST']._serialized_start=1374
+  _globals['_EXPORTCONTEXTREQUEST']._serialized_end=1537
+  _globals['_IMPORTCONTEXTREQUEST']._serialized_start=1539
+  _globals['_IMPORTCONTEXTREQUEST']._serialized_end=1655
+  _globals['_IMPORTCONTEXTRESPONSE']._serialized_start=1657
+  _globals['_IMPORTCONTEXTRESPONSE']._serialized_end=1772
+  _globals['_ARTIFACT']._serialized_start=1775
+  _globals['_ARTIFACT']._serialized_end=1988
+  _globals['_PUTFILEREQUEST']._serialized_start=1990
+  _globals['_PUTFILEREQUEST']._serialized_end=2055
+  _globals['_LISTFILESREQUEST']._serialized_start=2057
+  _globals['_LISTFILESREQUEST']._serialized_end=2095
+  _globals['_LISTFILESRESPONSE']._serialized_start=2097
+  _globals['_LISTFILESRESPONSE']._serialized_end=2161
+  _globals['_GETFILEREQUEST']._serialized_start=2163
+  _globals['_GETFILEREQUEST']._serialized_end=2213
+  _globals['_FILECHUNK']._serialized_start=2215
+  _globals['_FILECHUNK']._serialized_end=2285
+  _globals['_DELETEFILEREQUEST']._serialized_start=2287
+  _globals['_DELETEFILEREQUEST']._serialized_end=2340
+  _globals['_DELETEFILERESPONSE']._serialized_start=2342
+  _globals['_DELETEFILERESPONSE']._serialized_end=2362
+  _globals['_SESSIONS']._serialized_start=2453
+  _globals['_SESSIONS']._serialized_end=3585
 # @@protoc_insertion_point(module_scope)

@@ -1,11 +1,26 @@
+import datetime
+
 from browserpool.v1 import common_pb2 as _common_pb2
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class ArtifactKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ARTIFACT_KIND_UNSPECIFIED: _ClassVar[ArtifactKind]
+    DOWNLOAD: _ClassVar[ArtifactKind]
+    UPLOAD: _ClassVar[ArtifactKind]
+    RECORDING: _ClassVar[ArtifactKind]
+ARTIFACT_KIND_UNSPECIFIED: ArtifactKind
+DOWNLOAD: ArtifactKind
+UPLOAD: ArtifactKind
+RECORDING: ArtifactKind
 
 class AcquireRequest(_message.Message):
     __slots__ = ("wait_ms", "ttl_ms", "idle_timeout_ms", "viewport", "labels", "context")
@@ -165,3 +180,71 @@ class ImportContextResponse(_message.Message):
     applied_storage_keys: int
     integrity_error: str
     def __init__(self, ok: _Optional[bool] = ..., applied_cookies: _Optional[int] = ..., applied_storage_keys: _Optional[int] = ..., integrity_error: _Optional[str] = ...) -> None: ...
+
+class Artifact(_message.Message):
+    __slots__ = ("name", "kind", "size", "mime_type", "sha256", "created_at", "expires_at")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    MIME_TYPE_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    kind: ArtifactKind
+    size: int
+    mime_type: str
+    sha256: str
+    created_at: _timestamp_pb2.Timestamp
+    expires_at: _timestamp_pb2.Timestamp
+    def __init__(self, name: _Optional[str] = ..., kind: _Optional[_Union[ArtifactKind, str]] = ..., size: _Optional[int] = ..., mime_type: _Optional[str] = ..., sha256: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class PutFileRequest(_message.Message):
+    __slots__ = ("session_id", "name", "chunk")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    name: str
+    chunk: bytes
+    def __init__(self, session_id: _Optional[str] = ..., name: _Optional[str] = ..., chunk: _Optional[bytes] = ...) -> None: ...
+
+class ListFilesRequest(_message.Message):
+    __slots__ = ("session_id",)
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    def __init__(self, session_id: _Optional[str] = ...) -> None: ...
+
+class ListFilesResponse(_message.Message):
+    __slots__ = ("artifacts",)
+    ARTIFACTS_FIELD_NUMBER: _ClassVar[int]
+    artifacts: _containers.RepeatedCompositeFieldContainer[Artifact]
+    def __init__(self, artifacts: _Optional[_Iterable[_Union[Artifact, _Mapping]]] = ...) -> None: ...
+
+class GetFileRequest(_message.Message):
+    __slots__ = ("session_id", "name")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    name: str
+    def __init__(self, session_id: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
+
+class FileChunk(_message.Message):
+    __slots__ = ("chunk", "artifact")
+    CHUNK_FIELD_NUMBER: _ClassVar[int]
+    ARTIFACT_FIELD_NUMBER: _ClassVar[int]
+    chunk: bytes
+    artifact: Artifact
+    def __init__(self, chunk: _Optional[bytes] = ..., artifact: _Optional[_Union[Artifact, _Mapping]] = ...) -> None: ...
+
+class DeleteFileRequest(_message.Message):
+    __slots__ = ("session_id", "name")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    name: str
+    def __init__(self, session_id: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
+
+class DeleteFileResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...

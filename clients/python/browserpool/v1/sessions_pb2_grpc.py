@@ -92,6 +92,26 @@ class SessionsStub:
                 request_serializer=browserpool_dot_v1_dot_sessions__pb2.ImportContextRequest.SerializeToString,
                 response_deserializer=browserpool_dot_v1_dot_sessions__pb2.ImportContextResponse.FromString,
                 _registered_method=True)
+        self.PutFile = channel.stream_unary(
+                '/browserpool.v1.Sessions/PutFile',
+                request_serializer=browserpool_dot_v1_dot_sessions__pb2.PutFileRequest.SerializeToString,
+                response_deserializer=browserpool_dot_v1_dot_sessions__pb2.Artifact.FromString,
+                _registered_method=True)
+        self.ListFiles = channel.unary_unary(
+                '/browserpool.v1.Sessions/ListFiles',
+                request_serializer=browserpool_dot_v1_dot_sessions__pb2.ListFilesRequest.SerializeToString,
+                response_deserializer=browserpool_dot_v1_dot_sessions__pb2.ListFilesResponse.FromString,
+                _registered_method=True)
+        self.GetFile = channel.unary_stream(
+                '/browserpool.v1.Sessions/GetFile',
+                request_serializer=browserpool_dot_v1_dot_sessions__pb2.GetFileRequest.SerializeToString,
+                response_deserializer=browserpool_dot_v1_dot_sessions__pb2.FileChunk.FromString,
+                _registered_method=True)
+        self.DeleteFile = channel.unary_unary(
+                '/browserpool.v1.Sessions/DeleteFile',
+                request_serializer=browserpool_dot_v1_dot_sessions__pb2.DeleteFileRequest.SerializeToString,
+                response_deserializer=browserpool_dot_v1_dot_sessions__pb2.DeleteFileResponse.FromString,
+                _registered_method=True)
 
 
 class SessionsServicer:
@@ -190,6 +210,41 @@ class SessionsServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PutFile(self, request_iterator, context):
+        """Upload a file into the session's files directory (a client stream: the first message
+        names the session and the file, every message carries a chunk). A file of the same name
+        is replaced once the upload is whole; an upload cut short leaves nothing. INVALID_ARGUMENT
+        for a bad name, RESOURCE_EXHAUSTED past 100 MiB. Scope sessions:write.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListFiles(self, request, context):
+        """The files in the session's files directory: its downloads and the files uploaded to it,
+        each with its size, type and SHA-256. Links and anything else a page may plant there are
+        left out. Scope sessions:read.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetFile(self, request, context):
+        """Download one file of the session: the first message carries the artifact, the others its
+        content in chunks. NOT_FOUND for an unknown name, FAILED_PRECONDITION for a link or
+        anything else that is not a plain file. Scope sessions:read.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteFile(self, request, context):
+        """Delete one file of the session. NOT_FOUND for an unknown name. Scope sessions:write.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SessionsServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -247,6 +302,26 @@ def add_SessionsServicer_to_server(servicer, server):
                     servicer.ImportContext,
                     request_deserializer=browserpool_dot_v1_dot_sessions__pb2.ImportContextRequest.FromString,
                     response_serializer=browserpool_dot_v1_dot_sessions__pb2.ImportContextResponse.SerializeToString,
+            ),
+            'PutFile': grpc.stream_unary_rpc_method_handler(
+                    servicer.PutFile,
+                    request_deserializer=browserpool_dot_v1_dot_sessions__pb2.PutFileRequest.FromString,
+                    response_serializer=browserpool_dot_v1_dot_sessions__pb2.Artifact.SerializeToString,
+            ),
+            'ListFiles': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListFiles,
+                    request_deserializer=browserpool_dot_v1_dot_sessions__pb2.ListFilesRequest.FromString,
+                    response_serializer=browserpool_dot_v1_dot_sessions__pb2.ListFilesResponse.SerializeToString,
+            ),
+            'GetFile': grpc.unary_stream_rpc_method_handler(
+                    servicer.GetFile,
+                    request_deserializer=browserpool_dot_v1_dot_sessions__pb2.GetFileRequest.FromString,
+                    response_serializer=browserpool_dot_v1_dot_sessions__pb2.FileChunk.SerializeToString,
+            ),
+            'DeleteFile': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteFile,
+                    request_deserializer=browserpool_dot_v1_dot_sessions__pb2.DeleteFileRequest.FromString,
+                    response_serializer=browserpool_dot_v1_dot_sessions__pb2.DeleteFileResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -548,6 +623,114 @@ class Sessions:
             '/browserpool.v1.Sessions/ImportContext',
             browserpool_dot_v1_dot_sessions__pb2.ImportContextRequest.SerializeToString,
             browserpool_dot_v1_dot_sessions__pb2.ImportContextResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PutFile(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(
+            request_iterator,
+            target,
+            '/browserpool.v1.Sessions/PutFile',
+            browserpool_dot_v1_dot_sessions__pb2.PutFileRequest.SerializeToString,
+            browserpool_dot_v1_dot_sessions__pb2.Artifact.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListFiles(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/browserpool.v1.Sessions/ListFiles',
+            browserpool_dot_v1_dot_sessions__pb2.ListFilesRequest.SerializeToString,
+            browserpool_dot_v1_dot_sessions__pb2.ListFilesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetFile(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/browserpool.v1.Sessions/GetFile',
+            browserpool_dot_v1_dot_sessions__pb2.GetFileRequest.SerializeToString,
+            browserpool_dot_v1_dot_sessions__pb2.FileChunk.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteFile(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/browserpool.v1.Sessions/DeleteFile',
+            browserpool_dot_v1_dot_sessions__pb2.DeleteFileRequest.SerializeToString,
+            browserpool_dot_v1_dot_sessions__pb2.DeleteFileResponse.FromString,
             options,
             channel_credentials,
             insecure,

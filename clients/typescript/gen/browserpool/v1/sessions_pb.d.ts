@@ -5,9 +5,10 @@
 // @generated from file browserpool/v1/sessions.proto (package browserpool.v1, syntax proto3)
 /* eslint-disable */
 
-import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
+import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import type { Message } from "@bufbuild/protobuf";
 import type { Action, ActionResult, ActionResultSchema, ContextEnvelope, ContextEnvelopeSchema, Event, EventSchema, Session, SessionSchema, SessionState, Viewport } from "./common_pb.js";
+import type { Timestamp } from "@bufbuild/protobuf/wkt";
 
 /**
  * Describes the file browserpool/v1/sessions.proto.
@@ -549,6 +550,251 @@ export declare type ImportContextResponse = Message<"browserpool.v1.ImportContex
 export declare const ImportContextResponseSchema: GenMessage<ImportContextResponse>;
 
 /**
+ * One file of a session.
+ *
+ * @generated from message browserpool.v1.Artifact
+ */
+export declare type Artifact = Message<"browserpool.v1.Artifact"> & {
+  /**
+   * Its name in the session's files directory.
+   *
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * @generated from field: browserpool.v1.ArtifactKind kind = 2;
+   */
+  kind: ArtifactKind;
+
+  /**
+   * Size in bytes.
+   *
+   * @generated from field: uint64 size = 3;
+   */
+  size: bigint;
+
+  /**
+   * Media type, from the name's extension (application/octet-stream when unknown).
+   *
+   * @generated from field: string mime_type = 4;
+   */
+  mimeType: string;
+
+  /**
+   * Hex SHA-256 of the content.
+   *
+   * @generated from field: string sha256 = 5;
+   */
+  sha256: string;
+
+  /**
+   * When it was last written.
+   *
+   * @generated from field: google.protobuf.Timestamp created_at = 6;
+   */
+  createdAt?: Timestamp | undefined;
+
+  /**
+   * When it is deleted; unset while it goes with the session.
+   *
+   * @generated from field: google.protobuf.Timestamp expires_at = 7;
+   */
+  expiresAt?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message browserpool.v1.Artifact.
+ * Use `create(ArtifactSchema)` to create a new message.
+ */
+export declare const ArtifactSchema: GenMessage<Artifact>;
+
+/**
+ * One message of a PutFile upload.
+ *
+ * @generated from message browserpool.v1.PutFileRequest
+ */
+export declare type PutFileRequest = Message<"browserpool.v1.PutFileRequest"> & {
+  /**
+   * The session (first message; later ones may leave it empty or repeat it).
+   *
+   * @generated from field: string session_id = 1;
+   */
+  sessionId: string;
+
+  /**
+   * The file's name: one plain name, no path, no leading dot, no control characters, at most
+   * 255 bytes (first message).
+   *
+   * @generated from field: string name = 2;
+   */
+  name: string;
+
+  /**
+   * The next part of the content (up to the message size limit each).
+   *
+   * @generated from field: bytes chunk = 3;
+   */
+  chunk: Uint8Array;
+};
+
+/**
+ * Describes the message browserpool.v1.PutFileRequest.
+ * Use `create(PutFileRequestSchema)` to create a new message.
+ */
+export declare const PutFileRequestSchema: GenMessage<PutFileRequest>;
+
+/**
+ * @generated from message browserpool.v1.ListFilesRequest
+ */
+export declare type ListFilesRequest = Message<"browserpool.v1.ListFilesRequest"> & {
+  /**
+   * @generated from field: string session_id = 1;
+   */
+  sessionId: string;
+};
+
+/**
+ * Describes the message browserpool.v1.ListFilesRequest.
+ * Use `create(ListFilesRequestSchema)` to create a new message.
+ */
+export declare const ListFilesRequestSchema: GenMessage<ListFilesRequest>;
+
+/**
+ * @generated from message browserpool.v1.ListFilesResponse
+ */
+export declare type ListFilesResponse = Message<"browserpool.v1.ListFilesResponse"> & {
+  /**
+   * By name.
+   *
+   * @generated from field: repeated browserpool.v1.Artifact artifacts = 1;
+   */
+  artifacts: Artifact[];
+};
+
+/**
+ * Describes the message browserpool.v1.ListFilesResponse.
+ * Use `create(ListFilesResponseSchema)` to create a new message.
+ */
+export declare const ListFilesResponseSchema: GenMessage<ListFilesResponse>;
+
+/**
+ * @generated from message browserpool.v1.GetFileRequest
+ */
+export declare type GetFileRequest = Message<"browserpool.v1.GetFileRequest"> & {
+  /**
+   * @generated from field: string session_id = 1;
+   */
+  sessionId: string;
+
+  /**
+   * @generated from field: string name = 2;
+   */
+  name: string;
+};
+
+/**
+ * Describes the message browserpool.v1.GetFileRequest.
+ * Use `create(GetFileRequestSchema)` to create a new message.
+ */
+export declare const GetFileRequestSchema: GenMessage<GetFileRequest>;
+
+/**
+ * One message of a GetFile download: the first carries `artifact` (and no chunk when the file
+ * is empty), then the content in order.
+ *
+ * @generated from message browserpool.v1.FileChunk
+ */
+export declare type FileChunk = Message<"browserpool.v1.FileChunk"> & {
+  /**
+   * @generated from field: bytes chunk = 1;
+   */
+  chunk: Uint8Array;
+
+  /**
+   * @generated from field: browserpool.v1.Artifact artifact = 2;
+   */
+  artifact?: Artifact | undefined;
+};
+
+/**
+ * Describes the message browserpool.v1.FileChunk.
+ * Use `create(FileChunkSchema)` to create a new message.
+ */
+export declare const FileChunkSchema: GenMessage<FileChunk>;
+
+/**
+ * @generated from message browserpool.v1.DeleteFileRequest
+ */
+export declare type DeleteFileRequest = Message<"browserpool.v1.DeleteFileRequest"> & {
+  /**
+   * @generated from field: string session_id = 1;
+   */
+  sessionId: string;
+
+  /**
+   * @generated from field: string name = 2;
+   */
+  name: string;
+};
+
+/**
+ * Describes the message browserpool.v1.DeleteFileRequest.
+ * Use `create(DeleteFileRequestSchema)` to create a new message.
+ */
+export declare const DeleteFileRequestSchema: GenMessage<DeleteFileRequest>;
+
+/**
+ * @generated from message browserpool.v1.DeleteFileResponse
+ */
+export declare type DeleteFileResponse = Message<"browserpool.v1.DeleteFileResponse"> & {
+};
+
+/**
+ * Describes the message browserpool.v1.DeleteFileResponse.
+ * Use `create(DeleteFileResponseSchema)` to create a new message.
+ */
+export declare const DeleteFileResponseSchema: GenMessage<DeleteFileResponse>;
+
+/**
+ * Where a session's file came from.
+ *
+ * @generated from enum browserpool.v1.ArtifactKind
+ */
+export enum ArtifactKind {
+  /**
+   * @generated from enum value: ARTIFACT_KIND_UNSPECIFIED = 0;
+   */
+  ARTIFACT_KIND_UNSPECIFIED = 0,
+
+  /**
+   * A page of the session downloaded it (an action, a page's own script, or a CDP client).
+   *
+   * @generated from enum value: DOWNLOAD = 1;
+   */
+  DOWNLOAD = 1,
+
+  /**
+   * A client uploaded it with PutFile.
+   *
+   * @generated from enum value: UPLOAD = 2;
+   */
+  UPLOAD = 2,
+
+  /**
+   * The session's video recording (not made yet: reserved).
+   *
+   * @generated from enum value: RECORDING = 3;
+   */
+  RECORDING = 3,
+}
+
+/**
+ * Describes the enum browserpool.v1.ArtifactKind.
+ */
+export declare const ArtifactKindSchema: GenEnum<ArtifactKind>;
+
+/**
  * Lease headless Chromium sessions and drive them. Common errors: UNAUTHENTICATED (bad or
  * missing token), PERMISSION_DENIED (scope), NOT_FOUND (unknown or another tenant's session).
  *
@@ -678,6 +924,53 @@ export declare const Sessions: GenService<{
     methodKind: "unary";
     input: typeof ImportContextRequestSchema;
     output: typeof ImportContextResponseSchema;
+  },
+  /**
+   * Upload a file into the session's files directory (a client stream: the first message
+   * names the session and the file, every message carries a chunk). A file of the same name
+   * is replaced once the upload is whole; an upload cut short leaves nothing. INVALID_ARGUMENT
+   * for a bad name, RESOURCE_EXHAUSTED past 100 MiB. Scope sessions:write.
+   *
+   * @generated from rpc browserpool.v1.Sessions.PutFile
+   */
+  putFile: {
+    methodKind: "client_streaming";
+    input: typeof PutFileRequestSchema;
+    output: typeof ArtifactSchema;
+  },
+  /**
+   * The files in the session's files directory: its downloads and the files uploaded to it,
+   * each with its size, type and SHA-256. Links and anything else a page may plant there are
+   * left out. Scope sessions:read.
+   *
+   * @generated from rpc browserpool.v1.Sessions.ListFiles
+   */
+  listFiles: {
+    methodKind: "unary";
+    input: typeof ListFilesRequestSchema;
+    output: typeof ListFilesResponseSchema;
+  },
+  /**
+   * Download one file of the session: the first message carries the artifact, the others its
+   * content in chunks. NOT_FOUND for an unknown name, FAILED_PRECONDITION for a link or
+   * anything else that is not a plain file. Scope sessions:read.
+   *
+   * @generated from rpc browserpool.v1.Sessions.GetFile
+   */
+  getFile: {
+    methodKind: "server_streaming";
+    input: typeof GetFileRequestSchema;
+    output: typeof FileChunkSchema;
+  },
+  /**
+   * Delete one file of the session. NOT_FOUND for an unknown name. Scope sessions:write.
+   *
+   * @generated from rpc browserpool.v1.Sessions.DeleteFile
+   */
+  deleteFile: {
+    methodKind: "unary";
+    input: typeof DeleteFileRequestSchema;
+    output: typeof DeleteFileResponseSchema;
   },
 }>;
 

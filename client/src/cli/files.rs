@@ -1,0 +1,122 @@
+//! `browserpool session files S [get NAME | put PATH | delete NAME]`: a session's downloads
+//! and uploads.
+
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand};
+use serde_json::json;
+
+use super::session::Out;
+use super::{CliError, Ctx};
+use crate::pb;
+
+#[derive(Debug, Args)]
+pub struct FilesArgs {
+    /// Session id.
+    session: String,
+    /// What to do; without one, the files are listed.
+    #[command(subcommand)]
+    op: Option<FilesOp>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum FilesOp {
+    /// Download one file, to --out (default: its name, in the current directory; `-` for
+    /// stdout).
+    Get {
+        /// The file's name in the session.
+        name: String,
+        #[arg(short, long)]
+        out: Option<PathBuf>,
+    },
+    /// Upload a file, under its own name or --name (a `set_input_files` action or a CDP
+    /// client's file input can then take it).
+    Put {
+        /// The file to upload.
+        path: PathBuf,
+        /// Its name in the session.
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// Delete one file.
+    Delete {
+        /// The file's name in the session.
+        name: String,
+    },
+}
+
+pub(super) async fn run(ctx: &Ctx, args: FilesArgs) -> Result<(), CliError> {
+    let session = args.session;
+    let failed = |e: crate::Error| match e {
+        crate::Error::Status(s) => ctx.status(s),
+        e => CliError::failed(e.to_string()),
+    };
+    match args.op {
+        None => {
+            let files = ctx.client.list_files(&session).await.map_err(failed)?;
+            if ctx.json {
+                return files.iter().try_for_each(|f| ctx.json_line(&artifact_json(f)));
+            }
+            if files.is_empty() {
+                return ctx.line(&format!("{session} has no files"));
+            }
+            for f in &files {
+                ctx.line(&format!("{}\t{}\t{}\t{}\t{}", f.name, kind(f), f.size, f.mime_type, f.sha256))?;
+            }
+            Ok(())
+        }
+        Some(FilesOp::Get { name, out }) => {
+            let out = Out::new(out.as_deref().unwrap_or(std::path::Path::new(&name)))?;
+            let (artifact, content) = ctx.client.get_file(&session, &name).await.map_err(failed)?;
+            out.write(&content)?;
+            match ctx.json {
+                true => ctx.json_line(&json!({"file": artifact_json(&artifact), "out": out.name()})),
+                false if matches!(out, Out::Stdout) => Ok(()),
+                false => ctx.line(&format!(
+                    "{} ({} bytes, sha256 {}) -> {}",
+                    name,
+                    artifact.size,
+                    artifact.sha256,
+                    out.name()
+                )),
+            }
+        }
+        Some(FilesOp::Put { path, name }) => {
+            let name = match name {
+                Some(name) => name,
+                None => path
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .ok_or_else(|| CliError::usage(format!("{}: give the file's name with --name", path.display())))?
+                    .to_string(),
+            };
+            let content = std::fs::read(&path).map_err(|e| CliError::usage(format!("{}: {e}", path.display())))?;
+            let artifact = ctx.client.put_file(&session, &name, &content).await.map_err(failed)?;
+            match ctx.json {
+                true => ctx.json_line(&artifact_json(&artifact)),
+                false => ctx
+                    .line(&format!("uploaded {} ({} bytes, sha256 {})", artifact.name, artifact.size, artifact.sha256)),
+            }
+        }
+        Some(FilesOp::Delete { name }) => {
+            ctx.client.delete_file(&session, &name).await.map_err(failed)?;
+            match ctx.json {
+                true => ctx.json_line(&json!({"deleted": name})),
+                false => ctx.line(&format!("deleted {name}")),
+            }
+        }
+    }
+}
+
+fn kind(f: &pb::Artifact) -> &'static str {
+    match pb::ArtifactKind::try_from(f.kind) {
+        Ok(pb::ArtifactKind::Download) => "download",
+        Ok(pb::ArtifactKind::Upload) => "upload",
+        Ok(pb::ArtifactKind::Recording) => "recording",
+        _ => "unknown",
+    }
+}
+
+fn artifact_json(f: &pb::Artifact) -> serde_json::Value {
+    json!({"name": f.name, "kind": kind(f), "size": f.size, "mime_type": f.mime_type, "sha256": f.sha256})
+}

@@ -1,0 +1,101 @@
+//! A session's files directory: where the downloads its pages make land, and where the server
+//! puts the files a client uploads. One per lease, in `<profiles_dir>/files/`, outside the
+//! worker's profile: the profile is the worker's uid's to rearrange, so a page could plant a
+//! link there in place of the directory the server then reads or writes as root. Here the
+//! parent is the server's; the directory itself is the worker's uid's (Chromium writes into
+//! it), owner only, and goes with the lease.
+
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+use std::path::{Path, PathBuf};
+
+use chromiumoxide::cdp::browser_protocol::browser::{
+    BrowserContextId, SetDownloadBehaviorBehavior, SetDownloadBehaviorParams,
+};
+
+use super::lease::{Held, Lease};
+use super::PoolError;
+
+/// The directory holding every session's files directory.
+fn root(profiles_dir: &Path) -> PathBuf {
+    profiles_dir.join("files")
+}
+
+/// Empties what a previous server on this data dir left (its sessions are gone) and makes the
+/// root anew: the server's, passable by workers (0711), not listable.
+pub(super) fn reset_root(profiles_dir: &Path) -> std::io::Result<()> {
+    let root = root(profiles_dir);
+    match std::fs::remove_dir_all(&root) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    std::fs::DirBuilder::new().recursive(true).mode(0o711).create(profiles_dir)?;
+    std::fs::DirBuilder::new().mode(0o711).create(&root)
+}
+
+/// Removes the root once no session has files left (at the pool's stop).
+pub(super) fn remove_root(profiles_dir: &Path) {
+    let _ = std::fs::remove_dir(root(profiles_dir));
+}
+
+impl Lease {
+    /// Gives the lease its files directory, owned as its worker's profile is, and sends the
+    /// session's downloads there (`Browser.setDownloadBehavior`, for its context alone when it
+    /// shares a browser). A browser that refuses is not usable (the lease, dropped, ends).
+    pub(super) async fn with_files(mut self) -> Result<Lease, PoolError> {
+        let (name, profile, browser, context) = match self.held() {
+            Held::Own(w) => (w.id.0.clone(), w.process.profile.clone(), w.driver.browser.clone(), None),
+            Held::Context(c) => (
+                format!("{}-{}", c.browser.id.0, c.context),
+                c.browser.profile.clone(),
+                c.browser.browser.clone(),
+                Some(c.context.clone()),
+            ),
+        };
+        let dir = root(&self.pool.inner.cfg.launch.profiles_dir).join(name);
+        let made = dir.clone();
+        tokio::task::spawn_blocking(move || make_dir(&made, &profile))
+            .await
+            .map_err(|e| PoolError::Launch(e.to_string()))?
+            .map_err(|e| PoolError::Launch(format!("files directory {}: {e}", dir.display())))?;
+        self.files = dir.clone();
+        let mut params = SetDownloadBehaviorParams::builder()
+            .behavior(SetDownloadBehaviorBehavior::Allow)
+            .download_path(dir.display().to_string())
+            .events_enabled(true);
+        if let Some(context) = context {
+            params = params.browser_context_id(BrowserContextId::from(context));
+        }
+        let params = params.build().map_err(PoolError::Cdp)?;
+        let timeout = self.pool.inner.cfg.launch.cdp_timeout;
+        match tokio::time::timeout(timeout, browser.execute(params)).await {
+            Ok(Ok(_)) => Ok(self),
+            Ok(Err(e)) => Err(PoolError::Cdp(format!("set download behavior: {e}"))),
+            Err(_) => Err(PoolError::Cdp(format!("set download behavior: no answer within {timeout:?}"))),
+        }
+    }
+
+    /// The session's files directory: its downloads, and the files uploaded to it. The
+    /// directory is its worker's uid's: open what is in it without following links.
+    pub fn files_dir(&self) -> &Path {
+        &self.files
+    }
+
+    /// Removes the files directory (links in it are removed, never followed).
+    pub(super) fn remove_files(&mut self) -> Option<impl FnOnce() + Send + 'static> {
+        let dir = std::mem::take(&mut self.files);
+        (!dir.as_os_str().is_empty()).then_some(move || {
+            if let Err(e) = std::fs::remove_dir_all(&dir) {
+                if e.kind() != std::io::ErrorKind::NotFound {
+                    tracing::warn!(dir = %dir.display(), error = %e, "a session's files directory could not be removed");
+                }
+            }
+        })
+    }
+}
+
+/// Makes `dir`, owner only, owned as `profile` (the worker's uid) is.
+fn make_dir(dir: &Path, profile: &Path) -> std::io::Result<()> {
+    let owner = std::fs::symlink_metadata(profile)?;
+    std::fs::DirBuilder::new().mode(0o700).create(dir)?;
+    std::os::unix::fs::chown(dir, Some(owner.uid()), Some(owner.gid()))
+}
