@@ -428,6 +428,12 @@ impl Session {
         Step::new(self, "select", selector, json!(values))
     }
 
+    /// Sets files of the session (uploaded with [`crate::Client::put_file`], or downloaded by
+    /// its pages) on an `<input type=file>`; answers the names set.
+    pub fn set_input_files(&self, selector: &str, names: &[&str]) -> Plain<'_, Vec<String>> {
+        Step::new(self, "set_input_files", selector, json!(names))
+    }
+
     /// Scrolls the element into view.
     pub fn scroll_to(&self, selector: &str) -> Plain<'_, Value> {
         Step::new(self, "scroll", selector, Value::Null)

@@ -10,6 +10,7 @@ pub mod driver;
 pub mod egress;
 pub mod error;
 pub mod events;
+pub mod filenames;
 mod keys;
 pub mod launcher;
 pub mod lock;

@@ -13,9 +13,6 @@ use std::path::Path;
 use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 use sha2::Digest;
 
-/// The longest name a file may have, in bytes (the file system's own limit).
-pub const MAX_NAME_BYTES: usize = 255;
-
 /// The most files a listing names (a page may download many more; the rest are left out).
 pub const MAX_LISTED: usize = 1000;
 
@@ -41,29 +38,12 @@ impl FileError {
     }
 }
 
-/// Checks `name` as a client gives it: one plain name in the directory, nothing a shell, a
-/// zip reader or a terminal would read as more than that.
+/// Checks `name` as a client gives it (see [`browserpool_pool::filenames`]).
 pub fn judge_name(name: &str) -> Result<(), FileError> {
-    let why = if name.is_empty() {
-        "is empty"
-    } else if name.len() > MAX_NAME_BYTES {
-        "is longer than 255 bytes"
-    } else if name.contains('/') || name.contains('\\') {
-        "has a path separator: give the name alone"
-    } else if name.starts_with('.') {
-        "starts with a dot (the browser's partial and hidden files do)"
-    } else if name.chars().any(char::is_control) {
-        "has a control character"
-    } else if name.ends_with(".crdownload") {
-        "is a download still in progress"
-    } else {
-        return Ok(());
-    };
-    let mut shown: String = name.chars().take(80).collect();
-    if shown.len() < name.len() {
-        shown.push('…');
+    match browserpool_pool::filenames::name_fault(name) {
+        None => Ok(()),
+        Some(why) => Err(FileError::BadName { name: browserpool_pool::filenames::shown(name), why }),
     }
-    Err(FileError::BadName { name: shown, why })
 }
 
 /// One file of the session.

@@ -96,6 +96,9 @@ actions! {
     Hover { selector: &'a str } = "hover", Write, selector(selector), parse::hover;
     Focus { selector: &'a str } = "focus", Write, selector(selector), parse::focus;
     Select { selector: &'a str, values: Vec<&'a str> } = "select", Write, selector(selector), parse::select;
+    /// Sets files of the session (uploaded with `PutFile`, or downloaded) on a file input.
+    SetInputFiles { selector: &'a str, names: Vec<&'a str> } = "set_input_files" ["setInputFiles", "set-input-files"],
+        Write, selector(selector), parse::set_input_files;
     Scroll { to: ScrollTo<'a> } = "scroll", Write, selector(to), parse::scroll;
     WaitFor { until: Condition<'a> } = "wait_for" ["wait"], Read, selector(until), parse::wait_for;
     /// Reads the element (`body` when no selector is given).
@@ -624,6 +627,9 @@ mod tests {
             ("focus", "#m", Value::Null, A::Focus { selector: "#m" }),
             ("select", "#s", json!("b"), A::Select { selector: "#s", values: vec!["b"] }),
             ("select", "#s", json!(["a", "c"]), A::Select { selector: "#s", values: vec!["a", "c"] }),
+            ("set_input_files", "#f", json!("a.pdf"), A::SetInputFiles { selector: "#f", names: vec!["a.pdf"] }),
+            ("set_input_files", "#f", json!(["a", "b c"]), A::SetInputFiles { selector: "#f", names: vec!["a", "b c"] }),
+            ("set_input_files", "#f", json!([]), A::SetInputFiles { selector: "#f", names: vec![] }),
             ("scroll", "#far", Value::Null, A::Scroll { to: ScrollTo::Element("#far") }),
             ("scroll", "", Value::Null, A::Scroll { to: ScrollTo::Point { x: 0.0, y: 0.0 } }),
             ("scroll", "", json!({"y": 500}), A::Scroll { to: ScrollTo::Point { x: 0.0, y: 500.0 } }),
@@ -788,6 +794,11 @@ mod tests {
             ("select", "", json!("a"), InvalidArgument, "selector: select needs a css selector"),
             ("select", "#s", json!(["a", 1]), InvalidArgument, "payload: a value or a list of value strings"),
             ("select", "#s", Value::Null, InvalidArgument, "payload: a value or a list of value strings"),
+            ("set_input_files", "", json!("a"), InvalidArgument, "selector: set_input_files needs a css selector"),
+            ("set_input_files", "#f", Value::Null, InvalidArgument, "payload: a file name or a list of file names"),
+            ("set_input_files", "#f", json!([1]), InvalidArgument, "payload: a file name or a list of file names"),
+            ("set_input_files", "#f", json!("../key"), InvalidArgument, "payload: file name \"../key\" has a path separator: give the name alone"),
+            ("set_input_files", "#f", json!(["ok", ".x"]), InvalidArgument, "payload: file name \".x\" starts with a dot (the browser's partial and hidden files do)"),
             ("scroll", "", json!({"x": "far"}), InvalidArgument, "payload.x: a number"),
             ("scroll", "", json!(3), InvalidArgument, "payload: optional {x, y}"),
             ("wait_for", "", json!({"ms": -1}), InvalidArgument, "payload.ms: a number of milliseconds is required"),

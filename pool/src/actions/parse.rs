@@ -218,6 +218,26 @@ pub(super) fn select<'a>(selector: &'a str, payload: &'a Value) -> Parsed<'a> {
     Ok(Action::Select { selector, values })
 }
 
+/// One name or a list of names of the session's files (an empty list clears the input).
+pub(super) fn set_input_files<'a>(selector: &'a str, payload: &'a Value) -> Parsed<'a> {
+    let selector = require_selector(ActionKind::SetInputFiles, selector)?;
+    let bad = || ActionFailure::invalid("payload: a file name or a list of file names");
+    let names: Vec<&str> = match payload {
+        Value::String(s) => vec![s.as_str()],
+        Value::Array(a) => a.iter().map(Value::as_str).collect::<Option<_>>().ok_or_else(bad)?,
+        _ => return Err(bad()),
+    };
+    for name in &names {
+        if let Some(why) = crate::filenames::name_fault(name) {
+            return Err(ActionFailure::invalid(format!(
+                "payload: file name {:?} {why}",
+                crate::filenames::shown(name)
+            )));
+        }
+    }
+    Ok(Action::SetInputFiles { selector, names })
+}
+
 /// A selector scrolls its element into view; a point then conflicts with it.
 pub(super) fn scroll<'a>(selector: &'a str, payload: &'a Value) -> Parsed<'a> {
     if !selector.is_empty() {

@@ -124,7 +124,9 @@ impl ActionKind {
         use ActionKind as K;
         match self {
             K::Navigate | K::Back | K::Forward | K::Reload | K::LoadHtml | K::Url | K::Title => navigation(self),
-            K::Click | K::Type | K::Fill | K::Press | K::Hover | K::Focus | K::Select | K::Scroll => input(self),
+            K::Click | K::Type | K::Fill | K::Press | K::Hover | K::Focus | K::Select | K::SetInputFiles | K::Scroll => {
+                input(self)
+            }
             K::WaitFor | K::Extract | K::Attr | K::Evaluate => dom(self),
             K::Screenshot | K::Pdf | K::SetViewport => capture(self),
             K::NewTab | K::SwitchTab | K::CloseTab | K::ListTabs => tabs(self),
@@ -269,6 +271,17 @@ fn input(kind: ActionKind) -> &'static Reference {
             options: &[],
             result: "the values now selected, a list",
             errors: &[ELEMENT, ("INVALID_ARGUMENT", "not a `<select>`, or no option has one of the values")],
+        },
+        K::SetInputFiles => &Reference {
+            summary: "Sets files of the session (uploaded with `PutFile`, or downloaded by its pages) on a file input, as a user choosing them would (the page sees `input` and `change`).",
+            selector: SelectorUse::Required("a CSS selector of an `<input type=file>`"),
+            payload: "a file name, or a list of file names (several only for a `multiple` input; an empty list clears it)",
+            options: &[],
+            result: "the names set, a list",
+            errors: &[
+                ELEMENT,
+                ("INVALID_ARGUMENT", "not a file input, a name with a path or a leading dot, or no such file among the session's files"),
+            ],
         },
         K::Scroll => &Reference {
             summary: "Scrolls the element into view, or the window to a point.",

@@ -84,6 +84,8 @@ pub struct Driver {
     pub(crate) cfg: DriverConfig,
     pub(crate) shared: Arc<Shared>,
     viewport: Mutex<Option<Viewport>>,
+    /// The session's files directory, where `set_input_files` finds its files.
+    files: Mutex<Option<std::path::PathBuf>>,
 }
 
 impl Drop for Driver {
@@ -212,7 +214,7 @@ impl Driver {
             watch_targets(shared.clone(), raw.clone(), browser.clone(), created, destroyed, t)
                 .instrument(tracing::debug_span!("target_watcher")),
         );
-        Ok(Driver { browser, raw, cfg, shared, viewport: Mutex::new(None) })
+        Ok(Driver { browser, raw, cfg, shared, viewport: Mutex::new(None), files: Mutex::new(None) })
     }
 
     /// Ends the driver's watchers now, before it is dropped: a warm worker turned into a
@@ -322,6 +324,16 @@ impl Driver {
     /// The viewport sessions see now.
     pub(crate) fn current_viewport(&self) -> Viewport {
         lock(&self.viewport).unwrap_or_default()
+    }
+
+    /// Gives the driver its session's files directory (see `pool/files.rs`).
+    pub(crate) fn set_files_dir(&self, dir: std::path::PathBuf) {
+        *lock(&self.files) = Some(dir);
+    }
+
+    /// The session's files directory, once its lease has one.
+    pub(crate) fn files_dir(&self) -> Option<std::path::PathBuf> {
+        lock(&self.files).clone()
     }
 
     fn open_dialog(&self) -> Option<OpenDialog> {

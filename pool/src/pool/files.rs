@@ -58,6 +58,7 @@ impl Lease {
             .map_err(|e| PoolError::Launch(e.to_string()))?
             .map_err(|e| PoolError::Launch(format!("files directory {}: {e}", dir.display())))?;
         self.files = dir.clone();
+        self.driver().set_files_dir(dir.clone());
         let mut params = SetDownloadBehaviorParams::builder()
             .behavior(SetDownloadBehaviorBehavior::Allow)
             .download_path(dir.display().to_string())

@@ -205,6 +205,7 @@ mod tests {
         let drag = |f: Value| json!({"type": "drop", "x": 1, "y": 1, "data": {"items": [], "files": f, "dragOperationsMask": 1}});
         for (method, params) in [
             ("DOM.setFileInputFiles", files(json!(["/etc/passwd"]))),
+            ("DOM.setFileInputFiles", files(json!(["/d/../etc/passwd"]))),
             ("Input.dispatchDragEvent", drag(json!(["/var/lib/browserpool/jwt-hs256.key"]))),
         ] {
             match judge(method, Some(&params), "/d", &allow_all) {
@@ -221,6 +222,36 @@ mod tests {
         let cookies = json!({"cookies": [{"name": "a", "value": "b", "path": "/etc"}]});
         assert_eq!(judge("Network.setCookies", Some(&cookies), "/d", &allow_all), Verdict::Forward);
         assert!(carries(Some(&cookies), "cookies.path") && !carries(Some(&cookies), "cookies.domain"));
+    }
+
+    #[test]
+    fn a_file_input_takes_the_session_s_own_files_only() {
+        let files = |f: Value| json!({"files": f, "backendNodeId": 7});
+        let dir = "/srv/files/w-1";
+        for given in [json!(["a.pdf", "b c.txt"]), json!(["/srv/files/w-1/a.pdf", "b c.txt"])] {
+            match judge("DOM.setFileInputFiles", Some(&files(given.clone())), dir, &allow_all) {
+                Verdict::Rewrite(p) => {
+                    assert_eq!(
+                        p,
+                        json!({"files": ["/srv/files/w-1/a.pdf", "/srv/files/w-1/b c.txt"], "backendNodeId": 7})
+                    )
+                }
+                other => panic!("{given}: {other:?}"),
+            }
+        }
+        for given in [
+            json!(["/etc/passwd"]),
+            json!(["../w-2/a.pdf"]),
+            json!(["/srv/files/w-1/../../key"]),
+            json!(["/srv/files/w-10/a.pdf"]),
+            json!([".hidden"]),
+            json!(["ok.txt", 5]),
+        ] {
+            match judge("DOM.setFileInputFiles", Some(&files(given.clone())), dir, &allow_all) {
+                Verdict::Refuse(why) => assert!(why.starts_with("files: "), "{given}: {why}"),
+                other => panic!("{given}: {other:?}"),
+            }
+        }
     }
 
     #[test]

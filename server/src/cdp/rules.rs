@@ -38,8 +38,11 @@ pub enum FileParam {
     /// A message carrying it (present and not empty) is refused: the browser would read the
     /// host's files with the worker's rights.
     Refused,
-    /// It becomes the session's own download directory.
+    /// It becomes the session's own files directory (where its downloads land).
     SessionDir,
+    /// Each entry names a file of the session's files directory: a bare name, or its path
+    /// there, becomes that path; any other path (or a bad name) refuses the message.
+    SessionFiles,
     /// Its name says path or file, but it names no host file (why, in words).
     NotAHostPath(&'static str),
 }
@@ -49,7 +52,7 @@ pub enum FileParam {
 /// like a path, file or directory): a test reads `/json/protocol` of the Chromium the suite
 /// runs and fails on one missing here. Dotted names are fields of a parameter's object.
 pub const FILE_PARAMS: &[(&str, &str, FileParam)] = &[
-    ("DOM.setFileInputFiles", "files", FileParam::Refused),
+    ("DOM.setFileInputFiles", "files", FileParam::SessionFiles),
     ("Input.dispatchDragEvent", "data.files", FileParam::Refused),
     ("Extensions.loadUnpacked", "path", FileParam::Refused),
     ("PWA.launchFilesInApp", "files", FileParam::Refused),
@@ -139,6 +142,17 @@ pub fn judge(
             },
             None => Verdict::Forward,
         },
+        "DOM.setFileInputFiles" => match param("files") {
+            Some(Value::Array(files)) if !files.is_empty() => match session_files(files, download_dir) {
+                Ok(paths) => {
+                    let mut rewritten = params.cloned().unwrap_or_else(|| json!({}));
+                    rewritten["files"] = paths;
+                    Verdict::Rewrite(rewritten)
+                }
+                Err(why) => Verdict::Refuse(why),
+            },
+            _ => Verdict::Forward,
+        },
         // Kept (Playwright sends its own machine's artifacts dir on every connect), but the
         // files land in the session's directory, never at a path of the server's choosing.
         "Browser.setDownloadBehavior" | "Page.setDownloadBehavior" => {
@@ -153,4 +167,22 @@ pub fn judge(
         }
         _ => Verdict::Forward,
     }
+}
+
+/// The paths of `DOM.setFileInputFiles` `files` in the session's files directory `dir`: each
+/// a bare name (as `set_input_files` takes them) or its path in `dir`; any other is refused.
+fn session_files(files: &[Value], dir: &str) -> Result<Value, String> {
+    let mut paths = Vec::new();
+    for file in files {
+        let given = file.as_str().ok_or("files: a list of file names")?;
+        let name = given.strip_prefix(dir).and_then(|rest| rest.strip_prefix('/')).unwrap_or(given);
+        if let Some(why) = browserpool_pool::filenames::name_fault(name) {
+            return Err(format!(
+                "files: {:?} {why}; only the session's own files are taken (upload them with PutFile, then name them)",
+                browserpool_pool::filenames::shown(given)
+            ));
+        }
+        paths.push(json!(format!("{dir}/{name}")));
+    }
+    Ok(json!(paths))
 }

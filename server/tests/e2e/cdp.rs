@@ -270,7 +270,7 @@ async fn a_hostile_cdp_client_is_contained_and_recorded() {
     refused("fetchFromPage", "Failed to fetch");
     refused("createTarget", "blocked by policy");
     refused("proxyContext", "its own proxy");
-    refused("fileInput", "file system");
+    refused("fileInput", "only the session's own files");
     refused("navigateFile", "scheme `file`");
     refused("browserClose", "release the session instead");
     assert_eq!(seen["fetchDisable"], "ok", "a client may drop its own interception");

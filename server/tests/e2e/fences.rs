@@ -358,7 +358,7 @@ async fn every_cdp_parameter_that_can_name_a_host_file_is_judged() {
     for (method, path, how) in FILE_PARAMS {
         let params = params_at(path, serde_json::json!(["/var/lib/browserpool/jwt-hs256.key"]));
         match (how, judge(method, Some(&params), "/session/downloads", &allow)) {
-            (FileParam::Refused, Verdict::Refuse(_)) | (FileParam::NotAHostPath(_), _) => {}
+            (FileParam::Refused | FileParam::SessionFiles, Verdict::Refuse(_)) | (FileParam::NotAHostPath(_), _) => {}
             (FileParam::SessionDir, Verdict::Rewrite(p)) => assert_eq!(p[path], "/session/downloads", "{method}"),
             (how, verdict) => panic!("{method} {path} ({how:?}) was judged {verdict:?}"),
         }

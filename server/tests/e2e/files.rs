@@ -161,3 +161,96 @@ async fn another_tenant_s_or_a_reader_s_calls_and_planted_links_reach_nothing() 
     owner.release(&id).await.unwrap();
     server.stop().await;
 }
+
+/// A page with a file input that shows what it was given: `window.got` is the names and the
+/// text of each file, once read.
+const FILE_INPUT: &str = r#"<input type="file" id="f" multiple><input type="file" id="one"><p id="p">x</p>
+<script>
+  window.got = null;
+  document.getElementById('f').addEventListener('change', async (e) => {
+    const files = Array.from(e.target.files);
+    window.got = await Promise.all(files.map(async (f) => f.name + '=' + await f.text()));
+  });
+</script>"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn set_input_files_gives_a_page_the_session_s_files_and_nothing_else() {
+    let server = TestServer::start().await;
+    let client = server.admin().await;
+    let id = client.acquire(30_000).await.unwrap().session_id;
+    client.put_file(&id, "note.txt", b"uploaded through PutFile").await.unwrap();
+    client.put_file(&id, "second.csv", b"a,b").await.unwrap();
+    ok(&act(&client, &id, action("load_html", "", FILE_INPUT)).await);
+
+    let set =
+        ok(&act(&client, &id, action("set_input_files", "#f", serde_json::json!(["note.txt", "second.csv"]))).await);
+    assert_eq!(set, serde_json::json!(["note.txt", "second.csv"]));
+    let got = eventually("the page to read its files", Duration::from_secs(10), || async {
+        let v = ok(&act(&client, &id, action("evaluate", "", "window.got")).await);
+        (!v.is_null()).then_some(v)
+    })
+    .await;
+    assert_eq!(got, serde_json::json!(["note.txt=uploaded through PutFile", "second.csv=a,b"]));
+
+    // Refused, each saying why: an unknown file, a planted link, not a file input, two files
+    // for a single input, a path.
+    std::os::unix::fs::symlink("/etc/hostname", files_dir(&server).join("link.txt")).unwrap();
+    for (selector, payload, why) in [
+        ("#f", serde_json::json!("missing.txt"), "no file \"missing.txt\" among the session's files"),
+        ("#f", serde_json::json!("link.txt"), "is not a plain file of the session"),
+        ("#p", serde_json::json!("note.txt"), "is not an <input type=file>"),
+        ("#one", serde_json::json!(["note.txt", "second.csv"]), "several files for an input without `multiple`"),
+        ("#f", serde_json::json!("/etc/passwd"), "has a path separator"),
+    ] {
+        let r = act(&client, &id, action("set_input_files", selector, payload.clone())).await;
+        assert_eq!(crate::helpers::err_code(&r), pb::ErrorCode::InvalidArgument, "{payload}");
+        let message = &r.error.as_ref().unwrap().message;
+        assert!(message.contains(why), "{payload}: {message}");
+    }
+    client.release(&id).await.unwrap();
+    server.stop().await;
+}
+
+/// Over CDP, `DOM.setFileInputFiles` takes the session's own files, by bare name, and nothing
+/// outside them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cdp_client_sets_the_session_s_files_on_an_input_by_name() {
+    use serde_json::json;
+    let server = TestServer::start().await;
+    let client = server.admin().await;
+    let session = client.acquire(30_000).await.unwrap();
+    let id = session.session_id.clone();
+    client.put_file(&id, "note.txt", b"through cdp").await.unwrap();
+    ok(&act(&client, &id, action("load_html", "", FILE_INPUT)).await);
+
+    let mut ws = crate::cdp::connect(&session.cdp_url).await;
+    let targets = crate::cdp::reply_to(&mut ws, json!({"id": 1, "method": "Target.getTargets"})).await;
+    let page = targets["result"]["targetInfos"].as_array().unwrap().iter().find(|t| t["type"] == "page").unwrap()
+        ["targetId"]
+        .clone();
+    let attach = json!({"id": 2, "method": "Target.attachToTarget", "params": {"targetId": page, "flatten": true}});
+    let sid = crate::cdp::reply_to(&mut ws, attach).await["result"]["sessionId"].clone();
+    let doc = crate::cdp::reply_to(&mut ws, json!({"id": 3, "sessionId": sid, "method": "DOM.getDocument"})).await;
+    let root = doc["result"]["root"]["nodeId"].clone();
+    let query =
+        json!({"id": 4, "sessionId": sid, "method": "DOM.querySelector", "params": {"nodeId": root, "selector": "#f"}});
+    let node = crate::cdp::reply_to(&mut ws, query).await["result"]["nodeId"].clone();
+    let set = |n: u64, files: serde_json::Value| json!({"id": n, "sessionId": sid, "method": "DOM.setFileInputFiles", "params": {"files": files, "nodeId": node}});
+    let answer = crate::cdp::reply_to(&mut ws, set(5, json!(["note.txt"]))).await;
+    assert!(answer.get("error").is_none(), "{answer}");
+    let got = eventually("the page to read the file", Duration::from_secs(10), || async {
+        let v = ok(&act(&client, &id, action("evaluate", "", "window.got")).await);
+        (!v.is_null()).then_some(v)
+    })
+    .await;
+    assert_eq!(got, json!(["note.txt=through cdp"]));
+    let key = server.data_dir.path().join("jwt-hs256.key");
+    for (n, files) in [(6, json!([key.to_str().unwrap()])), (7, json!(["../../etc/passwd"]))] {
+        let answer = crate::cdp::reply_to(&mut ws, set(n, files.clone())).await;
+        let message = answer["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains("only the session's own files"), "{files}: {answer}");
+    }
+    drop(ws);
+    client.release(&id).await.unwrap();
+    server.stop().await;
+}

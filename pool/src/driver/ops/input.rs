@@ -1,11 +1,13 @@
 //! What a user does with mouse and keyboard: `click`, `type`, `fill`, `press`, `hover`,
-//! `focus`, `select`, `scroll`.
+//! `focus`, `select`, `set_input_files`, `scroll`.
 
+use chromiumoxide::cdp::browser_protocol::dom::SetFileInputFilesParams;
 use chromiumoxide::cdp::browser_protocol::input::{
     DispatchMouseEventParams, DispatchMouseEventType, InsertTextParams, MouseButton,
 };
 use chromiumoxide::Page;
 use serde_json::{json, Value};
+use std::path::Path;
 
 use super::{element, json_result, value};
 use crate::actions::{Button, ScrollTo};
@@ -134,6 +136,71 @@ pub(super) async fn select(page: &Page, selector: &str, values: &[&str], until: 
             m.get("missing").cloned().unwrap_or_default()
         ))),
         selected => Ok(value(selected)),
+    }
+}
+
+/// Sets files of the session's files directory `dir` on a file input, as a user choosing them
+/// would. Each must be a plain file there (opened without following a link, one link only):
+/// what a page may have planted in the directory is refused.
+pub(super) async fn set_input_files(
+    page: &Page,
+    dir: Option<&Path>,
+    selector: &str,
+    names: &[&str],
+    until: Deadline,
+) -> ActResult<ActionOutput> {
+    let dir = dir.ok_or_else(|| ActionFailure::new(FailureCode::Internal, "the session has no files directory"))?;
+    let paths = names.iter().map(|name| session_file(dir, name)).collect::<ActResult<Vec<_>>>()?;
+    let el = element(page, selector, until).await?;
+    let kind = el
+        .call_js_fn(
+            "function() { if (this.tagName !== 'INPUT' || this.type !== 'file') return 'other'; \
+             if (this.multiple) return 'multiple'; return 'single'; }",
+            false,
+        )
+        .await
+        .map_err(ActionFailure::cdp)?;
+    match kind.result.value.as_ref().and_then(Value::as_str) {
+        Some("single") if names.len() > 1 => {
+            return Err(ActionFailure::invalid("payload: several files for an input without `multiple`"))
+        }
+        Some("single" | "multiple") => {}
+        _ => return Err(ActionFailure::invalid(format!("selector: {selector} is not an <input type=file>"))),
+    }
+    if paths.is_empty() {
+        // DOM.setFileInputFiles takes no empty list: cleared as a user's cancel would.
+        el.call_js_fn(
+            "function() { this.value = ''; this.dispatchEvent(new Event('input', {bubbles: true})); \
+             this.dispatchEvent(new Event('change', {bubbles: true})); }",
+            false,
+        )
+        .await
+        .map_err(ActionFailure::cdp)?;
+    } else {
+        let set = SetFileInputFilesParams::builder()
+            .files(paths)
+            .backend_node_id(el.backend_node_id)
+            .build()
+            .map_err(ActionFailure::invalid)?;
+        page.execute(set).await.map_err(ActionFailure::cdp)?;
+    }
+    Ok(value(json!(names)))
+}
+
+/// The path of file `name` of the session's files directory, once it is known to be a plain
+/// file of it.
+fn session_file(dir: &Path, name: &str) -> ActResult<String> {
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let path = dir.join(name);
+    let opened = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(&path);
+    match opened.and_then(|f| f.metadata()) {
+        Ok(m) if m.file_type().is_file() && m.nlink() == 1 => Ok(path.display().to_string()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(ActionFailure::invalid(format!(
+            "payload: no file {name:?} among the session's files (upload it with PutFile first)"
+        ))),
+        _ => Err(ActionFailure::invalid(format!(
+            "payload: {name:?} is not a plain file of the session (a link, a directory, or a file with other links)"
+        ))),
     }
 }
 

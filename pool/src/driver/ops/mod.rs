@@ -66,6 +66,10 @@ impl Driver {
             Action::Hover { selector } => on_tab!(tab => input::hover(&tab.page, selector, until)),
             Action::Focus { selector } => on_tab!(tab => input::focus(&tab.page, selector, until)),
             Action::Select { selector, values } => on_tab!(tab => input::select(&tab.page, selector, &values, until)),
+            Action::SetInputFiles { selector, names } => {
+                let dir = self.files_dir();
+                on_tab!(tab => input::set_input_files(&tab.page, dir.as_deref(), selector, &names, until))
+            }
             Action::Scroll { to } => on_tab!(tab => input::scroll(&tab.page, to, until)),
             Action::WaitFor { until: condition } => on_tab!(tab => dom::wait_for(&tab.page, condition, until)),
             Action::Extract { selector, format } => on_tab!(tab => dom::extract(&tab.page, selector, format, until)),
