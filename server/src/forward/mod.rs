@@ -8,8 +8,9 @@
 //! - gRPC: [`ForwardLayer`], outermost, reads the first request message of the rpcs in
 //!   [`SESSION_RPCS`] (unary or streaming), takes the session id out of it and either lets
 //!   the call through or relays it over HTTP/2 to the owner's gRPC listener.
-//! - CDP: [`cdp_forward`] relays a `/cdp/{session}` upgrade to the owner's HTTP listener and
-//!   then splices the two upgraded connections.
+//! - HTTP: [`session_forward`] relays a `/cdp/{session}` upgrade to the owner's HTTP listener
+//!   and then splices the two upgraded connections, and a `/sessions/{session}/...` download
+//!   with its answer as it streams.
 //!
 //! A forwarded call carries [`HOP_HEADER`], and a call that carries it is never forwarded
 //! again (its receiver answers from what it holds). Between replicas TLS is on when the
@@ -25,7 +26,7 @@ mod relay;
 
 pub use layer::{ForwardLayer, ForwardService};
 pub use peers::Peers;
-pub use relay::cdp_forward;
+pub use relay::session_forward;
 
 /// Set on every forwarded request, to the forwarding replica's id: its receiver never
 /// forwards it again.

@@ -59,12 +59,13 @@ impl Peers {
         }
     }
 
-    /// Relays a `/cdp/{id}` upgrade to `owner`'s HTTP listener; once both sides upgraded,
-    /// splices them until either closes or this server stops.
-    pub(super) async fn forward_cdp(&self, mut req: AxumRequest, owner: &ReplicaRecord, id: &str) -> AxumResponse {
+    /// Relays a request about session `id` to `owner`'s HTTP listener: an answer that is not
+    /// an upgrade goes back as it streams; a `/cdp/{id}` upgrade, once both sides upgraded, is
+    /// spliced until either closes or this server stops.
+    pub(super) async fn forward_http(&self, mut req: AxumRequest, owner: &ReplicaRecord, id: &str) -> AxumResponse {
         // Nothing checked the caller yet: the answer names no address; the log does.
         let unreachable = |e: &dyn std::fmt::Display| {
-            tracing::warn!(session = %id, replica = %owner.id, addr = %owner.http_addr, error = %e, "could not relay a cdp connection to the replica holding its session");
+            tracing::warn!(session = %id, replica = %owner.id, addr = %owner.http_addr, error = %e, "could not relay a request to the replica holding its session");
             (
                 http::StatusCode::SERVICE_UNAVAILABLE,
                 format!("the replica holding session {id} cannot be reached; retry, or see the server log\n"),
@@ -133,16 +134,26 @@ impl Peers {
     }
 }
 
-/// Axum middleware on `/cdp/{session}`: relays the upgrade to the replica holding the
-/// session, or lets this replica's handler answer.
-pub async fn cdp_forward(State(peers): State<Peers>, req: AxumRequest, next: Next) -> AxumResponse {
-    let id = req.uri().path().strip_prefix(crate::cdp::CDP_PREFIX).unwrap_or_default().to_string();
-    if id.is_empty() || id.contains('/') || req.headers().contains_key(HOP_HEADER) {
+/// The session a request of the HTTP listener is about: `/cdp/{session}`, or
+/// `/sessions/{session}/...`.
+fn http_session(path: &str) -> Option<&str> {
+    let id = match path.strip_prefix(crate::cdp::CDP_PREFIX) {
+        Some(id) => id,
+        None => path.strip_prefix("/sessions/")?.split('/').next()?,
+    };
+    (!id.is_empty() && !id.contains('/')).then_some(id)
+}
+
+/// Axum middleware on `/cdp/{session}` and `/sessions/{session}/...`: relays the request to
+/// the replica holding the session, or lets this replica's handler answer.
+pub async fn session_forward(State(peers): State<Peers>, req: AxumRequest, next: Next) -> AxumResponse {
+    let Some(id) = http_session(req.uri().path()).map(str::to_string) else { return next.run(req).await };
+    if req.headers().contains_key(HOP_HEADER) {
         return next.run(req).await;
     }
     // The ticket or token is checked by the owner alone (a ticket lives in its memory).
     match peers.route(&id, None).await {
-        Route::Owner(owner) => peers.forward_cdp(req, &owner, &id).await,
+        Route::Owner(owner) => peers.forward_http(req, &owner, &id).await,
         // Nothing checked the caller yet: the answer names no database error; the log does.
         Route::Unavailable(_) => (
             http::StatusCode::SERVICE_UNAVAILABLE,

@@ -254,3 +254,87 @@ async fn a_cdp_client_sets_the_session_s_files_on_an_input_by_name() {
     client.release(&id).await.unwrap();
     server.stop().await;
 }
+
+/// One HTTP/1.1 GET of `path` on `addr` with an optional Bearer token: the status line, the
+/// head, and the body as bytes (the server sends a length).
+pub(crate) async fn http_fetch(addr: &str, path: &str, token: Option<&str>) -> (String, String, Vec<u8>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Connection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut out = Vec::new();
+    stream.read_to_end(&mut out).await.unwrap();
+    let end = out.windows(4).position(|w| w == b"\r\n\r\n").expect("a head") + 4;
+    let head = String::from_utf8_lossy(&out[..end]).to_string();
+    let status = head.lines().next().unwrap_or_default().to_string();
+    (status, head.to_ascii_lowercase(), out[end..].to_vec())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_over_http_one_by_one_and_zipped_with_the_token_s_rules() {
+    let server = TestServer::start().await;
+    let client = server.admin().await;
+    let id = client.acquire(30_000).await.unwrap().session_id;
+    let binary: Vec<u8> = (0..200_000).map(|i| (i * 7 % 256) as u8).collect();
+    client.put_file(&id, "a b.txt", b"alpha").await.unwrap();
+    client.put_file(&id, "data.bin", &binary).await.unwrap();
+    let http = server.http.to_string();
+    let token = server.admin_token.clone();
+
+    let (status, head, body) = http_fetch(&http, &format!("/sessions/{id}/files/a%20b.txt"), Some(&token)).await;
+    assert_eq!(status, "HTTP/1.1 200 OK", "{head}");
+    assert_eq!(body, b"alpha");
+    assert!(head.contains("content-type: text/plain"), "{head}");
+    assert!(head.contains(&format!("x-checksum-sha256: {}", sha256(b"alpha"))), "{head}");
+    assert!(head.contains("content-disposition: attachment; filename*=utf-8''a%20b.txt"), "{head}");
+
+    let (status, head, body) = http_fetch(&http, &format!("/sessions/{id}/files.zip"), Some(&token)).await;
+    assert_eq!(status, "HTTP/1.1 200 OK", "{head}");
+    assert!(head.contains("content-type: application/zip"), "{head}");
+    let mut zip = zip::ZipArchive::new(std::io::Cursor::new(body)).unwrap();
+    let mut found = Vec::new();
+    for i in 0..zip.len() {
+        let mut entry = zip.by_index(i).unwrap();
+        let mut content = Vec::new();
+        std::io::Read::read_to_end(&mut entry, &mut content).unwrap();
+        found.push((entry.name().to_string(), sha256(&content)));
+    }
+    assert_eq!(found, [("a b.txt".to_string(), sha256(b"alpha")), ("data.bin".to_string(), sha256(&binary))]);
+
+    // No token, a bad one, another tenant's, an unknown file, a bad name: each its status.
+    let other = pb::Tenant { id: "other-tenant".into(), max_slots: 1, max_queue: 1, ..Default::default() };
+    client.admin().put_tenant(pb::PutTenantRequest { tenant: Some(other) }).await.unwrap();
+    let foreign = server.token("other-tenant", "ci", &["sessions:read"]).await;
+    for (path, token, want) in [
+        (format!("/sessions/{id}/files/a%20b.txt"), None, "HTTP/1.1 401 Unauthorized"),
+        (format!("/sessions/{id}/files/a%20b.txt"), Some("not-a-token"), "HTTP/1.1 401 Unauthorized"),
+        (format!("/sessions/{id}/files/a%20b.txt"), Some(foreign.as_str()), "HTTP/1.1 404 Not Found"),
+        (format!("/sessions/{id}/files.zip"), Some(foreign.as_str()), "HTTP/1.1 404 Not Found"),
+        (format!("/sessions/{id}/files/nope.txt"), Some(token.as_str()), "HTTP/1.1 404 Not Found"),
+        (format!("/sessions/{id}/files/..%2Fkey"), Some(token.as_str()), "HTTP/1.1 400 Bad Request"),
+    ] {
+        let (status, head, body) = http_fetch(&http, &path, token).await;
+        assert_eq!(status, want, "{path} {token:?}: {head}{}", String::from_utf8_lossy(&body));
+    }
+    let (_, head, _) = http_fetch(&http, &format!("/sessions/{id}/files/a%20b.txt"), None).await;
+    assert!(head.contains("www-authenticate: bearer"), "{head}");
+
+    // Each fetch is a record with the names, sizes and hashes.
+    let records = eventually("the http fetch records", Duration::from_secs(10), || async {
+        let q = pb::QueryAuditRequest { session_id: id.clone(), limit: 1000, ..Default::default() };
+        let mut stream = client.admin().query_audit(q).await.unwrap().into_inner();
+        let mut got = Vec::new();
+        while let Some(r) = stream.message().await.unwrap() {
+            if r.rpc.starts_with("GET /sessions/") && r.outcome == "ok" {
+                got.push(r.target);
+            }
+        }
+        (got.len() >= 2).then_some(got)
+    })
+    .await;
+    assert!(records.contains(&format!("name=a b.txt size=5 sha256={}", sha256(b"alpha"))), "{records:?}");
+    assert!(records.iter().any(|r| r.contains("; name=data.bin size=200000 ")), "{records:?}");
+    client.release(&id).await.unwrap();
+    server.stop().await;
+}

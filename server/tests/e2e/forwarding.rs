@@ -120,6 +120,13 @@ async fn three_replicas_behind_a_round_robin_proxy_serve_any_session() {
         let live: Vec<_> = listed.iter().filter(|s| s.state == pb::SessionState::Ready as i32).collect();
         assert_eq!(live.len(), 3, "{listed:?}");
     }
+    // A file over HTTP through a replica that does not hold the session: relayed to its owner.
+    let http = [a.http.clone(), b.http.clone(), c.http.clone()];
+    for (i, s) in held.iter().enumerate() {
+        let path = format!("/sessions/{}/files/round-2.txt", s.session_id);
+        let (status, head, body) = crate::files::http_fetch(&http[(i + 1) % 3], &path, Some(&token)).await;
+        assert_eq!((status.as_str(), body.as_slice()), ("HTTP/1.1 200 OK", b"round-2.txt".as_slice()), "{head}");
+    }
 
     // Streams: Events and Drive through each replica, for a session held by another.
     for (i, s) in held.iter().enumerate() {

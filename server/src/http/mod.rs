@@ -1,7 +1,10 @@
 //! The HTTP side listener: `/healthz` (process up), `/readyz` (fit to take sessions: not
 //! draining, the database takes writes, the audit trail is written, workers boot),
-//! `/metrics` (Prometheus text) and `/cdp/<session>`, the CDP proxy's WebSocket (see
-//! [`crate::cdp`]). Request paths are never logged: a `cdp_url` carries its ticket.
+//! `/metrics` (Prometheus text), `/cdp/<session>`, the CDP proxy's WebSocket (see
+//! [`crate::cdp`]), and a session's files ([`files`]). Request paths are never logged: a
+//! `cdp_url` carries its ticket.
+
+mod files;
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -39,7 +42,17 @@ pub fn router(state: HttpState) -> Router {
         .route("/metrics", get(metrics))
         .route(
             "/cdp/{session}",
-            get(cdp).layer(axum::middleware::from_fn_with_state(state.peers.clone(), crate::forward::cdp_forward)),
+            get(cdp).layer(axum::middleware::from_fn_with_state(state.peers.clone(), crate::forward::session_forward)),
+        )
+        .route(
+            "/sessions/{session}/files/{name}",
+            get(files::file)
+                .layer(axum::middleware::from_fn_with_state(state.peers.clone(), crate::forward::session_forward)),
+        )
+        .route(
+            "/sessions/{session}/files.zip",
+            get(files::zip)
+                .layer(axum::middleware::from_fn_with_state(state.peers.clone(), crate::forward::session_forward)),
         )
         .with_state(state)
         .layer(axum::middleware::from_fn_with_state(gate, client_cert_gate))
@@ -191,19 +204,37 @@ fn refuse_cdp(
             e,
             CdpError::NoCredentials | CdpError::BadToken(_) | CdpError::TicketRevoked | CdpError::NotFound(_)
         );
+    tracing::info!(session = %session, reason = %e, "cdp connection refused");
+    let refusal = Refusal { source, claims, session, rpc: CDP_RPC, unproven };
+    refuse(state, refusal, e.status(), e.to_string())
+}
+
+/// A request refused before it was served, and whether its caller showed no valid token.
+struct Refusal<'a> {
+    source: &'a str,
+    claims: Option<&'a crate::auth::Claims>,
+    session: &'a str,
+    rpc: &'a str,
+    unproven: bool,
+}
+
+/// Answers a refused request with `status` and `message`: audited (counted per source
+/// address when the caller showed no valid token), and past that address's budget of such
+/// refusals, 429 with when to retry.
+fn refuse(state: &HttpState, r: Refusal<'_>, status: StatusCode, message: String) -> Response {
+    let Refusal { source, claims, session, rpc, unproven } = r;
     let throttled = unproven.then(|| state.app.throttle.spend(source, std::time::Instant::now()).err()).flatten();
     let (status, e) = match throttled {
         Some(wait) => (StatusCode::TOO_MANY_REQUESTS, state.app.throttle.words(source, wait)),
-        None => (e.status(), e.to_string()),
+        None => (status, message),
     };
-    tracing::info!(session = %session, reason = %e, "cdp connection refused");
     let entry = crate::audit::Entry {
         tenant: claims.map(|c| c.tenant.clone()).unwrap_or_default(),
         subject: claims.map(|c| c.sub.clone()).unwrap_or_default(),
         jti_hash: claims.map(|c| c.jti_hash()).unwrap_or_default(),
         // A client chooses the path: a session id of ours, or its length.
         session_id: crate::audit::refusals::id_name(session),
-        rpc: CDP_RPC.into(),
+        rpc: rpc.into(),
         outcome: "denied".into(),
         code: status.as_u16().to_string(),
         ..Default::default()
