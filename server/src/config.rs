@@ -217,6 +217,10 @@ pub struct ServeArgs {
     /// grace period.
     #[arg(long, env = "BROWSERPOOL_SHUTDOWN_GRACE", default_value = "20s", value_parser = humantime::parse_duration)]
     pub shutdown_grace: Duration,
+    /// How long an ended session's files (its downloads and uploads) are kept, read-only, in
+    /// `<data dir>/artifacts/`, fetched as a live session's are; 0 deletes them with it.
+    #[arg(long, env = "BROWSERPOOL_ARTIFACT_TTL", default_value = "24h", value_parser = humantime::parse_duration)]
+    pub artifact_ttl: Duration,
     /// TLS certificate chain (PEM), leaf first. With --tls-key, both listeners serve TLS (gRPC
     /// over h2, the HTTP listener https/wss). The files are re-read when they change on disk
     /// (new connections get the new pair; a bad new pair is logged and the old one kept).

@@ -16,7 +16,7 @@ pub fn timestamp(ms: i64) -> Timestamp {
     Timestamp { seconds: ms.div_euclid(1000), nanos: (ms.rem_euclid(1000) * 1_000_000) as i32 }
 }
 
-/// A live session's file: it goes with the session, so it has no expiry of its own yet.
+/// A session's file; `expires_at` once its session has ended and it is kept.
 pub fn artifact_to_pb(f: &SessionFile) -> pb::Artifact {
     let kind = if f.uploaded { pb::ArtifactKind::Upload } else { pb::ArtifactKind::Download };
     pb::Artifact {
@@ -26,7 +26,7 @@ pub fn artifact_to_pb(f: &SessionFile) -> pb::Artifact {
         mime_type: f.info.mime_type.to_string(),
         sha256: f.info.sha256.clone(),
         created_at: Some(timestamp(f.info.modified_ms)),
-        expires_at: None,
+        expires_at: f.expires_ms.map(timestamp),
     }
 }
 

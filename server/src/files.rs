@@ -191,6 +191,38 @@ impl SessionDir {
         Ok(upload)
     }
 
+    /// Moves file `name` into `to` (a rename, or a copy across file systems), once it is known
+    /// to be a plain file; a file of that name there is replaced.
+    pub fn move_to(&self, to: &SessionDir, name: &str) -> Result<(), FileError> {
+        let (mut file, _) = self.open_file(name)?;
+        match rustix::fs::renameat(&self.fd, name, &to.fd, name) {
+            Ok(()) => return Ok(()),
+            Err(rustix::io::Errno::XDEV) => {}
+            Err(e) => return Err(FileError::io(&format!("move {name:?}"), e)),
+        }
+        let fd = to.fd.try_clone().map_err(|e| FileError::io("dup", e))?;
+        let mut copy = SessionDir { fd, owner: to.owner }.create(name, u64::MAX)?;
+        let mut buf = vec![0u8; 64 << 10];
+        loop {
+            let n =
+                std::io::Read::read(&mut file, &mut buf).map_err(|e| FileError::io(&format!("copy {name:?}"), e))?;
+            if n == 0 {
+                break;
+            }
+            copy.write(&buf[..n])?;
+        }
+        copy.finish()?;
+        self.delete(name)
+    }
+
+    /// Writes the directory's own file `name` (a dot name, never listed as a file), new.
+    pub fn write_meta(&self, name: &str, content: &[u8]) -> Result<(), FileError> {
+        let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let fd = rustix::fs::openat(&self.fd, name, flags, Mode::from_raw_mode(0o600))
+            .map_err(|e| FileError::io(&format!("create {name:?}"), e))?;
+        File::from(fd).write_all(content).map_err(|e| FileError::io(&format!("write {name:?}"), e))
+    }
+
     /// Deletes file `name` (a link of that name is removed, never followed).
     pub fn delete(&self, name: &str) -> Result<(), FileError> {
         judge_name(name)?;

@@ -18,7 +18,7 @@ use crate::cdp::CdpLimits;
 use crate::clock::now_ms;
 use crate::config::ServeArgs;
 use crate::metrics::Metrics;
-use crate::sessions::{Limits, Sessions};
+use crate::sessions::{KeepFiles, Limits, Sessions};
 use crate::shutdown::Stages;
 use crate::store::{Isolation, ReplicaAddrs, Store, TenantRecord};
 use crate::tls::{Tls, TlsMode};
@@ -115,7 +115,12 @@ pub async fn bind(args: ServeArgs) -> anyhow::Result<Bound> {
     let sessions = Sessions::new(
         store.clone(),
         Arc::new(pool.clone()),
-        Limits { max_session_ttl: args.max_session_ttl, idle_timeout: args.idle_timeout },
+        Limits {
+            max_session_ttl: args.max_session_ttl,
+            idle_timeout: args.idle_timeout,
+            keep_files: (!args.artifact_ttl.is_zero())
+                .then(|| KeepFiles { dir: data_dir.join("artifacts"), ttl: args.artifact_ttl }),
+        },
         args.max_workers as u32,
         audit.clone(),
         metrics.clone(),

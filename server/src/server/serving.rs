@@ -68,6 +68,12 @@ impl Bound {
         let reaper = tasks.spawn(
             app.sessions.clone().reap_loop(stages.serving.clone()).instrument(tracing::info_span!("session_reaper")),
         );
+        tasks.spawn(
+            app.sessions
+                .clone()
+                .sweep_kept_files(stages.serving.clone())
+                .instrument(tracing::info_span!("kept_files_sweep")),
+        );
         // Stopped only once every session has ended, so other replicas do not take this one
         // for gone while it closes them.
         let heartbeat = tasks.spawn(

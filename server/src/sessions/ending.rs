@@ -106,6 +106,8 @@ impl Sessions {
         let kill = async {
             let lease = live.lease.lock().await.take();
             if let Some(lease) = lease {
+                // Its files outlive it (for --artifact-ttl); releasing the lease deletes them.
+                self.keep_files(id, &live).await;
                 // The last event readers see; they end when the worker (and its hub) is gone.
                 lease.emit(EventKind::SessionEnded { state: state.as_str().into(), reason: reason.into() });
                 lease.release().await;

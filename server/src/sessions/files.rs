@@ -1,6 +1,10 @@
-//! A live session's files: the downloads its pages made and the files clients uploaded, in
-//! the files directory its lease made (read and written through [`crate::files`] only). They go
-//! with the session.
+//! A session's files: the downloads its pages made and the files clients uploaded, in the
+//! files directory its lease made (read and written through [`crate::files`] only). When the
+//! session ends they are moved to `<data dir>/artifacts/<session>/` (the server's, owner only)
+//! and kept, read-only, for `--artifact-ttl`; a sweep deletes them after.
+
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
 
 use super::*;
 use crate::files::{FileError, FileInfo, SessionDir, Upload};
@@ -9,51 +13,110 @@ use browserpool_pool::sync::lock;
 /// The largest file `PutFile` takes.
 pub const MAX_FILE_BYTES: u64 = 100 << 20;
 
-/// One file of a session, and whether a client uploaded it (else a page downloaded it).
+/// In a kept directory: the names clients uploaded, one a line (dot names are never files).
+const UPLOADS: &str = ".uploads";
+/// In a kept directory: when it expires, in ms since the epoch.
+const EXPIRES: &str = ".expires";
+
+/// Where ended sessions' files are kept, and for how long.
+#[derive(Debug, Clone)]
+pub struct KeepFiles {
+    pub dir: PathBuf,
+    pub ttl: Duration,
+}
+
+/// One file of a session, whether a client uploaded it (else a page downloaded it), and when
+/// it is deleted once its session has ended.
 #[derive(Debug, Clone)]
 pub struct SessionFile {
     pub info: FileInfo,
     pub uploaded: bool,
+    pub expires_ms: Option<i64>,
+}
+
+/// A session's files as one call finds them: live (then `live` to record uploads) or kept.
+struct Found {
+    dir: SessionDir,
+    live: Option<Arc<Live>>,
+    uploads: std::collections::BTreeSet<String>,
+    expires_ms: Option<i64>,
+}
+
+impl Found {
+    fn file(&self, info: FileInfo) -> SessionFile {
+        SessionFile { uploaded: self.uploads.contains(&info.name), info, expires_ms: self.expires_ms }
+    }
 }
 
 impl Sessions {
-    /// The files directory of live session `id` and the session, for a caller holding `scope`
-    /// on it (a foreign or unknown session is NOT_FOUND, an ended one FAILED_PRECONDITION).
-    async fn files_of(&self, claims: &Claims, id: &str, scope: Scope) -> Result<(SessionDir, Arc<Live>)> {
+    /// The files of session `id` for a caller holding `scope` on it: a live session's, or an
+    /// ended one's kept files, which only read (a foreign or unknown session is NOT_FOUND; an
+    /// ended one FAILED_PRECONDITION to a write, or when it kept nothing).
+    async fn files_of(&self, claims: &Claims, id: &str, scope: Scope) -> Result<Found> {
         require(claims, scope)?;
-        self.attach(claims, id).await?;
-        let live = self
-            .live_map()
-            .get(id)
-            .cloned()
-            .ok_or(ServiceError::NotReady { id: id.into(), state: SessionState::Closed.as_str() })?;
-        let path = live.cdp.files_dir.clone();
-        let dir = blocking(move || SessionDir::open(&path)).await?;
-        Ok((dir, live))
+        let record = self.get(claims, id).await?;
+        let ended = || ServiceError::NotReady { id: id.into(), state: record.state.as_str() };
+        if !record.state.is_terminal() {
+            self.here(&record)?;
+            let live = self.live_map().get(id).cloned().ok_or_else(ended)?;
+            let path = live.cdp.files_dir.clone();
+            let dir = blocking(move || SessionDir::open(&path)).await?;
+            let uploads = lock(&live.uploads).clone();
+            return Ok(Found { dir, live: Some(live), uploads, expires_ms: None });
+        }
+        let kept = match (&self.inner.limits.keep_files, scope) {
+            (Some(_), Scope::SessionsRead) if record.replica != self.replica_id() => {
+                // Not forwarded yet: the replica that held the session keeps its files.
+                return Err(ServiceError::FailedPrecondition(format!(
+                    "session {id} ended on replica {}, which keeps its files: ask that replica",
+                    record.replica
+                )));
+            }
+            (Some(keep), Scope::SessionsRead) => keep.dir.join(id),
+            _ => return Err(ended()),
+        };
+        let now = self.now();
+        let found = blocking(move || {
+            let expires_ms = read_meta(&kept, EXPIRES).and_then(|t| t.trim().parse::<i64>().ok());
+            match expires_ms {
+                Some(at) if at > now => {}
+                _ => return Ok(None),
+            }
+            let uploads = read_meta(&kept, UPLOADS).unwrap_or_default().lines().map(str::to_string).collect();
+            Ok(Some(Found { dir: SessionDir::open(&kept)?, live: None, uploads, expires_ms }))
+        })
+        .await?;
+        found.ok_or_else(ended)
     }
 
     /// The session's files, by name.
     pub async fn list_files(&self, claims: &Claims, id: &str) -> Result<Vec<SessionFile>> {
-        let (dir, live) = self.files_of(claims, id, Scope::SessionsRead).await?;
-        let files = blocking(move || dir.list()).await?;
-        let uploads = lock(&live.uploads);
-        Ok(files.into_iter().map(|info| SessionFile { uploaded: uploads.contains(&info.name), info }).collect())
+        let found = self.files_of(claims, id, Scope::SessionsRead).await?;
+        let (found, files) = blocking(move || {
+            let files = found.dir.list()?;
+            Ok((found, files))
+        })
+        .await?;
+        Ok(files.into_iter().map(|info| found.file(info)).collect())
     }
 
     /// Opens one file of the session to read.
     pub async fn open_file(&self, claims: &Claims, id: &str, name: &str) -> Result<(std::fs::File, SessionFile)> {
-        let (dir, live) = self.files_of(claims, id, Scope::SessionsRead).await?;
+        let found = self.files_of(claims, id, Scope::SessionsRead).await?;
         let owned = name.to_string();
-        let (file, info) = blocking(move || dir.open_file(&owned)).await?;
-        let uploaded = lock(&live.uploads).contains(name);
-        Ok((file, SessionFile { info, uploaded }))
+        let (found, (file, info)) = blocking(move || {
+            let opened = found.dir.open_file(&owned)?;
+            Ok((found, opened))
+        })
+        .await?;
+        Ok((file, found.file(info)))
     }
 
     /// Starts an upload of `name` into the session; [`Sessions::uploaded`] once it is whole.
     pub async fn put_file(&self, claims: &Claims, id: &str, name: &str) -> Result<Upload> {
-        let (dir, _) = self.files_of(claims, id, Scope::SessionsWrite).await?;
+        let found = self.files_of(claims, id, Scope::SessionsWrite).await?;
         let owned = name.to_string();
-        blocking(move || dir.create(&owned, MAX_FILE_BYTES)).await
+        blocking(move || found.dir.create(&owned, MAX_FILE_BYTES)).await
     }
 
     /// Puts a finished upload in place; the file is the client's from then on.
@@ -62,17 +125,106 @@ impl Sessions {
         if let Some(live) = self.live_map().get(id).cloned() {
             lock(&live.uploads).insert(info.name.clone());
         }
-        Ok(SessionFile { info, uploaded: true })
+        Ok(SessionFile { info, uploaded: true, expires_ms: None })
     }
 
     /// Deletes one file of the session.
     pub async fn delete_file(&self, claims: &Claims, id: &str, name: &str) -> Result<()> {
-        let (dir, live) = self.files_of(claims, id, Scope::SessionsWrite).await?;
+        let found = self.files_of(claims, id, Scope::SessionsWrite).await?;
         let owned = name.to_string();
-        blocking(move || dir.delete(&owned)).await?;
-        lock(&live.uploads).remove(name);
+        let live = found.live.clone();
+        blocking(move || found.dir.delete(&owned)).await?;
+        if let Some(live) = live {
+            lock(&live.uploads).remove(name);
+        }
         Ok(())
     }
+
+    /// Keeps an ending session's files (before its lease, which deletes them, is released):
+    /// moved (or copied, across file systems) into its kept directory, with what clients
+    /// uploaded and when they expire. Nothing is kept for a session without files.
+    pub(super) async fn keep_files(&self, id: &str, live: &Live) {
+        let Some(keep) = self.inner.limits.keep_files.clone() else { return };
+        let from = live.cdp.files_dir.clone();
+        let uploads: Vec<String> = lock(&live.uploads).iter().cloned().collect();
+        let expires_ms = self.now() + keep.ttl.as_millis() as i64;
+        let to = keep.dir.join(id);
+        let kept = tokio::task::spawn_blocking(move || keep_dir(&from, &keep.dir, &to, &uploads, expires_ms)).await;
+        match kept {
+            Ok(Ok(0)) => {}
+            Ok(Ok(files)) => tracing::info!(session = %id, files, "session files kept"),
+            Ok(Err(e)) => tracing::warn!(session = %id, error = %e, "session files could not be kept"),
+            Err(e) => tracing::warn!(session = %id, error = %e, "session files could not be kept"),
+        }
+    }
+
+    /// Deletes kept files past their expiry until shutdown: at once, then every minute (or
+    /// every `--artifact-ttl`, when shorter).
+    pub async fn sweep_kept_files(self, shutdown: CancellationToken) {
+        let Some(keep) = self.inner.limits.keep_files.clone() else { return };
+        let every = keep.ttl.clamp(Duration::from_secs(1), Duration::from_secs(60));
+        loop {
+            let (dir, now) = (keep.dir.clone(), self.now());
+            match tokio::task::spawn_blocking(move || sweep(&dir, now)).await {
+                Ok(0) | Err(_) => {}
+                Ok(swept) => tracing::info!(sessions = swept, "expired session files deleted"),
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(every) => {}
+                _ = shutdown.cancelled() => break,
+            }
+        }
+    }
+}
+
+/// Moves the files of `from` into `to` (made in `root`, owner only); how many.
+fn keep_dir(from: &Path, root: &Path, to: &Path, uploads: &[String], expires_ms: i64) -> Result<usize, FileError> {
+    let src = SessionDir::open(from)?;
+    let files = src.list()?;
+    if files.is_empty() {
+        return Ok(0);
+    }
+    let io = |what: &str, e: std::io::Error| FileError::Io(format!("{what} {}: {e}", to.display()));
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(root).map_err(|e| io("create", e))?;
+    std::fs::DirBuilder::new().mode(0o700).create(to).map_err(|e| io("create", e))?;
+    let dst = SessionDir::open(to)?;
+    // The expiry first: a directory without one is swept as expired.
+    dst.write_meta(EXPIRES, expires_ms.to_string().as_bytes())?;
+    dst.write_meta(UPLOADS, uploads.join("\n").as_bytes())?;
+    let mut moved = 0;
+    for file in files {
+        match src.move_to(&dst, &file.name) {
+            Ok(()) => moved += 1,
+            // Gone or replaced meanwhile: not one of the session's files any more.
+            Err(FileError::NotFound(_) | FileError::NotAFile(_)) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(moved)
+}
+
+/// Deletes every kept directory in `root` whose expiry is before `now_ms` (or unreadable);
+/// how many.
+fn sweep(root: &Path, now_ms: i64) -> usize {
+    let Ok(entries) = std::fs::read_dir(root) else { return 0 };
+    let mut swept = 0;
+    for entry in entries.flatten() {
+        let dir = entry.path();
+        let expires = read_meta(&dir, EXPIRES).and_then(|t| t.trim().parse::<i64>().ok());
+        if expires.is_some_and(|at| at > now_ms) {
+            continue;
+        }
+        match std::fs::remove_dir_all(&dir) {
+            Ok(()) => swept += 1,
+            Err(e) => tracing::warn!(dir = %dir.display(), error = %e, "expired session files could not be deleted"),
+        }
+    }
+    swept
+}
+
+/// A kept directory's metadata file, if readable (the directory is the server's alone).
+fn read_meta(dir: &Path, name: &str) -> Option<String> {
+    std::fs::read_to_string(dir.join(name)).ok()
 }
 
 /// Runs a file operation off the async threads (hashing a file reads all of it).

@@ -39,7 +39,7 @@ mod lifecycle;
 mod replicas;
 
 pub use cdp_access::CdpAccess;
-pub use files::{SessionFile, MAX_FILE_BYTES};
+pub use files::{KeepFiles, SessionFile, MAX_FILE_BYTES};
 use lifecycle::Claim;
 pub use replicas::{drain_reach, DrainReach};
 
@@ -66,6 +66,8 @@ const CLAIM_RETRY: Duration = Duration::from_millis(100);
 pub struct Limits {
     pub max_session_ttl: Duration,
     pub idle_timeout: Duration,
+    /// Where ended sessions' files are kept, and how long; `None`: they go with the session.
+    pub keep_files: Option<KeepFiles>,
 }
 
 /// What `Acquire` asks for, already unwrapped from the wire.

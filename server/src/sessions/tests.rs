@@ -53,7 +53,11 @@ impl Harness {
         }
         let (audit, writer) = AuditLog::new(store.clone(), None);
         let fake = FakeBrowsers::new(capacity);
-        let limits = Limits { max_session_ttl: Duration::from_secs(60), idle_timeout: Duration::from_secs(60) };
+        let limits = Limits {
+            max_session_ttl: Duration::from_secs(60),
+            idle_timeout: Duration::from_secs(60),
+            keep_files: None,
+        };
         let metrics = Arc::default();
         let sessions =
             Sessions::new(store.clone(), Arc::new(fake.clone()), limits, capacity as u32, audit.clone(), metrics);

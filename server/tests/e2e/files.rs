@@ -100,10 +100,55 @@ async fn uploads_and_a_page_s_downloads_round_trip_with_their_hashes() {
     assert!(records.iter().any(|r| r.starts_with("GetFile name=report.csv size=7 ")), "{records:?}");
     assert!(records.contains(&"DeleteFile name=data.bin".to_string()), "{records:?}");
 
+    // Ended, its files are kept (24 h by default), read-only, with when they go.
+    let released = std::time::SystemTime::now();
     client.release(&id).await.unwrap();
-    // Its files go with it (until artifacts outlive sessions).
-    let (c, _) = code(client.list_files(&id).await.unwrap_err());
-    assert_eq!(c, tonic::Code::FailedPrecondition);
+    let kept = client.list_files(&id).await.unwrap();
+    assert_eq!(kept.iter().map(|f| f.name.as_str()).collect::<Vec<_>>(), ["empty.txt", "report.csv"]);
+    assert_eq!(kept[1].kind, pb::ArtifactKind::Download as i32);
+    assert_eq!(kept[0].kind, pb::ArtifactKind::Upload as i32);
+    let expires = kept[0].expires_at.expect("an ended session's file expires");
+    let in_secs = expires.seconds - released.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
+    assert!((86_390..=86_410).contains(&in_secs), "expires in {in_secs} s");
+    assert_eq!(client.get_file(&id, "report.csv").await.unwrap().1, b"a,b\n1,2");
+    for refused in
+        [client.put_file(&id, "late.txt", b"x").await.map(|_| ()), client.delete_file(&id, "empty.txt").await]
+    {
+        assert_eq!(code(refused.unwrap_err()).0, tonic::Code::FailedPrecondition);
+    }
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ended_session_s_files_are_kept_until_their_ttl_then_swept() {
+    use std::os::unix::fs::PermissionsExt;
+    let server = TestServer::start_with(|a| a.artifact_ttl = Duration::from_secs(3)).await;
+    let client = server.admin().await;
+    let id = client.acquire(30_000).await.unwrap().session_id;
+    client.put_file(&id, "kept.txt", b"after the end").await.unwrap();
+    let bare = client.acquire(30_000).await.unwrap().session_id;
+    client.release(&id).await.unwrap();
+    client.release(&bare).await.unwrap();
+
+    let kept_dir = server.data_dir.path().join("artifacts").join(&id);
+    let mode = std::fs::metadata(&kept_dir).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o700, "{}", kept_dir.display());
+    assert_eq!(client.get_file(&id, "kept.txt").await.unwrap().1, b"after the end");
+    let (status, _, body) =
+        http_fetch(&server.http.to_string(), &format!("/sessions/{id}/files/kept.txt"), Some(&server.admin_token))
+            .await;
+    assert_eq!((status.as_str(), body.as_slice()), ("HTTP/1.1 200 OK", b"after the end".as_slice()));
+    // A session without files keeps nothing.
+    assert!(!server.data_dir.path().join("artifacts").join(&bare).exists());
+    assert_eq!(code(client.list_files(&bare).await.unwrap_err()).0, tonic::Code::FailedPrecondition);
+
+    // Past the TTL: gone from the answers at once, and from the disk at the next sweep.
+    eventually("the kept files to expire", Duration::from_secs(10), || async {
+        client.list_files(&id).await.err().map(code).filter(|(c, _)| *c == tonic::Code::FailedPrecondition)
+    })
+    .await;
+    eventually("the sweep to delete them", Duration::from_secs(10), || async { (!kept_dir.exists()).then_some(()) })
+        .await;
     server.stop().await;
 }
 

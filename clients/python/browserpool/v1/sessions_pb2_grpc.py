@@ -223,7 +223,9 @@ class SessionsServicer:
     def ListFiles(self, request, context):
         """The files in the session's files directory: its downloads and the files uploaded to it,
         each with its size, type and SHA-256. Links and anything else a page may plant there are
-        left out. Scope sessions:read.
+        left out. After the session ends they are kept, read-only, for the server's
+        --artifact-ttl (on the replica that held it), each with its expires_at. Scope
+        sessions:read.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -239,7 +241,8 @@ class SessionsServicer:
         raise NotImplementedError('Method not implemented!')
 
     def DeleteFile(self, request, context):
-        """Delete one file of the session. NOT_FOUND for an unknown name. Scope sessions:write.
+        """Delete one file of a live session. NOT_FOUND for an unknown name, FAILED_PRECONDITION once
+        the session has ended. Scope sessions:write.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -596,7 +596,8 @@ export declare type Artifact = Message<"browserpool.v1.Artifact"> & {
   createdAt?: Timestamp | undefined;
 
   /**
-   * When it is deleted; unset while it goes with the session.
+   * When it is deleted: set once its session has ended (it is kept for the server's
+   * --artifact-ttl, 24 h by default), unset while the session is live.
    *
    * @generated from field: google.protobuf.Timestamp expires_at = 7;
    */
@@ -941,7 +942,9 @@ export declare const Sessions: GenService<{
   /**
    * The files in the session's files directory: its downloads and the files uploaded to it,
    * each with its size, type and SHA-256. Links and anything else a page may plant there are
-   * left out. Scope sessions:read.
+   * left out. After the session ends they are kept, read-only, for the server's
+   * --artifact-ttl (on the replica that held it), each with its expires_at. Scope
+   * sessions:read.
    *
    * @generated from rpc browserpool.v1.Sessions.ListFiles
    */
@@ -963,7 +966,8 @@ export declare const Sessions: GenService<{
     output: typeof FileChunkSchema;
   },
   /**
-   * Delete one file of the session. NOT_FOUND for an unknown name. Scope sessions:write.
+   * Delete one file of a live session. NOT_FOUND for an unknown name, FAILED_PRECONDITION once
+   * the session has ended. Scope sessions:write.
    *
    * @generated from rpc browserpool.v1.Sessions.DeleteFile
    */
