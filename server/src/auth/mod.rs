@@ -95,6 +95,20 @@ impl Claims {
     pub fn jti_hash(&self) -> String {
         hex::encode(Sha256::digest(self.jti.as_bytes()))
     }
+
+    /// The audit record of this caller's `rpc` on `session`, naming `target`, with `outcome`.
+    pub fn entry(&self, session: &str, rpc: &str, target: String, outcome: &str) -> crate::audit::Entry {
+        crate::audit::Entry {
+            tenant: self.tenant.clone(),
+            subject: self.sub.clone(),
+            jti_hash: self.jti_hash(),
+            session_id: session.to_string(),
+            rpc: rpc.to_string(),
+            target,
+            outcome: outcome.to_string(),
+            ..Default::default()
+        }
+    }
 }
 
 /// The longest subject a token may name, in bytes.

@@ -14,6 +14,9 @@ use super::peers::{Peers, Route};
 use super::{session_field, string_field, HOP_HEADER, MAX_PEEK};
 use crate::auth::Claims;
 
+/// The rpcs that read an ended session's kept files: forwarded to the replica that keeps them.
+const KEPT_FILE_RPCS: &[&str] = &["/browserpool.v1.Sessions/ListFiles", "/browserpool.v1.Sessions/GetFile"];
+
 /// Tower layer putting [`ForwardService`] around the gRPC routes (outermost: a forwarded
 /// call is checked and audited by its owner, not here).
 #[derive(Clone)]
@@ -82,7 +85,9 @@ where
             let route = match &id {
                 Some(id) if !peers.inner.sessions.holds(id) => {
                     match peers.forwardable(&parts.headers, parts.uri.path()) {
-                        Some(claims) => peers.route(id, Some(&claims)).await,
+                        Some(claims) => {
+                            peers.route(id, Some(&claims), KEPT_FILE_RPCS.contains(&parts.uri.path())).await
+                        }
                         None => Route::Here,
                     }
                 }

@@ -81,7 +81,7 @@ impl Peers {
     /// (when known) may use the session: a session of another tenant is answered here, as not
     /// found, never sent on. An owner whose heartbeat is stale is gone: the sweep runs now,
     /// ending its sessions as CRASHED, and this replica answers.
-    pub(super) async fn route(&self, id: &str, caller: Option<&Claims>) -> Route {
+    pub(super) async fn route(&self, id: &str, caller: Option<&Claims>, kept_files: bool) -> Route {
         let sessions = &self.inner.sessions;
         if sessions.holds(id) {
             return Route::Here;
@@ -91,6 +91,8 @@ impl Peers {
             Some(owner) => owner,
             None => match self.owner_of(id).await {
                 Ok(Some(owner)) => owner,
+                // Ended: a read of its files goes to the replica that keeps them.
+                Ok(None) if kept_files => return self.keeper(id, caller).await,
                 // Unknown, ended, or its replica gone: the handler answers from the database.
                 Ok(None) => return Route::Here,
                 // Which replica holds it cannot be known now: retryable, never a hang.
@@ -130,6 +132,22 @@ impl Peers {
             return Route::Here;
         }
         self.remember(id, owner)
+    }
+
+    /// Where an ended session's kept files are read: the replica that held it, while it is
+    /// registered, else here (the handler then says which replica that was).
+    async fn keeper(&self, id: &str, caller: Option<&Claims>) -> Route {
+        let lookup = tokio::time::timeout(self.inner.forward_timeout, self.inner.store.session_keeper(id)).await;
+        match lookup {
+            Ok(Ok(Some(keeper)))
+                if keeper.replica.id != self.inner.sessions.replica_id()
+                    && !keeper.replica.grpc_addr.is_empty()
+                    && caller.is_none_or(|c| crate::sessions::may_use_session(c, &keeper.tenant, &keeper.subject)) =>
+            {
+                Route::Owner(keeper.replica)
+            }
+            _ => Route::Here,
+        }
     }
 
     /// Which replica holds session `id`, from the database, within the forward timeout.

@@ -152,7 +152,9 @@ pub async fn session_forward(State(peers): State<Peers>, req: AxumRequest, next:
         return next.run(req).await;
     }
     // The ticket or token is checked by the owner alone (a ticket lives in its memory).
-    match peers.route(&id, None).await {
+    // A file of an ended session is read where it is kept.
+    let kept_files = req.uri().path().starts_with("/sessions/");
+    match peers.route(&id, None, kept_files).await {
         Route::Owner(owner) => peers.forward_http(req, &owner, &id).await,
         // Nothing checked the caller yet: the answer names no database error; the log does.
         Route::Unavailable(_) => (

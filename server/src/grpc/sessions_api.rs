@@ -152,40 +152,19 @@ fn audit_context(
     env: &pb::ContextEnvelope,
     outcome: &str,
 ) {
-    place.record(crate::audit::Entry {
-        tenant: claims.tenant.clone(),
-        subject: claims.sub.clone(),
-        jti_hash: claims.jti_hash(),
-        session_id: session.to_string(),
-        rpc: rpc.to_string(),
-        target: format!(
-            "origin={} cookies={} storage_keys={} integrity={}",
-            crate::redact::origin_target(&env.origin),
-            env.cookies.len(),
-            env.local_storage.len() + env.session_storage.len(),
-            env.integrity
-        ),
-        outcome: outcome.to_string(),
-        ..Default::default()
-    });
+    let target = format!(
+        "origin={} cookies={} storage_keys={} integrity={}",
+        crate::redact::origin_target(&env.origin),
+        env.cookies.len(),
+        env.local_storage.len() + env.session_storage.len(),
+        env.integrity
+    );
+    place.record(claims.entry(session, rpc, target, outcome));
 }
 
 /// Records a file put, fetched or deleted: its name, size and hash, never its content.
 fn audit_file(place: Place, claims: &crate::auth::Claims, rpc: &str, session: &str, target: String) {
-    place.record(crate::audit::Entry {
-        tenant: claims.tenant.clone(),
-        subject: claims.sub.clone(),
-        jti_hash: claims.jti_hash(),
-        session_id: session.to_string(),
-        rpc: rpc.to_string(),
-        target,
-        outcome: "ok".into(),
-        ..Default::default()
-    });
-}
-
-fn file_target(f: &crate::sessions::SessionFile) -> String {
-    format!("name={} size={} sha256={}", f.info.name, f.info.size, f.info.sha256)
+    place.record(claims.entry(session, rpc, target, "ok"));
 }
 
 /// The size of each `FileChunk` of a `GetFile` stream.
@@ -464,7 +443,7 @@ impl pb::sessions_server::Sessions for SessionsApi {
             upload.write(&m.chunk).map_err(ServiceError::from)?;
         }
         let file = self.sessions.uploaded(&id, upload).await?;
-        audit_file(place, &claims, "/browserpool.v1.Sessions/PutFile", &id, file_target(&file));
+        audit_file(place, &claims, "/browserpool.v1.Sessions/PutFile", &id, file.audit_target());
         tracing::info!(session = %id, name = %file.info.name, size = file.info.size, "file uploaded");
         Ok(Response::new(artifact_to_pb(&file)))
     }
@@ -483,7 +462,7 @@ impl pb::sessions_server::Sessions for SessionsApi {
         let r = req.into_inner();
         let place = audit_place(&self.app.audit)?;
         let (file, info) = self.sessions.open_file(&claims, &r.session_id, &r.name).await?;
-        audit_file(place, &claims, "/browserpool.v1.Sessions/GetFile", &r.session_id, file_target(&info));
+        audit_file(place, &claims, "/browserpool.v1.Sessions/GetFile", &r.session_id, info.audit_target());
         let (tx, rx) = mpsc::channel::<Result<pb::FileChunk, Status>>(4);
         let shutdown = self.shutdown.clone();
         self.sessions.spawn(

@@ -149,23 +149,12 @@ fn failed(state: &HttpState, source: &str, claims: &Claims, session: &str, rpc: 
 }
 
 fn record(place: crate::audit::Place, claims: &Claims, session: &str, rpc: &str, target: String) {
-    place.record(crate::audit::Entry {
-        tenant: claims.tenant.clone(),
-        subject: claims.sub.clone(),
-        jti_hash: claims.jti_hash(),
-        session_id: session.to_string(),
-        rpc: rpc.to_string(),
-        target,
-        outcome: "ok".into(),
-        ..Default::default()
-    });
+    place.record(claims.entry(session, rpc, target, "ok"));
 }
 
 /// What a fetch's record names: each file's name, size and hash.
 fn target(files: &[&SessionFile]) -> String {
-    let each: Vec<String> =
-        files.iter().map(|f| format!("name={} size={} sha256={}", f.info.name, f.info.size, f.info.sha256)).collect();
-    each.join("; ")
+    files.iter().map(|f| f.audit_target()).collect::<Vec<_>>().join("; ")
 }
 
 /// `attachment; filename*=UTF-8''<name>`, the name percent-encoded (RFC 6266).

@@ -34,6 +34,13 @@ pub struct SessionFile {
     pub expires_ms: Option<i64>,
 }
 
+impl SessionFile {
+    /// What an audit record names of it: name, size and hash, never the content.
+    pub fn audit_target(&self) -> String {
+        format!("name={} size={} sha256={}", self.info.name, self.info.size, self.info.sha256)
+    }
+}
+
 /// A session's files as one call finds them: live (then `live` to record uploads) or kept.
 struct Found {
     dir: SessionDir,
@@ -66,9 +73,9 @@ impl Sessions {
         }
         let kept = match (&self.inner.limits.keep_files, scope) {
             (Some(_), Scope::SessionsRead) if record.replica != self.replica_id() => {
-                // Not forwarded yet: the replica that held the session keeps its files.
+                // Reads are forwarded to the replica that kept the files while it is registered.
                 return Err(ServiceError::FailedPrecondition(format!(
-                    "session {id} ended on replica {}, which keeps its files: ask that replica",
+                    "session {id} ended on replica {}, which kept its files and is no longer registered",
                     record.replica
                 )));
             }

@@ -59,10 +59,21 @@ impl Store {
     /// session is live and that replica is registered (whatever its heartbeat's age: the
     /// caller decides).
     pub async fn session_owner(&self, id: &str) -> Result<Option<SessionOwner>, StoreError> {
-        with_pool!(self, pool => sqlx::query(
+        self.replica_of_session(id, "AND s.ended_at_ms IS NULL").await
+    }
+
+    /// The replica that held session `id`, live or ended, when that replica is registered: an
+    /// ended session's kept files are there.
+    pub async fn session_keeper(&self, id: &str) -> Result<Option<SessionOwner>, StoreError> {
+        self.replica_of_session(id, "").await
+    }
+
+    async fn replica_of_session(&self, id: &str, only: &'static str) -> Result<Option<SessionOwner>, StoreError> {
+        let query = format!(
             "SELECT r.id, r.grpc_addr, r.http_addr, r.heartbeat_ms, s.tenant, s.subject \
-             FROM sessions s JOIN replicas r ON r.id = s.replica WHERE s.id = $1 AND s.ended_at_ms IS NULL",
-        )
+             FROM sessions s JOIN replicas r ON r.id = s.replica WHERE s.id = $1 {only}"
+        );
+        with_pool!(self, pool => sqlx::query(&query)
         .bind(id)
         .fetch_optional(pool)
         .await?

@@ -285,6 +285,16 @@ async fn three_replicas_behind_a_round_robin_proxy_serve_any_session() {
     let released = direct[2].release(&held[1].session_id).await.unwrap();
     assert!(released.released);
     assert_eq!(state_of(&admin_a, &held[1].session_id).await, pb::SessionState::Closed as i32);
+    // Ended, their files are kept where they were held, and read through any replica.
+    for (s, through) in [(&held[0], &direct[2]), (&held[1], &direct[0])] {
+        let kept = through.list_files(&s.session_id).await.unwrap();
+        assert_eq!(kept.len(), 3, "{kept:?}");
+        assert!(kept.iter().all(|f| f.expires_at.is_some()), "{kept:?}");
+        assert_eq!(through.get_file(&s.session_id, "round-1.txt").await.unwrap().1, b"round-1.txt");
+        let path = format!("/sessions/{}/files/round-0.txt", s.session_id);
+        let (status, _, body) = crate::files::http_fetch(&http[2], &path, Some(&token)).await;
+        assert_eq!((status.as_str(), body.as_slice()), ("HTTP/1.1 200 OK", b"round-0.txt".as_slice()));
+    }
 
     // The owner is registered but cannot be reached: UNAVAILABLE naming it, at once.
     let db = Db::connect(&a.database_url).await;
