@@ -82,6 +82,12 @@ impl Sessions {
             (Some(keep), Scope::SessionsRead) => keep.dir.join(id),
             _ => return Err(ended()),
         };
+        // Release answers once the end is recorded; its files are kept during the teardown
+        // after it, which a read right after the release waits for.
+        let ending = self.ending_map().get(id).cloned();
+        if let Some(ending) = ending {
+            ending.finished.cancelled().await;
+        }
         let now = self.now();
         let found = blocking(move || {
             let expires_ms = read_meta(&kept, EXPIRES).and_then(|t| t.trim().parse::<i64>().ok());
