@@ -81,6 +81,10 @@ pub trait Leased: Send + Sync {
     /// Publishes an event to the session's readers.
     fn emit(&self, kind: EventKind);
 
+    /// Takes the files directory out of the lease: the release leaves it, for the caller to
+    /// keep what it wants of and remove.
+    fn take_files_dir(&mut self) -> PathBuf;
+
     /// Kills the browser (or disposes of the context) and frees its place.
     fn release(self: Box<Self>) -> BoxFuture<'static, ()>;
 }
@@ -158,6 +162,10 @@ impl Leased for Lease {
 
     fn emit(&self, kind: EventKind) {
         self.driver().emit(kind)
+    }
+
+    fn take_files_dir(&mut self) -> PathBuf {
+        Lease::take_files_dir(self)
     }
 
     fn release(self: Box<Self>) -> BoxFuture<'static, ()> {

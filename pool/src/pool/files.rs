@@ -81,6 +81,12 @@ impl Lease {
         &self.files
     }
 
+    /// Takes the files directory out of the lease: its release then leaves it in place, and
+    /// the caller removes it (after keeping what it wants of it).
+    pub fn take_files_dir(&mut self) -> std::path::PathBuf {
+        std::mem::take(&mut self.files)
+    }
+
     /// Removes the files directory (links in it are removed, never followed).
     pub(super) fn remove_files(&mut self) -> Option<impl FnOnce() + Send + 'static> {
         let dir = std::mem::take(&mut self.files);

@@ -189,6 +189,10 @@ impl Leased for FakeLeased {
         self.hub.emit(kind)
     }
 
+    fn take_files_dir(&mut self) -> PathBuf {
+        self.files_dir()
+    }
+
     fn release(self: Box<Self>) -> BoxFuture<'static, ()> {
         // A release takes a moment, as a kill does.
         Box::pin(async move {

@@ -105,14 +105,19 @@ impl Sessions {
         };
         let kill = async {
             let lease = live.lease.lock().await.take();
-            if let Some(lease) = lease {
-                // Its files outlive it (for --artifact-ttl); releasing the lease deletes them.
-                self.keep_files(id, &live).await;
+            let mut killed = began.elapsed();
+            if let Some(mut lease) = lease {
                 // The last event readers see; they end when the worker (and its hub) is gone.
                 lease.emit(EventKind::SessionEnded { state: state.as_str().into(), reason: reason.into() });
+                // Its files outlive it (for --artifact-ttl): kept once its browser is gone.
+                let files = self.inner.limits.keep_files.is_some().then(|| lease.take_files_dir());
                 lease.release().await;
+                killed = began.elapsed();
+                if let Some(files) = files {
+                    self.keep_files(id, &live, files).await;
+                }
             }
-            began.elapsed()
+            killed
         };
         let ((recorded, record_took), kill_took) = tokio::join!(record, kill);
         // Only now, with the worker gone, may the next waiter (here or on another replica) be

@@ -153,16 +153,25 @@ impl Sessions {
         Ok(())
     }
 
-    /// Keeps an ending session's files (before its lease, which deletes them, is released):
-    /// moved (or copied, across file systems) into its kept directory, with what clients
-    /// uploaded and when they expire. Nothing is kept for a session without files.
-    pub(super) async fn keep_files(&self, id: &str, live: &Live) {
-        let Some(keep) = self.inner.limits.keep_files.clone() else { return };
-        let from = live.cdp.files_dir.clone();
+    /// Keeps an ended session's files, once its browser is gone: moved (or copied, across file
+    /// systems) from `from`, its files directory, into its kept directory, with what clients
+    /// uploaded and when they expire; then `from` is removed. Nothing is kept for a session
+    /// without files.
+    pub(super) async fn keep_files(&self, id: &str, live: &Live, from: PathBuf) {
+        let Some(keep) = self.inner.limits.keep_files.clone().filter(|_| !from.as_os_str().is_empty()) else { return };
         let uploads: Vec<String> = lock(&live.uploads).iter().cloned().collect();
         let expires_ms = self.now() + keep.ttl.as_millis() as i64;
         let to = keep.dir.join(id);
-        let kept = tokio::task::spawn_blocking(move || keep_dir(&from, &keep.dir, &to, &uploads, expires_ms)).await;
+        let kept = tokio::task::spawn_blocking(move || {
+            let kept = keep_dir(&from, &keep.dir, &to, &uploads, expires_ms);
+            if let Err(e) = std::fs::remove_dir_all(&from) {
+                if e.kind() != std::io::ErrorKind::NotFound {
+                    tracing::warn!(dir = %from.display(), error = %e, "a session's files directory could not be removed");
+                }
+            }
+            kept
+        })
+        .await;
         match kept {
             Ok(Ok(0)) => {}
             Ok(Ok(files)) => tracing::info!(session = %id, files, "session files kept"),

@@ -130,17 +130,18 @@ async fn an_ended_session_s_files_are_kept_until_their_ttl_then_swept() {
     client.release(&id).await.unwrap();
     client.release(&bare).await.unwrap();
 
+    // A read waits for the teardown, which keeps the files once the browser is gone.
+    assert_eq!(client.get_file(&id, "kept.txt").await.unwrap().1, b"after the end");
     let kept_dir = server.data_dir.path().join("artifacts").join(&id);
     let mode = std::fs::metadata(&kept_dir).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o700, "{}", kept_dir.display());
-    assert_eq!(client.get_file(&id, "kept.txt").await.unwrap().1, b"after the end");
     let (status, _, body) =
         http_fetch(&server.http.to_string(), &format!("/sessions/{id}/files/kept.txt"), Some(&server.admin_token))
             .await;
     assert_eq!((status.as_str(), body.as_slice()), ("HTTP/1.1 200 OK", b"after the end".as_slice()));
     // A session without files keeps nothing.
-    assert!(!server.data_dir.path().join("artifacts").join(&bare).exists());
     assert_eq!(code(client.list_files(&bare).await.unwrap_err()).0, tonic::Code::FailedPrecondition);
+    assert!(!server.data_dir.path().join("artifacts").join(&bare).exists());
 
     // Past the TTL: gone from the answers at once, and from the disk at the next sweep.
     eventually("the kept files to expire", Duration::from_secs(10), || async {
