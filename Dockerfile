@@ -28,11 +28,11 @@ FROM debian:bookworm-slim
 # Fonts, so pages and screenshots are not tofu: DejaVu (Debian's default), Liberation (metric
 # twins of Arial, Times New Roman and Courier New, which pages name), Noto Color Emoji.
 # tini: PID 1, hands SIGTERM to the server and reaps what is reparented to it.
-# curl: the HEALTHCHECK, plain or TLS.
+# curl: the HEALTHCHECK, plain or TLS. ffmpeg: encodes session recordings.
 RUN apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
         chromium fonts-dejavu-core fonts-liberation fonts-noto-color-emoji \
-        tini curl ca-certificates \
+        tini curl ca-certificates ffmpeg \
     && apt-get clean \
     && rm -rf /var/lib/apt/lists/*
 # The uid and paths the Helm chart uses (runAsUser 10001; the state volume at

@@ -43,6 +43,14 @@ ensure_chromium() {
     apt_install chromium
 }
 
+# Installs Debian's ffmpeg (the encoder of session recordings) when missing.
+ensure_ffmpeg() {
+    if command -v ffmpeg >/dev/null 2>&1; then
+        return
+    fi
+    apt_install ffmpeg
+}
+
 # Installs Node (Debian's nodejs and npm) when missing, then the CDP clients the tests drive
 # (puppeteer-core and playwright-core, pinned by server/tests/cdp/package-lock.json). Neither
 # downloads a browser: they attach to the pool's.

@@ -6,6 +6,7 @@ set -euo pipefail
 
 source "$(dirname "$0")/lib.sh"
 ensure_chromium
+ensure_ffmpeg
 
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 cargo build --release --locked --manifest-path "$repo/Cargo.toml" -p browserpool-server --bin browserpool

@@ -13,6 +13,7 @@ cd "$(dirname "$0")/.."
 
 source scripts/lib.sh
 ensure_chromium
+ensure_ffmpeg
 ensure_cdp_clients
 ensure_client_deps
 

@@ -228,7 +228,14 @@ impl Client {
 
     /// Releases a session (idempotent).
     pub async fn release(&self, session_id: &str) -> Result<pb::ReleaseResponse, Error> {
-        Ok(self.sessions().release(pb::ReleaseRequest { session_id: session_id.into() }).await?.into_inner())
+        self.release_as(session_id, false).await
+    }
+
+    /// Releases a session, saying whether the job that used it failed (a
+    /// `RECORD_RETAIN_ON_FAILURE` recording is then kept).
+    pub async fn release_as(&self, session_id: &str, failed: bool) -> Result<pb::ReleaseResponse, Error> {
+        let req = pb::ReleaseRequest { session_id: session_id.into(), failed };
+        Ok(self.sessions().release(req).await?.into_inner())
     }
 
     /// Reads a session.
@@ -259,7 +266,23 @@ impl Client {
 
     /// One file of the session, whole, with what it is.
     pub async fn get_file(&self, session_id: &str, name: &str) -> Result<(pb::Artifact, Vec<u8>), Error> {
-        let req = pb::GetFileRequest { session_id: session_id.into(), name: name.into() };
+        self.download(pb::GetFileRequest { session_id: session_id.into(), name: name.into(), ..Default::default() })
+            .await
+    }
+
+    /// The recording of an ended session (WebM), whole, with what it is.
+    pub async fn get_recording(&self, session_id: &str) -> Result<(pb::Artifact, Vec<u8>), Error> {
+        let kind = pb::ArtifactKind::Recording as i32;
+        self.download(pb::GetFileRequest { session_id: session_id.into(), kind, ..Default::default() }).await
+    }
+
+    /// Deletes what was kept of an ended session (files and recording); how many.
+    pub async fn delete_artifacts(&self, session_id: &str) -> Result<u32, Error> {
+        let req = pb::DeleteArtifactsRequest { session_id: session_id.into() };
+        Ok(self.sessions().delete_artifacts(req).await?.into_inner().deleted)
+    }
+
+    async fn download(&self, req: pb::GetFileRequest) -> Result<(pb::Artifact, Vec<u8>), Error> {
         let mut stream = self.sessions().get_file(req).await?.into_inner();
         let (mut artifact, mut content) = (None, Vec::new());
         while let Some(chunk) = stream.message().await? {

@@ -23,6 +23,7 @@ pub mod rawcdp;
 pub mod sandbox;
 pub mod sync;
 mod task;
+pub mod video;
 
 pub use actions::{canonicalize, parse_viewport, Access, Action, ActionKind, Canonical, Target, UnknownAction};
 pub use cgroup::Cgroups;

@@ -85,6 +85,12 @@ pub trait Leased: Send + Sync {
     /// keep what it wants of and remove.
     fn take_files_dir(&mut self) -> PathBuf;
 
+    /// Ends the session's recording, if it is recorded: its frames, the caller's from then
+    /// on (to encode, then remove). Called before the release, while the browser is there.
+    fn take_recording(&mut self) -> BoxFuture<'_, Option<browserpool_pool::video::Frames>> {
+        Box::pin(async { None })
+    }
+
     /// Kills the browser (or disposes of the context) and frees its place.
     fn release(self: Box<Self>) -> BoxFuture<'static, ()>;
 }
@@ -166,6 +172,10 @@ impl Leased for Lease {
 
     fn take_files_dir(&mut self) -> PathBuf {
         Lease::take_files_dir(self)
+    }
+
+    fn take_recording(&mut self) -> BoxFuture<'_, Option<browserpool_pool::video::Frames>> {
+        Box::pin(Lease::take_recording(self))
     }
 
     fn release(self: Box<Self>) -> BoxFuture<'static, ()> {

@@ -9,7 +9,7 @@ use browserpool_proto::v1 as pb;
 
 use crate::error::ServiceError;
 use crate::model::{Isolation, SessionRecord, TenantRecord};
-use crate::sessions::{ActionReport, SessionFile, SessionState};
+use crate::sessions::{ActionReport, FileKind, SessionFile, SessionState};
 
 /// Milliseconds since the epoch to a protobuf timestamp.
 pub fn timestamp(ms: i64) -> Timestamp {
@@ -18,7 +18,11 @@ pub fn timestamp(ms: i64) -> Timestamp {
 
 /// A session's file; `expires_at` once its session has ended and it is kept.
 pub fn artifact_to_pb(f: &SessionFile) -> pb::Artifact {
-    let kind = if f.uploaded { pb::ArtifactKind::Upload } else { pb::ArtifactKind::Download };
+    let kind = match f.kind {
+        FileKind::Download => pb::ArtifactKind::Download,
+        FileKind::Upload => pb::ArtifactKind::Upload,
+        FileKind::Recording => pb::ArtifactKind::Recording,
+    };
     pb::Artifact {
         name: f.info.name.clone(),
         kind: kind as i32,
@@ -68,6 +72,17 @@ pub fn session_to_pb(r: &SessionRecord) -> pb::Session {
         cdp_url: String::new(),
         labels: r.labels.clone().into_iter().collect(),
         replica: r.replica.clone(),
+        // Filled in by the Sessions adapter where asked (Get).
+        artifacts: Vec::new(),
+    }
+}
+
+pub fn record_from_pb(record: i32) -> crate::model::RecordMode {
+    use crate::model::RecordMode;
+    match pb::Record::try_from(record) {
+        Ok(pb::Record::On) => RecordMode::On,
+        Ok(pb::Record::RetainOnFailure) => RecordMode::OnFailure,
+        _ => RecordMode::Off,
     }
 }
 

@@ -140,6 +140,16 @@ impl SessionDir {
     /// descriptor, which is rewound).
     pub fn open_file(&self, name: &str) -> Result<(File, FileInfo), FileError> {
         judge_name(name)?;
+        self.open_as(name, name)
+    }
+
+    /// Opens the directory's own file `name` (a dot name, see [`SessionDir::write_meta`]) as
+    /// [`SessionDir::open_file`] does, calling it `shown`.
+    pub fn open_meta(&self, name: &str, shown: &str) -> Result<(File, FileInfo), FileError> {
+        self.open_as(name, shown)
+    }
+
+    fn open_as(&self, name: &str, shown: &str) -> Result<(File, FileInfo), FileError> {
         let fd = match rustix::fs::openat(&self.fd, name, read_flags(), Mode::empty()) {
             Ok(fd) => fd,
             Err(rustix::io::Errno::NOENT) => return Err(FileError::NotFound(name.into())),
@@ -157,9 +167,9 @@ impl SessionDir {
         use std::io::Seek;
         file.rewind().map_err(|e| FileError::io("rewind", e))?;
         let info = FileInfo {
-            name: name.to_string(),
+            name: shown.to_string(),
             size: st.st_size as u64,
-            mime_type: mime_type(name),
+            mime_type: mime_type(shown),
             sha256: hex::encode(hasher.finalize()),
             modified_ms: modified_ms(&st),
         };
@@ -221,6 +231,22 @@ impl SessionDir {
         let fd = rustix::fs::openat(&self.fd, name, flags, Mode::from_raw_mode(0o600))
             .map_err(|e| FileError::io(&format!("create {name:?}"), e))?;
         File::from(fd).write_all(content).map_err(|e| FileError::io(&format!("write {name:?}"), e))
+    }
+
+    /// Writes the directory's own file `name` (a dot name), new, from `from`: a plain file at
+    /// `from_path`, opened without following a link. Returns its size.
+    pub fn write_meta_from(&self, name: &str, from_path: &Path) -> Result<u64, FileError> {
+        let fd = rustix::fs::open(from_path, read_flags(), Mode::empty())
+            .map_err(|e| FileError::io(&format!("open {}", from_path.display()), e))?;
+        let st = rustix::fs::fstat(&fd).map_err(|e| FileError::io("stat", e))?;
+        if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile || st.st_nlink != 1 {
+            return Err(FileError::NotAFile(from_path.display().to_string()));
+        }
+        let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let to = rustix::fs::openat(&self.fd, name, flags, Mode::from_raw_mode(0o600))
+            .map_err(|e| FileError::io(&format!("create {name:?}"), e))?;
+        std::io::copy(&mut File::from(fd), &mut File::from(to))
+            .map_err(|e| FileError::io(&format!("write {name:?}"), e))
     }
 
     /// Deletes file `name` (a link of that name is removed, never followed).

@@ -113,6 +113,32 @@ pub struct TenantRecord {
     pub max_memory_mb: u32,
 }
 
+/// Whether a session is recorded as a video, and when its video is kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RecordMode {
+    #[default]
+    Off,
+    /// Kept whatever the end.
+    On,
+    /// Kept only when the job failed (see [`RecordMode::keeps`]).
+    OnFailure,
+}
+
+impl RecordMode {
+    /// Whether a recording of a session that ended as `state` is kept: always with `On`; with
+    /// `OnFailure` when it crashed, expired or was killed, or `failed` (an action failed, or
+    /// the client said so at release).
+    pub fn keeps(self, state: SessionState, failed: bool) -> bool {
+        match self {
+            RecordMode::Off => false,
+            RecordMode::On => true,
+            RecordMode::OnFailure => {
+                failed || matches!(state, SessionState::Crashed | SessionState::Expired | SessionState::Killed)
+            }
+        }
+    }
+}
+
 /// How a tenant's sessions are kept apart from each other.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Isolation {

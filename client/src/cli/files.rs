@@ -45,12 +45,48 @@ pub enum FilesOp {
     },
 }
 
-pub(super) async fn run(ctx: &Ctx, args: FilesArgs) -> Result<(), CliError> {
-    let session = args.session;
-    let failed = |e: crate::Error| match e {
+fn failed(ctx: &Ctx) -> impl Fn(crate::Error) -> CliError + '_ {
+    |e: crate::Error| match e {
         crate::Error::Status(s) => ctx.status(s),
         e => CliError::failed(e.to_string()),
-    };
+    }
+}
+
+/// `session recording S [--out F]`.
+pub(super) async fn recording(ctx: &Ctx, session: String, out: Option<PathBuf>) -> Result<(), CliError> {
+    let out = Out::new(&out.unwrap_or_else(|| PathBuf::from(format!("{session}.webm"))))?;
+    let (artifact, content) = ctx.client.get_recording(&session).await.map_err(failed(ctx))?;
+    out.write(&content)?;
+    saved(ctx, &artifact, &out)
+}
+
+/// What a download wrote, and where.
+fn saved(ctx: &Ctx, artifact: &pb::Artifact, out: &Out) -> Result<(), CliError> {
+    match ctx.json {
+        true => ctx.json_line(&json!({"file": artifact_json(artifact), "out": out.name()})),
+        false if matches!(out, Out::Stdout) => Ok(()),
+        false => ctx.line(&format!(
+            "{} ({} bytes, sha256 {}) -> {}",
+            artifact.name,
+            artifact.size,
+            artifact.sha256,
+            out.name()
+        )),
+    }
+}
+
+/// `session delete-artifacts S`.
+pub(super) async fn delete_artifacts(ctx: &Ctx, session: String) -> Result<(), CliError> {
+    let deleted = ctx.client.delete_artifacts(&session).await.map_err(failed(ctx))?;
+    match ctx.json {
+        true => ctx.json_line(&json!({"session_id": session, "deleted": deleted})),
+        false => ctx.line(&format!("deleted {deleted} artifacts of {session}")),
+    }
+}
+
+pub(super) async fn run(ctx: &Ctx, args: FilesArgs) -> Result<(), CliError> {
+    let session = args.session;
+    let failed = failed(ctx);
     match args.op {
         None => {
             let files = ctx.client.list_files(&session).await.map_err(failed)?;
@@ -69,17 +105,7 @@ pub(super) async fn run(ctx: &Ctx, args: FilesArgs) -> Result<(), CliError> {
             let out = Out::new(out.as_deref().unwrap_or(std::path::Path::new(&name)))?;
             let (artifact, content) = ctx.client.get_file(&session, &name).await.map_err(failed)?;
             out.write(&content)?;
-            match ctx.json {
-                true => ctx.json_line(&json!({"file": artifact_json(&artifact), "out": out.name()})),
-                false if matches!(out, Out::Stdout) => Ok(()),
-                false => ctx.line(&format!(
-                    "{} ({} bytes, sha256 {}) -> {}",
-                    name,
-                    artifact.size,
-                    artifact.sha256,
-                    out.name()
-                )),
-            }
+            saved(ctx, &artifact, &out)
         }
         Some(FilesOp::Put { path, name }) => {
             let name = match name {

@@ -1,4 +1,5 @@
-//! `browserpool session ...`: acquire, act, batch, release, list, get, export, import, files.
+//! `browserpool session ...`: acquire, act, batch, release, list, get, export, import, files,
+//! recording, delete-artifacts.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -28,6 +29,9 @@ pub enum SessionCommand {
     Release {
         /// Session id.
         session: String,
+        /// The job failed: a recording made with `--record on-failure` is kept.
+        #[arg(long)]
+        failed: bool,
     },
     /// The sessions of the token's tenant.
     List {
@@ -48,6 +52,19 @@ pub enum SessionCommand {
     Import(ImportArgs),
     /// The session's files (its downloads and uploads): list them, or get, put or delete one.
     Files(super::files::FilesArgs),
+    /// Download an ended session's recording (WebM, see `acquire --record`) to --out
+    /// (default: `<session>.webm`; `-` for stdout).
+    Recording {
+        /// Session id.
+        session: String,
+        #[arg(short, long)]
+        out: Option<PathBuf>,
+    },
+    /// Delete what was kept of an ended session (its files and recording) now.
+    DeleteArtifacts {
+        /// Session id.
+        session: String,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -76,9 +93,33 @@ pub struct AcquireArgs {
     /// An envelope file (`session export`) to import at start; needs scope context:import.
     #[arg(long)]
     context: Option<PathBuf>,
+    /// Record the session as a video: on, off, or on-failure (kept only when the session
+    /// crashed, expired or was killed, an action failed, or `release --failed`). Fetch it
+    /// with `session recording` once the session has ended.
+    #[arg(long, value_enum)]
+    record: Option<RecordArg>,
     /// Print only the session id.
     #[arg(short, long)]
     quiet: bool,
+}
+
+/// `acquire --record`.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum RecordArg {
+    On,
+    Off,
+    OnFailure,
+}
+
+impl RecordArg {
+    fn wire(record: Option<RecordArg>) -> i32 {
+        (match record {
+            None => pb::Record::Unspecified,
+            Some(RecordArg::On) => pb::Record::On,
+            Some(RecordArg::Off) => pb::Record::Off,
+            Some(RecordArg::OnFailure) => pb::Record::RetainOnFailure,
+        }) as i32
+    }
 }
 
 #[derive(Debug, Args)]
@@ -175,8 +216,8 @@ pub(super) async fn run(ctx: &Ctx, command: SessionCommand) -> Result<(), CliErr
         SessionCommand::Acquire(args) => acquire(ctx, args).await,
         SessionCommand::Act(args) => act(ctx, args).await,
         SessionCommand::Batch(args) => batch(ctx, args).await,
-        SessionCommand::Release { session } => {
-            let req = pb::ReleaseRequest { session_id: session.clone() };
+        SessionCommand::Release { session, failed } => {
+            let req = pb::ReleaseRequest { session_id: session.clone(), failed };
             let r = ctx.client.sessions().release(req).await.map_err(|s| ctx.status(s))?.into_inner();
             let state = render::session_state(r.state);
             if ctx.json {
@@ -210,6 +251,8 @@ pub(super) async fn run(ctx: &Ctx, command: SessionCommand) -> Result<(), CliErr
         SessionCommand::Export(args) => export(ctx, args).await,
         SessionCommand::Import(args) => import(ctx, args).await,
         SessionCommand::Files(args) => super::files::run(ctx, args).await,
+        SessionCommand::Recording { session, out } => super::files::recording(ctx, session, out).await,
+        SessionCommand::DeleteArtifacts { session } => super::files::delete_artifacts(ctx, session).await,
     }
 }
 
@@ -244,6 +287,7 @@ async fn acquire(ctx: &Ctx, args: AcquireArgs) -> Result<(), CliError> {
         viewport,
         labels: args.labels.into_iter().collect::<HashMap<_, _>>(),
         context,
+        record: RecordArg::wire(args.record),
     };
     let show = !ctx.json && std::io::stderr().is_terminal();
     let mut sessions = ctx.client.sessions();

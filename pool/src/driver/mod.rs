@@ -39,6 +39,7 @@ use watchers::{raw_events, watch_targets};
 mod context;
 mod dialog;
 pub(crate) mod ops;
+mod recorder;
 pub(crate) mod state;
 mod watchers;
 
@@ -199,6 +200,7 @@ impl Driver {
             tasks: TaskTracker::new(),
             stop: CancellationToken::new(),
             context,
+            recording: Mutex::new(None),
         });
         let listen = |e: CdpError| PoolError::Cdp(format!("listen targets: {e}"));
         let created = tokio::time::timeout(t, browser.event_listener::<EventTargetCreated>())

@@ -136,6 +136,8 @@ pub(crate) struct Shared {
     /// with others of its tenant (context isolation): only its targets are its tabs, and
     /// every browser-wide call names it. `None`: the whole browser is the session's.
     pub(crate) context: Option<String>,
+    /// The session's recording, while it is recorded.
+    pub(crate) recording: Mutex<Option<Arc<super::recorder::Recording>>>,
 }
 
 impl Shared {

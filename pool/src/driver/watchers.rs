@@ -173,6 +173,11 @@ async fn register_tab(
     raw.call(&session, "Runtime.addBinding", json!({ "name": PERMISSION_BINDING })).await?;
     raw.call(&session, "Page.addScriptToEvaluateOnNewDocument", json!({ "source": PERMISSION_SHIM })).await?;
     let events = listen_tab(&page).await?;
+    // A recorded session's new tab is recorded too (when it comes to the front).
+    let recording = lock(&shared.recording).clone();
+    if let Some(recording) = recording {
+        super::recorder::screencast(raw, &session, recording.viewport()).await;
+    }
     let tab = Tab { target: target.clone(), page: page.clone(), session };
     let index = {
         let mut tabs = lock(&shared.tabs);
@@ -323,6 +328,14 @@ pub(crate) async fn raw_events(shared: Arc<Shared>, raw: RawCdp, mut rx: mpsc::U
                 }
             }
             "Fetch.authRequired" => on_auth_required(&shared, &raw, &ev),
+            "Page.screencastFrame" => {
+                let recording = lock(&shared.recording).clone();
+                match recording {
+                    Some(recording) => recording.on_frame(&raw, &ev),
+                    // Recording ended: the tab's screencast with it.
+                    None => raw.send(&ev.session_id, "Page.stopScreencast", json!({})),
+                }
+            }
             // The tab's renderer died (killed, or out of memory): actions on it end at once.
             "Inspector.targetCrashed" => {
                 if let Some(tab) = shared.tab_by_session(&ev.session_id) {

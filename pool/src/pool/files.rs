@@ -14,6 +14,7 @@ use chromiumoxide::cdp::browser_protocol::browser::{
 
 use super::lease::{Held, Lease};
 use super::PoolError;
+use crate::outcome::Viewport;
 
 /// The directory holding every session's files directory.
 fn root(profiles_dir: &Path) -> PathBuf {
@@ -75,6 +76,40 @@ impl Lease {
         }
     }
 
+    /// Records the session when `record`: its frames go to a directory beside its files
+    /// directory, the server's (or the encoder's uid's, see [`crate::video`]), out of the
+    /// worker's reach.
+    pub(super) async fn with_recording(mut self, record: bool, viewport: Viewport) -> Result<Lease, PoolError> {
+        if !record {
+            return Ok(self);
+        }
+        let mut dir = self.files.clone().into_os_string();
+        dir.push(".rec");
+        let dir = PathBuf::from(dir);
+        let made = dir.clone();
+        tokio::task::spawn_blocking(move || crate::video::make_frames_dir(&made))
+            .await
+            .map_err(|e| PoolError::Launch(e.to_string()))?
+            .map_err(|e| PoolError::Launch(format!("recording directory {}: {e}", dir.display())))?;
+        self.recording = Some(dir.clone());
+        self.driver().start_recording(dir, viewport).await;
+        Ok(self)
+    }
+
+    /// Ends the session's recording, if it is recorded: its frames, which the caller now owns
+    /// (it encodes them, then removes their directory). Call it before the release, while the
+    /// browser is there to stop.
+    pub async fn take_recording(&mut self) -> Option<crate::video::Frames> {
+        let dir = self.recording.take()?;
+        match self.driver().stop_recording().await {
+            Some(frames) => Some(frames),
+            None => {
+                let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(dir)).await;
+                None
+            }
+        }
+    }
+
     /// The session's files directory: its downloads, and the files uploaded to it. The
     /// directory is its worker's uid's: open what is in it without following links.
     pub fn files_dir(&self) -> &Path {
@@ -90,7 +125,11 @@ impl Lease {
     /// Removes the files directory (links in it are removed, never followed).
     pub(super) fn remove_files(&mut self) -> Option<impl FnOnce() + Send + 'static> {
         let dir = std::mem::take(&mut self.files);
+        let recording = self.recording.take();
         (!dir.as_os_str().is_empty()).then_some(move || {
+            if let Some(frames) = recording {
+                let _ = std::fs::remove_dir_all(frames);
+            }
             if let Err(e) = std::fs::remove_dir_all(&dir) {
                 if e.kind() != std::io::ErrorKind::NotFound {
                     tracing::warn!(dir = %dir.display(), error = %e, "a session's files directory could not be removed");

@@ -11,6 +11,8 @@ pub struct Lease {
     pub(super) held: Option<Held>,
     /// The session's files directory (see `files.rs`); empty until made, and once removed.
     pub(super) files: std::path::PathBuf,
+    /// The recording's frame directory, while the session is recorded (see `files.rs`).
+    pub(super) recording: Option<std::path::PathBuf>,
     pub(super) _permit: OwnedSemaphorePermit,
 }
 

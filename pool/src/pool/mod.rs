@@ -60,6 +60,8 @@ pub struct LeaseSpec {
     /// Its memory limit in bytes, where workers have cgroups; `None`: the server's default,
     /// which every spare has.
     pub memory: Option<u64>,
+    /// Whether the session is recorded (see [`Lease::take_recording`]).
+    pub record: bool,
 }
 
 /// Pool sizing and launch settings.
@@ -235,7 +237,7 @@ impl Pool {
         }
     }
 
-    async fn lease_inner(&self, LeaseSpec { wait, viewport, memory }: LeaseSpec) -> Result<Lease, PoolError> {
+    async fn lease_inner(&self, LeaseSpec { wait, viewport, memory, record }: LeaseSpec) -> Result<Lease, PoolError> {
         let deadline = tokio::time::Instant::now() + wait;
         let permit = match tokio::time::timeout_at(deadline, self.inner.slots.clone().acquire_owned()).await {
             Ok(Ok(permit)) => permit,
@@ -249,10 +251,11 @@ impl Pool {
             pool: self.clone(),
             held: Some(Held::Own(Box::new(worker))),
             files: Default::default(),
+            recording: None,
             _permit: permit,
         };
         fenced?;
-        lease.with_files().await?.with_viewport(viewport).await
+        lease.with_files().await?.with_viewport(viewport).await?.with_recording(record, viewport).await
     }
 
     /// Takes a warm worker (counted as leased from then on), waiting up to `wait` for one,

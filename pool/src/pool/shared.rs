@@ -87,7 +87,7 @@ impl Pool {
     pub(super) async fn lease_context_inner(
         &self,
         tenant: &str,
-        LeaseSpec { wait, viewport, memory }: LeaseSpec,
+        LeaseSpec { wait, viewport, memory, record }: LeaseSpec,
     ) -> Result<Lease, PoolError> {
         let deadline = tokio::time::Instant::now() + wait;
         let permit = match tokio::time::timeout_at(deadline, self.inner.slots.clone().acquire_owned()).await {
@@ -151,9 +151,10 @@ impl Pool {
                     pool: self.clone(),
                     held: Some(Held::Context(ContextLease { browser, context, driver })),
                     files: Default::default(),
+                    recording: None,
                     _permit: permit,
                 };
-                lease.with_files().await?.with_viewport(viewport).await
+                lease.with_files().await?.with_viewport(viewport).await?.with_recording(record, viewport).await
             }
             Err(e) => {
                 self.context_gone(&browser);

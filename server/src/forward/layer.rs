@@ -14,8 +14,14 @@ use super::peers::{Peers, Route};
 use super::{session_field, string_field, HOP_HEADER, MAX_PEEK};
 use crate::auth::Claims;
 
-/// The rpcs that read an ended session's kept files: forwarded to the replica that keeps them.
-const KEPT_FILE_RPCS: &[&str] = &["/browserpool.v1.Sessions/ListFiles", "/browserpool.v1.Sessions/GetFile"];
+/// The rpcs that read (or delete) what an ended session left: forwarded to the replica that
+/// keeps it (`Get` lists it on the session).
+const KEPT_FILE_RPCS: &[&str] = &[
+    "/browserpool.v1.Sessions/ListFiles",
+    "/browserpool.v1.Sessions/GetFile",
+    "/browserpool.v1.Sessions/Get",
+    "/browserpool.v1.Sessions/DeleteArtifacts",
+];
 
 /// Tower layer putting [`ForwardService`] around the gRPC routes (outermost: a forwarded
 /// call is checked and audited by its owner, not here).

@@ -64,6 +64,7 @@ macro_rules! session_rpcs {
             "/browserpool.v1.Sessions/ListFiles" => ListFilesRequest,
             "/browserpool.v1.Sessions/GetFile" => GetFileRequest,
             "/browserpool.v1.Sessions/DeleteFile" => DeleteFileRequest,
+            "/browserpool.v1.Sessions/DeleteArtifacts" => DeleteArtifactsRequest,
             "/browserpool.v1.Admin/KillSession" => KillSessionRequest,
         }
     };

@@ -193,6 +193,7 @@ impl pb::sessions_server::Sessions for SessionsApi {
             idle_timeout_ms: r.idle_timeout_ms,
             viewport: viewport_from_pb(r.viewport),
             labels: labels_from_pb(r.labels),
+            record: crate::convert::record_from_pb(r.record),
         };
         let record = self.sessions.acquire(&claims, spec).await?;
         target.set(&record.id);
@@ -208,7 +209,8 @@ impl pb::sessions_server::Sessions for SessionsApi {
 
     async fn release(&self, req: Request<pb::ReleaseRequest>) -> Result<Response<pb::ReleaseResponse>, Status> {
         let claims = claims_about(&req)?;
-        let (released, state) = self.sessions.release(&claims, &req.get_ref().session_id).await?;
+        let r = req.get_ref();
+        let (released, state) = self.sessions.release(&claims, &r.session_id, r.failed).await?;
         Ok(Response::new(pb::ReleaseResponse { released, state: crate::convert::state_to_pb(state) as i32 }))
     }
 
@@ -223,7 +225,9 @@ impl pb::sessions_server::Sessions for SessionsApi {
         let claims = claims_about(&req)?;
         require(&claims, Scope::SessionsRead)?;
         let record = self.sessions.get(&claims, &req.get_ref().session_id).await?;
-        Ok(Response::new(self.session(&claims, &record)))
+        let mut session = self.session(&claims, &record);
+        session.artifacts = self.sessions.artifacts(&claims, &record.id).await.iter().map(artifact_to_pb).collect();
+        Ok(Response::new(session))
     }
 
     async fn list(&self, req: Request<pb::ListSessionsRequest>) -> Result<Response<pb::ListSessionsResponse>, Status> {
@@ -461,7 +465,10 @@ impl pb::sessions_server::Sessions for SessionsApi {
         let claims = claims_about(&req)?;
         let r = req.into_inner();
         let place = audit_place(&self.app.audit)?;
-        let (file, info) = self.sessions.open_file(&claims, &r.session_id, &r.name).await?;
+        let (file, info) = match pb::ArtifactKind::try_from(r.kind) {
+            Ok(pb::ArtifactKind::Recording) => self.sessions.open_recording(&claims, &r.session_id).await?,
+            _ => self.sessions.open_file(&claims, &r.session_id, &r.name).await?,
+        };
         audit_file(place, &claims, "/browserpool.v1.Sessions/GetFile", &r.session_id, info.audit_target());
         let (tx, rx) = mpsc::channel::<Result<pb::FileChunk, Status>>(4);
         let shutdown = self.shutdown.clone();
@@ -504,5 +511,17 @@ impl pb::sessions_server::Sessions for SessionsApi {
         self.sessions.delete_file(&claims, &r.session_id, &r.name).await?;
         audit_file(place, &claims, "/browserpool.v1.Sessions/DeleteFile", &r.session_id, format!("name={}", r.name));
         Ok(Response::new(pb::DeleteFileResponse {}))
+    }
+
+    async fn delete_artifacts(
+        &self,
+        req: Request<pb::DeleteArtifactsRequest>,
+    ) -> Result<Response<pb::DeleteArtifactsResponse>, Status> {
+        let claims = claims_about(&req)?;
+        let id = &req.get_ref().session_id;
+        let place = audit_place(&self.app.audit)?;
+        let deleted = self.sessions.delete_artifacts(&claims, id).await?;
+        audit_file(place, &claims, "/browserpool.v1.Sessions/DeleteArtifacts", id, format!("deleted={deleted}"));
+        Ok(Response::new(pb::DeleteArtifactsResponse { deleted }))
     }
 }

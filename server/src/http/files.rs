@@ -1,5 +1,5 @@
-//! `GET /sessions/{session}/files/{name}` and `GET /sessions/{session}/files.zip`: a
-//! session's files for `curl` and browsers, with the Bearer token and the rules of `GetFile`
+//! `GET /sessions/{session}/files/{name}`, `GET /sessions/{session}/files.zip` and
+//! `GET /sessions/{session}/recording`: a session's files and recording for `curl` and browsers, with the Bearer token and the rules of `GetFile`
 //! (a request reaching another replica is relayed to the one holding the session). Each fetch
 //! is an audit record with the names and sizes, never the content.
 
@@ -17,6 +17,8 @@ use crate::sessions::SessionFile;
 pub const FILE_RPC: &str = "GET /sessions/{session}/files/{name}";
 /// The `rpc` of the audit record of a zip of a session's files.
 pub const ZIP_RPC: &str = "GET /sessions/{session}/files.zip";
+/// The `rpc` of the audit record of a recording fetched over HTTP.
+pub const RECORDING_RPC: &str = "GET /sessions/{session}/recording";
 
 /// One file, as it is, with its media type, size and SHA-256 (`x-checksum-sha256`).
 pub(super) async fn file(
@@ -25,21 +27,50 @@ pub(super) async fn file(
     peer: Option<axum::Extension<crate::tls::PeerAddr>>,
     headers: HeaderMap,
 ) -> Response {
+    let (sessions, id) = (state.app.sessions.clone(), session.clone());
+    let open = |claims: Claims| async move { sessions.open_file(&claims, &id, &name).await };
+    one(&state, peer, &headers, (FILE_RPC, &session), open).await
+}
+
+/// The recording of an ended session (WebM), as `file` serves a file.
+pub(super) async fn recording(
+    State(state): State<HttpState>,
+    Path(session): Path<String>,
+    peer: Option<axum::Extension<crate::tls::PeerAddr>>,
+    headers: HeaderMap,
+) -> Response {
+    let (sessions, id) = (state.app.sessions.clone(), session.clone());
+    let open = |claims: Claims| async move { sessions.open_recording(&claims, &id).await };
+    one(&state, peer, &headers, (RECORDING_RPC, &session), open).await
+}
+
+/// Serves the one file `open` opens for the caller.
+async fn one<F, Fut>(
+    state: &HttpState,
+    peer: Option<axum::Extension<crate::tls::PeerAddr>>,
+    headers: &HeaderMap,
+    (rpc, session): (&'static str, &str),
+    open: F,
+) -> Response
+where
+    F: FnOnce(Claims) -> Fut,
+    Fut: std::future::Future<Output = Result<(std::fs::File, SessionFile), ServiceError>>,
+{
     let source = source(peer);
-    let claims = match bearer(&state, &headers, &source, &session, FILE_RPC) {
+    let claims = match bearer(state, headers, &source, session, rpc) {
         Ok(claims) => claims,
         Err(refused) => return *refused,
     };
     let opened = async {
         let place = state.app.audit.reserve_call()?;
-        let (file, info) = state.app.sessions.open_file(&claims, &session, &name).await?;
+        let (file, info) = open(claims.clone()).await?;
         Ok::<_, ServiceError>((place, file, info))
     };
     let (place, file, info) = match opened.await {
         Ok(opened) => opened,
-        Err(e) => return failed(&state, &source, &claims, &session, FILE_RPC, e),
+        Err(e) => return failed(state, &source, &claims, session, rpc, e),
     };
-    record(place, &claims, &session, FILE_RPC, target(&[&info]));
+    record(place, &claims, session, rpc, target(&[&info]));
     let body = Body::from_stream(tokio_util::io::ReaderStream::new(tokio::fs::File::from_std(file)));
     let mut response = body.into_response();
     let h = response.headers_mut();

@@ -50,6 +50,11 @@ pub fn router(state: HttpState) -> Router {
                 .layer(axum::middleware::from_fn_with_state(state.peers.clone(), crate::forward::session_forward)),
         )
         .route(
+            "/sessions/{session}/recording",
+            get(files::recording)
+                .layer(axum::middleware::from_fn_with_state(state.peers.clone(), crate::forward::session_forward)),
+        )
+        .route(
             "/sessions/{session}/files.zip",
             get(files::zip)
                 .layer(axum::middleware::from_fn_with_state(state.peers.clone(), crate::forward::session_forward)),

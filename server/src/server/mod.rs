@@ -30,6 +30,24 @@ use workers::{check_sandbox, pool_config, raise_open_files_limit, worker_uids};
 mod serving;
 mod workers;
 
+/// Why this server cannot record sessions, if it cannot: it keeps nothing after a session, or
+/// ffmpeg does not run here.
+fn cannot_record(args: &ServeArgs) -> Option<String> {
+    if args.artifact_ttl.is_zero() {
+        return Some("this server keeps nothing after a session ends (--artifact-ttl 0s)".into());
+    }
+    match browserpool_pool::video::encoder_version() {
+        Ok(version) => {
+            tracing::info!(encoder = %version, "sessions may be recorded");
+            None
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "sessions cannot be recorded");
+            Some(e.to_string())
+        }
+    }
+}
+
 /// A server with its sockets bound, ready to serve.
 pub struct Bound {
     audit: AuditLog,
@@ -120,6 +138,7 @@ pub async fn bind(args: ServeArgs) -> anyhow::Result<Bound> {
             idle_timeout: args.idle_timeout,
             keep_files: (!args.artifact_ttl.is_zero())
                 .then(|| KeepFiles { dir: data_dir.join("artifacts"), ttl: args.artifact_ttl }),
+            cannot_record: cannot_record(&args),
         },
         args.max_workers as u32,
         audit.clone(),

@@ -35,6 +35,11 @@ impl Sessions {
         report.duration_ms = started.elapsed().as_millis().min(u32::MAX as u128) as u32;
         // Unknown names are the client's strings: counted together, never as labels.
         let label = if known { report.action.as_str() } else { "unknown" };
+        if report.outcome.is_err() {
+            if let Some(live) = self.live_map().get(id) {
+                live.failed.store(true, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
         self.inner.metrics.acted(label, report.outcome.is_ok(), started.elapsed());
         if let Err(f) = &report.outcome {
             tracing::debug!(session = %id, action = %report.action, code = ?f.code, "action failed");

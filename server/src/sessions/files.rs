@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use super::*;
 use crate::files::{FileError, FileInfo, SessionDir, Upload};
 use browserpool_pool::sync::lock;
+use browserpool_pool::video::{self, Frames};
 
 /// The largest file `PutFile` takes.
 pub const MAX_FILE_BYTES: u64 = 100 << 20;
@@ -17,6 +18,11 @@ pub const MAX_FILE_BYTES: u64 = 100 << 20;
 const UPLOADS: &str = ".uploads";
 /// In a kept directory: when it expires, in ms since the epoch.
 const EXPIRES: &str = ".expires";
+/// In a kept directory: the session's recording, and the name it is shown under.
+const RECORDING: &str = ".recording.webm";
+pub const RECORDING_NAME: &str = "recording.webm";
+/// The least time an encoding is given before it is stopped.
+const ENCODE_MIN: Duration = Duration::from_secs(120);
 
 /// Where ended sessions' files are kept, and for how long.
 #[derive(Debug, Clone)]
@@ -30,8 +36,16 @@ pub struct KeepFiles {
 #[derive(Debug, Clone)]
 pub struct SessionFile {
     pub info: FileInfo,
-    pub uploaded: bool,
+    pub kind: FileKind,
     pub expires_ms: Option<i64>,
+}
+
+/// Where a session's file came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileKind {
+    Download,
+    Upload,
+    Recording,
 }
 
 impl SessionFile {
@@ -51,7 +65,8 @@ struct Found {
 
 impl Found {
     fn file(&self, info: FileInfo) -> SessionFile {
-        SessionFile { uploaded: self.uploads.contains(&info.name), info, expires_ms: self.expires_ms }
+        let kind = if self.uploads.contains(&info.name) { FileKind::Upload } else { FileKind::Download };
+        SessionFile { kind, info, expires_ms: self.expires_ms }
     }
 }
 
@@ -125,6 +140,75 @@ impl Sessions {
         Ok((file, found.file(info)))
     }
 
+    /// Opens the recording of an ended session to read (FAILED_PRECONDITION while it is live:
+    /// the video is made at its end; NOT_FOUND when none was kept).
+    pub async fn open_recording(&self, claims: &Claims, id: &str) -> Result<(std::fs::File, SessionFile)> {
+        let found = match self.files_of(claims, id, Scope::SessionsRead).await {
+            Err(ServiceError::NotReady { .. }) => return Err(FileError::NotFound(RECORDING_NAME.into()).into()),
+            found => found?,
+        };
+        if found.live.is_some() {
+            return Err(ServiceError::FailedPrecondition(format!(
+                "session {id} is live: its recording is made when it ends"
+            )));
+        }
+        let expires_ms = found.expires_ms;
+        let (file, info) = blocking(move || found.dir.open_meta(RECORDING, RECORDING_NAME)).await?;
+        Ok((file, SessionFile { info, kind: FileKind::Recording, expires_ms }))
+    }
+
+    /// What session `id` leaves behind, for `Get`: a live session's files; an ended one's
+    /// kept files and recording; nothing when nothing was kept or the caller may not read it.
+    pub async fn artifacts(&self, claims: &Claims, id: &str) -> Vec<SessionFile> {
+        let Ok(found) = self.files_of(claims, id, Scope::SessionsRead).await else { return Vec::new() };
+        let listed = blocking(move || {
+            let files = found.dir.list()?;
+            let recording = match found.live {
+                Some(_) => None,
+                None => found.dir.open_meta(RECORDING, RECORDING_NAME).ok().map(|(_, info)| info),
+            };
+            Ok((found, files, recording))
+        })
+        .await;
+        let Ok((found, files, recording)) = listed else { return Vec::new() };
+        let mut all: Vec<SessionFile> = files.into_iter().map(|info| found.file(info)).collect();
+        all.extend(recording.map(|info| SessionFile { info, kind: FileKind::Recording, expires_ms: found.expires_ms }));
+        all
+    }
+
+    /// Deletes what was kept of an ended session (its files and recording) now; how many
+    /// there were. FAILED_PRECONDITION while it is live.
+    pub async fn delete_artifacts(&self, claims: &Claims, id: &str) -> Result<u32> {
+        require(claims, Scope::SessionsWrite)?;
+        let record = self.get(claims, id).await?;
+        if !record.state.is_terminal() {
+            return Err(ServiceError::FailedPrecondition(format!(
+                "session {id} is live: delete its files one by one (DeleteFile), or end it first"
+            )));
+        }
+        let Some(keep) = self.inner.limits.keep_files.clone() else { return Ok(0) };
+        if record.replica != self.replica_id() {
+            return Err(ServiceError::FailedPrecondition(format!(
+                "session {id} ended on replica {}, which kept its artifacts and is no longer registered",
+                record.replica
+            )));
+        }
+        let ending = self.ending_map().get(id).cloned();
+        if let Some(ending) = ending {
+            ending.finished.cancelled().await;
+        }
+        let dir = keep.dir.join(id);
+        blocking(move || {
+            let count = match SessionDir::open(&dir) {
+                Ok(kept) => kept.list()?.len() + usize::from(kept.open_meta(RECORDING, RECORDING_NAME).is_ok()),
+                Err(_) => return Ok(0),
+            };
+            std::fs::remove_dir_all(&dir).map_err(|e| FileError::Io(format!("delete {}: {e}", dir.display())))?;
+            Ok(count as u32)
+        })
+        .await
+    }
+
     /// Starts an upload of `name` into the session; [`Sessions::uploaded`] once it is whole.
     pub async fn put_file(&self, claims: &Claims, id: &str, name: &str) -> Result<Upload> {
         let found = self.files_of(claims, id, Scope::SessionsWrite).await?;
@@ -138,7 +222,7 @@ impl Sessions {
         if let Some(live) = self.live_map().get(id).cloned() {
             lock(&live.uploads).insert(info.name.clone());
         }
-        Ok(SessionFile { info, uploaded: true, expires_ms: None })
+        Ok(SessionFile { info, kind: FileKind::Upload, expires_ms: None })
     }
 
     /// Deletes one file of the session.
@@ -180,6 +264,44 @@ impl Sessions {
         }
     }
 
+    /// Keeps an ended session's recording, if its mode keeps it for this end: encoded into a
+    /// video (see [`browserpool_pool::video`]) in its kept directory. The frames are removed
+    /// either way.
+    pub(super) async fn keep_recording(&self, id: &str, live: &Live, state: SessionState, frames: Frames) {
+        let failed = live.failed.load(std::sync::atomic::Ordering::SeqCst);
+        let keep = self.inner.limits.keep_files.clone().filter(|_| live.record_mode.keeps(state, failed));
+        let expires_ms = self.now() + keep.as_ref().map_or(0, |k| k.ttl.as_millis() as i64);
+        let uploads: Vec<String> = lock(&live.uploads).iter().cloned().collect();
+        let to = keep.as_ref().map(|k| k.dir.join(id));
+        let began = std::time::Instant::now();
+        let kept = tokio::task::spawn_blocking(move || {
+            let kept = keep.zip(to).map(|(keep, to)| {
+                if let Some(why) = &frames.stopped {
+                    tracing::warn!(error = %why, "the recording stopped early");
+                }
+                // Encoding runs far faster than real time; past this it is stuck.
+                let video = video::encode(&frames, ENCODE_MIN.max(frames.end * 2)).map_err(|e| e.to_string())?;
+                let dst = kept_dir(&keep.dir, &to, &uploads, expires_ms).map_err(|e| e.to_string())?;
+                let size = dst.write_meta_from(RECORDING, &video.path).map_err(|e| e.to_string())?;
+                Ok::<_, String>((video.frames, size))
+            });
+            if let Err(e) = std::fs::remove_dir_all(&frames.dir) {
+                tracing::warn!(dir = %frames.dir.display(), error = %e, "a recording's frames could not be removed");
+            }
+            kept
+        })
+        .await;
+        match kept {
+            Ok(None) => tracing::debug!(session = %id, "recording not kept"),
+            Ok(Some(Ok((frames, bytes)))) => {
+                let took_ms = began.elapsed().as_millis() as u64;
+                tracing::info!(session = %id, frames, bytes, took_ms, "recording kept");
+            }
+            Ok(Some(Err(e))) => tracing::warn!(session = %id, error = %e, "the recording could not be kept"),
+            Err(e) => tracing::warn!(session = %id, error = %e, "the recording could not be kept"),
+        }
+    }
+
     /// Deletes kept files past their expiry until shutdown: at once, then every minute (or
     /// every `--artifact-ttl`, when shorter).
     pub async fn sweep_kept_files(self, shutdown: CancellationToken) {
@@ -206,13 +328,7 @@ fn keep_dir(from: &Path, root: &Path, to: &Path, uploads: &[String], expires_ms:
     if files.is_empty() {
         return Ok(0);
     }
-    let io = |what: &str, e: std::io::Error| FileError::Io(format!("{what} {}: {e}", to.display()));
-    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(root).map_err(|e| io("create", e))?;
-    std::fs::DirBuilder::new().mode(0o700).create(to).map_err(|e| io("create", e))?;
-    let dst = SessionDir::open(to)?;
-    // The expiry first: a directory without one is swept as expired.
-    dst.write_meta(EXPIRES, expires_ms.to_string().as_bytes())?;
-    dst.write_meta(UPLOADS, uploads.join("\n").as_bytes())?;
+    let dst = kept_dir(root, to, uploads, expires_ms)?;
     let mut moved = 0;
     for file in files {
         match src.move_to(&dst, &file.name) {
@@ -223,6 +339,22 @@ fn keep_dir(from: &Path, root: &Path, to: &Path, uploads: &[String], expires_ms:
         }
     }
     Ok(moved)
+}
+
+/// Session `to`'s kept directory in `root`: opened if its files were kept already, else made
+/// (owner only) with its expiry and uploads.
+fn kept_dir(root: &Path, to: &Path, uploads: &[String], expires_ms: i64) -> Result<SessionDir, FileError> {
+    let io = |what: &str, e: std::io::Error| FileError::Io(format!("{what} {}: {e}", to.display()));
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(root).map_err(|e| io("create", e))?;
+    match std::fs::DirBuilder::new().mode(0o700).create(to) {
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return SessionDir::open(to),
+        made => made.map_err(|e| io("create", e))?,
+    }
+    let dst = SessionDir::open(to)?;
+    // The expiry first: a directory without one is swept as expired.
+    dst.write_meta(EXPIRES, expires_ms.to_string().as_bytes())?;
+    dst.write_meta(UPLOADS, uploads.join("\n").as_bytes())?;
+    Ok(dst)
 }
 
 /// Deletes every kept directory in `root` whose expiry is before `now_ms` (or unreadable);

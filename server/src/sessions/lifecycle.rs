@@ -10,6 +10,7 @@ struct Held {
     claim: Claim,
     idle: Duration,
     acquired_by: String,
+    record: RecordMode,
 }
 
 /// A session's TTL and idle timeout: what it asked for, within its tenant's and the server's
@@ -133,6 +134,11 @@ impl Sessions {
             return Err(ServiceError::Draining);
         }
         let viewport = validate_viewport(spec.viewport)?;
+        if let (true, Some(why)) = (spec.record != RecordMode::Off, &self.inner.limits.cannot_record) {
+            return Err(ServiceError::FailedPrecondition(format!(
+                "this server cannot record sessions: {why}; acquire without record"
+            )));
+        }
         let tenant = self
             .inner
             .store
@@ -175,7 +181,8 @@ impl Sessions {
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
         // 0: the worker keeps the server's default limit, which every spare has.
         let memory = (tenant.max_memory_mb != 0).then_some((tenant.max_memory_mb as u64) << 20);
-        let wanted = LeaseSpec { wait: left, viewport, memory };
+        let record = spec.record != RecordMode::Off;
+        let wanted = LeaseSpec { wait: left, viewport, memory, record };
         let leased = self.inner.browsers.lease(&tenant.id, tenant.isolation, wanted).await;
         let lease = leased.map_err(|e| match e {
             PoolError::Exhausted(_) => waited(format!(
@@ -211,7 +218,7 @@ impl Sessions {
         // leave a READY row without a live session (an unclaimed session idles out instead).
         // If recording fails the lease drops and kills the worker.
         let this = self.clone();
-        let held = Held { lease, slot, claim, idle, acquired_by: claims.jti.clone() };
+        let held = Held { lease, slot, claim, idle, acquired_by: claims.jti.clone(), record: spec.record };
         self.spawn(async move { this.register(record, held).await })
             .await
             .map_err(|e| ServiceError::Internal(format!("acquire task: {e}")))?
@@ -219,7 +226,7 @@ impl Sessions {
 
     /// Records a session acquired and makes it live here, watched and scheduled.
     async fn register(&self, record: SessionRecord, held: Held) -> Result<SessionRecord> {
-        let Held { lease, slot, claim, idle, acquired_by } = held;
+        let Held { lease, slot, claim, idle, acquired_by, record: mode } = held;
         self.inner.store.insert_session(&record, "acquired").await?;
         let died = lease.died();
         let cdp = CdpTarget {
@@ -241,6 +248,8 @@ impl Sessions {
             finished: CancellationToken::new(),
             cdp,
             uploads: Mutex::default(),
+            record_mode: mode,
+            failed: std::sync::atomic::AtomicBool::new(false),
         });
         self.spawn(self.clone().watch_browser(record.id.clone(), live.stop.clone(), died));
         self.live_map().insert(record.id.clone(), live);
@@ -271,13 +280,19 @@ impl Sessions {
     }
 
     /// Ends the caller's session (idempotent). Returns whether this call ended it, and its state.
-    pub async fn release(&self, claims: &Claims, id: &str) -> Result<(bool, SessionState)> {
+    /// `failed`: the job that used it failed (its recording is kept).
+    pub async fn release(&self, claims: &Claims, id: &str, failed: bool) -> Result<(bool, SessionState)> {
         require(claims, Scope::SessionsWrite)?;
         let record = self.get(claims, id).await?;
         if record.state.is_terminal() {
             return Ok((false, record.state));
         }
         self.here(&record)?;
+        if failed {
+            if let Some(live) = self.live_map().get(id) {
+                live.failed.store(true, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
         let ended = self.end_once_recorded(id, SessionState::Closed, "released").await;
         Ok((ended, SessionState::Closed))
     }

@@ -28,7 +28,7 @@ use crate::clock::{now_ms, Clock};
 use crate::deadlines::{self, Deadlines};
 use crate::error::{Result, ServiceError};
 pub use crate::model::SessionState;
-use crate::model::{ReplicaAddrs, SessionRecord, TenantRecord};
+use crate::model::{RecordMode, ReplicaAddrs, SessionRecord, TenantRecord};
 use crate::store::{SessionFilter, Store};
 
 mod act;
@@ -39,7 +39,7 @@ mod lifecycle;
 mod replicas;
 
 pub use cdp_access::CdpAccess;
-pub use files::{KeepFiles, SessionFile, MAX_FILE_BYTES};
+pub use files::{FileKind, KeepFiles, SessionFile, MAX_FILE_BYTES, RECORDING_NAME};
 use lifecycle::Claim;
 pub use replicas::{drain_reach, DrainReach};
 
@@ -68,6 +68,8 @@ pub struct Limits {
     pub idle_timeout: Duration,
     /// Where ended sessions' files are kept, and how long; `None`: they go with the session.
     pub keep_files: Option<KeepFiles>,
+    /// Why sessions cannot be recorded here, if they cannot (no ffmpeg, nothing kept).
+    pub cannot_record: Option<String>,
 }
 
 /// What `Acquire` asks for, already unwrapped from the wire.
@@ -78,6 +80,7 @@ pub struct AcquireSpec {
     pub idle_timeout_ms: u32,
     pub viewport: Option<Viewport>,
     pub labels: BTreeMap<String, String>,
+    pub record: RecordMode,
 }
 
 /// One action as the client sent it.
@@ -123,6 +126,10 @@ struct Live {
     /// The names of the files clients uploaded (the others in its files directory are
     /// downloads).
     uploads: Mutex<std::collections::BTreeSet<String>>,
+    /// Whether it is recorded, and when its recording is kept.
+    record_mode: RecordMode,
+    /// The job failed: an action failed, or the client said so at release.
+    failed: std::sync::atomic::AtomicBool,
 }
 
 /// A session's browser as the CDP proxy reaches it.

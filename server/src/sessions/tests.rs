@@ -57,6 +57,7 @@ impl Harness {
             max_session_ttl: Duration::from_secs(60),
             idle_timeout: Duration::from_secs(60),
             keep_files: None,
+            cannot_record: Some("not in these tests".into()),
         };
         let metrics = Arc::default();
         let sessions =
@@ -143,12 +144,12 @@ async fn queued_callers_are_served_in_the_order_they_came() {
             let who = caller("a", &format!("caller-{n}"));
             let record = h2.acquire(&who, 5000).await.unwrap();
             served.lock().unwrap().push(n);
-            h2.sessions.release(&who, &record.id).await.unwrap();
+            h2.sessions.release(&who, &record.id, false).await.unwrap();
         }));
         // Each is in the queue before the next comes.
         until("the caller to queue", || h.sessions.usage("a").1 == n + 1).await;
     }
-    h.sessions.release(&a, &first.id).await.unwrap();
+    h.sessions.release(&a, &first.id, false).await.unwrap();
     for w in waiting {
         w.await.unwrap();
     }
@@ -167,8 +168,8 @@ async fn a_tenant_at_its_quota_holds_up_no_other_tenant() {
     // The server has a browser left: tenant b gets it at once.
     let other = h.acquire(&b, 0).await.unwrap();
     assert_eq!(h.fake.state().leased.len(), 2);
-    h.sessions.release(&a, &held.id).await.unwrap();
-    h.sessions.release(&b, &other.id).await.unwrap();
+    h.sessions.release(&a, &held.id, false).await.unwrap();
+    h.sessions.release(&b, &other.id, false).await.unwrap();
     h.stop().await;
 }
 
@@ -179,7 +180,7 @@ async fn a_release_racing_an_acquire_never_lets_a_tenant_past_its_quota() {
     let mut id = h.acquire(&a, 1000).await.unwrap().id;
     for _ in 0..20 {
         let (h1, a1, old) = (h.clone(), a.clone(), id.clone());
-        let release = tokio::spawn(async move { h1.sessions.release(&a1, &old).await });
+        let release = tokio::spawn(async move { h1.sessions.release(&a1, &old, false).await });
         let next = h.acquire(&a, 3000).await.unwrap();
         assert_eq!(release.await.unwrap().unwrap(), (true, SessionState::Closed));
         id = next.id;
@@ -187,7 +188,7 @@ async fn a_release_racing_an_acquire_never_lets_a_tenant_past_its_quota() {
     // The slot is freed only once the browser is gone: never two of the tenant's at once.
     assert_eq!(h.fake.state().most_at_once, 1);
     assert_eq!(h.fake.state().released.len(), 20);
-    h.sessions.release(&a, &id).await.unwrap();
+    h.sessions.release(&a, &id, false).await.unwrap();
     Arc::into_inner(h).unwrap().stop().await;
 }
 
@@ -277,7 +278,7 @@ async fn a_drain_turns_queued_callers_away_and_keeps_live_sessions_working() {
     assert!(h.act(&a, &live.id, json!("still here"), 1000).await.outcome.is_ok());
     assert_eq!(h.sessions.usage("a"), (1, 0));
     h.sessions.set_draining(false);
-    h.sessions.release(&a, &live.id).await.unwrap();
+    h.sessions.release(&a, &live.id, false).await.unwrap();
     assert!(h.acquire(&a, 1000).await.is_ok(), "served again once the drain is off");
     Arc::into_inner(h).unwrap().stop().await;
 }
@@ -330,7 +331,7 @@ async fn a_store_that_fails_mid_acquire_leaks_no_browser_and_no_slot() {
     db.close().await.unwrap();
     let record = h.acquire(&a, 2000).await.unwrap();
     assert_eq!(h.stored(&record.id).await.state, SessionState::Ready);
-    h.sessions.release(&a, &record.id).await.unwrap();
+    h.sessions.release(&a, &record.id, false).await.unwrap();
     h.stop().await;
 }
 
@@ -346,10 +347,10 @@ async fn a_caller_that_goes_away_while_queued_or_leasing_leaks_nothing() {
     until("the caller to queue", || h.sessions.usage("a").1 == 1).await;
     queued.abort();
     until("the queue to empty", || h.sessions.usage("a") == (1, 0)).await;
-    h.sessions.release(&a, &held.id).await.unwrap();
+    h.sessions.release(&a, &held.id, false).await.unwrap();
     // Nothing was held for the caller that left: the next one is served at once.
     let next = h.acquire(&a, 1000).await.unwrap();
     assert_eq!(h.fake.state().lease_order.len(), 2);
-    h.sessions.release(&a, &next.id).await.unwrap();
+    h.sessions.release(&a, &next.id, false).await.unwrap();
     Arc::into_inner(h).unwrap().stop().await;
 }

@@ -19,6 +19,7 @@ mod image;
 mod isolation;
 mod lifecycle;
 mod ops;
+mod recording;
 mod replicas;
 mod sdk;
 mod sessions;

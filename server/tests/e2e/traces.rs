@@ -203,7 +203,7 @@ async fn spans_continue_the_callers_trace_and_never_carry_payloads_or_tokens() {
     }
 
     // Released just before SIGTERM: its span is flushed at shutdown, not lost.
-    sessions.release(traced(pb::ReleaseRequest { session_id: id.clone() })).await.unwrap();
+    sessions.release(traced(pb::ReleaseRequest { session_id: id.clone(), failed: false })).await.unwrap();
     let status = tokio::task::spawn_blocking(move || server.terminate().0).await.unwrap();
     assert!(status.success(), "server exit: {status}");
     let spans = collector.wait_for("browserpool.v1.Sessions/Release").await;

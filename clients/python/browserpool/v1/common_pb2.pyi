@@ -11,6 +11,20 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class Record(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    RECORD_UNSPECIFIED: _ClassVar[Record]
+    RECORD_OFF: _ClassVar[Record]
+    RECORD_ON: _ClassVar[Record]
+    RECORD_RETAIN_ON_FAILURE: _ClassVar[Record]
+
+class ArtifactKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ARTIFACT_KIND_UNSPECIFIED: _ClassVar[ArtifactKind]
+    DOWNLOAD: _ClassVar[ArtifactKind]
+    UPLOAD: _ClassVar[ArtifactKind]
+    RECORDING: _ClassVar[ArtifactKind]
+
 class SessionState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     SESSION_STATE_UNSPECIFIED: _ClassVar[SessionState]
@@ -48,6 +62,14 @@ class DialogKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     DIALOG_KIND_BEFOREUNLOAD: _ClassVar[DialogKind]
     DIALOG_KIND_BASIC_AUTH: _ClassVar[DialogKind]
     DIALOG_KIND_PERMISSION: _ClassVar[DialogKind]
+RECORD_UNSPECIFIED: Record
+RECORD_OFF: Record
+RECORD_ON: Record
+RECORD_RETAIN_ON_FAILURE: Record
+ARTIFACT_KIND_UNSPECIFIED: ArtifactKind
+DOWNLOAD: ArtifactKind
+UPLOAD: ArtifactKind
+RECORDING: ArtifactKind
 SESSION_STATE_UNSPECIFIED: SessionState
 SESSION_STATE_QUEUED: SessionState
 SESSION_STATE_READY: SessionState
@@ -79,7 +101,7 @@ DIALOG_KIND_BASIC_AUTH: DialogKind
 DIALOG_KIND_PERMISSION: DialogKind
 
 class Session(_message.Message):
-    __slots__ = ("session_id", "tenant", "subject", "state", "created_at", "expires_at", "idle_deadline", "worker_id", "queue_wait_ms", "cdp_url", "labels", "replica")
+    __slots__ = ("session_id", "tenant", "subject", "state", "created_at", "expires_at", "idle_deadline", "worker_id", "queue_wait_ms", "cdp_url", "labels", "replica", "artifacts")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -99,6 +121,7 @@ class Session(_message.Message):
     CDP_URL_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
     REPLICA_FIELD_NUMBER: _ClassVar[int]
+    ARTIFACTS_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     tenant: str
     subject: str
@@ -111,7 +134,26 @@ class Session(_message.Message):
     cdp_url: str
     labels: _containers.ScalarMap[str, str]
     replica: str
-    def __init__(self, session_id: _Optional[str] = ..., tenant: _Optional[str] = ..., subject: _Optional[str] = ..., state: _Optional[_Union[SessionState, str]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., idle_deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., worker_id: _Optional[str] = ..., queue_wait_ms: _Optional[int] = ..., cdp_url: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., replica: _Optional[str] = ...) -> None: ...
+    artifacts: _containers.RepeatedCompositeFieldContainer[Artifact]
+    def __init__(self, session_id: _Optional[str] = ..., tenant: _Optional[str] = ..., subject: _Optional[str] = ..., state: _Optional[_Union[SessionState, str]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., idle_deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., worker_id: _Optional[str] = ..., queue_wait_ms: _Optional[int] = ..., cdp_url: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., replica: _Optional[str] = ..., artifacts: _Optional[_Iterable[_Union[Artifact, _Mapping]]] = ...) -> None: ...
+
+class Artifact(_message.Message):
+    __slots__ = ("name", "kind", "size", "mime_type", "sha256", "created_at", "expires_at")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    MIME_TYPE_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    kind: ArtifactKind
+    size: int
+    mime_type: str
+    sha256: str
+    created_at: _timestamp_pb2.Timestamp
+    expires_at: _timestamp_pb2.Timestamp
+    def __init__(self, name: _Optional[str] = ..., kind: _Optional[_Union[ArtifactKind, str]] = ..., size: _Optional[int] = ..., mime_type: _Optional[str] = ..., sha256: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class Viewport(_message.Message):
     __slots__ = ("width", "height", "scale", "mobile")

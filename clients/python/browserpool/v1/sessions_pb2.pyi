@@ -1,9 +1,5 @@
-import datetime
-
 from browserpool.v1 import common_pb2 as _common_pb2
-from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
-from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Iterable as _Iterable, Mapping as _Mapping
@@ -11,19 +7,8 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
-class ArtifactKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
-    __slots__ = ()
-    ARTIFACT_KIND_UNSPECIFIED: _ClassVar[ArtifactKind]
-    DOWNLOAD: _ClassVar[ArtifactKind]
-    UPLOAD: _ClassVar[ArtifactKind]
-    RECORDING: _ClassVar[ArtifactKind]
-ARTIFACT_KIND_UNSPECIFIED: ArtifactKind
-DOWNLOAD: ArtifactKind
-UPLOAD: ArtifactKind
-RECORDING: ArtifactKind
-
 class AcquireRequest(_message.Message):
-    __slots__ = ("wait_ms", "ttl_ms", "idle_timeout_ms", "viewport", "labels", "context")
+    __slots__ = ("wait_ms", "ttl_ms", "idle_timeout_ms", "viewport", "labels", "context", "record")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -37,19 +22,23 @@ class AcquireRequest(_message.Message):
     VIEWPORT_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
     CONTEXT_FIELD_NUMBER: _ClassVar[int]
+    RECORD_FIELD_NUMBER: _ClassVar[int]
     wait_ms: int
     ttl_ms: int
     idle_timeout_ms: int
     viewport: _common_pb2.Viewport
     labels: _containers.ScalarMap[str, str]
     context: _common_pb2.ContextEnvelope
-    def __init__(self, wait_ms: _Optional[int] = ..., ttl_ms: _Optional[int] = ..., idle_timeout_ms: _Optional[int] = ..., viewport: _Optional[_Union[_common_pb2.Viewport, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., context: _Optional[_Union[_common_pb2.ContextEnvelope, _Mapping]] = ...) -> None: ...
+    record: _common_pb2.Record
+    def __init__(self, wait_ms: _Optional[int] = ..., ttl_ms: _Optional[int] = ..., idle_timeout_ms: _Optional[int] = ..., viewport: _Optional[_Union[_common_pb2.Viewport, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., context: _Optional[_Union[_common_pb2.ContextEnvelope, _Mapping]] = ..., record: _Optional[_Union[_common_pb2.Record, str]] = ...) -> None: ...
 
 class ReleaseRequest(_message.Message):
-    __slots__ = ("session_id",)
+    __slots__ = ("session_id", "failed")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    FAILED_FIELD_NUMBER: _ClassVar[int]
     session_id: str
-    def __init__(self, session_id: _Optional[str] = ...) -> None: ...
+    failed: bool
+    def __init__(self, session_id: _Optional[str] = ..., failed: _Optional[bool] = ...) -> None: ...
 
 class ReleaseResponse(_message.Message):
     __slots__ = ("released", "state")
@@ -181,24 +170,6 @@ class ImportContextResponse(_message.Message):
     integrity_error: str
     def __init__(self, ok: _Optional[bool] = ..., applied_cookies: _Optional[int] = ..., applied_storage_keys: _Optional[int] = ..., integrity_error: _Optional[str] = ...) -> None: ...
 
-class Artifact(_message.Message):
-    __slots__ = ("name", "kind", "size", "mime_type", "sha256", "created_at", "expires_at")
-    NAME_FIELD_NUMBER: _ClassVar[int]
-    KIND_FIELD_NUMBER: _ClassVar[int]
-    SIZE_FIELD_NUMBER: _ClassVar[int]
-    MIME_TYPE_FIELD_NUMBER: _ClassVar[int]
-    SHA256_FIELD_NUMBER: _ClassVar[int]
-    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
-    EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
-    name: str
-    kind: ArtifactKind
-    size: int
-    mime_type: str
-    sha256: str
-    created_at: _timestamp_pb2.Timestamp
-    expires_at: _timestamp_pb2.Timestamp
-    def __init__(self, name: _Optional[str] = ..., kind: _Optional[_Union[ArtifactKind, str]] = ..., size: _Optional[int] = ..., mime_type: _Optional[str] = ..., sha256: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
-
 class PutFileRequest(_message.Message):
     __slots__ = ("session_id", "name", "chunk")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
@@ -218,24 +189,26 @@ class ListFilesRequest(_message.Message):
 class ListFilesResponse(_message.Message):
     __slots__ = ("artifacts",)
     ARTIFACTS_FIELD_NUMBER: _ClassVar[int]
-    artifacts: _containers.RepeatedCompositeFieldContainer[Artifact]
-    def __init__(self, artifacts: _Optional[_Iterable[_Union[Artifact, _Mapping]]] = ...) -> None: ...
+    artifacts: _containers.RepeatedCompositeFieldContainer[_common_pb2.Artifact]
+    def __init__(self, artifacts: _Optional[_Iterable[_Union[_common_pb2.Artifact, _Mapping]]] = ...) -> None: ...
 
 class GetFileRequest(_message.Message):
-    __slots__ = ("session_id", "name")
+    __slots__ = ("session_id", "name", "kind")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     name: str
-    def __init__(self, session_id: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
+    kind: _common_pb2.ArtifactKind
+    def __init__(self, session_id: _Optional[str] = ..., name: _Optional[str] = ..., kind: _Optional[_Union[_common_pb2.ArtifactKind, str]] = ...) -> None: ...
 
 class FileChunk(_message.Message):
     __slots__ = ("chunk", "artifact")
     CHUNK_FIELD_NUMBER: _ClassVar[int]
     ARTIFACT_FIELD_NUMBER: _ClassVar[int]
     chunk: bytes
-    artifact: Artifact
-    def __init__(self, chunk: _Optional[bytes] = ..., artifact: _Optional[_Union[Artifact, _Mapping]] = ...) -> None: ...
+    artifact: _common_pb2.Artifact
+    def __init__(self, chunk: _Optional[bytes] = ..., artifact: _Optional[_Union[_common_pb2.Artifact, _Mapping]] = ...) -> None: ...
 
 class DeleteFileRequest(_message.Message):
     __slots__ = ("session_id", "name")
@@ -248,3 +221,15 @@ class DeleteFileRequest(_message.Message):
 class DeleteFileResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
+
+class DeleteArtifactsRequest(_message.Message):
+    __slots__ = ("session_id",)
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    def __init__(self, session_id: _Optional[str] = ...) -> None: ...
+
+class DeleteArtifactsResponse(_message.Message):
+    __slots__ = ("deleted",)
+    DELETED_FIELD_NUMBER: _ClassVar[int]
+    deleted: int
+    def __init__(self, deleted: _Optional[int] = ...) -> None: ...

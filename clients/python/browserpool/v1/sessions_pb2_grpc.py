@@ -95,7 +95,7 @@ class SessionsStub:
         self.PutFile = channel.stream_unary(
                 '/browserpool.v1.Sessions/PutFile',
                 request_serializer=browserpool_dot_v1_dot_sessions__pb2.PutFileRequest.SerializeToString,
-                response_deserializer=browserpool_dot_v1_dot_sessions__pb2.Artifact.FromString,
+                response_deserializer=browserpool_dot_v1_dot_common__pb2.Artifact.FromString,
                 _registered_method=True)
         self.ListFiles = channel.unary_unary(
                 '/browserpool.v1.Sessions/ListFiles',
@@ -111,6 +111,11 @@ class SessionsStub:
                 '/browserpool.v1.Sessions/DeleteFile',
                 request_serializer=browserpool_dot_v1_dot_sessions__pb2.DeleteFileRequest.SerializeToString,
                 response_deserializer=browserpool_dot_v1_dot_sessions__pb2.DeleteFileResponse.FromString,
+                _registered_method=True)
+        self.DeleteArtifacts = channel.unary_unary(
+                '/browserpool.v1.Sessions/DeleteArtifacts',
+                request_serializer=browserpool_dot_v1_dot_sessions__pb2.DeleteArtifactsRequest.SerializeToString,
+                response_deserializer=browserpool_dot_v1_dot_sessions__pb2.DeleteArtifactsResponse.FromString,
                 _registered_method=True)
 
 
@@ -234,7 +239,9 @@ class SessionsServicer:
     def GetFile(self, request, context):
         """Download one file of the session: the first message carries the artifact, the others its
         content in chunks. NOT_FOUND for an unknown name, FAILED_PRECONDITION for a link or
-        anything else that is not a plain file. Scope sessions:read.
+        anything else that is not a plain file. With kind RECORDING, the session's recording
+        (NOT_FOUND when none was kept; FAILED_PRECONDITION while the session is live: it is made
+        at the end). Scope sessions:read.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -243,6 +250,16 @@ class SessionsServicer:
     def DeleteFile(self, request, context):
         """Delete one file of a live session. NOT_FOUND for an unknown name, FAILED_PRECONDITION once
         the session has ended. Scope sessions:write.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteArtifacts(self, request, context):
+        """Delete everything kept of an ended session (its files and recording) now, before its
+        --artifact-ttl. FAILED_PRECONDITION while the session is live (DeleteFile deletes its
+        files one by one). Scope sessions:write, on the caller's own session (or with
+        sessions:shared), or admin.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -309,7 +326,7 @@ def add_SessionsServicer_to_server(servicer, server):
             'PutFile': grpc.stream_unary_rpc_method_handler(
                     servicer.PutFile,
                     request_deserializer=browserpool_dot_v1_dot_sessions__pb2.PutFileRequest.FromString,
-                    response_serializer=browserpool_dot_v1_dot_sessions__pb2.Artifact.SerializeToString,
+                    response_serializer=browserpool_dot_v1_dot_common__pb2.Artifact.SerializeToString,
             ),
             'ListFiles': grpc.unary_unary_rpc_method_handler(
                     servicer.ListFiles,
@@ -325,6 +342,11 @@ def add_SessionsServicer_to_server(servicer, server):
                     servicer.DeleteFile,
                     request_deserializer=browserpool_dot_v1_dot_sessions__pb2.DeleteFileRequest.FromString,
                     response_serializer=browserpool_dot_v1_dot_sessions__pb2.DeleteFileResponse.SerializeToString,
+            ),
+            'DeleteArtifacts': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteArtifacts,
+                    request_deserializer=browserpool_dot_v1_dot_sessions__pb2.DeleteArtifactsRequest.FromString,
+                    response_serializer=browserpool_dot_v1_dot_sessions__pb2.DeleteArtifactsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -652,7 +674,7 @@ class Sessions:
             target,
             '/browserpool.v1.Sessions/PutFile',
             browserpool_dot_v1_dot_sessions__pb2.PutFileRequest.SerializeToString,
-            browserpool_dot_v1_dot_sessions__pb2.Artifact.FromString,
+            browserpool_dot_v1_dot_common__pb2.Artifact.FromString,
             options,
             channel_credentials,
             insecure,
@@ -734,6 +756,33 @@ class Sessions:
             '/browserpool.v1.Sessions/DeleteFile',
             browserpool_dot_v1_dot_sessions__pb2.DeleteFileRequest.SerializeToString,
             browserpool_dot_v1_dot_sessions__pb2.DeleteFileResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteArtifacts(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/browserpool.v1.Sessions/DeleteArtifacts',
+            browserpool_dot_v1_dot_sessions__pb2.DeleteArtifactsRequest.SerializeToString,
+            browserpool_dot_v1_dot_sessions__pb2.DeleteArtifactsResponse.FromString,
             options,
             channel_credentials,
             insecure,

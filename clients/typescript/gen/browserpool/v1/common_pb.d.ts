@@ -110,6 +110,16 @@ export declare type Session = Message<"browserpool.v1.Session"> & {
    * @generated from field: string replica = 12;
    */
   replica: string;
+
+  /**
+   * What the session leaves behind: its files and its recording. While it is live, its files
+   * (Get only; List leaves this empty). Once it has ended, what was kept of it for the
+   * server's --artifact-ttl, each with its expires_at; empty when nothing was kept, and once
+   * they expire or DeleteArtifacts deletes them.
+   *
+   * @generated from field: repeated browserpool.v1.Artifact artifacts = 13;
+   */
+  artifacts: Artifact[];
 };
 
 /**
@@ -117,6 +127,68 @@ export declare type Session = Message<"browserpool.v1.Session"> & {
  * Use `create(SessionSchema)` to create a new message.
  */
 export declare const SessionSchema: GenMessage<Session>;
+
+/**
+ * One file of a session.
+ *
+ * @generated from message browserpool.v1.Artifact
+ */
+export declare type Artifact = Message<"browserpool.v1.Artifact"> & {
+  /**
+   * Its name in the session's files directory (`recording.webm` for the recording, which is
+   * not in that directory: fetch it with kind RECORDING).
+   *
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * @generated from field: browserpool.v1.ArtifactKind kind = 2;
+   */
+  kind: ArtifactKind;
+
+  /**
+   * Size in bytes.
+   *
+   * @generated from field: uint64 size = 3;
+   */
+  size: bigint;
+
+  /**
+   * Media type, from the name's extension (application/octet-stream when unknown).
+   *
+   * @generated from field: string mime_type = 4;
+   */
+  mimeType: string;
+
+  /**
+   * Hex SHA-256 of the content.
+   *
+   * @generated from field: string sha256 = 5;
+   */
+  sha256: string;
+
+  /**
+   * When it was last written.
+   *
+   * @generated from field: google.protobuf.Timestamp created_at = 6;
+   */
+  createdAt?: Timestamp | undefined;
+
+  /**
+   * When it is deleted: set once its session has ended (it is kept for the server's
+   * --artifact-ttl, 24 h by default), unset while the session is live.
+   *
+   * @generated from field: google.protobuf.Timestamp expires_at = 7;
+   */
+  expiresAt?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message browserpool.v1.Artifact.
+ * Use `create(ArtifactSchema)` to create a new message.
+ */
+export declare const ArtifactSchema: GenMessage<Artifact>;
 
 /**
  * Page viewport emulation.
@@ -865,6 +937,85 @@ export declare type SessionEnded = Message<"browserpool.v1.SessionEnded"> & {
  * Use `create(SessionEndedSchema)` to create a new message.
  */
 export declare const SessionEndedSchema: GenMessage<SessionEnded>;
+
+/**
+ * Whether a session is recorded as a video (WebM, VP8, at its viewport's size, with real
+ * timing), fetched after it ends with GetFile (kind RECORDING) or
+ * `GET /sessions/{id}/recording`.
+ *
+ * @generated from enum browserpool.v1.Record
+ */
+export enum Record {
+  /**
+   * Unset: RECORD_OFF.
+   *
+   * @generated from enum value: RECORD_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * @generated from enum value: RECORD_OFF = 1;
+   */
+  OFF = 1,
+
+  /**
+   * Kept whatever the end.
+   *
+   * @generated from enum value: RECORD_ON = 2;
+   */
+  ON = 2,
+
+  /**
+   * Kept only when the job failed: the session ended CRASHED, KILLED or EXPIRED, an action
+   * failed, or Release said `failed`; otherwise deleted at the end, never encoded.
+   *
+   * @generated from enum value: RECORD_RETAIN_ON_FAILURE = 3;
+   */
+  RETAIN_ON_FAILURE = 3,
+}
+
+/**
+ * Describes the enum browserpool.v1.Record.
+ */
+export declare const RecordSchema: GenEnum<Record>;
+
+/**
+ * Where a session's file came from.
+ *
+ * @generated from enum browserpool.v1.ArtifactKind
+ */
+export enum ArtifactKind {
+  /**
+   * @generated from enum value: ARTIFACT_KIND_UNSPECIFIED = 0;
+   */
+  ARTIFACT_KIND_UNSPECIFIED = 0,
+
+  /**
+   * A page of the session downloaded it (an action, a page's own script, or a CDP client).
+   *
+   * @generated from enum value: DOWNLOAD = 1;
+   */
+  DOWNLOAD = 1,
+
+  /**
+   * A client uploaded it with PutFile.
+   *
+   * @generated from enum value: UPLOAD = 2;
+   */
+  UPLOAD = 2,
+
+  /**
+   * The session's video recording (`recording.webm`), made once the session has ended.
+   *
+   * @generated from enum value: RECORDING = 3;
+   */
+  RECORDING = 3,
+}
+
+/**
+ * Describes the enum browserpool.v1.ArtifactKind.
+ */
+export declare const ArtifactKindSchema: GenEnum<ArtifactKind>;
 
 /**
  * Lifecycle of a session. QUEUED -> READY -> one of the terminal states.

@@ -12,7 +12,7 @@ import { file_google_protobuf_struct, file_google_protobuf_timestamp } from "@bu
  * Describes the file browserpool/v1/common.proto.
  */
 export const file_browserpool_v1_common = /*@__PURE__*/
-  fileDesc("Chticm93c2VycG9vbC92MS9jb21tb24ucHJvdG8SDmJyb3dzZXJwb29sLnYxIq4DCgdTZXNzaW9uEhIKCnNlc3Npb25faWQYASABKAkSDgoGdGVuYW50GAIgASgJEg8KB3N1YmplY3QYAyABKAkSKwoFc3RhdGUYBCABKA4yHC5icm93c2VycG9vbC52MS5TZXNzaW9uU3RhdGUSLgoKY3JlYXRlZF9hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKZXhwaXJlc19hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMQoNaWRsZV9kZWFkbGluZRgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEQoJd29ya2VyX2lkGAggASgJEhUKDXF1ZXVlX3dhaXRfbXMYCSABKA0SDwoHY2RwX3VybBgKIAEoCRIzCgZsYWJlbHMYCyADKAsyIy5icm93c2VycG9vbC52MS5TZXNzaW9uLkxhYmVsc0VudHJ5Eg8KB3JlcGxpY2EYDCABKAkaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASJICghWaWV3cG9ydBINCgV3aWR0aBgBIAEoDRIOCgZoZWlnaHQYAiABKA0SDQoFc2NhbGUYAyABKAESDgoGbW9iaWxlGAQgASgIIpkBCgZBY3Rpb24SDgoGYWN0aW9uGAEgASgJEhAKCHNlbGVjdG9yGAIgASgJEicKB3BheWxvYWQYAyABKAsyFi5nb29nbGUucHJvdG9idWYuVmFsdWUSEgoKdGltZW91dF9tcxgEIAEoDRIWCgl0YWJfaW5kZXgYBSABKAVIAIgBARIKCgJpZBgGIAEoCUIMCgpfdGFiX2luZGV4IuQBCgxBY3Rpb25SZXN1bHQSCgoCaWQYASABKAkSDgoGYWN0aW9uGAIgASgJEhAKCGFsaWFzX29mGAMgASgJEgoKAm9rGAQgASgIEiUKBXZhbHVlGAUgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlEgwKBGRhdGEYBiABKAwSEQoJbWltZV90eXBlGAcgASgJEioKBWVycm9yGAggASgLMhsuYnJvd3NlcnBvb2wudjEuQWN0aW9uRXJyb3ISEwoLZHVyYXRpb25fbXMYCSABKA0SEQoJdGFiX2luZGV4GAogASgFIoUBCgtBY3Rpb25FcnJvchInCgRjb2RlGAEgASgOMhkuYnJvd3NlcnBvb2wudjEuRXJyb3JDb2RlEg8KB21lc3NhZ2UYAiABKAkSFAoMZGlkX3lvdV9tZWFuGAMgAygJEiYKBmRpYWxvZxgEIAEoCzIWLmJyb3dzZXJwb29sLnYxLkRpYWxvZyJ5CgZEaWFsb2cSKAoEa2luZBgBIAEoDjIaLmJyb3dzZXJwb29sLnYxLkRpYWxvZ0tpbmQSDwoHbWVzc2FnZRgCIAEoCRILCgN1cmwYAyABKAkSFgoOZGVmYXVsdF9wcm9tcHQYBCABKAkSDwoHZ3JhbW1hchgFIAMoCSKKAQoGQ29va2llEgwKBG5hbWUYASABKAkSDQoFdmFsdWUYAiABKAkSDgoGZG9tYWluGAMgASgJEgwKBHBhdGgYBCABKAkSDwoHZXhwaXJlcxgFIAEoARIRCglodHRwX29ubHkYBiABKAgSDgoGc2VjdXJlGAcgASgIEhEKCXNhbWVfc2l0ZRgIIAEoCSIuCghIdHRwQXV0aBIQCgh1c2VybmFtZRgBIAEoCRIQCghwYXNzd29yZBgCIAEoCSL3AwoPQ29udGV4dEVudmVsb3BlEg8KB3ZlcnNpb24YASABKA0SDgoGb3JpZ2luGAIgASgJEhYKDmNhcHR1cmVkX2F0X21zGAMgASgDEhIKCnVzZXJfYWdlbnQYBCABKAkSKgoIdmlld3BvcnQYBSABKAsyGC5icm93c2VycG9vbC52MS5WaWV3cG9ydBInCgdjb29raWVzGAYgAygLMhYuYnJvd3NlcnBvb2wudjEuQ29va2llEkgKDWxvY2FsX3N0b3JhZ2UYByADKAsyMS5icm93c2VycG9vbC52MS5Db250ZXh0RW52ZWxvcGUuTG9jYWxTdG9yYWdlRW50cnkSTAoPc2Vzc2lvbl9zdG9yYWdlGAggAygLMjMuYnJvd3NlcnBvb2wudjEuQ29udGV4dEVudmVsb3BlLlNlc3Npb25TdG9yYWdlRW50cnkSKwoJaHR0cF9hdXRoGAkgASgLMhguYnJvd3NlcnBvb2wudjEuSHR0cEF1dGgSEQoJaW50ZWdyaXR5GAogASgJGjMKEUxvY2FsU3RvcmFnZUVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEaNQoTU2Vzc2lvblN0b3JhZ2VFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIsoDCgVFdmVudBImCgJhdBgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEgoKc2Vzc2lvbl9pZBgCIAEoCRI1Cg1kaWFsb2dfb3BlbmVkGAMgASgLMhwuYnJvd3NlcnBvb2wudjEuRGlhbG9nT3BlbmVkSAASNQoNZGlhbG9nX2Nsb3NlZBgEIAEoCzIcLmJyb3dzZXJwb29sLnYxLkRpYWxvZ0Nsb3NlZEgAEjEKB2NvbnNvbGUYBSABKAsyHi5icm93c2VycG9vbC52MS5Db25zb2xlTWVzc2FnZUgAEjIKCW5hdmlnYXRlZBgGIAEoCzIdLmJyb3dzZXJwb29sLnYxLlBhZ2VOYXZpZ2F0ZWRIABIvCgp0YWJfb3BlbmVkGAcgASgLMhkuYnJvd3NlcnBvb2wudjEuVGFiT3BlbmVkSAASLwoKdGFiX2Nsb3NlZBgIIAEoCzIZLmJyb3dzZXJwb29sLnYxLlRhYkNsb3NlZEgAEjUKDXNlc3Npb25fZW5kZWQYCSABKAsyHC5icm93c2VycG9vbC52MS5TZXNzaW9uRW5kZWRIABIPCgdkcm9wcGVkGAogASgEQgYKBGtpbmQiSQoMRGlhbG9nT3BlbmVkEiYKBmRpYWxvZxgBIAEoCzIWLmJyb3dzZXJwb29sLnYxLkRpYWxvZxIRCgl0YWJfaW5kZXgYAiABKAUiXQoMRGlhbG9nQ2xvc2VkEigKBGtpbmQYASABKA4yGi5icm93c2VycG9vbC52MS5EaWFsb2dLaW5kEhAKCGFjY2VwdGVkGAIgASgIEhEKCXRhYl9pbmRleBgDIAEoBSJACg5Db25zb2xlTWVzc2FnZRINCgVsZXZlbBgBIAEoCRIMCgR0ZXh0GAIgASgJEhEKCXRhYl9pbmRleBgDIAEoBSIvCg1QYWdlTmF2aWdhdGVkEgsKA3VybBgBIAEoCRIRCgl0YWJfaW5kZXgYAiABKAUiKwoJVGFiT3BlbmVkEhEKCXRhYl9pbmRleBgBIAEoBRILCgN1cmwYAiABKAkiHgoJVGFiQ2xvc2VkEhEKCXRhYl9pbmRleBgBIAEoBSJLCgxTZXNzaW9uRW5kZWQSKwoFc3RhdGUYASABKA4yHC5icm93c2VycG9vbC52MS5TZXNzaW9uU3RhdGUSDgoGcmVhc29uGAIgASgJKsoBCgxTZXNzaW9uU3RhdGUSHQoZU0VTU0lPTl9TVEFURV9VTlNQRUNJRklFRBAAEhgKFFNFU1NJT05fU1RBVEVfUVVFVUVEEAESFwoTU0VTU0lPTl9TVEFURV9SRUFEWRACEhgKFFNFU1NJT05fU1RBVEVfQ0xPU0VEEAMSGQoVU0VTU0lPTl9TVEFURV9DUkFTSEVEEAQSGQoVU0VTU0lPTl9TVEFURV9FWFBJUkVEEAUSGAoUU0VTU0lPTl9TVEFURV9LSUxMRUQQBirWAwoJRXJyb3JDb2RlEhoKFkVSUk9SX0NPREVfVU5TUEVDSUZJRUQQABIfChtFUlJPUl9DT0RFX0lOVkFMSURfQVJHVU1FTlQQARIdChlFUlJPUl9DT0RFX1VOS05PV05fQUNUSU9OEAISIAocRVJST1JfQ09ERV9FTEVNRU5UX05PVF9GT1VORBADEhYKEkVSUk9SX0NPREVfVElNRU9VVBAEEhoKFkVSUk9SX0NPREVfRElBTE9HX09QRU4QBRIgChxFUlJPUl9DT0RFX05BVklHQVRJT05fRkFJTEVEEAYSIAocRVJST1JfQ09ERV9CTE9DS0VEX0JZX1BPTElDWRAHEiAKHEVSUk9SX0NPREVfUEVSTUlTU0lPTl9ERU5JRUQQCBIgChxFUlJPUl9DT0RFX1BBWUxPQURfVE9PX0xBUkdFEAkSGwoXRVJST1JfQ09ERV9KU19FWENFUFRJT04QChIdChlFUlJPUl9DT0RFX1NFU1NJT05fQ0xPU0VEEAsSHgoaRVJST1JfQ09ERV9TRVNTSU9OX0NSQVNIRUQQDBIXChNFUlJPUl9DT0RFX0lOVEVSTkFMEA0SGgoWRVJST1JfQ09ERV9UQUJfQ1JBU0hFRBAOKscBCgpEaWFsb2dLaW5kEhsKF0RJQUxPR19LSU5EX1VOU1BFQ0lGSUVEEAASFQoRRElBTE9HX0tJTkRfQUxFUlQQARIXChNESUFMT0dfS0lORF9DT05GSVJNEAISFgoSRElBTE9HX0tJTkRfUFJPTVBUEAMSHAoYRElBTE9HX0tJTkRfQkVGT1JFVU5MT0FEEAQSGgoWRElBTE9HX0tJTkRfQkFTSUNfQVVUSBAFEhoKFkRJQUxPR19LSU5EX1BFUk1JU1NJT04QBmIGcHJvdG8z", [file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("Chticm93c2VycG9vbC92MS9jb21tb24ucHJvdG8SDmJyb3dzZXJwb29sLnYxItsDCgdTZXNzaW9uEhIKCnNlc3Npb25faWQYASABKAkSDgoGdGVuYW50GAIgASgJEg8KB3N1YmplY3QYAyABKAkSKwoFc3RhdGUYBCABKA4yHC5icm93c2VycG9vbC52MS5TZXNzaW9uU3RhdGUSLgoKY3JlYXRlZF9hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKZXhwaXJlc19hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMQoNaWRsZV9kZWFkbGluZRgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEQoJd29ya2VyX2lkGAggASgJEhUKDXF1ZXVlX3dhaXRfbXMYCSABKA0SDwoHY2RwX3VybBgKIAEoCRIzCgZsYWJlbHMYCyADKAsyIy5icm93c2VycG9vbC52MS5TZXNzaW9uLkxhYmVsc0VudHJ5Eg8KB3JlcGxpY2EYDCABKAkSKwoJYXJ0aWZhY3RzGA0gAygLMhguYnJvd3NlcnBvb2wudjEuQXJ0aWZhY3QaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASLVAQoIQXJ0aWZhY3QSDAoEbmFtZRgBIAEoCRIqCgRraW5kGAIgASgOMhwuYnJvd3NlcnBvb2wudjEuQXJ0aWZhY3RLaW5kEgwKBHNpemUYAyABKAQSEQoJbWltZV90eXBlGAQgASgJEg4KBnNoYTI1NhgFIAEoCRIuCgpjcmVhdGVkX2F0GAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpleHBpcmVzX2F0GAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJICghWaWV3cG9ydBINCgV3aWR0aBgBIAEoDRIOCgZoZWlnaHQYAiABKA0SDQoFc2NhbGUYAyABKAESDgoGbW9iaWxlGAQgASgIIpkBCgZBY3Rpb24SDgoGYWN0aW9uGAEgASgJEhAKCHNlbGVjdG9yGAIgASgJEicKB3BheWxvYWQYAyABKAsyFi5nb29nbGUucHJvdG9idWYuVmFsdWUSEgoKdGltZW91dF9tcxgEIAEoDRIWCgl0YWJfaW5kZXgYBSABKAVIAIgBARIKCgJpZBgGIAEoCUIMCgpfdGFiX2luZGV4IuQBCgxBY3Rpb25SZXN1bHQSCgoCaWQYASABKAkSDgoGYWN0aW9uGAIgASgJEhAKCGFsaWFzX29mGAMgASgJEgoKAm9rGAQgASgIEiUKBXZhbHVlGAUgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlEgwKBGRhdGEYBiABKAwSEQoJbWltZV90eXBlGAcgASgJEioKBWVycm9yGAggASgLMhsuYnJvd3NlcnBvb2wudjEuQWN0aW9uRXJyb3ISEwoLZHVyYXRpb25fbXMYCSABKA0SEQoJdGFiX2luZGV4GAogASgFIoUBCgtBY3Rpb25FcnJvchInCgRjb2RlGAEgASgOMhkuYnJvd3NlcnBvb2wudjEuRXJyb3JDb2RlEg8KB21lc3NhZ2UYAiABKAkSFAoMZGlkX3lvdV9tZWFuGAMgAygJEiYKBmRpYWxvZxgEIAEoCzIWLmJyb3dzZXJwb29sLnYxLkRpYWxvZyJ5CgZEaWFsb2cSKAoEa2luZBgBIAEoDjIaLmJyb3dzZXJwb29sLnYxLkRpYWxvZ0tpbmQSDwoHbWVzc2FnZRgCIAEoCRILCgN1cmwYAyABKAkSFgoOZGVmYXVsdF9wcm9tcHQYBCABKAkSDwoHZ3JhbW1hchgFIAMoCSKKAQoGQ29va2llEgwKBG5hbWUYASABKAkSDQoFdmFsdWUYAiABKAkSDgoGZG9tYWluGAMgASgJEgwKBHBhdGgYBCABKAkSDwoHZXhwaXJlcxgFIAEoARIRCglodHRwX29ubHkYBiABKAgSDgoGc2VjdXJlGAcgASgIEhEKCXNhbWVfc2l0ZRgIIAEoCSIuCghIdHRwQXV0aBIQCgh1c2VybmFtZRgBIAEoCRIQCghwYXNzd29yZBgCIAEoCSL3AwoPQ29udGV4dEVudmVsb3BlEg8KB3ZlcnNpb24YASABKA0SDgoGb3JpZ2luGAIgASgJEhYKDmNhcHR1cmVkX2F0X21zGAMgASgDEhIKCnVzZXJfYWdlbnQYBCABKAkSKgoIdmlld3BvcnQYBSABKAsyGC5icm93c2VycG9vbC52MS5WaWV3cG9ydBInCgdjb29raWVzGAYgAygLMhYuYnJvd3NlcnBvb2wudjEuQ29va2llEkgKDWxvY2FsX3N0b3JhZ2UYByADKAsyMS5icm93c2VycG9vbC52MS5Db250ZXh0RW52ZWxvcGUuTG9jYWxTdG9yYWdlRW50cnkSTAoPc2Vzc2lvbl9zdG9yYWdlGAggAygLMjMuYnJvd3NlcnBvb2wudjEuQ29udGV4dEVudmVsb3BlLlNlc3Npb25TdG9yYWdlRW50cnkSKwoJaHR0cF9hdXRoGAkgASgLMhguYnJvd3NlcnBvb2wudjEuSHR0cEF1dGgSEQoJaW50ZWdyaXR5GAogASgJGjMKEUxvY2FsU3RvcmFnZUVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEaNQoTU2Vzc2lvblN0b3JhZ2VFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIsoDCgVFdmVudBImCgJhdBgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEgoKc2Vzc2lvbl9pZBgCIAEoCRI1Cg1kaWFsb2dfb3BlbmVkGAMgASgLMhwuYnJvd3NlcnBvb2wudjEuRGlhbG9nT3BlbmVkSAASNQoNZGlhbG9nX2Nsb3NlZBgEIAEoCzIcLmJyb3dzZXJwb29sLnYxLkRpYWxvZ0Nsb3NlZEgAEjEKB2NvbnNvbGUYBSABKAsyHi5icm93c2VycG9vbC52MS5Db25zb2xlTWVzc2FnZUgAEjIKCW5hdmlnYXRlZBgGIAEoCzIdLmJyb3dzZXJwb29sLnYxLlBhZ2VOYXZpZ2F0ZWRIABIvCgp0YWJfb3BlbmVkGAcgASgLMhkuYnJvd3NlcnBvb2wudjEuVGFiT3BlbmVkSAASLwoKdGFiX2Nsb3NlZBgIIAEoCzIZLmJyb3dzZXJwb29sLnYxLlRhYkNsb3NlZEgAEjUKDXNlc3Npb25fZW5kZWQYCSABKAsyHC5icm93c2VycG9vbC52MS5TZXNzaW9uRW5kZWRIABIPCgdkcm9wcGVkGAogASgEQgYKBGtpbmQiSQoMRGlhbG9nT3BlbmVkEiYKBmRpYWxvZxgBIAEoCzIWLmJyb3dzZXJwb29sLnYxLkRpYWxvZxIRCgl0YWJfaW5kZXgYAiABKAUiXQoMRGlhbG9nQ2xvc2VkEigKBGtpbmQYASABKA4yGi5icm93c2VycG9vbC52MS5EaWFsb2dLaW5kEhAKCGFjY2VwdGVkGAIgASgIEhEKCXRhYl9pbmRleBgDIAEoBSJACg5Db25zb2xlTWVzc2FnZRINCgVsZXZlbBgBIAEoCRIMCgR0ZXh0GAIgASgJEhEKCXRhYl9pbmRleBgDIAEoBSIvCg1QYWdlTmF2aWdhdGVkEgsKA3VybBgBIAEoCRIRCgl0YWJfaW5kZXgYAiABKAUiKwoJVGFiT3BlbmVkEhEKCXRhYl9pbmRleBgBIAEoBRILCgN1cmwYAiABKAkiHgoJVGFiQ2xvc2VkEhEKCXRhYl9pbmRleBgBIAEoBSJLCgxTZXNzaW9uRW5kZWQSKwoFc3RhdGUYASABKA4yHC5icm93c2VycG9vbC52MS5TZXNzaW9uU3RhdGUSDgoGcmVhc29uGAIgASgJKl0KBlJlY29yZBIWChJSRUNPUkRfVU5TUEVDSUZJRUQQABIOCgpSRUNPUkRfT0ZGEAESDQoJUkVDT1JEX09OEAISHAoYUkVDT1JEX1JFVEFJTl9PTl9GQUlMVVJFEAMqVgoMQXJ0aWZhY3RLaW5kEh0KGUFSVElGQUNUX0tJTkRfVU5TUEVDSUZJRUQQABIMCghET1dOTE9BRBABEgoKBlVQTE9BRBACEg0KCVJFQ09SRElORxADKsoBCgxTZXNzaW9uU3RhdGUSHQoZU0VTU0lPTl9TVEFURV9VTlNQRUNJRklFRBAAEhgKFFNFU1NJT05fU1RBVEVfUVVFVUVEEAESFwoTU0VTU0lPTl9TVEFURV9SRUFEWRACEhgKFFNFU1NJT05fU1RBVEVfQ0xPU0VEEAMSGQoVU0VTU0lPTl9TVEFURV9DUkFTSEVEEAQSGQoVU0VTU0lPTl9TVEFURV9FWFBJUkVEEAUSGAoUU0VTU0lPTl9TVEFURV9LSUxMRUQQBirWAwoJRXJyb3JDb2RlEhoKFkVSUk9SX0NPREVfVU5TUEVDSUZJRUQQABIfChtFUlJPUl9DT0RFX0lOVkFMSURfQVJHVU1FTlQQARIdChlFUlJPUl9DT0RFX1VOS05PV05fQUNUSU9OEAISIAocRVJST1JfQ09ERV9FTEVNRU5UX05PVF9GT1VORBADEhYKEkVSUk9SX0NPREVfVElNRU9VVBAEEhoKFkVSUk9SX0NPREVfRElBTE9HX09QRU4QBRIgChxFUlJPUl9DT0RFX05BVklHQVRJT05fRkFJTEVEEAYSIAocRVJST1JfQ09ERV9CTE9DS0VEX0JZX1BPTElDWRAHEiAKHEVSUk9SX0NPREVfUEVSTUlTU0lPTl9ERU5JRUQQCBIgChxFUlJPUl9DT0RFX1BBWUxPQURfVE9PX0xBUkdFEAkSGwoXRVJST1JfQ09ERV9KU19FWENFUFRJT04QChIdChlFUlJPUl9DT0RFX1NFU1NJT05fQ0xPU0VEEAsSHgoaRVJST1JfQ09ERV9TRVNTSU9OX0NSQVNIRUQQDBIXChNFUlJPUl9DT0RFX0lOVEVSTkFMEA0SGgoWRVJST1JfQ09ERV9UQUJfQ1JBU0hFRBAOKscBCgpEaWFsb2dLaW5kEhsKF0RJQUxPR19LSU5EX1VOU1BFQ0lGSUVEEAASFQoRRElBTE9HX0tJTkRfQUxFUlQQARIXChNESUFMT0dfS0lORF9DT05GSVJNEAISFgoSRElBTE9HX0tJTkRfUFJPTVBUEAMSHAoYRElBTE9HX0tJTkRfQkVGT1JFVU5MT0FEEAQSGgoWRElBTE9HX0tJTkRfQkFTSUNfQVVUSBAFEhoKFkRJQUxPR19LSU5EX1BFUk1JU1NJT04QBmIGcHJvdG8z", [file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * Describes the message browserpool.v1.Session.
@@ -22,122 +22,159 @@ export const SessionSchema = /*@__PURE__*/
   messageDesc(file_browserpool_v1_common, 0);
 
 /**
+ * Describes the message browserpool.v1.Artifact.
+ * Use `create(ArtifactSchema)` to create a new message.
+ */
+export const ArtifactSchema = /*@__PURE__*/
+  messageDesc(file_browserpool_v1_common, 1);
+
+/**
  * Describes the message browserpool.v1.Viewport.
  * Use `create(ViewportSchema)` to create a new message.
  */
 export const ViewportSchema = /*@__PURE__*/
-  messageDesc(file_browserpool_v1_common, 1);
+  messageDesc(file_browserpool_v1_common, 2);
 
 /**
  * Describes the message browserpool.v1.Action.
  * Use `create(ActionSchema)` to create a new message.
  */
 export const ActionSchema = /*@__PURE__*/
-  messageDesc(file_browserpool_v1_common, 2);
+  messageDesc(file_browserpool_v1_common, 3);
 
 /**
  * Describes the message browserpool.v1.ActionResult.
  * Use `create(ActionResultSchema)` to create a new message.
  */
 export const ActionResultSchema = /*@__PURE__*/
-  messageDesc(file_browserpool_v1_common, 3);
+  messageDesc(file_browserpool_v1_common, 4);
 
 /**
  * Describes the message browserpool.v1.ActionError.
  * Use `create(ActionErrorSchema)` to create a new message.
  */
 export const ActionErrorSchema = /*@__PURE__*/
-  messageDesc(file_browserpool_v1_common, 4);
+  messageDesc(file_browserpool_v1_common, 5);
 
 /**
  * Describes the message browserpool.v1.Dialog.
  * Use `create(DialogSchema)` to create a new message.
  */
 export const DialogSchema = /*@__PURE__*/
-  messageDesc(file_browserpool_v1_common, 5);
+  messageDesc(file_browserpool_v1_common, 6);
 
 /**
  * Describes the message browserpool.v1.Cookie.
  * Use `create(CookieSchema)` to create a new message.
  */
 export const CookieSchema = /*@__PURE__*/
-  messageDesc(file_browserpool_v1_common, 6);
+  messageDesc(file_browserpool_v1_common, 7);
 
 /**
  * Describes the message browserpool.v1.HttpAuth.
  * Use `create(HttpAuthSchema)` to create a new message.
  */
 export const HttpAuthSchema = /*@__PURE__*/
-  messageDesc(file_browserpool_v1_common, 7);
+  messageDesc(file_browserpool_v1_common, 8);
 
 /**
  * Describes the message browserpool.v1.ContextEnvelope.
  * Use `create(ContextEnvelopeSchema)` to create a new message.
  */
 export const ContextEnvelopeSchema = /*@__PURE__*/
-  messageDesc(file_browserpool_v1_common, 8);
+  messageDesc(file_browserpool_v1_common, 9);
 
 /**
  * Describes the message browserpool.v1.Event.
  * Use `create(EventSchema)` to create a new message.
  */
 export const EventSchema = /*@__PURE__*/
-  messageDesc(file_browserpool_v1_common, 9);
+  messageDesc(file_browserpool_v1_common, 10);
 
 /**
  * Describes the message browserpool.v1.DialogOpened.
  * Use `create(DialogOpenedSchema)` to create a new message.
  */
 export const DialogOpenedSchema = /*@__PURE__*/
-  messageDesc(file_browserpool_v1_common, 10);
+  messageDesc(file_browserpool_v1_common, 11);
 
 /**
  * Describes the message browserpool.v1.DialogClosed.
  * Use `create(DialogClosedSchema)` to create a new message.
  */
 export const DialogClosedSchema = /*@__PURE__*/
-  messageDesc(file_browserpool_v1_common, 11);
+  messageDesc(file_browserpool_v1_common, 12);
 
 /**
  * Describes the message browserpool.v1.ConsoleMessage.
  * Use `create(ConsoleMessageSchema)` to create a new message.
  */
 export const ConsoleMessageSchema = /*@__PURE__*/
-  messageDesc(file_browserpool_v1_common, 12);
+  messageDesc(file_browserpool_v1_common, 13);
 
 /**
  * Describes the message browserpool.v1.PageNavigated.
  * Use `create(PageNavigatedSchema)` to create a new message.
  */
 export const PageNavigatedSchema = /*@__PURE__*/
-  messageDesc(file_browserpool_v1_common, 13);
+  messageDesc(file_browserpool_v1_common, 14);
 
 /**
  * Describes the message browserpool.v1.TabOpened.
  * Use `create(TabOpenedSchema)` to create a new message.
  */
 export const TabOpenedSchema = /*@__PURE__*/
-  messageDesc(file_browserpool_v1_common, 14);
+  messageDesc(file_browserpool_v1_common, 15);
 
 /**
  * Describes the message browserpool.v1.TabClosed.
  * Use `create(TabClosedSchema)` to create a new message.
  */
 export const TabClosedSchema = /*@__PURE__*/
-  messageDesc(file_browserpool_v1_common, 15);
+  messageDesc(file_browserpool_v1_common, 16);
 
 /**
  * Describes the message browserpool.v1.SessionEnded.
  * Use `create(SessionEndedSchema)` to create a new message.
  */
 export const SessionEndedSchema = /*@__PURE__*/
-  messageDesc(file_browserpool_v1_common, 16);
+  messageDesc(file_browserpool_v1_common, 17);
+
+/**
+ * Describes the enum browserpool.v1.Record.
+ */
+export const RecordSchema = /*@__PURE__*/
+  enumDesc(file_browserpool_v1_common, 0);
+
+/**
+ * Whether a session is recorded as a video (WebM, VP8, at its viewport's size, with real
+ * timing), fetched after it ends with GetFile (kind RECORDING) or
+ * `GET /sessions/{id}/recording`.
+ *
+ * @generated from enum browserpool.v1.Record
+ */
+export const Record = /*@__PURE__*/
+  tsEnum(RecordSchema);
+
+/**
+ * Describes the enum browserpool.v1.ArtifactKind.
+ */
+export const ArtifactKindSchema = /*@__PURE__*/
+  enumDesc(file_browserpool_v1_common, 1);
+
+/**
+ * Where a session's file came from.
+ *
+ * @generated from enum browserpool.v1.ArtifactKind
+ */
+export const ArtifactKind = /*@__PURE__*/
+  tsEnum(ArtifactKindSchema);
 
 /**
  * Describes the enum browserpool.v1.SessionState.
  */
 export const SessionStateSchema = /*@__PURE__*/
-  enumDesc(file_browserpool_v1_common, 0);
+  enumDesc(file_browserpool_v1_common, 2);
 
 /**
  * Lifecycle of a session. QUEUED -> READY -> one of the terminal states.
@@ -151,7 +188,7 @@ export const SessionState = /*@__PURE__*/
  * Describes the enum browserpool.v1.ErrorCode.
  */
 export const ErrorCodeSchema = /*@__PURE__*/
-  enumDesc(file_browserpool_v1_common, 1);
+  enumDesc(file_browserpool_v1_common, 3);
 
 /**
  * Cause of a failed action.
@@ -165,7 +202,7 @@ export const ErrorCode = /*@__PURE__*/
  * Describes the enum browserpool.v1.DialogKind.
  */
 export const DialogKindSchema = /*@__PURE__*/
-  enumDesc(file_browserpool_v1_common, 2);
+  enumDesc(file_browserpool_v1_common, 4);
 
 /**
  * Kind of a blocking dialog.

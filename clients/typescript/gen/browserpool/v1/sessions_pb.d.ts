@@ -5,10 +5,9 @@
 // @generated from file browserpool/v1/sessions.proto (package browserpool.v1, syntax proto3)
 /* eslint-disable */
 
-import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
+import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import type { Message } from "@bufbuild/protobuf";
-import type { Action, ActionResult, ActionResultSchema, ContextEnvelope, ContextEnvelopeSchema, Event, EventSchema, Session, SessionSchema, SessionState, Viewport } from "./common_pb.js";
-import type { Timestamp } from "@bufbuild/protobuf/wkt";
+import type { Action, ActionResult, ActionResultSchema, Artifact, ArtifactKind, ArtifactSchema, ContextEnvelope, ContextEnvelopeSchema, Event, EventSchema, Record, Session, SessionSchema, SessionState, Viewport } from "./common_pb.js";
 
 /**
  * Describes the file browserpool/v1/sessions.proto.
@@ -66,6 +65,14 @@ export declare type AcquireRequest = Message<"browserpool.v1.AcquireRequest"> & 
    * @generated from field: browserpool.v1.ContextEnvelope context = 6;
    */
   context?: ContextEnvelope | undefined;
+
+  /**
+   * Record the session as a video; unset = RECORD_OFF. Kept only where the server keeps
+   * artifacts (--artifact-ttl above 0).
+   *
+   * @generated from field: browserpool.v1.Record record = 7;
+   */
+  record: Record;
 };
 
 /**
@@ -86,6 +93,13 @@ export declare type ReleaseRequest = Message<"browserpool.v1.ReleaseRequest"> & 
    * @generated from field: string session_id = 1;
    */
   sessionId: string;
+
+  /**
+   * The job that used the session failed: a RECORD_RETAIN_ON_FAILURE recording is kept.
+   *
+   * @generated from field: bool failed = 2;
+   */
+  failed: boolean;
 };
 
 /**
@@ -550,67 +564,6 @@ export declare type ImportContextResponse = Message<"browserpool.v1.ImportContex
 export declare const ImportContextResponseSchema: GenMessage<ImportContextResponse>;
 
 /**
- * One file of a session.
- *
- * @generated from message browserpool.v1.Artifact
- */
-export declare type Artifact = Message<"browserpool.v1.Artifact"> & {
-  /**
-   * Its name in the session's files directory.
-   *
-   * @generated from field: string name = 1;
-   */
-  name: string;
-
-  /**
-   * @generated from field: browserpool.v1.ArtifactKind kind = 2;
-   */
-  kind: ArtifactKind;
-
-  /**
-   * Size in bytes.
-   *
-   * @generated from field: uint64 size = 3;
-   */
-  size: bigint;
-
-  /**
-   * Media type, from the name's extension (application/octet-stream when unknown).
-   *
-   * @generated from field: string mime_type = 4;
-   */
-  mimeType: string;
-
-  /**
-   * Hex SHA-256 of the content.
-   *
-   * @generated from field: string sha256 = 5;
-   */
-  sha256: string;
-
-  /**
-   * When it was last written.
-   *
-   * @generated from field: google.protobuf.Timestamp created_at = 6;
-   */
-  createdAt?: Timestamp | undefined;
-
-  /**
-   * When it is deleted: set once its session has ended (it is kept for the server's
-   * --artifact-ttl, 24 h by default), unset while the session is live.
-   *
-   * @generated from field: google.protobuf.Timestamp expires_at = 7;
-   */
-  expiresAt?: Timestamp | undefined;
-};
-
-/**
- * Describes the message browserpool.v1.Artifact.
- * Use `create(ArtifactSchema)` to create a new message.
- */
-export declare const ArtifactSchema: GenMessage<Artifact>;
-
-/**
  * One message of a PutFile upload.
  *
  * @generated from message browserpool.v1.PutFileRequest
@@ -689,9 +642,19 @@ export declare type GetFileRequest = Message<"browserpool.v1.GetFileRequest"> & 
   sessionId: string;
 
   /**
+   * The file's name (ignored for kind RECORDING).
+   *
    * @generated from field: string name = 2;
    */
   name: string;
+
+  /**
+   * RECORDING: the session's recording, once the session has ended; otherwise (unset,
+   * DOWNLOAD or UPLOAD) the file `name`.
+   *
+   * @generated from field: browserpool.v1.ArtifactKind kind = 3;
+   */
+  kind: ArtifactKind;
 };
 
 /**
@@ -758,42 +721,38 @@ export declare type DeleteFileResponse = Message<"browserpool.v1.DeleteFileRespo
 export declare const DeleteFileResponseSchema: GenMessage<DeleteFileResponse>;
 
 /**
- * Where a session's file came from.
- *
- * @generated from enum browserpool.v1.ArtifactKind
+ * @generated from message browserpool.v1.DeleteArtifactsRequest
  */
-export enum ArtifactKind {
+export declare type DeleteArtifactsRequest = Message<"browserpool.v1.DeleteArtifactsRequest"> & {
   /**
-   * @generated from enum value: ARTIFACT_KIND_UNSPECIFIED = 0;
+   * @generated from field: string session_id = 1;
    */
-  ARTIFACT_KIND_UNSPECIFIED = 0,
-
-  /**
-   * A page of the session downloaded it (an action, a page's own script, or a CDP client).
-   *
-   * @generated from enum value: DOWNLOAD = 1;
-   */
-  DOWNLOAD = 1,
-
-  /**
-   * A client uploaded it with PutFile.
-   *
-   * @generated from enum value: UPLOAD = 2;
-   */
-  UPLOAD = 2,
-
-  /**
-   * The session's video recording (not made yet: reserved).
-   *
-   * @generated from enum value: RECORDING = 3;
-   */
-  RECORDING = 3,
-}
+  sessionId: string;
+};
 
 /**
- * Describes the enum browserpool.v1.ArtifactKind.
+ * Describes the message browserpool.v1.DeleteArtifactsRequest.
+ * Use `create(DeleteArtifactsRequestSchema)` to create a new message.
  */
-export declare const ArtifactKindSchema: GenEnum<ArtifactKind>;
+export declare const DeleteArtifactsRequestSchema: GenMessage<DeleteArtifactsRequest>;
+
+/**
+ * @generated from message browserpool.v1.DeleteArtifactsResponse
+ */
+export declare type DeleteArtifactsResponse = Message<"browserpool.v1.DeleteArtifactsResponse"> & {
+  /**
+   * How many artifacts were deleted (0 when nothing was kept, or it had expired).
+   *
+   * @generated from field: uint32 deleted = 1;
+   */
+  deleted: number;
+};
+
+/**
+ * Describes the message browserpool.v1.DeleteArtifactsResponse.
+ * Use `create(DeleteArtifactsResponseSchema)` to create a new message.
+ */
+export declare const DeleteArtifactsResponseSchema: GenMessage<DeleteArtifactsResponse>;
 
 /**
  * Lease headless Chromium sessions and drive them. Common errors: UNAUTHENTICATED (bad or
@@ -956,7 +915,9 @@ export declare const Sessions: GenService<{
   /**
    * Download one file of the session: the first message carries the artifact, the others its
    * content in chunks. NOT_FOUND for an unknown name, FAILED_PRECONDITION for a link or
-   * anything else that is not a plain file. Scope sessions:read.
+   * anything else that is not a plain file. With kind RECORDING, the session's recording
+   * (NOT_FOUND when none was kept; FAILED_PRECONDITION while the session is live: it is made
+   * at the end). Scope sessions:read.
    *
    * @generated from rpc browserpool.v1.Sessions.GetFile
    */
@@ -975,6 +936,19 @@ export declare const Sessions: GenService<{
     methodKind: "unary";
     input: typeof DeleteFileRequestSchema;
     output: typeof DeleteFileResponseSchema;
+  },
+  /**
+   * Delete everything kept of an ended session (its files and recording) now, before its
+   * --artifact-ttl. FAILED_PRECONDITION while the session is live (DeleteFile deletes its
+   * files one by one). Scope sessions:write, on the caller's own session (or with
+   * sessions:shared), or admin.
+   *
+   * @generated from rpc browserpool.v1.Sessions.DeleteArtifacts
+   */
+  deleteArtifacts: {
+    methodKind: "unary";
+    input: typeof DeleteArtifactsRequestSchema;
+    output: typeof DeleteArtifactsResponseSchema;
   },
 }>;
 

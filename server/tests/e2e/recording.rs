@@ -1,0 +1,190 @@
+//! Recordings over real gRPC and HTTP: a recorded session's video plays in Chromium at the
+//! session's length and viewport, RECORD_RETAIN_ON_FAILURE keeps only failed jobs' videos, and
+//! what is kept is listed on the session and deleted on demand.
+
+use std::time::{Duration, Instant};
+
+use axum::response::{Html, IntoResponse};
+use axum::routing::get;
+use browserpool_client::{action, pb, Client};
+
+use crate::files::http_fetch;
+use crate::helpers::{act, ok, status_code, TestServer};
+
+/// A page that changes when typed into and clicked, so the video's frames differ.
+const PAGE: &str = r#"<body style="margin:0;background:#fff">
+<input id="name" style="font-size:40px"><button id="go" style="font-size:40px">go</button>
+<div id="out" style="width:100%;height:300px"></div>
+<script>document.getElementById('go').onclick = () => {
+  document.body.style.background = '#c00'; document.getElementById('out').textContent = 'clicked';
+};</script></body>"#;
+
+async fn recorded(client: &Client, record: pb::Record, width: u32, height: u32) -> String {
+    let req = pb::AcquireRequest {
+        wait_ms: 30_000,
+        record: record as i32,
+        viewport: Some(pb::Viewport { width, height, ..Default::default() }),
+        ..Default::default()
+    };
+    client.acquire_with(req).await.unwrap().session_id
+}
+
+/// Serves `video` at `/v.webm` and a page that plays it at `/`, on loopback.
+async fn video_site(video: Vec<u8>) -> String {
+    let page = r#"<video id="v" muted preload="auto"></video>"#;
+    let app = axum::Router::new().route("/", get(move || async move { Html(page) })).route(
+        "/v.webm",
+        get(move || {
+            let video = video.clone();
+            async move { ([(axum::http::header::CONTENT_TYPE, "video/webm")], video).into_response() }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    format!("http://{addr}/")
+}
+
+/// In the page of `video_site`: the video's duration and size, and whether its first and last
+/// frames differ (drawn on a canvas and compared pixel by pixel).
+const PROBE: &str = r#"(async () => {
+  const v = document.getElementById('v');
+  // From a blob, which seeks (the fixture server answers no ranges).
+  v.src = URL.createObjectURL(await (await fetch('/v.webm')).blob());
+  if (v.readyState < 1) await new Promise((ok, fail) => { v.onloadedmetadata = ok; v.onerror = () => fail(new Error('video error ' + (v.error && v.error.code))); });
+  const at = async (t) => {
+    // The frame seeked to, once it is shown (or after a second).
+    await new Promise(ok => { v.requestVideoFrameCallback(ok); setTimeout(ok, 1000); v.currentTime = t; });
+    await new Promise(ok => setTimeout(ok, 100));
+    const c = document.createElement('canvas'); c.width = v.videoWidth; c.height = v.videoHeight;
+    const g = c.getContext('2d'); g.drawImage(v, 0, 0);
+    return g.getImageData(0, 0, c.width, c.height).data;
+  };
+  let duration = v.duration;
+  if (!isFinite(duration)) { v.currentTime = 1e9; await new Promise(ok => v.ondurationchange = ok); duration = v.duration; }
+  const first = await at(0);
+  const last = await at(Math.max(0, duration - 0.05));
+  let differ = 0;
+  for (let i = 0; i < first.length; i += 4) if (Math.abs(first[i] - last[i]) > 40) differ++;
+  const mean = (d) => { let s = 0; for (let i = 0; i < d.length; i += 4) s += d[i] + d[i + 1] + d[i + 2]; return s / d.length; };
+  return { duration, width: v.videoWidth, height: v.videoHeight, differ, first: mean(first), last: mean(last) };
+})()"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recorded_session_plays_in_chromium_at_its_length_and_viewport() {
+    let server = TestServer::start().await;
+    let client = server.admin().await;
+    let began = Instant::now();
+    let id = recorded(&client, pb::Record::On, 640, 360).await;
+    ok(&act(&client, &id, action("load_html", "", PAGE)).await);
+    ok(&act(&client, &id, action("type", "#name", "recorded")).await);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    ok(&act(&client, &id, action("click", "#go", serde_json::Value::Null)).await);
+    // A still page: the video holds its last frame for as long as the session stays.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    // Live, there is no video yet: it is made at the end.
+    assert_eq!(status_code(client.get_recording(&id).await.unwrap_err()), tonic::Code::FailedPrecondition);
+    client.release(&id).await.unwrap();
+    let length = began.elapsed().as_secs_f64();
+
+    let (artifact, video) = client.get_recording(&id).await.unwrap();
+    assert_eq!(artifact.kind, pb::ArtifactKind::Recording as i32);
+    assert_eq!((artifact.name.as_str(), artifact.mime_type.as_str()), ("recording.webm", "video/webm"));
+    assert_eq!(artifact.size, video.len() as u64);
+    assert!(video.starts_with(&[0x1A, 0x45, 0xDF, 0xA3]), "not a WebM (EBML) file");
+    assert!(artifact.expires_at.is_some(), "kept for the artifact TTL");
+    // Get lists it among what the session left.
+    let session = client.get(&id).await.unwrap();
+    let kinds: Vec<i32> = session.artifacts.iter().map(|a| a.kind).collect();
+    assert_eq!(kinds, [pb::ArtifactKind::Recording as i32], "{:?}", session.artifacts);
+
+    // Chromium plays it: the length of the session (within 20%), the viewport's size, and a
+    // last frame unlike the first.
+    let site = video_site(video).await;
+    let viewer = client.acquire(30_000).await.unwrap().session_id;
+    ok(&act(&client, &viewer, action("navigate", "", site.as_str())).await);
+    let probe = ok(&act(&client, &viewer, action("evaluate", "", PROBE)).await);
+    client.release(&viewer).await.unwrap();
+    let duration = probe["duration"].as_f64().unwrap();
+    assert!((duration - length).abs() <= 0.2 * length, "video {duration:.2}s, session {length:.2}s: {probe}");
+    assert_eq!((probe["width"].as_u64(), probe["height"].as_u64()), (Some(640), Some(360)), "{probe}");
+    assert!(probe["differ"].as_u64().unwrap() > 1000, "first and last frames alike: {probe}");
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retain_on_failure_keeps_only_failed_jobs_videos_until_deleted() {
+    let server = TestServer::start().await;
+    let client = server.admin().await;
+    // One at a time (the test server has two slots): a job whose action fails, one that
+    // passes, and one whose client says it failed.
+    let job = |fail_action: bool, say_failed: bool| {
+        let client = client.clone();
+        async move {
+            let id = recorded(&client, pb::Record::RetainOnFailure, 400, 300).await;
+            ok(&act(&client, &id, action("load_html", "", PAGE)).await);
+            if fail_action {
+                let mut missing = action("click", "#nothing-here", serde_json::Value::Null);
+                missing.timeout_ms = 300;
+                assert!(!act(&client, &id, missing).await.ok, "the click on nothing fails");
+                // A live session has no artifacts to delete yet.
+                assert_eq!(
+                    status_code(client.delete_artifacts(&id).await.unwrap_err()),
+                    tonic::Code::FailedPrecondition
+                );
+            }
+            client.release_as(&id, say_failed).await.unwrap();
+            id
+        }
+    };
+    let failing = job(true, false).await;
+    let passing = job(false, false).await;
+    let said_failed = job(false, true).await;
+
+    assert!(!client.get_recording(&failing).await.unwrap().1.is_empty(), "a failed action keeps the video");
+    assert!(!client.get_recording(&said_failed).await.unwrap().1.is_empty(), "release(failed) keeps it");
+    assert_eq!(status_code(client.get_recording(&passing).await.unwrap_err()), tonic::Code::NotFound);
+    assert!(client.get(&passing).await.unwrap().artifacts.is_empty());
+
+    // Over HTTP, with the token's rules: the owner gets it, another tenant's token 404.
+    let http = server.http.to_string();
+    let owner = server.admin_token.clone();
+    let (status, headers, body) = http_fetch(&http, &format!("/sessions/{failing}/recording"), Some(&owner)).await;
+    assert!(status.contains("200"), "{status} {headers}");
+    assert!(headers.contains("content-type: video/webm"), "{headers}");
+    assert!(body.starts_with(&[0x1A, 0x45, 0xDF, 0xA3]));
+    let other = pb::Tenant { id: "other-tenant".into(), max_slots: 1, max_queue: 1, ..Default::default() };
+    client.admin().put_tenant(pb::PutTenantRequest { tenant: Some(other) }).await.unwrap();
+    let stranger = server.token("other-tenant", "mallory", &["sessions:read", "sessions:write"]).await;
+    let (status, _, _) = http_fetch(&http, &format!("/sessions/{failing}/recording"), Some(&stranger)).await;
+    assert!(status.contains("404"), "{status}");
+    let foreign = server.client(&stranger).await;
+    assert_eq!(status_code(foreign.delete_artifacts(&failing).await.unwrap_err()), tonic::Code::NotFound);
+
+    // Deleted on demand: gone from Get and GetFile, and a second delete finds nothing.
+    assert_eq!(client.delete_artifacts(&failing).await.unwrap(), 1);
+    assert_eq!(status_code(client.get_recording(&failing).await.unwrap_err()), tonic::Code::NotFound);
+    assert!(client.get(&failing).await.unwrap().artifacts.is_empty());
+    assert_eq!(client.delete_artifacts(&failing).await.unwrap(), 0);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_keeps_nothing_refuses_to_record_saying_why() {
+    let server = TestServer::start_with(|a| a.artifact_ttl = Duration::ZERO).await;
+    let client = server.admin().await;
+    let req = pb::AcquireRequest { wait_ms: 30_000, record: pb::Record::On as i32, ..Default::default() };
+    let status = match client.acquire_with(req).await.unwrap_err() {
+        browserpool_client::Error::Status(s) => s,
+        other => panic!("not a status: {other}"),
+    };
+    assert_eq!(status.code(), tonic::Code::FailedPrecondition);
+    assert!(status.message().contains("--artifact-ttl 0s"), "{}", status.message());
+    // RECORD_OFF is served as ever.
+    let req = pb::AcquireRequest { wait_ms: 30_000, record: pb::Record::Off as i32, ..Default::default() };
+    let id = client.acquire_with(req).await.unwrap().session_id;
+    client.release(&id).await.unwrap();
+    server.stop().await;
+}
