@@ -1,7 +1,8 @@
 //! `GET /sessions/{session}/files/{name}`, `GET /sessions/{session}/files.zip` and
-//! `GET /sessions/{session}/recording`: a session's files and recording for `curl` and browsers, with the Bearer token and the rules of `GetFile`
-//! (a request reaching another replica is relayed to the one holding the session). Each fetch
-//! is an audit record with the names and sizes, never the content.
+//! `GET /sessions/{session}/recording`: a session's files and recording for `curl` and
+//! browsers, with the Bearer token and the rules of `GetFile` (a request reaching another
+//! replica is relayed to the one holding the session). Each fetch is an audit record with the
+//! names and sizes, never the content.
 
 use axum::body::Body;
 use axum::extract::{Path, State};
