@@ -8,7 +8,7 @@ use browserpool_proto::prost_types::Timestamp;
 use browserpool_proto::v1 as pb;
 
 use crate::error::ServiceError;
-use crate::model::{Isolation, SessionRecord, TenantRecord};
+use crate::model::{Isolation, RecordMode, SessionRecord, TenantRecord};
 use crate::sessions::{ActionReport, FileKind, SessionFile, SessionState};
 
 /// Milliseconds since the epoch to a protobuf timestamp.
@@ -74,15 +74,17 @@ pub fn session_to_pb(r: &SessionRecord) -> pb::Session {
         replica: r.replica.clone(),
         // Filled in by the Sessions adapter where asked (Get).
         artifacts: Vec::new(),
+        artifacts_refused: String::new(),
     }
 }
 
-pub fn record_from_pb(record: i32) -> crate::model::RecordMode {
-    use crate::model::RecordMode;
+/// `None` when unset (a session then takes its tenant's default); an unknown number is off.
+pub fn record_from_pb(record: i32) -> Option<RecordMode> {
     match pb::Record::try_from(record) {
-        Ok(pb::Record::On) => RecordMode::On,
-        Ok(pb::Record::RetainOnFailure) => RecordMode::OnFailure,
-        _ => RecordMode::Off,
+        Ok(pb::Record::Unspecified) => None,
+        Ok(pb::Record::On) => Some(RecordMode::On),
+        Ok(pb::Record::RetainOnFailure) => Some(RecordMode::OnFailure),
+        _ => Some(RecordMode::Off),
     }
 }
 
@@ -201,6 +203,18 @@ pub fn tenant_to_pb(t: TenantRecord) -> pb::Tenant {
             Isolation::Context => pb::Isolation::Context,
         } as i32,
         max_memory_mb: t.max_memory_mb,
+        default_record: record_to_pb(t.default_record) as i32,
+        max_file_mb: t.max_file_mb,
+        max_artifact_mb: t.max_artifact_mb,
+        artifact_ttl_s: t.artifact_ttl_s,
+    }
+}
+
+pub fn record_to_pb(record: RecordMode) -> pb::Record {
+    match record {
+        RecordMode::Off => pb::Record::Off,
+        RecordMode::On => pb::Record::On,
+        RecordMode::OnFailure => pb::Record::RetainOnFailure,
     }
 }
 
@@ -227,6 +241,10 @@ pub fn tenant_from_pb(t: pb::Tenant) -> Result<TenantRecord, ServiceError> {
         allow_private_networks: t.allow_private_networks,
         isolation,
         max_memory_mb: t.max_memory_mb,
+        default_record: record_from_pb(t.default_record).unwrap_or_default(),
+        max_file_mb: t.max_file_mb,
+        max_artifact_mb: t.max_artifact_mb,
+        artifact_ttl_s: t.artifact_ttl_s,
     })
 }
 

@@ -111,16 +111,7 @@ impl SessionDir {
     /// that are not files (see the module's doc) and names a client could not ask for are left
     /// out.
     pub fn list(&self) -> Result<Vec<FileInfo>, FileError> {
-        let dir = rustix::fs::Dir::read_from(&self.fd).map_err(|e| FileError::io("read the directory", e))?;
-        let mut names = Vec::new();
-        for entry in dir {
-            let entry = entry.map_err(|e| FileError::io("read the directory", e))?;
-            let Ok(name) = entry.file_name().to_str() else { continue };
-            if judge_name(name).is_ok() && entry.file_type() == FileType::RegularFile {
-                names.push(name.to_string());
-            }
-        }
-        names.sort();
+        let names = self.names()?;
         let mut files = Vec::new();
         for name in names {
             match self.open_file(&name) {
@@ -134,6 +125,53 @@ impl SessionDir {
             }
         }
         Ok(files)
+    }
+
+    /// The names a listing considers, sorted.
+    fn names(&self) -> Result<Vec<String>, FileError> {
+        let dir = rustix::fs::Dir::read_from(&self.fd).map_err(|e| FileError::io("read the directory", e))?;
+        let mut names = Vec::new();
+        for entry in dir {
+            let entry = entry.map_err(|e| FileError::io("read the directory", e))?;
+            let Ok(name) = entry.file_name().to_str() else { continue };
+            if judge_name(name).is_ok() && entry.file_type() == FileType::RegularFile {
+                names.push(name.to_string());
+            }
+        }
+        names.sort();
+        Ok(names)
+    }
+
+    /// Every file [`SessionDir::list`] lists, with its size alone (nothing is read).
+    pub fn sizes(&self) -> Result<Vec<(String, u64)>, FileError> {
+        let mut sizes = Vec::new();
+        for name in self.names()? {
+            match self.open_plain(&name) {
+                Ok((_, st)) => sizes.push((name, st.st_size as u64)),
+                Err(FileError::NotFound(_) | FileError::NotAFile(_)) => continue,
+                Err(e) => return Err(e),
+            }
+            if sizes.len() == MAX_LISTED {
+                break;
+            }
+        }
+        Ok(sizes)
+    }
+
+    /// Opens `name` to read if it is a plain file with one link (never through a link).
+    fn open_plain(&self, name: &str) -> Result<(OwnedFd, rustix::fs::Stat), FileError> {
+        let fd = match rustix::fs::openat(&self.fd, name, read_flags(), Mode::empty()) {
+            Ok(fd) => fd,
+            Err(rustix::io::Errno::NOENT) => return Err(FileError::NotFound(name.into())),
+            // O_NOFOLLOW on a link.
+            Err(rustix::io::Errno::LOOP) => return Err(FileError::NotAFile(name.into())),
+            Err(e) => return Err(FileError::io(&format!("open {name:?}"), e)),
+        };
+        let st = rustix::fs::fstat(&fd).map_err(|e| FileError::io("stat", e))?;
+        if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile || st.st_nlink != 1 {
+            return Err(FileError::NotAFile(name.into()));
+        }
+        Ok((fd, st))
     }
 
     /// Opens file `name` to read, with what is known of it (its hash read through the same
@@ -150,17 +188,7 @@ impl SessionDir {
     }
 
     fn open_as(&self, name: &str, shown: &str) -> Result<(File, FileInfo), FileError> {
-        let fd = match rustix::fs::openat(&self.fd, name, read_flags(), Mode::empty()) {
-            Ok(fd) => fd,
-            Err(rustix::io::Errno::NOENT) => return Err(FileError::NotFound(name.into())),
-            // O_NOFOLLOW on a link.
-            Err(rustix::io::Errno::LOOP) => return Err(FileError::NotAFile(name.into())),
-            Err(e) => return Err(FileError::io(&format!("open {name:?}"), e)),
-        };
-        let st = rustix::fs::fstat(&fd).map_err(|e| FileError::io("stat", e))?;
-        if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile || st.st_nlink != 1 {
-            return Err(FileError::NotAFile(name.into()));
-        }
+        let (fd, st) = self.open_plain(name)?;
         let mut file = File::from(fd);
         let mut hasher = sha2::Sha256::new();
         std::io::copy(&mut file, &mut hasher).map_err(|e| FileError::io(&format!("read {name:?}"), e))?;
@@ -204,7 +232,8 @@ impl SessionDir {
     /// Moves file `name` into `to` (a rename, or a copy across file systems), once it is known
     /// to be a plain file; a file of that name there is replaced.
     pub fn move_to(&self, to: &SessionDir, name: &str) -> Result<(), FileError> {
-        let (mut file, _) = self.open_file(name)?;
+        judge_name(name)?;
+        let mut file = File::from(self.open_plain(name)?.0);
         match rustix::fs::renameat(&self.fd, name, &to.fd, name) {
             Ok(()) => return Ok(()),
             Err(rustix::io::Errno::XDEV) => {}
@@ -231,6 +260,14 @@ impl SessionDir {
         let fd = rustix::fs::openat(&self.fd, name, flags, Mode::from_raw_mode(0o600))
             .map_err(|e| FileError::io(&format!("create {name:?}"), e))?;
         File::from(fd).write_all(content).map_err(|e| FileError::io(&format!("write {name:?}"), e))
+    }
+
+    /// The directory's own file `name` (a dot name) as text, if it is there (at most 64 KiB).
+    pub fn read_meta(&self, name: &str) -> Option<String> {
+        let (fd, _) = self.open_plain(name).ok()?;
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut std::io::Read::take(File::from(fd), 64 << 10), &mut text).ok()?;
+        Some(text)
     }
 
     /// Writes the directory's own file `name` (a dot name), new, from `from`: a plain file at

@@ -111,6 +111,14 @@ pub struct TenantRecord {
     pub isolation: Isolation,
     /// Memory limit of each of its browsers, in MiB; 0: the server's `--worker-memory-mb`.
     pub max_memory_mb: u32,
+    /// Whether its sessions are recorded when they do not say.
+    pub default_record: RecordMode,
+    /// Largest upload in MiB; 0: 100.
+    pub max_file_mb: u32,
+    /// Most artifact bytes kept at once on a replica, in MiB; 0: no cap.
+    pub max_artifact_mb: u32,
+    /// How long artifacts are kept, in seconds; 0: the server's `--artifact-ttl`.
+    pub artifact_ttl_s: u32,
 }
 
 /// Whether a session is recorded as a video, and when its video is kept.
@@ -125,6 +133,24 @@ pub enum RecordMode {
 }
 
 impl RecordMode {
+    /// The stored number.
+    pub fn as_i64(self) -> i64 {
+        match self {
+            RecordMode::Off => 0,
+            RecordMode::On => 1,
+            RecordMode::OnFailure => 2,
+        }
+    }
+
+    pub fn from_i64(n: i64) -> Option<RecordMode> {
+        Some(match n {
+            0 => RecordMode::Off,
+            1 => RecordMode::On,
+            2 => RecordMode::OnFailure,
+            _ => return None,
+        })
+    }
+
     /// Whether a recording of a session that ended as `state` is kept: always with `On`; with
     /// `OnFailure` when it crashed, expired or was killed, or `failed` (an action failed, or
     /// the client said so at release).

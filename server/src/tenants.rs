@@ -105,6 +105,9 @@ impl Tenants {
 /// already uses about 150 MiB.
 pub const MEMORY_MB: std::ops::RangeInclusive<u32> = 256..=65536;
 
+/// Largest `max_file_mb`.
+pub const MAX_FILE_MB: u32 = 1024;
+
 /// A tenant id is 1-63 characters of a-z, 0-9, '-', '_', '.'; each `allow_hosts` entry a host
 /// or `*.suffix`; `max_memory_mb` 0 or within [`MEMORY_MB`].
 pub fn validate(t: &TenantRecord) -> Result<()> {
@@ -123,6 +126,12 @@ pub fn validate(t: &TenantRecord) -> Result<()> {
             t.max_memory_mb,
             MEMORY_MB.start(),
             MEMORY_MB.end()
+        )));
+    }
+    if t.max_file_mb > MAX_FILE_MB {
+        return Err(ServiceError::InvalidArgument(format!(
+            "tenant.max_file_mb: {} is over {MAX_FILE_MB} (0 means 100)",
+            t.max_file_mb
         )));
     }
     for (i, host) in t.allow_hosts.iter().enumerate() {
@@ -169,6 +178,10 @@ mod tests {
             allow_private_networks: false,
             isolation: Default::default(),
             max_memory_mb: 0,
+            default_record: Default::default(),
+            max_file_mb: 0,
+            max_artifact_mb: 0,
+            artifact_ttl_s: 0,
         }
     }
 

@@ -111,6 +111,21 @@ pub struct PutTenantArgs {
     /// "memory limit". Enforced where the server manages cgroups.
     #[arg(long)]
     max_memory_mb: Option<u32>,
+    /// Whether its sessions are recorded when `acquire` does not say: on, off or on-failure
+    /// (new tenant: off).
+    #[arg(long, value_enum)]
+    default_record: Option<super::session::RecordArg>,
+    /// Largest upload in MiB, up to 1024; 0 for 100 (new tenant: 0).
+    #[arg(long)]
+    max_file_mb: Option<u32>,
+    /// Most MiB of artifacts (kept files and recordings) it may hold on a replica; past it,
+    /// what an ending session leaves is not kept; 0 for no cap (new tenant: 0).
+    #[arg(long)]
+    max_artifact_mb: Option<u32>,
+    /// How long what its sessions leave is kept, e.g. 2h; 0s for the server's --artifact-ttl,
+    /// which also caps it (new tenant: 0s).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    artifact_ttl: Option<Duration>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -393,6 +408,18 @@ fn merge_tenant(current: Option<pb::Tenant>, args: PutTenantArgs) -> Result<pb::
     if let Some(mb) = args.max_memory_mb {
         t.max_memory_mb = mb;
     }
+    if let Some(record) = args.default_record {
+        t.default_record = super::session::RecordArg::wire(Some(record));
+    }
+    if let Some(mb) = args.max_file_mb {
+        t.max_file_mb = mb;
+    }
+    if let Some(mb) = args.max_artifact_mb {
+        t.max_artifact_mb = mb;
+    }
+    if let Some(d) = args.artifact_ttl {
+        t.artifact_ttl_s = d.as_secs().min(u32::MAX as u64) as u32;
+    }
     if let Some(isolation) = args.isolation {
         t.isolation = match isolation.as_str() {
             "context" => pb::Isolation::Context,
@@ -429,11 +456,25 @@ mod tests {
             allow_private_networks: true,
             isolation: pb::Isolation::Process as i32,
             max_memory_mb: 0,
+            default_record: pb::Record::Unspecified as i32,
+            max_file_mb: 0,
+            max_artifact_mb: 0,
+            artifact_ttl_s: 0,
         };
         let t = merge_tenant(Some(stored.clone()), put(&["ci", "--max-slots", "8"])).unwrap();
         assert_eq!(t, pb::Tenant { max_slots: 8, ..stored.clone() });
         let t = merge_tenant(Some(stored.clone()), put(&["ci", "--max-memory-mb", "512"])).unwrap();
         assert_eq!(t, pb::Tenant { max_memory_mb: 512, ..stored.clone() });
+        let artifacts = ["ci", "--default-record", "on-failure", "--max-file-mb", "5", "--max-artifact-mb", "50"];
+        let t = merge_tenant(Some(stored.clone()), put(&[&artifacts[..], &["--artifact-ttl", "2h"]].concat())).unwrap();
+        let want = pb::Tenant {
+            default_record: pb::Record::RetainOnFailure as i32,
+            max_file_mb: 5,
+            max_artifact_mb: 50,
+            artifact_ttl_s: 7200,
+            ..stored.clone()
+        };
+        assert_eq!(t, want);
         let t = merge_tenant(
             Some(stored.clone()),
             put(&["ci", "--allow-hosts", "", "--allow-private-networks", "false", "--idle-timeout", "1m"]),

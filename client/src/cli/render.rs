@@ -336,6 +336,10 @@ pub fn tenant_json(t: &pb::Tenant) -> Value {
         "allow_private_networks": t.allow_private_networks,
         "isolation": isolation_text(t.isolation),
         "max_memory_mb": t.max_memory_mb,
+        "default_record": record_text(t.default_record),
+        "max_file_mb": t.max_file_mb,
+        "max_artifact_mb": t.max_artifact_mb,
+        "artifact_ttl_s": t.artifact_ttl_s,
     })
 }
 
@@ -344,6 +348,15 @@ pub fn limit_text(ms: u32) -> String {
     match ms {
         0 => "server's".into(),
         ms => humantime::format_duration(std::time::Duration::from_millis(ms as u64)).to_string(),
+    }
+}
+
+/// A record mode as `--record` spells it.
+pub fn record_text(record: i32) -> &'static str {
+    match pb::Record::try_from(record) {
+        Ok(pb::Record::On) => "on",
+        Ok(pb::Record::RetainOnFailure) => "on-failure",
+        _ => "off",
     }
 }
 

@@ -112,7 +112,7 @@ pub enum RecordArg {
 }
 
 impl RecordArg {
-    fn wire(record: Option<RecordArg>) -> i32 {
+    pub(super) fn wire(record: Option<RecordArg>) -> i32 {
         (match record {
             None => pb::Record::Unspecified,
             Some(RecordArg::On) => pb::Record::On,

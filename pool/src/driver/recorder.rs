@@ -131,11 +131,18 @@ impl Driver {
     /// Ends the recording, if there is one: no frame is taken after this; the frames written,
     /// their times and the recording's length.
     pub(crate) async fn stop_recording(&self) -> Option<Frames> {
-        let recording = lock(&self.shared.recording).take()?;
+        let recording = lock(&self.shared.recording).clone()?;
+        // The page as it is now, whatever the screencast sent last (its first frame may not
+        // have come yet in a session of a few hundred milliseconds on a busy host).
+        let last = self.last_frame().await;
+        lock(&self.shared.recording).take();
         let end = recording.started.elapsed();
         let held = lock(&recording.state).held.take();
         if let Some(held) = held {
             let _ = recording.frames.send(held).await;
+        }
+        if let Some(jpeg) = last {
+            let _ = recording.frames.send((jpeg, end)).await;
         }
         let done = lock(&recording.written).take()?;
         let viewport = recording.viewport;
@@ -146,6 +153,22 @@ impl Driver {
         Some(frames)
     }
 }
+
+impl Driver {
+    /// A JPEG of the active tab now, if it answers within [`LAST_FRAME_WAIT`] (a tab that is
+    /// not in front, or a frozen browser, may not).
+    async fn last_frame(&self) -> Option<Vec<u8>> {
+        let (tab, _) = self.active().ok()?;
+        let params = json!({ "format": "jpeg", "quality": QUALITY });
+        let call = self.raw.call(&tab.session, "Page.captureScreenshot", params);
+        let shot = tokio::time::timeout(LAST_FRAME_WAIT, call).await.ok()?.ok()?;
+        let jpeg = base64::engine::general_purpose::STANDARD.decode(shot["data"].as_str()?).ok()?;
+        jpeg.starts_with(&[0xFF, 0xD8]).then_some(jpeg)
+    }
+}
+
+/// The longest the end of a recording waits for its last frame.
+const LAST_FRAME_WAIT: Duration = Duration::from_secs(1);
 
 /// Starts the screencast on one tab's raw session at the recording's size.
 pub(crate) async fn screencast(raw: &RawCdp, session: &str, viewport: &Viewport) {

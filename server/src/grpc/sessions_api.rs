@@ -226,7 +226,9 @@ impl pb::sessions_server::Sessions for SessionsApi {
         require(&claims, Scope::SessionsRead)?;
         let record = self.sessions.get(&claims, &req.get_ref().session_id).await?;
         let mut session = self.session(&claims, &record);
-        session.artifacts = self.sessions.artifacts(&claims, &record.id).await.iter().map(artifact_to_pb).collect();
+        let (artifacts, refused) = self.sessions.artifacts(&claims, &record.id).await;
+        session.artifacts = artifacts.iter().map(artifact_to_pb).collect();
+        session.artifacts_refused = refused;
         Ok(Response::new(session))
     }
 

@@ -271,6 +271,10 @@ pub async fn ensure_default_tenant(store: &Store, args: &ServeArgs) -> anyhow::R
         allow_private_networks: true,
         isolation: default_isolation(args).unwrap_or_default(),
         max_memory_mb: 0,
+        default_record: Default::default(),
+        max_file_mb: 0,
+        max_artifact_mb: 0,
+        artifact_ttl_s: 0,
     };
     store.ensure_tenant(&default, now_ms()).await?;
     store.tenant_epoch(DEFAULT_TENANT).await?.context("the default tenant vanished right after it was ensured")

@@ -18,11 +18,43 @@ pub const MAX_FILE_BYTES: u64 = 100 << 20;
 const UPLOADS: &str = ".uploads";
 /// In a kept directory: when it expires, in ms since the epoch.
 const EXPIRES: &str = ".expires";
+/// In a kept directory: its session's tenant (whose cap its bytes count against).
+const TENANT: &str = ".tenant";
+/// In a kept directory: why what its session left was not kept.
+const REFUSED: &str = ".refused";
 /// In a kept directory: the session's recording, and the name it is shown under.
 const RECORDING: &str = ".recording.webm";
 pub const RECORDING_NAME: &str = "recording.webm";
 /// The least time an encoding is given before it is stopped.
 const ENCODE_MIN: Duration = Duration::from_secs(120);
+
+/// What a session may leave behind, from its tenant's limits within the server's.
+#[derive(Debug, Clone)]
+pub(super) struct ArtifactTerms {
+    /// How long what it leaves is kept.
+    pub ttl: Duration,
+    /// Largest upload.
+    pub max_file_bytes: u64,
+    /// Most bytes its tenant may keep on this replica; `None`: no cap.
+    pub max_tenant_bytes: Option<u64>,
+}
+
+impl ArtifactTerms {
+    pub(super) fn of(tenant: &TenantRecord, keep: Option<&KeepFiles>) -> ArtifactTerms {
+        let server_ttl = keep.map_or(Duration::ZERO, |k| k.ttl);
+        ArtifactTerms {
+            ttl: match tenant.artifact_ttl_s {
+                0 => server_ttl,
+                s => Duration::from_secs(s as u64).min(server_ttl),
+            },
+            max_file_bytes: match tenant.max_file_mb {
+                0 => MAX_FILE_BYTES,
+                mb => (mb as u64) << 20,
+            },
+            max_tenant_bytes: (tenant.max_artifact_mb != 0).then_some((tenant.max_artifact_mb as u64) << 20),
+        }
+    }
+}
 
 /// Where ended sessions' files are kept, and for how long.
 #[derive(Debug, Clone)]
@@ -158,22 +190,26 @@ impl Sessions {
     }
 
     /// What session `id` leaves behind, for `Get`: a live session's files; an ended one's
-    /// kept files and recording; nothing when nothing was kept or the caller may not read it.
-    pub async fn artifacts(&self, claims: &Claims, id: &str) -> Vec<SessionFile> {
-        let Ok(found) = self.files_of(claims, id, Scope::SessionsRead).await else { return Vec::new() };
+    /// kept files and recording, and why what it left was not kept, if it was not; nothing
+    /// when nothing was kept or the caller may not read it.
+    pub async fn artifacts(&self, claims: &Claims, id: &str) -> (Vec<SessionFile>, String) {
+        let Ok(found) = self.files_of(claims, id, Scope::SessionsRead).await else { return Default::default() };
         let listed = blocking(move || {
             let files = found.dir.list()?;
-            let recording = match found.live {
-                Some(_) => None,
-                None => found.dir.open_meta(RECORDING, RECORDING_NAME).ok().map(|(_, info)| info),
+            let (recording, refused) = match found.live {
+                Some(_) => (None, None),
+                None => (
+                    found.dir.open_meta(RECORDING, RECORDING_NAME).ok().map(|(_, info)| info),
+                    found.dir.read_meta(REFUSED),
+                ),
             };
-            Ok((found, files, recording))
+            Ok((found, files, recording, refused))
         })
         .await;
-        let Ok((found, files, recording)) = listed else { return Vec::new() };
+        let Ok((found, files, recording, refused)) = listed else { return Default::default() };
         let mut all: Vec<SessionFile> = files.into_iter().map(|info| found.file(info)).collect();
         all.extend(recording.map(|info| SessionFile { info, kind: FileKind::Recording, expires_ms: found.expires_ms }));
-        all
+        (all, refused.unwrap_or_default())
     }
 
     /// Deletes what was kept of an ended session (its files and recording) now; how many
@@ -213,7 +249,8 @@ impl Sessions {
     pub async fn put_file(&self, claims: &Claims, id: &str, name: &str) -> Result<Upload> {
         let found = self.files_of(claims, id, Scope::SessionsWrite).await?;
         let owned = name.to_string();
-        blocking(move || found.dir.create(&owned, MAX_FILE_BYTES)).await
+        let limit = found.live.as_ref().map_or(MAX_FILE_BYTES, |live| live.terms.max_file_bytes);
+        blocking(move || found.dir.create(&owned, limit)).await
     }
 
     /// Puts a finished upload in place; the file is the client's from then on.
@@ -237,17 +274,31 @@ impl Sessions {
         Ok(())
     }
 
+    /// Where and how session `id` keeps what it leaves, or `None` when nothing is kept here.
+    fn keeping(&self, id: &str, live: &Live) -> Option<Keeping> {
+        let keep = self.inner.limits.keep_files.as_ref()?;
+        let tenant = lock(&live.record).tenant.clone();
+        Some(Keeping {
+            root: keep.dir.clone(),
+            to: keep.dir.join(id),
+            tenant,
+            uploads: lock(&live.uploads).iter().cloned().collect(),
+            expires_ms: self.now() + live.terms.ttl.as_millis() as i64,
+            cap: live.terms.max_tenant_bytes,
+        })
+    }
+
     /// Keeps an ended session's files, once its browser is gone: moved (or copied, across file
     /// systems) from `from`, its files directory, into its kept directory, with what clients
-    /// uploaded and when they expire; then `from` is removed. Nothing is kept for a session
-    /// without files.
+    /// uploaded and when they expire, unless its tenant's stored bytes would pass its cap;
+    /// then `from` is removed. Nothing is kept for a session without files.
     pub(super) async fn keep_files(&self, id: &str, live: &Live, from: PathBuf) {
-        let Some(keep) = self.inner.limits.keep_files.clone().filter(|_| !from.as_os_str().is_empty()) else { return };
-        let uploads: Vec<String> = lock(&live.uploads).iter().cloned().collect();
-        let expires_ms = self.now() + keep.ttl.as_millis() as i64;
-        let to = keep.dir.join(id);
+        if from.as_os_str().is_empty() {
+            return;
+        }
+        let keeping = self.keeping(id, live);
         let kept = tokio::task::spawn_blocking(move || {
-            let kept = keep_dir(&from, &keep.dir, &to, &uploads, expires_ms);
+            let kept = keeping.map(|k| k.files(&from));
             if let Err(e) = std::fs::remove_dir_all(&from) {
                 if e.kind() != std::io::ErrorKind::NotFound {
                     tracing::warn!(dir = %from.display(), error = %e, "a session's files directory could not be removed");
@@ -257,34 +308,22 @@ impl Sessions {
         })
         .await;
         match kept {
-            Ok(Ok(0)) => {}
-            Ok(Ok(files)) => tracing::info!(session = %id, files, "session files kept"),
-            Ok(Err(e)) => tracing::warn!(session = %id, error = %e, "session files could not be kept"),
-            Err(e) => tracing::warn!(session = %id, error = %e, "session files could not be kept"),
+            Ok(None | Some(Ok(0))) => {}
+            Ok(Some(Ok(files))) => tracing::info!(session = %id, files, "session files kept"),
+            Ok(Some(Err(e))) => tracing::warn!(session = %id, error = %e, "session files not kept"),
+            Err(e) => tracing::warn!(session = %id, error = %e, "session files not kept"),
         }
     }
 
     /// Keeps an ended session's recording, if its mode keeps it for this end: encoded into a
-    /// video (see [`browserpool_pool::video`]) in its kept directory. The frames are removed
-    /// either way.
+    /// video (see [`browserpool_pool::video`]) in its kept directory, within its tenant's cap.
+    /// The frames are removed either way.
     pub(super) async fn keep_recording(&self, id: &str, live: &Live, state: SessionState, frames: Frames) {
         let failed = live.failed.load(std::sync::atomic::Ordering::SeqCst);
-        let keep = self.inner.limits.keep_files.clone().filter(|_| live.record_mode.keeps(state, failed));
-        let expires_ms = self.now() + keep.as_ref().map_or(0, |k| k.ttl.as_millis() as i64);
-        let uploads: Vec<String> = lock(&live.uploads).iter().cloned().collect();
-        let to = keep.as_ref().map(|k| k.dir.join(id));
+        let keeping = self.keeping(id, live).filter(|_| live.record_mode.keeps(state, failed));
         let began = std::time::Instant::now();
         let kept = tokio::task::spawn_blocking(move || {
-            let kept = keep.zip(to).map(|(keep, to)| {
-                if let Some(why) = &frames.stopped {
-                    tracing::warn!(error = %why, "the recording stopped early");
-                }
-                // Encoding runs far faster than real time; past this it is stuck.
-                let video = video::encode(&frames, ENCODE_MIN.max(frames.end * 2)).map_err(|e| e.to_string())?;
-                let dst = kept_dir(&keep.dir, &to, &uploads, expires_ms).map_err(|e| e.to_string())?;
-                let size = dst.write_meta_from(RECORDING, &video.path).map_err(|e| e.to_string())?;
-                Ok::<_, String>((video.frames, size))
-            });
+            let kept = keeping.map(|k| k.recording(&frames));
             if let Err(e) = std::fs::remove_dir_all(&frames.dir) {
                 tracing::warn!(dir = %frames.dir.display(), error = %e, "a recording's frames could not be removed");
             }
@@ -297,8 +336,8 @@ impl Sessions {
                 let took_ms = began.elapsed().as_millis() as u64;
                 tracing::info!(session = %id, frames, bytes, took_ms, "recording kept");
             }
-            Ok(Some(Err(e))) => tracing::warn!(session = %id, error = %e, "the recording could not be kept"),
-            Err(e) => tracing::warn!(session = %id, error = %e, "the recording could not be kept"),
+            Ok(Some(Err(e))) => tracing::warn!(session = %id, error = %e, "recording not kept"),
+            Err(e) => tracing::warn!(session = %id, error = %e, "recording not kept"),
         }
     }
 
@@ -321,40 +360,104 @@ impl Sessions {
     }
 }
 
-/// Moves the files of `from` into `to` (made in `root`, owner only); how many.
-fn keep_dir(from: &Path, root: &Path, to: &Path, uploads: &[String], expires_ms: i64) -> Result<usize, FileError> {
-    let src = SessionDir::open(from)?;
-    let files = src.list()?;
-    if files.is_empty() {
-        return Ok(0);
-    }
-    let dst = kept_dir(root, to, uploads, expires_ms)?;
-    let mut moved = 0;
-    for file in files {
-        match src.move_to(&dst, &file.name) {
-            Ok(()) => moved += 1,
-            // Gone or replaced meanwhile: not one of the session's files any more.
-            Err(FileError::NotFound(_) | FileError::NotAFile(_)) => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(moved)
+/// Where an ended session's artifacts go: its kept directory `to` in `root`, made on first
+/// use with its tenant, uploads and expiry; `cap`, the most bytes its tenant may keep here.
+struct Keeping {
+    root: PathBuf,
+    to: PathBuf,
+    tenant: String,
+    uploads: Vec<String>,
+    expires_ms: i64,
+    cap: Option<u64>,
 }
 
-/// Session `to`'s kept directory in `root`: opened if its files were kept already, else made
-/// (owner only) with its expiry and uploads.
-fn kept_dir(root: &Path, to: &Path, uploads: &[String], expires_ms: i64) -> Result<SessionDir, FileError> {
-    let io = |what: &str, e: std::io::Error| FileError::Io(format!("{what} {}: {e}", to.display()));
-    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(root).map_err(|e| io("create", e))?;
-    match std::fs::DirBuilder::new().mode(0o700).create(to) {
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return SessionDir::open(to),
-        made => made.map_err(|e| io("create", e))?,
+impl Keeping {
+    /// Moves the plain files of `from` into the kept directory; how many.
+    fn files(&self, from: &Path) -> Result<usize, String> {
+        let src = SessionDir::open(from).map_err(|e| e.to_string())?;
+        let files = src.sizes().map_err(|e| e.to_string())?;
+        if files.is_empty() {
+            return Ok(0);
+        }
+        let dst = self.admit(files.iter().map(|(_, size)| size).sum())?;
+        let mut moved = 0;
+        for (name, _) in files {
+            match src.move_to(&dst, &name) {
+                Ok(()) => moved += 1,
+                // Gone or replaced meanwhile: not one of the session's files any more.
+                Err(FileError::NotFound(_) | FileError::NotAFile(_)) => {}
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+        Ok(moved)
     }
-    let dst = SessionDir::open(to)?;
-    // The expiry first: a directory without one is swept as expired.
-    dst.write_meta(EXPIRES, expires_ms.to_string().as_bytes())?;
-    dst.write_meta(UPLOADS, uploads.join("\n").as_bytes())?;
-    Ok(dst)
+
+    /// Encodes `frames` and keeps the video; its frame count and size.
+    fn recording(&self, frames: &Frames) -> Result<(usize, u64), String> {
+        if let Some(why) = &frames.stopped {
+            tracing::warn!(error = %why, "the recording stopped early");
+        }
+        // Encoding runs far faster than real time; past this it is stuck.
+        let video = video::encode(frames, ENCODE_MIN.max(frames.end * 2)).map_err(|e| e.to_string())?;
+        let size = std::fs::symlink_metadata(&video.path).map_err(|e| e.to_string())?.len();
+        let dst = self.admit(size)?;
+        let size = dst.write_meta_from(RECORDING, &video.path).map_err(|e| e.to_string())?;
+        Ok((video.frames, size))
+    }
+
+    /// The kept directory, ready for `bytes` more: refused (and the reason kept in it, for
+    /// `Get`) when they would take the tenant past its cap.
+    fn admit(&self, bytes: u64) -> Result<SessionDir, String> {
+        let dst = self.dir().map_err(|e| e.to_string())?;
+        let Some(cap) = self.cap else { return Ok(dst) };
+        let held = tenant_bytes(&self.root, &self.tenant);
+        if held + bytes <= cap {
+            return Ok(dst);
+        }
+        let why = format!(
+            "tenant {} keeps {} MiB of artifacts, and {} MiB more would pass its max_artifact_mb of {} MiB",
+            self.tenant,
+            held.div_ceil(1 << 20),
+            bytes.div_ceil(1 << 20),
+            cap >> 20
+        );
+        let _ = dst.write_meta(REFUSED, why.as_bytes());
+        Err(why)
+    }
+
+    /// The kept directory: opened if something was kept already, else made (owner only) with
+    /// its expiry, tenant and uploads.
+    fn dir(&self) -> Result<SessionDir, FileError> {
+        let io = |what: &str, e: std::io::Error| FileError::Io(format!("{what} {}: {e}", self.to.display()));
+        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&self.root).map_err(|e| io("create", e))?;
+        match std::fs::DirBuilder::new().mode(0o700).create(&self.to) {
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return SessionDir::open(&self.to),
+            made => made.map_err(|e| io("create", e))?,
+        }
+        let dst = SessionDir::open(&self.to)?;
+        // The expiry first: a directory without one is swept as expired.
+        dst.write_meta(EXPIRES, self.expires_ms.to_string().as_bytes())?;
+        dst.write_meta(TENANT, self.tenant.as_bytes())?;
+        dst.write_meta(UPLOADS, self.uploads.join("\n").as_bytes())?;
+        Ok(dst)
+    }
+}
+
+/// The bytes `tenant`'s kept directories in `root` hold (files and recordings; read from
+/// their sizes, nothing opened).
+fn tenant_bytes(root: &Path, tenant: &str) -> u64 {
+    let Ok(entries) = std::fs::read_dir(root) else { return 0 };
+    let mut bytes = 0;
+    for entry in entries.flatten() {
+        let dir = entry.path();
+        if read_meta(&dir, TENANT).as_deref() != Some(tenant) {
+            continue;
+        }
+        let Ok(files) = std::fs::read_dir(&dir) else { continue };
+        bytes +=
+            files.flatten().filter_map(|f| f.metadata().ok()).filter(|m| m.is_file()).map(|m| m.len()).sum::<u64>();
+    }
+    bytes
 }
 
 /// Deletes every kept directory in `root` whose expiry is before `now_ms` (or unreadable);

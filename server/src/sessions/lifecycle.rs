@@ -11,6 +11,7 @@ struct Held {
     idle: Duration,
     acquired_by: String,
     record: RecordMode,
+    terms: ArtifactTerms,
 }
 
 /// A session's TTL and idle timeout: what it asked for, within its tenant's and the server's
@@ -134,11 +135,6 @@ impl Sessions {
             return Err(ServiceError::Draining);
         }
         let viewport = validate_viewport(spec.viewport)?;
-        if let (true, Some(why)) = (spec.record != RecordMode::Off, &self.inner.limits.cannot_record) {
-            return Err(ServiceError::FailedPrecondition(format!(
-                "this server cannot record sessions: {why}; acquire without record"
-            )));
-        }
         let tenant = self
             .inner
             .store
@@ -146,6 +142,14 @@ impl Sessions {
             .await?
             .ok_or_else(|| ServiceError::PermissionDenied(format!("tenant {:?} does not exist", claims.tenant)))?;
         let (ttl, idle) = terms(&self.inner.limits, &tenant, &spec)?;
+        let record_mode = spec.record.unwrap_or(tenant.default_record);
+        if let (true, Some(why)) = (record_mode != RecordMode::Off, &self.inner.limits.cannot_record) {
+            let whose =
+                if spec.record.is_none() { format!(" (tenant {}'s default_record)", tenant.id) } else { String::new() };
+            return Err(ServiceError::FailedPrecondition(format!(
+                "this server cannot record sessions{whose}: {why}; acquire with record RECORD_OFF"
+            )));
+        }
 
         let started = Instant::now();
         // A session ending here frees its slot once its worker is gone, a moment after its
@@ -181,8 +185,7 @@ impl Sessions {
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
         // 0: the worker keeps the server's default limit, which every spare has.
         let memory = (tenant.max_memory_mb != 0).then_some((tenant.max_memory_mb as u64) << 20);
-        let record = spec.record != RecordMode::Off;
-        let wanted = LeaseSpec { wait: left, viewport, memory, record };
+        let wanted = LeaseSpec { wait: left, viewport, memory, record: record_mode != RecordMode::Off };
         let leased = self.inner.browsers.lease(&tenant.id, tenant.isolation, wanted).await;
         let lease = leased.map_err(|e| match e {
             PoolError::Exhausted(_) => waited(format!(
@@ -218,7 +221,8 @@ impl Sessions {
         // leave a READY row without a live session (an unclaimed session idles out instead).
         // If recording fails the lease drops and kills the worker.
         let this = self.clone();
-        let held = Held { lease, slot, claim, idle, acquired_by: claims.jti.clone(), record: spec.record };
+        let terms = ArtifactTerms::of(&tenant, self.inner.limits.keep_files.as_ref());
+        let held = Held { lease, slot, claim, idle, acquired_by: claims.jti.clone(), record: record_mode, terms };
         self.spawn(async move { this.register(record, held).await })
             .await
             .map_err(|e| ServiceError::Internal(format!("acquire task: {e}")))?
@@ -226,7 +230,7 @@ impl Sessions {
 
     /// Records a session acquired and makes it live here, watched and scheduled.
     async fn register(&self, record: SessionRecord, held: Held) -> Result<SessionRecord> {
-        let Held { lease, slot, claim, idle, acquired_by, record: mode } = held;
+        let Held { lease, slot, claim, idle, acquired_by, record: mode, terms } = held;
         self.inner.store.insert_session(&record, "acquired").await?;
         let died = lease.died();
         let cdp = CdpTarget {
@@ -249,6 +253,7 @@ impl Sessions {
             cdp,
             uploads: Mutex::default(),
             record_mode: mode,
+            terms,
             failed: std::sync::atomic::AtomicBool::new(false),
         });
         self.spawn(self.clone().watch_browser(record.id.clone(), live.stop.clone(), died));

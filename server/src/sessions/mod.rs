@@ -39,6 +39,7 @@ mod lifecycle;
 mod replicas;
 
 pub use cdp_access::CdpAccess;
+use files::ArtifactTerms;
 pub use files::{FileKind, KeepFiles, SessionFile, MAX_FILE_BYTES, RECORDING_NAME};
 use lifecycle::Claim;
 pub use replicas::{drain_reach, DrainReach};
@@ -80,7 +81,8 @@ pub struct AcquireSpec {
     pub idle_timeout_ms: u32,
     pub viewport: Option<Viewport>,
     pub labels: BTreeMap<String, String>,
-    pub record: RecordMode,
+    /// `None`: the tenant's default.
+    pub record: Option<RecordMode>,
 }
 
 /// One action as the client sent it.
@@ -128,6 +130,8 @@ struct Live {
     uploads: Mutex<std::collections::BTreeSet<String>>,
     /// Whether it is recorded, and when its recording is kept.
     record_mode: RecordMode,
+    /// What its tenant allows it to leave behind.
+    terms: ArtifactTerms,
     /// The job failed: an action failed, or the client said so at release.
     failed: std::sync::atomic::AtomicBool,
 }

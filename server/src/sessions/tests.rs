@@ -104,6 +104,10 @@ fn tenant(id: &str, max_slots: u32) -> TenantRecord {
         allow_private_networks: false,
         isolation: Isolation::Process,
         max_memory_mb: 0,
+        default_record: Default::default(),
+        max_file_mb: 0,
+        max_artifact_mb: 0,
+        artifact_ttl_s: 0,
     }
 }
 

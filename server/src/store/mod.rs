@@ -18,7 +18,8 @@ use sqlx::{Decode, Row, Type};
 
 use crate::audit::chain::{Entry, Record};
 pub use crate::model::{
-    Isolation, ReplicaAddrs, ReplicaRecord, SessionOwner, SessionRecord, SessionState, TenantRecord, Transition,
+    Isolation, RecordMode, ReplicaAddrs, ReplicaRecord, SessionOwner, SessionRecord, SessionState, TenantRecord,
+    Transition,
 };
 
 /// Store failures; mapped to gRPC `INTERNAL`/`UNAVAILABLE` by the error module.
@@ -342,6 +343,11 @@ where
             isolation: Isolation::parse(&isolation)
                 .ok_or_else(|| StoreError::Corrupt(format!("tenant {id} isolation: {isolation:?}")))?,
             max_memory_mb: self.get::<i64>("max_memory_mb")? as u32,
+            default_record: RecordMode::from_i64(self.get::<i64>("default_record")?)
+                .ok_or_else(|| StoreError::Corrupt(format!("tenant {id} default_record")))?,
+            max_file_mb: self.get::<i64>("max_file_mb")? as u32,
+            max_artifact_mb: self.get::<i64>("max_artifact_mb")? as u32,
+            artifact_ttl_s: self.get::<i64>("artifact_ttl_s")? as u32,
             id,
         })
     }
@@ -488,6 +494,10 @@ mod tests {
             allow_private_networks: true,
             isolation: Isolation::Context,
             max_memory_mb: 512,
+            default_record: RecordMode::OnFailure,
+            max_file_mb: 7,
+            max_artifact_mb: 9,
+            artifact_ttl_s: 11,
         }
     }
 

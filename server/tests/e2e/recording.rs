@@ -188,3 +188,58 @@ async fn a_server_that_keeps_nothing_refuses_to_record_saying_why() {
     client.release(&id).await.unwrap();
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_s_artifact_terms_hold_defaults_upload_cap_stored_bytes_and_ttl() {
+    let server = TestServer::start().await;
+    let admin = server.admin().await;
+    let tenant = pb::Tenant {
+        id: "jobs".into(),
+        max_slots: 1,
+        max_queue: 1,
+        default_record: pb::Record::RetainOnFailure as i32,
+        max_file_mb: 1,
+        max_artifact_mb: 2,
+        artifact_ttl_s: 60,
+        ..Default::default()
+    };
+    let stored = admin.admin().put_tenant(pb::PutTenantRequest { tenant: Some(tenant) }).await.unwrap().into_inner();
+    let stored = stored.tenant.unwrap();
+    assert_eq!((stored.default_record, stored.max_file_mb), (pb::Record::RetainOnFailure as i32, 1));
+    assert_eq!((stored.max_artifact_mb, stored.artifact_ttl_s), (2, 60));
+    let bad = pb::Tenant { id: "jobs".into(), max_slots: 1, max_file_mb: 4096, ..Default::default() };
+    let refused = admin.admin().put_tenant(pb::PutTenantRequest { tenant: Some(bad) }).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{}", refused.message());
+    let client = server.client(&server.token("jobs", "ci", &["sessions:read", "sessions:write"]).await).await;
+
+    // Recorded by the tenant's default (record unset), kept since the client says it failed;
+    // kept for the tenant's 60 s, not the server's 24 h.
+    let id = client.acquire(30_000).await.unwrap().session_id;
+    ok(&act(&client, &id, action("load_html", "", PAGE)).await);
+    let mb = |n: usize| vec![7u8; n << 20];
+    let too_big = client.put_file(&id, "big.bin", &mb(2)).await.unwrap_err();
+    assert_eq!(status_code(too_big), tonic::Code::ResourceExhausted, "past max_file_mb 1");
+    client.put_file(&id, "one.bin", &mb(1)).await.unwrap();
+    let ended_at = crate::helpers::now_ms() as i64;
+    client.release_as(&id, true).await.unwrap();
+    let kept = client.get(&id).await.unwrap();
+    let kinds: Vec<i32> = kept.artifacts.iter().map(|a| a.kind).collect();
+    assert_eq!(kinds, [pb::ArtifactKind::Upload as i32, pb::ArtifactKind::Recording as i32], "{kept:?}");
+    let expires = kept.artifacts[0].expires_at.unwrap();
+    let left_ms = expires.seconds * 1000 + expires.nanos as i64 / 1_000_000 - ended_at;
+    assert!((50_000..=70_000).contains(&left_ms), "kept for {left_ms} ms, not the tenant's 60 s");
+    assert!(kept.artifacts_refused.is_empty(), "{}", kept.artifacts_refused);
+
+    // The next session's MiB would pass the tenant's 2 MiB of stored artifacts: not kept,
+    // and Get says why.
+    let next = client.acquire(30_000).await.unwrap().session_id;
+    client.put_file(&next, "two.bin", &mb(1)).await.unwrap();
+    client.release(&next).await.unwrap();
+    let refused = client.get(&next).await.unwrap();
+    assert!(refused.artifacts.is_empty(), "{:?}", refused.artifacts);
+    assert!(refused.artifacts_refused.contains("max_artifact_mb of 2 MiB"), "{}", refused.artifacts_refused);
+    assert_eq!(status_code(client.get_file(&next, "two.bin").await.unwrap_err()), tonic::Code::NotFound);
+    // Deleting the first session's artifacts frees the tenant's room.
+    assert_eq!(client.delete_artifacts(&id).await.unwrap(), 2);
+    server.stop().await;
+}

@@ -101,7 +101,7 @@ DIALOG_KIND_BASIC_AUTH: DialogKind
 DIALOG_KIND_PERMISSION: DialogKind
 
 class Session(_message.Message):
-    __slots__ = ("session_id", "tenant", "subject", "state", "created_at", "expires_at", "idle_deadline", "worker_id", "queue_wait_ms", "cdp_url", "labels", "replica", "artifacts")
+    __slots__ = ("session_id", "tenant", "subject", "state", "created_at", "expires_at", "idle_deadline", "worker_id", "queue_wait_ms", "cdp_url", "labels", "replica", "artifacts", "artifacts_refused")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -122,6 +122,7 @@ class Session(_message.Message):
     LABELS_FIELD_NUMBER: _ClassVar[int]
     REPLICA_FIELD_NUMBER: _ClassVar[int]
     ARTIFACTS_FIELD_NUMBER: _ClassVar[int]
+    ARTIFACTS_REFUSED_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     tenant: str
     subject: str
@@ -135,7 +136,8 @@ class Session(_message.Message):
     labels: _containers.ScalarMap[str, str]
     replica: str
     artifacts: _containers.RepeatedCompositeFieldContainer[Artifact]
-    def __init__(self, session_id: _Optional[str] = ..., tenant: _Optional[str] = ..., subject: _Optional[str] = ..., state: _Optional[_Union[SessionState, str]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., idle_deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., worker_id: _Optional[str] = ..., queue_wait_ms: _Optional[int] = ..., cdp_url: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., replica: _Optional[str] = ..., artifacts: _Optional[_Iterable[_Union[Artifact, _Mapping]]] = ...) -> None: ...
+    artifacts_refused: str
+    def __init__(self, session_id: _Optional[str] = ..., tenant: _Optional[str] = ..., subject: _Optional[str] = ..., state: _Optional[_Union[SessionState, str]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., idle_deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., worker_id: _Optional[str] = ..., queue_wait_ms: _Optional[int] = ..., cdp_url: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., replica: _Optional[str] = ..., artifacts: _Optional[_Iterable[_Union[Artifact, _Mapping]]] = ..., artifacts_refused: _Optional[str] = ...) -> None: ...
 
 class Artifact(_message.Message):
     __slots__ = ("name", "kind", "size", "mime_type", "sha256", "created_at", "expires_at")

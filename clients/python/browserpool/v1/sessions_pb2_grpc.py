@@ -219,7 +219,8 @@ class SessionsServicer:
         """Upload a file into the session's files directory (a client stream: the first message
         names the session and the file, every message carries a chunk). A file of the same name
         is replaced once the upload is whole; an upload cut short leaves nothing. INVALID_ARGUMENT
-        for a bad name, RESOURCE_EXHAUSTED past 100 MiB. Scope sessions:write.
+        for a bad name, RESOURCE_EXHAUSTED past the tenant's max_file_mb (100 MiB by default).
+        Scope sessions:write.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

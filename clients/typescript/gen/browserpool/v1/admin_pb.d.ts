@@ -7,8 +7,8 @@
 
 import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import type { Message } from "@bufbuild/protobuf";
+import type { Record, Session, SessionState } from "./common_pb.js";
 import type { Timestamp } from "@bufbuild/protobuf/wkt";
-import type { Session, SessionState } from "./common_pb.js";
 
 /**
  * Describes the file browserpool/v1/admin.proto.
@@ -88,6 +88,37 @@ export declare type Tenant = Message<"browserpool.v1.Tenant"> & {
    * @generated from field: uint32 max_memory_mb = 9;
    */
   maxMemoryMb: number;
+
+  /**
+   * Whether its sessions are recorded when Acquire leaves `record` unset (unset: RECORD_OFF).
+   *
+   * @generated from field: browserpool.v1.Record default_record = 10;
+   */
+  defaultRecord: Record;
+
+  /**
+   * Largest file PutFile takes, in MiB; 0 means 100. At most 1024.
+   *
+   * @generated from field: uint32 max_file_mb = 11;
+   */
+  maxFileMb: number;
+
+  /**
+   * Most bytes of artifacts (kept files and recordings) the tenant may hold on a replica, in
+   * MiB; 0 means no cap. Past it, what an ending session leaves is not kept, and its Get says
+   * why (Session.artifacts_refused).
+   *
+   * @generated from field: uint32 max_artifact_mb = 12;
+   */
+  maxArtifactMb: number;
+
+  /**
+   * How long what its sessions leave is kept, in seconds; 0 means the server's
+   * --artifact-ttl, and more than it is capped to it.
+   *
+   * @generated from field: uint32 artifact_ttl_s = 13;
+   */
+  artifactTtlS: number;
 };
 
 /**

@@ -120,6 +120,14 @@ export declare type Session = Message<"browserpool.v1.Session"> & {
    * @generated from field: repeated browserpool.v1.Artifact artifacts = 13;
    */
   artifacts: Artifact[];
+
+  /**
+   * Why nothing was kept of an ended session that left files or a recording (its tenant's
+   * max_artifact_mb was reached, or the disk refused them); empty otherwise. Get only.
+   *
+   * @generated from field: string artifacts_refused = 14;
+   */
+  artifactsRefused: string;
 };
 
 /**
