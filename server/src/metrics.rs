@@ -44,6 +44,13 @@ struct ActionOutcomeLabels {
     outcome: Outcome,
 }
 
+/// What became of a recording at its session's end: `kept`, `dropped` (its mode did not keep it
+/// for that end), `refused` (the tenant's cap) or `failed` (encoding or disk).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RecordingLabels {
+    outcome: &'static str,
+}
+
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
 #[allow(non_camel_case_types)]
 enum Outcome {
@@ -59,6 +66,8 @@ pub struct Metrics {
     acquires: Family<AcquireLabels, Counter>,
     action_duration: Family<ActionLabels, Histogram, fn() -> Histogram>,
     actions: Family<ActionOutcomeLabels, Counter>,
+    recordings: Family<RecordingLabels, Counter>,
+    recorded_seconds: Counter<f64, std::sync::atomic::AtomicU64>,
 }
 
 impl Default for Metrics {
@@ -68,6 +77,8 @@ impl Default for Metrics {
             acquires: Family::default(),
             action_duration: Family::new_with_constructor(histogram),
             actions: Family::default(),
+            recordings: Family::default(),
+            recorded_seconds: Counter::default(),
         }
     }
 }
@@ -88,6 +99,13 @@ impl Metrics {
         self.actions.get_or_create(&ActionOutcomeLabels { action, outcome }).inc();
     }
 
+    /// A recording ended with its session: how long it was, and what became of it (see
+    /// `RecordingLabels`).
+    pub fn recorded(&self, length: Duration, outcome: &'static str) {
+        self.recorded_seconds.inc_by(length.as_secs_f64());
+        self.recordings.get_or_create(&RecordingLabels { outcome }).inc();
+    }
+
     /// Puts the counters and histograms in `scrape`.
     pub fn scraped(&self, scrape: &mut Scrape) {
         scrape.add(
@@ -102,6 +120,16 @@ impl Metrics {
             self.action_duration.clone(),
         );
         scrape.add("browserpool_actions", "Actions by canonical action and outcome", self.actions.clone());
+        scrape.add(
+            "browserpool_recordings",
+            "Recordings at their session's end, by outcome (kept, dropped, refused, failed)",
+            self.recordings.clone(),
+        );
+        scrape.add(
+            "browserpool_recording_seconds",
+            "Seconds of sessions recorded (kept or not)",
+            self.recorded_seconds.clone(),
+        );
     }
 }
 

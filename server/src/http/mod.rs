@@ -346,6 +346,12 @@ async fn metrics(State(state): State<HttpState>) -> impl IntoResponse {
     let depths = state.app.sessions.queue_depths().into_iter().map(|(tenant, depth)| (Tenant { tenant }, depth as u64));
     scrape.gauges("browserpool_queue_depth", "Acquire calls waiting in each tenant's queue on this server", depths);
     state.app.metrics.scraped(&mut scrape);
+    let kept = state.app.sessions.artifact_bytes().await.into_iter().map(|(tenant, bytes)| (Tenant { tenant }, bytes));
+    scrape.gauges(
+        "browserpool_artifact_bytes",
+        "Bytes of ended sessions' files and recordings kept here, by tenant",
+        kept,
+    );
     scrape.counter(
         "browserpool_worker_cleanup_retries",
         "Deletes of a killed worker's directories that failed and were tried again",

@@ -103,6 +103,12 @@ impl Found {
 }
 
 impl Sessions {
+    /// The bytes of artifacts each tenant keeps on this replica (read from the disk).
+    pub async fn artifact_bytes(&self) -> std::collections::BTreeMap<String, u64> {
+        let Some(keep) = self.inner.limits.keep_files.clone() else { return Default::default() };
+        tokio::task::spawn_blocking(move || bytes_by_tenant(&keep.dir)).await.unwrap_or_default()
+    }
+
     /// The files of session `id` for a caller holding `scope` on it: a live session's, or an
     /// ended one's kept files, which only read (a foreign or unknown session is NOT_FOUND; an
     /// ended one FAILED_PRECONDITION to a write, or when it kept nothing).
@@ -322,6 +328,7 @@ impl Sessions {
         let failed = live.failed.load(std::sync::atomic::Ordering::SeqCst);
         let keeping = self.keeping(id, live).filter(|_| live.record_mode.keeps(state, failed));
         let began = std::time::Instant::now();
+        let length = frames.end;
         let kept = tokio::task::spawn_blocking(move || {
             let kept = keeping.map(|k| k.recording(&frames));
             if let Err(e) = std::fs::remove_dir_all(&frames.dir) {
@@ -330,15 +337,27 @@ impl Sessions {
             kept
         })
         .await;
-        match kept {
-            Ok(None) => tracing::debug!(session = %id, "recording not kept"),
+        let outcome = match kept {
+            Ok(None) => "dropped",
             Ok(Some(Ok((frames, bytes)))) => {
                 let took_ms = began.elapsed().as_millis() as u64;
                 tracing::info!(session = %id, frames, bytes, took_ms, "recording kept");
+                "kept"
             }
-            Ok(Some(Err(e))) => tracing::warn!(session = %id, error = %e, "recording not kept"),
-            Err(e) => tracing::warn!(session = %id, error = %e, "recording not kept"),
-        }
+            Ok(Some(Err(e))) => {
+                tracing::warn!(session = %id, error = %e, "recording not kept");
+                if e.contains("max_artifact_mb") {
+                    "refused"
+                } else {
+                    "failed"
+                }
+            }
+            Err(e) => {
+                tracing::warn!(session = %id, error = %e, "recording not kept");
+                "failed"
+            }
+        };
+        self.inner.metrics.recorded(length, outcome);
     }
 
     /// Deletes kept files past their expiry until shutdown: at once, then every minute (or
@@ -443,21 +462,28 @@ impl Keeping {
     }
 }
 
+/// The bytes each tenant's kept directories in `root` hold, for `/metrics`.
+pub fn bytes_by_tenant(root: &Path) -> std::collections::BTreeMap<String, u64> {
+    let mut by_tenant = std::collections::BTreeMap::new();
+    let Ok(entries) = std::fs::read_dir(root) else { return by_tenant };
+    for entry in entries.flatten() {
+        let dir = entry.path();
+        let Some(tenant) = read_meta(&dir, TENANT) else { continue };
+        *by_tenant.entry(tenant).or_default() += dir_bytes(&dir);
+    }
+    by_tenant
+}
+
+/// The bytes of the plain files in `dir` (sizes read, nothing opened).
+fn dir_bytes(dir: &Path) -> u64 {
+    let Ok(files) = std::fs::read_dir(dir) else { return 0 };
+    files.flatten().filter_map(|f| f.metadata().ok()).filter(|m| m.is_file()).map(|m| m.len()).sum()
+}
+
 /// The bytes `tenant`'s kept directories in `root` hold (files and recordings; read from
 /// their sizes, nothing opened).
 fn tenant_bytes(root: &Path, tenant: &str) -> u64 {
-    let Ok(entries) = std::fs::read_dir(root) else { return 0 };
-    let mut bytes = 0;
-    for entry in entries.flatten() {
-        let dir = entry.path();
-        if read_meta(&dir, TENANT).as_deref() != Some(tenant) {
-            continue;
-        }
-        let Ok(files) = std::fs::read_dir(&dir) else { continue };
-        bytes +=
-            files.flatten().filter_map(|f| f.metadata().ok()).filter(|m| m.is_file()).map(|m| m.len()).sum::<u64>();
-    }
-    bytes
+    bytes_by_tenant(root).remove(tenant).unwrap_or(0)
 }
 
 /// Deletes every kept directory in `root` whose expiry is before `now_ms` (or unreadable);

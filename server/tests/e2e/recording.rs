@@ -239,6 +239,16 @@ async fn a_tenant_s_artifact_terms_hold_defaults_upload_cap_stored_bytes_and_ttl
     assert!(refused.artifacts.is_empty(), "{:?}", refused.artifacts);
     assert!(refused.artifacts_refused.contains("max_artifact_mb of 2 MiB"), "{}", refused.artifacts_refused);
     assert_eq!(status_code(client.get_file(&next, "two.bin").await.unwrap_err()), tonic::Code::NotFound);
+    // /metrics: the tenant's kept bytes (its MiB upload and the video), and the recording.
+    let (_, _, body) = http_fetch(&server.http.to_string(), "/metrics", None).await;
+    let metrics = String::from_utf8(body).unwrap();
+    let value = |prefix: &str| -> f64 {
+        let line = metrics.lines().find(|l| l.starts_with(prefix)).unwrap_or_else(|| panic!("no {prefix}:\n{metrics}"));
+        line.rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    assert!(value("browserpool_artifact_bytes{tenant=\"jobs\"}") > (1 << 20) as f64, "{metrics}");
+    assert!(value("browserpool_recordings_total{outcome=\"kept\"}") >= 1.0, "{metrics}");
+    assert!(value("browserpool_recording_seconds_total") > 0.0, "{metrics}");
     // Deleting the first session's artifacts frees the tenant's room.
     assert_eq!(client.delete_artifacts(&id).await.unwrap(), 2);
     server.stop().await;
