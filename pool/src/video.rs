@@ -100,7 +100,7 @@ pub fn encode(frames: &Frames, limit: Duration) -> Result<Video, VideoError> {
         .args(["-nostdin", "-hide_banner", "-loglevel", "error", "-protocol_whitelist", "file"])
         .args(["-f", "concat", "-safe", "1", "-i", "frames.txt"])
         .args(["-vf", &filter, "-fps_mode", "passthrough", "-an"])
-        .args(["-c:v", "libvpx", "-deadline", "realtime", "-cpu-used", "8", "-b:v", "1M", "-threads", "1"])
+        .args(["-c:v", "libvpx", "-deadline", "realtime", "-cpu-used", "16", "-b:v", "1M", "-threads", "1"])
         .args(["-y", "video.webm"])
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())

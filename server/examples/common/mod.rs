@@ -78,3 +78,20 @@ pub async fn serve_page(html: &'static str) -> anyhow::Result<String> {
     tokio::spawn(async move { axum::serve(site, app).await });
     Ok(base)
 }
+
+/// CPU time used so far, in ms: this process's (its threads, not its children) and the whole
+/// host's (every process, so Chromium's renderers are counted even after they exit).
+pub fn cpu_ms() -> (f64, f64) {
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage writes into the struct it is given.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
+    let tv = |t: libc::timeval| t.tv_sec as f64 * 1000.0 + t.tv_usec as f64 / 1000.0;
+    let own = tv(usage.ru_utime) + tv(usage.ru_stime);
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let ticks: Vec<f64> =
+        stat.lines().next().unwrap_or_default().split_whitespace().skip(1).filter_map(|v| v.parse().ok()).collect();
+    // user nice system idle iowait irq softirq steal: busy is all but idle and iowait.
+    let busy: f64 = ticks.iter().take(8).enumerate().filter(|(i, _)| *i != 3 && *i != 4).map(|(_, v)| v).sum();
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    (own, busy * 1000.0 / hz)
+}
