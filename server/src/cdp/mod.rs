@@ -290,7 +290,12 @@ mod tests {
             other => panic!("{other:?}"),
         }
         let no_path = json!({"behavior": "allowAndName"});
-        assert!(matches!(judge("Page.setDownloadBehavior", Some(&no_path), "/d", &allow_all), Verdict::Rewrite(_)));
+        match judge("Page.setDownloadBehavior", Some(&no_path), "/d", &allow_all) {
+            Verdict::Rewrite(p) => {
+                assert_eq!(p, json!({"behavior": "allow", "downloadPath": "/d"}), "named by the page")
+            }
+            other => panic!("{other:?}"),
+        }
         let deny = json!({"behavior": "deny"});
         assert_eq!(judge("Browser.setDownloadBehavior", Some(&deny), "/d", &allow_all), Verdict::Forward);
     }

@@ -154,12 +154,17 @@ pub fn judge(
             _ => Verdict::Forward,
         },
         // Kept (Playwright sends its own machine's artifacts dir on every connect), but the
-        // files land in the session's directory, never at a path of the server's choosing.
+        // files land in the session's directory, never at a path of the server's choosing,
+        // under the names their pages give them (`allowAndName`, Playwright's, would name them
+        // by a GUID the client keeps to itself), so the files API finds them by those names.
         "Browser.setDownloadBehavior" | "Page.setDownloadBehavior" => {
             let mut rewritten = params.cloned().unwrap_or_else(|| json!({}));
             let allows = matches!(rewritten.get("behavior").and_then(Value::as_str), Some("allow" | "allowAndName"));
             if allows || rewritten.get("downloadPath").is_some() {
                 rewritten["downloadPath"] = json!(download_dir);
+                if allows {
+                    rewritten["behavior"] = json!("allow");
+                }
                 Verdict::Rewrite(rewritten)
             } else {
                 Verdict::Forward

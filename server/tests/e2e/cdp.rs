@@ -64,7 +64,7 @@ fn session_path(cdp_url: &str) -> String {
     cdp_url.split_once("/cdp/").map(|(_, rest)| format!("/cdp/{rest}")).unwrap()
 }
 
-fn without_ticket(cdp_url: &str) -> String {
+pub(crate) fn without_ticket(cdp_url: &str) -> String {
     cdp_url.split('?').next().unwrap().to_string()
 }
 

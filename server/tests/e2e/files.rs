@@ -384,3 +384,22 @@ async fn files_over_http_one_by_one_and_zipped_with_the_token_s_rules() {
     client.release(&id).await.unwrap();
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn playwright_s_download_lands_under_its_name_and_a_buffer_fills_a_file_input() {
+    let server = TestServer::start().await;
+    let client = server.admin().await;
+    let session = client.acquire(30_000).await.unwrap();
+    let url = crate::cdp::without_ticket(&session.cdp_url);
+    let seen = crate::cdp::node("playwright_files.mjs", &url, Some(&server.admin_token), "").await;
+    assert_eq!(seen["suggested"], "report.csv", "{seen}");
+    assert_eq!(seen["failure"], serde_json::Value::Null, "Playwright saw the download finish: {seen}");
+    assert_eq!(seen["read"], "note.txt:from a buffer", "{seen}");
+    // The download is the session's file of that name (Playwright's own saveAs would copy it
+    // from a directory of the client's machine, where it never is).
+    let report = downloaded(&client, &session.session_id, "report.csv").await;
+    assert_eq!(report.kind, pb::ArtifactKind::Download as i32);
+    assert_eq!(client.get_file(&session.session_id, "report.csv").await.unwrap().1, b"a,b\n1,2");
+    client.release(&session.session_id).await.unwrap();
+    server.stop().await;
+}
