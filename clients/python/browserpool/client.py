@@ -10,13 +10,16 @@ from __future__ import annotations
 import collections
 import contextlib
 import math
-from typing import Any, Iterator, Optional, Sequence, Tuple
+from typing import Any, Iterator, List, Optional, Sequence, Tuple
 from urllib.parse import urlsplit
 
 import grpc
 from google.protobuf import struct_pb2
 
 from browserpool.v1 import admin_pb2_grpc, common_pb2, sessions_pb2, sessions_pb2_grpc
+
+#: The size of each message of :meth:`Client.put_file`.
+_CHUNK = 1 << 20
 
 __all__ = [
     "ActionError",
@@ -198,9 +201,55 @@ class Client:
         """Reads a session (state, deadlines, ``cdp_url``)."""
         return self._call(self.sessions.Get, sessions_pb2.GetSessionRequest(session_id=session_id))
 
-    def release(self, session_id: str) -> sessions_pb2.ReleaseResponse:
-        """Ends a session and destroys its browser; idempotent."""
-        return self._call(self.sessions.Release, sessions_pb2.ReleaseRequest(session_id=session_id))
+    def release(self, session_id: str, *, failed: bool = False) -> sessions_pb2.ReleaseResponse:
+        """Ends a session and destroys its browser; idempotent. ``failed=True`` says the job
+        failed, so a ``RECORD_RETAIN_ON_FAILURE`` recording is kept."""
+        return self._call(self.sessions.Release, sessions_pb2.ReleaseRequest(session_id=session_id, failed=failed))
+
+    def put_file(self, session_id: str, name: str, data: bytes) -> common_pb2.Artifact:
+        """Uploads ``data`` as file ``name`` of the session (in 1 MiB messages); a file input
+        takes it with the ``set_input_files`` action."""
+        chunks = [data[i : i + _CHUNK] for i in range(0, len(data), _CHUNK)] or [b""]
+        requests = (
+            sessions_pb2.PutFileRequest(session_id=session_id if i == 0 else "", name=name if i == 0 else "", chunk=c)
+            for i, c in enumerate(chunks)
+        )
+        return self._call(self.sessions.PutFile, requests)
+
+    def list_files(self, session_id: str) -> List[common_pb2.Artifact]:
+        """The session's files (downloads and uploads), live or kept after its end."""
+        return list(self._call(self.sessions.ListFiles, sessions_pb2.ListFilesRequest(session_id=session_id)).artifacts)
+
+    def get_file(self, session_id: str, name: str) -> Tuple[common_pb2.Artifact, bytes]:
+        """One file of the session, whole, with its artifact (size, type, SHA-256)."""
+        return self._download(sessions_pb2.GetFileRequest(session_id=session_id, name=name))
+
+    def get_recording(self, session_id: str) -> Tuple[common_pb2.Artifact, bytes]:
+        """The recording (WebM) of an ended session, whole, with its artifact."""
+        kind = common_pb2.ArtifactKind.RECORDING
+        return self._download(sessions_pb2.GetFileRequest(session_id=session_id, kind=kind))
+
+    def delete_file(self, session_id: str, name: str) -> None:
+        """Deletes one file of a live session."""
+        self._call(self.sessions.DeleteFile, sessions_pb2.DeleteFileRequest(session_id=session_id, name=name))
+
+    def delete_artifacts(self, session_id: str) -> int:
+        """Deletes what an ended session kept (its files and recording); how many."""
+        request = sessions_pb2.DeleteArtifactsRequest(session_id=session_id)
+        return self._call(self.sessions.DeleteArtifacts, request).deleted
+
+    def _download(self, request: sessions_pb2.GetFileRequest) -> Tuple[common_pb2.Artifact, bytes]:
+        artifact, parts = None, []
+        try:
+            for message in self.sessions.GetFile(request):
+                if message.HasField("artifact") and artifact is None:
+                    artifact = message.artifact
+                parts.append(message.chunk)
+        except grpc.RpcError as err:
+            raise BrowserpoolError.from_rpc(err) from None
+        if artifact is None:
+            raise BrowserpoolError(grpc.StatusCode.INTERNAL, "GetFile sent no artifact")
+        return artifact, b"".join(parts)
 
     @contextlib.contextmanager
     def session(self, wait_ms: int = 30_000, **fields: Any) -> Iterator["LeasedSession"]:

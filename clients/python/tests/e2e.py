@@ -23,8 +23,10 @@ out = {}
 
 with browserpool.connect(server, token) as client:
     # The whole flow: navigate, interact, read, screenshot; released by the with block.
-    with client.session(wait_ms=30_000, labels={"client": "python"}) as s:
+    record = common_pb2.Record.RECORD_ON
+    with client.session(wait_ms=30_000, labels={"client": "python"}, record=record) as s:
         out["session"] = s.id
+        out["uploaded_sha256"] = client.put_file(s.id, "hello.txt", b"hi there").sha256
         s.act("navigate", payload=site + "/")
         out["title"] = s.value("title")
         out["heading_before"] = s.value("extract", "h1")
@@ -43,6 +45,11 @@ with browserpool.connect(server, token) as client:
             out["action_error"] = e.code_name
         out["state_inside"] = common_pb2.SessionState.Name(s.get().state)
     out["state_after"] = common_pb2.SessionState.Name(client.get(out["session"]).state)
+    # Kept after the end: the upload and the recording.
+    kept, data = client.get_file(out["session"], "hello.txt")
+    out["kept_file"], out["kept_sha256"] = data.decode(), kept.sha256
+    video, data = client.get_recording(out["session"])
+    out["recording"] = [video.name, video.mime_type, data[:4] == b"\x1a\x45\xdf\xa3", len(data) == video.size]
 
     # An exception inside the block still releases the session, and is the one that propagates.
     try:

@@ -21,10 +21,10 @@
 import { type JsonValue, type MessageInitShape } from "@bufbuild/protobuf";
 import { Code, ConnectError, type Client, type Interceptor } from "@connectrpc/connect";
 import { Admin } from "../gen/browserpool/v1/admin_pb.js";
-import { ErrorCode, SessionState, type Action, type ActionResult, type Session } from "../gen/browserpool/v1/common_pb.js";
+import { ArtifactKind, ErrorCode, Record, SessionState, type Action, type ActionResult, type Artifact, type Session } from "../gen/browserpool/v1/common_pb.js";
 import { Sessions, type AcquireRequestSchema, type ReleaseResponse } from "../gen/browserpool/v1/sessions_pb.js";
-export { Code, ConnectError, ErrorCode, SessionState, Sessions, Admin };
-export type { Action, ActionResult, Session, JsonValue };
+export { Code, ConnectError, ErrorCode, SessionState, Sessions, Admin, ArtifactKind, Record };
+export type { Action, ActionResult, Artifact, Session, JsonValue };
 /** How to reach the server besides its URL. */
 export interface ConnectOptions {
     /** PEM file of the CA(s) the server's certificate must chain to (`https://` URLs). */
@@ -95,3 +95,20 @@ export type AcquireOptions = MessageInitShape<typeof AcquireRequestSchema>;
  * Returns what `fn` returns.
  */
 export declare function withSession<T>(client: BrowserpoolClient, opts: AcquireOptions, fn: (session: LeasedSession) => Promise<T>): Promise<T>;
+/**
+ * Uploads `data` as file `name` of the session (in 1 MiB messages); a file input takes it with
+ * the `set_input_files` action.
+ */
+export declare function putFile(client: BrowserpoolClient, sessionId: string, name: string, data: Uint8Array): Promise<Artifact>;
+/** One file of the session (live, or kept after its end), whole, with its artifact. */
+export declare function getFile(client: BrowserpoolClient, sessionId: string, name: string): Promise<{
+    artifact: Artifact;
+    data: Buffer;
+}>;
+/** The recording (WebM) of an ended session, whole, with its artifact. */
+export declare function getRecording(client: BrowserpoolClient, sessionId: string): Promise<{
+    artifact: Artifact;
+    data: Buffer;
+}>;
+/** Deletes what an ended session kept (its files and recording); how many. */
+export declare function deleteArtifacts(client: BrowserpoolClient, sessionId: string): Promise<number>;

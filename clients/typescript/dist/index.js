@@ -24,9 +24,9 @@ import { ValueSchema } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import { Admin } from "../gen/browserpool/v1/admin_pb.js";
-import { ActionSchema, ErrorCode, SessionState, } from "../gen/browserpool/v1/common_pb.js";
+import { ActionSchema, ArtifactKind, ErrorCode, Record, SessionState, } from "../gen/browserpool/v1/common_pb.js";
 import { Sessions } from "../gen/browserpool/v1/sessions_pb.js";
-export { Code, ConnectError, ErrorCode, SessionState, Sessions, Admin };
+export { Code, ConnectError, ErrorCode, SessionState, Sessions, Admin, ArtifactKind, Record };
 /** An interceptor that sends `authorization: Bearer <token>` with every call. */
 export function bearer(token) {
     const value = `Bearer ${token.trim()}`;
@@ -139,4 +139,44 @@ export async function withSession(client, opts, fn) {
     }
     await session.release();
     return result;
+}
+/** The size of each message of {@link putFile}. */
+const FILE_CHUNK = 1 << 20;
+/**
+ * Uploads `data` as file `name` of the session (in 1 MiB messages); a file input takes it with
+ * the `set_input_files` action.
+ */
+export async function putFile(client, sessionId, name, data) {
+    async function* messages() {
+        let offset = 0;
+        do {
+            const chunk = data.subarray(offset, offset + FILE_CHUNK);
+            yield offset === 0 ? { sessionId, name, chunk } : { chunk };
+            offset += FILE_CHUNK;
+        } while (offset < data.length);
+    }
+    return client.sessions.putFile(messages());
+}
+/** One file of the session (live, or kept after its end), whole, with its artifact. */
+export async function getFile(client, sessionId, name) {
+    return download(client, { sessionId, name });
+}
+/** The recording (WebM) of an ended session, whole, with its artifact. */
+export async function getRecording(client, sessionId) {
+    return download(client, { sessionId, kind: ArtifactKind.RECORDING });
+}
+/** Deletes what an ended session kept (its files and recording); how many. */
+export async function deleteArtifacts(client, sessionId) {
+    return (await client.sessions.deleteArtifacts({ sessionId })).deleted;
+}
+async function download(client, req) {
+    let artifact;
+    const parts = [];
+    for await (const message of client.sessions.getFile(req)) {
+        artifact ??= message.artifact;
+        parts.push(message.chunk);
+    }
+    if (!artifact)
+        throw new ConnectError("GetFile sent no artifact", Code.Internal);
+    return { artifact, data: Buffer.concat(parts) };
 }

@@ -30,16 +30,19 @@ import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-no
 import { Admin } from "../gen/browserpool/v1/admin_pb.js";
 import {
   ActionSchema,
+  ArtifactKind,
   ErrorCode,
+  Record,
   SessionState,
   type Action,
   type ActionResult,
+  type Artifact,
   type Session,
 } from "../gen/browserpool/v1/common_pb.js";
 import { Sessions, type AcquireRequestSchema, type ReleaseResponse } from "../gen/browserpool/v1/sessions_pb.js";
 
-export { Code, ConnectError, ErrorCode, SessionState, Sessions, Admin };
-export type { Action, ActionResult, Session, JsonValue };
+export { Code, ConnectError, ErrorCode, SessionState, Sessions, Admin, ArtifactKind, Record };
+export type { Action, ActionResult, Artifact, Session, JsonValue };
 
 /** How to reach the server besides its URL. */
 export interface ConnectOptions {
@@ -199,4 +202,64 @@ export async function withSession<T>(
   }
   await session.release();
   return result;
+}
+
+/** The size of each message of {@link putFile}. */
+const FILE_CHUNK = 1 << 20;
+
+/**
+ * Uploads `data` as file `name` of the session (in 1 MiB messages); a file input takes it with
+ * the `set_input_files` action.
+ */
+export async function putFile(
+  client: BrowserpoolClient,
+  sessionId: string,
+  name: string,
+  data: Uint8Array,
+): Promise<Artifact> {
+  async function* messages() {
+    let offset = 0;
+    do {
+      const chunk = data.subarray(offset, offset + FILE_CHUNK);
+      yield offset === 0 ? { sessionId, name, chunk } : { chunk };
+      offset += FILE_CHUNK;
+    } while (offset < data.length);
+  }
+  return client.sessions.putFile(messages());
+}
+
+/** One file of the session (live, or kept after its end), whole, with its artifact. */
+export async function getFile(
+  client: BrowserpoolClient,
+  sessionId: string,
+  name: string,
+): Promise<{ artifact: Artifact; data: Buffer }> {
+  return download(client, { sessionId, name });
+}
+
+/** The recording (WebM) of an ended session, whole, with its artifact. */
+export async function getRecording(
+  client: BrowserpoolClient,
+  sessionId: string,
+): Promise<{ artifact: Artifact; data: Buffer }> {
+  return download(client, { sessionId, kind: ArtifactKind.RECORDING });
+}
+
+/** Deletes what an ended session kept (its files and recording); how many. */
+export async function deleteArtifacts(client: BrowserpoolClient, sessionId: string): Promise<number> {
+  return (await client.sessions.deleteArtifacts({ sessionId })).deleted;
+}
+
+async function download(
+  client: BrowserpoolClient,
+  req: { sessionId: string; name?: string; kind?: ArtifactKind },
+): Promise<{ artifact: Artifact; data: Buffer }> {
+  let artifact: Artifact | undefined;
+  const parts: Uint8Array[] = [];
+  for await (const message of client.sessions.getFile(req)) {
+    artifact ??= message.artifact;
+    parts.push(message.chunk);
+  }
+  if (!artifact) throw new ConnectError("GetFile sent no artifact", Code.Internal);
+  return { artifact, data: Buffer.concat(parts) };
 }

@@ -3,7 +3,19 @@
 // Env: SERVER (http://host:port), TOKEN (sessions:read and sessions:write), SITE (the fixture
 // site's base URL). Needs `npm ci` in clients/typescript.
 
-import { ActionError, Code, ConnectError, ErrorCode, SessionState, connect, withSession } from "../dist/index.js";
+import {
+  ActionError,
+  Code,
+  ConnectError,
+  ErrorCode,
+  Record,
+  SessionState,
+  connect,
+  getFile,
+  getRecording,
+  putFile,
+  withSession,
+} from "../dist/index.js";
 
 const { SERVER, TOKEN, SITE } = process.env;
 const PNG = Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]);
@@ -11,8 +23,9 @@ const out = {};
 
 const client = connect(SERVER, TOKEN);
 // The whole flow: navigate, interact, read, screenshot; released when the callback settles.
-await withSession(client, { waitMs: 30_000, labels: { client: "typescript" } }, async (s) => {
+await withSession(client, { waitMs: 30_000, labels: { client: "typescript" }, record: Record.ON }, async (s) => {
   out.session = s.id;
+  out.uploaded_sha256 = (await putFile(client, s.id, "hello.txt", Buffer.from("hi there"))).sha256;
   await s.act("navigate", "", `${SITE}/`);
   out.title = await s.value("title");
   out.heading_before = await s.value("extract", "h1");
@@ -34,6 +47,16 @@ await withSession(client, { waitMs: 30_000, labels: { client: "typescript" } }, 
   out.state_inside = SessionState[(await s.get()).state];
 });
 out.state_after = SessionState[(await client.sessions.get({ sessionId: out.session })).state];
+// Kept after the end: the upload and the recording.
+const kept = await getFile(client, out.session, "hello.txt");
+[out.kept_file, out.kept_sha256] = [kept.data.toString(), kept.artifact.sha256];
+const video = await getRecording(client, out.session);
+out.recording = [
+  video.artifact.name,
+  video.artifact.mimeType,
+  video.data.subarray(0, 4).equals(Buffer.from([0x1a, 0x45, 0xdf, 0xa3])),
+  BigInt(video.data.length) === video.artifact.size,
+];
 
 // A throwing callback still releases the session, and its error is the one that propagates.
 try {

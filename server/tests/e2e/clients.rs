@@ -94,6 +94,10 @@ async fn drives_a_session(program: PathBuf, script: &str, lang: &str, names: Nam
     assert_eq!(seen["raised_state_after"], names.closed, "released although the block threw: {seen}");
     assert_eq!(seen["bad_token"], names.unauthenticated, "{seen}");
     assert_eq!(seen["bad_token_is_status"], true, "{seen}");
+    // Files and recordings through the language's helpers, kept after the session ended.
+    assert_eq!(seen["kept_file"], "hi there", "{seen}");
+    assert_eq!(seen["kept_sha256"], seen["uploaded_sha256"], "{seen}");
+    assert_eq!(seen["recording"], json!(["recording.webm", "video/webm", true, true]), "{seen}");
 
     // The server agrees: both sessions were this subject's, labelled, and are closed.
     let client = server.client(&token).await;
