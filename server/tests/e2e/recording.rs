@@ -68,8 +68,9 @@ const PROBE: &str = r#"(async () => {
   const last = await at(Math.max(0, duration - 0.05));
   let differ = 0;
   for (let i = 0; i < first.length; i += 4) if (Math.abs(first[i] - last[i]) > 40) differ++;
-  const mean = (d) => { let s = 0; for (let i = 0; i < d.length; i += 4) s += d[i] + d[i + 1] + d[i + 2]; return s / d.length; };
-  return { duration, width: v.videoWidth, height: v.videoHeight, differ, first: mean(first), last: mean(last) };
+  // The mean red, green and blue of the last frame.
+  const rgb = [0, 1, 2].map(c => { let s = 0; for (let i = c; i < last.length; i += 4) s += last[i]; return s / (last.length / 4); });
+  return { duration, width: v.videoWidth, height: v.videoHeight, differ, last_rgb: rgb };
 })()"#;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -251,5 +252,41 @@ async fn a_tenant_s_artifact_terms_hold_defaults_upload_cap_stored_bytes_and_ttl
     assert!(value("browserpool_recording_seconds_total") > 0.0, "{metrics}");
     // Deleting the first session's artifacts frees the tenant's room.
     assert_eq!(client.delete_artifacts(&id).await.unwrap(), 2);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_that_is_a_browser_context_records_its_own_tab() {
+    let server = TestServer::start().await;
+    let admin = server.admin().await;
+    let shared = pb::Tenant {
+        id: "shared".into(),
+        max_slots: 2,
+        max_queue: 2,
+        isolation: pb::Isolation::Context as i32,
+        ..Default::default()
+    };
+    admin.admin().put_tenant(pb::PutTenantRequest { tenant: Some(shared) }).await.unwrap();
+    let client = server.client(&server.token("shared", "ci", &["sessions:read", "sessions:write"]).await).await;
+    // Two sessions in one Chromium: the recorded one's video shows its own page only.
+    let other = client.acquire(30_000).await.unwrap().session_id;
+    let id = recorded(&client, pb::Record::On, 640, 360).await;
+    ok(&act(&client, &other, action("load_html", "", "<body style='background:#00f'>other</body>")).await);
+    ok(&act(&client, &id, action("load_html", "", PAGE)).await);
+    ok(&act(&client, &id, action("click", "#go", serde_json::Value::Null)).await);
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    client.release(&id).await.unwrap();
+    client.release(&other).await.unwrap();
+    let (artifact, video) = client.get_recording(&id).await.unwrap();
+    assert!(video.starts_with(&[0x1A, 0x45, 0xDF, 0xA3]) && artifact.size == video.len() as u64);
+
+    // The last frame is this session's page after its click (red), never the other's (blue).
+    let viewer = admin.acquire(30_000).await.unwrap().session_id;
+    ok(&act(&admin, &viewer, action("navigate", "", video_site(video).await.as_str())).await);
+    let probe = ok(&act(&admin, &viewer, action("evaluate", "", PROBE)).await);
+    admin.release(&viewer).await.unwrap();
+    assert_eq!((probe["width"].as_u64(), probe["height"].as_u64()), (Some(640), Some(360)), "{probe}");
+    let last = probe["last_rgb"].as_array().unwrap();
+    assert!(last[0].as_f64().unwrap() > 150.0 && last[2].as_f64().unwrap() < 100.0, "not red: {probe}");
     server.stop().await;
 }
