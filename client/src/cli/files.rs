@@ -1,5 +1,5 @@
-//! `browserpool session files S [get NAME | put PATH | delete NAME]`: a session's downloads
-//! and uploads.
+//! `browserpool session files S [get NAME | put PATH | zip | delete NAME]`: a session's
+//! downloads and uploads; `session recording S` and `session delete-artifacts S`.
 
 use std::path::PathBuf;
 
@@ -37,6 +37,12 @@ pub enum FilesOp {
         /// Its name in the session.
         #[arg(long)]
         name: Option<String>,
+    },
+    /// Download every file into one zip (stored entries), to --out (default: `<session>.zip`;
+    /// `-` for stdout).
+    Zip {
+        #[arg(short, long)]
+        out: Option<PathBuf>,
     },
     /// Delete one file.
     Delete {
@@ -122,6 +128,27 @@ pub(super) async fn run(ctx: &Ctx, args: FilesArgs) -> Result<(), CliError> {
                 true => ctx.json_line(&artifact_json(&artifact)),
                 false => ctx
                     .line(&format!("uploaded {} ({} bytes, sha256 {})", artifact.name, artifact.size, artifact.sha256)),
+            }
+        }
+        Some(FilesOp::Zip { out }) => {
+            let out = Out::new(&out.unwrap_or_else(|| PathBuf::from(format!("{session}.zip"))))?;
+            let files = ctx.client.list_files(&session).await.map_err(&failed)?;
+            let mut zip = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+            let options = zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
+            for f in &files {
+                let (_, content) = ctx.client.get_file(&session, &f.name).await.map_err(&failed)?;
+                let options = options.large_file(content.len() as u64 >= u32::MAX as u64);
+                let zipped = zip.start_file(f.name.as_str(), options).map_err(|e| e.to_string());
+                zipped
+                    .and_then(|()| std::io::Write::write_all(&mut zip, &content).map_err(|e| e.to_string()))
+                    .map_err(|e| CliError::failed(format!("zip: {e}")))?;
+            }
+            let bytes = zip.finish().map_err(|e| CliError::failed(format!("zip: {e}")))?.into_inner();
+            out.write(&bytes)?;
+            match ctx.json {
+                true => ctx.json_line(&json!({"files": files.len(), "bytes": bytes.len(), "out": out.name()})),
+                false if matches!(out, Out::Stdout) => Ok(()),
+                false => ctx.line(&format!("{} files ({} bytes) -> {}", files.len(), bytes.len(), out.name())),
             }
         }
         Some(FilesOp::Delete { name }) => {

@@ -320,3 +320,44 @@ async fn cli_admin_commands_and_exit_codes() {
     assert!(Path::new(&data_dir).join("admin.token").exists());
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cli_records_on_failure_and_fetches_the_video_and_a_zip_of_the_files() {
+    let server = TestServer::start().await;
+    let cli = Cli::new(&server);
+    let s = cli.run(&["session", "acquire", "-q", "--record", "on-failure"]).await.expect(0).stdout.trim().to_string();
+    cli.run(&["session", "act", &s, "load_html", "", "<h1>recorded</h1>"]).await.expect(0);
+    let upload = cli.path("a.txt");
+    std::fs::write(&upload, "alpha").unwrap();
+    cli.run(&["session", "files", &s, "put", &upload]).await.expect(0);
+    cli.run(&["session", "files", &s, "put", &upload, "--name", "b.txt"]).await.expect(0);
+    // Live: no video yet, and nothing to delete yet (exit 1 with the reason).
+    let early = cli.run(&["session", "recording", &s]).await.expect(1);
+    assert!(
+        early.stderr.contains("FAILED_PRECONDITION") && early.stderr.contains("made when it ends"),
+        "{}",
+        early.stderr
+    );
+    cli.run(&["session", "release", &s, "--failed"]).await.expect(0);
+
+    let video = cli.path("job.webm");
+    let fetched = cli.run(&["session", "recording", &s, "--out", &video, "--json"]).await.expect(0).json();
+    assert_eq!((fetched["file"]["kind"].clone(), fetched["out"].clone()), (json!("recording"), json!(video)));
+    assert!(std::fs::read(&video).unwrap().starts_with(&[0x1A, 0x45, 0xDF, 0xA3]), "a WebM file");
+    let zipped = cli.path("files.zip");
+    let done = cli.run(&["session", "files", &s, "zip", "--out", &zipped]).await.expect(0);
+    assert!(done.stdout.starts_with("2 files ("), "{}", done.stdout);
+    let mut zip = zip::ZipArchive::new(std::fs::File::open(&zipped).unwrap()).unwrap();
+    let mut names: Vec<String> = zip.file_names().map(str::to_string).collect();
+    names.sort();
+    assert_eq!(names, ["a.txt", "b.txt"]);
+    let mut alpha = String::new();
+    std::io::Read::read_to_string(&mut zip.by_name("b.txt").unwrap(), &mut alpha).unwrap();
+    assert_eq!(alpha, "alpha");
+
+    let deleted = cli.run(&["session", "delete-artifacts", &s]).await.expect(0);
+    assert_eq!(deleted.stdout, format!("deleted 3 artifacts of {s}\n"));
+    let gone = cli.run(&["session", "recording", &s, "--out", &video]).await.expect(1);
+    assert!(gone.stderr.contains("NOT_FOUND"), "{}", gone.stderr);
+    server.stop().await;
+}
