@@ -2,7 +2,7 @@
 //! came until the next) encoded by ffmpeg (the distribution's, never an encoder of ours) into
 //! WebM (VP8) at the session's viewport size, with the frames' real timing: a still page holds
 //! its frame. ffmpeg reads only the frame directory (`-safe`, file protocol alone), runs as
-//! an unprivileged uid when the server is root, and is killed past its time limit.
+//! an unprivileged uid when the server is root, at nice 10, and is killed past its time limit.
 
 use std::io::Write;
 use std::os::unix::process::CommandExt;
@@ -14,6 +14,9 @@ use crate::outcome::Viewport;
 /// The uid and gid ffmpeg runs as when the server is root (`nobody`): it then reads frames
 /// and writes the video in a directory this uid owns, and nothing else of the server's.
 pub const ENCODER_UID: u32 = 65534;
+
+/// The nice value ffmpeg runs at.
+const ENCODER_NICE: libc::c_int = 10;
 
 /// The frames of one recording, as its writer left them.
 #[derive(Debug)]
@@ -107,6 +110,14 @@ pub fn encode(frames: &Frames, limit: Duration) -> Result<Video, VideoError> {
         .stderr(std::process::Stdio::piped());
     if is_root() {
         cmd.uid(ENCODER_UID).gid(ENCODER_UID);
+    }
+    // Encoding is background work: live sessions' browsers come first.
+    // SAFETY: setpriority is async-signal-safe and touches no memory of the parent.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::setpriority(libc::PRIO_PROCESS, 0, ENCODER_NICE);
+            Ok(())
+        });
     }
     let mut child = cmd.spawn().map_err(VideoError::NoEncoder)?;
     let stderr = child.stderr.take();

@@ -2,8 +2,8 @@
 //! tab in front, and only when its picture changes, so the recording follows `switch_tab` and
 //! a CDP client's `Page.bringToFront` alike, and an idle page costs nothing), at most
 //! [`MAX_FPS`] a second (acknowledgements paced), each kept with the time it came, in a
-//! directory of the server's. The video is
-//! made from them once the session ends (see [`crate::video`]).
+//! directory of the server's. The video is made from them once the session ends (see
+//! [`crate::video`]).
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -32,7 +32,7 @@ const QUALITY: u32 = 80;
 /// page), never the session slowed.
 const QUEUE: usize = 16;
 
-/// A recording under way, in [`Shared::recording`].
+/// A recording under way, in the driver's shared state while the session is recorded.
 pub(crate) struct Recording {
     started: Instant,
     viewport: Viewport,
