@@ -1,7 +1,7 @@
 //! Recording a session: the screencast frames of its tabs (Chromium sends frames only for the
 //! tab in front, and only when its picture changes, so the recording follows `switch_tab` and
 //! a CDP client's `Page.bringToFront` alike, and an idle page costs nothing), at most
-//! [`MAX_FPS`] a second (acknowledgements paced), each kept with the time it came, in a
+//! [`MAX_FPS`] kept a second (the picture shown longest), each with the time it came, in a
 //! directory of the server's. The video is made from them once the session ends (see
 //! [`crate::video`]).
 
@@ -19,7 +19,7 @@ use crate::rawcdp::{RawCdp, RawEvent};
 use crate::sync::lock;
 use crate::video::Frames;
 
-/// Most frames a second: Chromium's next frame is asked for (acknowledged) no sooner.
+/// Most frames kept a second.
 pub const MAX_FPS: u32 = 10;
 
 /// Largest frame taken, in bytes (a JPEG of a 4K screen at the quality asked is far less).
@@ -36,12 +36,18 @@ const QUEUE: usize = 16;
 pub(crate) struct Recording {
     started: Instant,
     viewport: Viewport,
-    /// Whether a frame has been kept yet.
-    framed: std::sync::atomic::AtomicBool,
+    state: Mutex<Capture>,
     frames: mpsc::Sender<(Vec<u8>, Duration)>,
-    /// Frames to acknowledge, paced (see [`ack_frames`]).
-    acks: mpsc::UnboundedSender<(String, i64)>,
     written: Mutex<Option<oneshot::Receiver<Frames>>>,
+}
+
+#[derive(Default)]
+struct Capture {
+    /// When the last frame sent to the writer came.
+    last: Option<Duration>,
+    /// A frame that came too soon after `last`: sent when a frame comes later, or at the end,
+    /// unless a newer one replaces it first.
+    held: Option<(Vec<u8>, Duration)>,
 }
 
 impl Recording {
@@ -50,33 +56,34 @@ impl Recording {
         &self.viewport
     }
 
-    /// A frame of the screencast: kept (dropped when the writer is behind), and acknowledged
-    /// when [`MAX_FPS`] allows, as Chromium sends a tab's next frame only then.
-    pub(crate) fn on_frame(&self, ev: &RawEvent) {
+    /// A frame of the screencast: acknowledged at once, then kept, or held when it comes
+    /// sooner than [`MAX_FPS`] allows after the last one kept. Acknowledging later would make
+    /// Chromium skip the frames painted meanwhile, and a page that then stays still would
+    /// never send its last picture.
+    pub(crate) fn on_frame(&self, raw: &RawCdp, ev: &RawEvent) {
         if let Some(id) = ev.params.get("sessionId").and_then(|s| s.as_i64()) {
-            let _ = self.acks.send((ev.session_id.clone(), id));
+            raw.send(&ev.session_id, "Page.screencastFrameAck", json!({ "sessionId": id }));
         }
         let Some(data) = ev.params["data"].as_str().filter(|d| d.len() <= MAX_FRAME_BYTES * 4 / 3 + 4) else {
             return;
         };
         let Ok(jpeg) = base64::engine::general_purpose::STANDARD.decode(data) else { return };
         // A JPEG's start-of-image marker: anything else is not a frame of Chromium's.
-        if jpeg.starts_with(&[0xFF, 0xD8]) && self.frames.try_send((jpeg, self.started.elapsed())).is_ok() {
-            self.framed.store(true, std::sync::atomic::Ordering::Relaxed);
+        if !jpeg.starts_with(&[0xFF, 0xD8]) {
+            return;
         }
-    }
-}
-
-/// Acknowledges frames no sooner than one [`MAX_FPS`] gap after the last acknowledgement: the
-/// frame Chromium sends next is the page as it is then, so a page that animates is captured
-/// (and JPEG-encoded by Chromium) ten times a second, not sixty.
-async fn ack_frames(raw: RawCdp, mut acks: mpsc::UnboundedReceiver<(String, i64)>) {
-    let gap = Duration::from_secs(1) / MAX_FPS;
-    let mut last = tokio::time::Instant::now() - gap;
-    while let Some((session, id)) = acks.recv().await {
-        tokio::time::sleep_until(last + gap).await;
-        raw.send(&session, "Page.screencastFrameAck", json!({ "sessionId": id }));
-        last = tokio::time::Instant::now();
+        let at = self.started.elapsed();
+        let mut state = lock(&self.state);
+        if state.last.is_some_and(|last| at < last + Duration::from_secs(1) / MAX_FPS) {
+            state.held = Some((jpeg, at));
+            return;
+        }
+        if let Some(held) = state.held.take() {
+            let _ = self.frames.try_send(held);
+        }
+        if self.frames.try_send((jpeg, at)).is_ok() {
+            state.last = Some(at);
+        }
     }
 }
 
@@ -109,14 +116,11 @@ impl Driver {
         let (tx, rx) = mpsc::channel(QUEUE);
         let (done_tx, done) = oneshot::channel();
         self.shared.spawn(write_frames(dir, rx, done_tx));
-        let (acks, to_ack) = mpsc::unbounded_channel();
-        self.shared.spawn(ack_frames(self.raw.clone(), to_ack));
         let recording = Arc::new(Recording {
             started: Instant::now(),
             viewport,
-            framed: std::sync::atomic::AtomicBool::new(false),
+            state: Mutex::default(),
             frames: tx,
-            acks,
             written: Mutex::new(Some(done)),
         });
         *lock(&self.shared.recording) = Some(recording.clone());
@@ -132,12 +136,14 @@ impl Driver {
         let recording = lock(&self.shared.recording).clone()?;
         // The page as it is now when no frame came yet (in a session of a few hundred
         // milliseconds on a busy host, the first may still be on its way).
-        let last = match recording.framed.load(std::sync::atomic::Ordering::Relaxed) {
-            true => None,
-            false => self.last_frame().await,
-        };
+        let framed = lock(&recording.state).last.is_some();
+        let last = if framed { None } else { self.last_frame().await };
         lock(&self.shared.recording).take();
         let end = recording.started.elapsed();
+        let held = lock(&recording.state).held.take();
+        if let Some(held) = held {
+            let _ = recording.frames.send(held).await;
+        }
         if let Some(jpeg) = last {
             let _ = recording.frames.send((jpeg, end)).await;
         }

@@ -331,7 +331,7 @@ pub(crate) async fn raw_events(shared: Arc<Shared>, raw: RawCdp, mut rx: mpsc::U
             "Page.screencastFrame" => {
                 let recording = lock(&shared.recording).clone();
                 match recording {
-                    Some(recording) => recording.on_frame(&ev),
+                    Some(recording) => recording.on_frame(&raw, &ev),
                     // Recording ended: the tab's screencast with it.
                     None => raw.send(&ev.session_id, "Page.stopScreencast", json!({})),
                 }
