@@ -59,7 +59,6 @@ impl Frames {
 pub struct Video {
     pub path: PathBuf,
     pub frames: usize,
-    pub length: Duration,
 }
 
 /// Why there is no video.
@@ -144,7 +143,7 @@ pub fn encode(frames: &Frames, limit: Duration) -> Result<Video, VideoError> {
     if !status.success() {
         return Err(VideoError::Failed(format!("{status}: {}", errors.trim())));
     }
-    Ok(Video { path: out, frames: frames.times.len(), length: frames.end })
+    Ok(Video { path: out, frames: frames.times.len() })
 }
 
 /// Makes a recording's frame directory: the server's, or the encoder's uid's when the server

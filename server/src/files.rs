@@ -262,6 +262,11 @@ impl SessionDir {
         File::from(fd).write_all(content).map_err(|e| FileError::io(&format!("write {name:?}"), e))
     }
 
+    /// Whether the directory's own file `name` (a dot name) is there, a plain file.
+    pub fn has_meta(&self, name: &str) -> bool {
+        self.open_plain(name).is_ok()
+    }
+
     /// The directory's own file `name` (a dot name) as text, if it is there (at most 64 KiB).
     pub fn read_meta(&self, name: &str) -> Option<String> {
         let (fd, _) = self.open_plain(name).ok()?;

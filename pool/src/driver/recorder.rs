@@ -89,9 +89,13 @@ impl Recording {
 
 /// Writes the frames it is sent into `dir`, in order, until the sender is gone or a write
 /// fails (a full disk stops the recording, never the session); answers what it wrote.
-async fn write_frames(dir: PathBuf, mut rx: mpsc::Receiver<(Vec<u8>, Duration)>, done: oneshot::Sender<Frames>) {
-    let mut frames =
-        Frames { dir, times: Vec::new(), stopped: None, end: Duration::ZERO, viewport: Viewport::default() };
+async fn write_frames(
+    dir: PathBuf,
+    viewport: Viewport,
+    mut rx: mpsc::Receiver<(Vec<u8>, Duration)>,
+    done: oneshot::Sender<Frames>,
+) {
+    let mut frames = Frames { dir, times: Vec::new(), stopped: None, end: Duration::ZERO, viewport };
     while let Some((jpeg, at)) = rx.recv().await {
         if frames.stopped.is_some() {
             continue;
@@ -115,7 +119,7 @@ impl Driver {
     pub(crate) async fn start_recording(&self, dir: PathBuf, viewport: Viewport) {
         let (tx, rx) = mpsc::channel(QUEUE);
         let (done_tx, done) = oneshot::channel();
-        self.shared.spawn(write_frames(dir, rx, done_tx));
+        self.shared.spawn(write_frames(dir, viewport, rx, done_tx));
         let recording = Arc::new(Recording {
             started: Instant::now(),
             viewport,
@@ -148,16 +152,12 @@ impl Driver {
             let _ = recording.frames.send((jpeg, end)).await;
         }
         let done = lock(&recording.written).take()?;
-        let viewport = recording.viewport;
         drop(recording);
         let mut frames = tokio::time::timeout(Duration::from_secs(30), done).await.ok()?.ok()?;
         frames.end = end;
-        frames.viewport = viewport;
         Some(frames)
     }
-}
 
-impl Driver {
     /// A JPEG of the active tab now, if it answers within [`LAST_FRAME_WAIT`] (a tab that is
     /// not in front, or a frozen browser, may not).
     async fn last_frame(&self) -> Option<Vec<u8>> {

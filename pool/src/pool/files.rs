@@ -122,17 +122,20 @@ impl Lease {
         std::mem::take(&mut self.files)
     }
 
-    /// Removes the files directory (links in it are removed, never followed).
+    /// Removes the files directory and the recording's frames, whichever the lease still
+    /// holds (links in them are removed, never followed).
     pub(super) fn remove_files(&mut self) -> Option<impl FnOnce() + Send + 'static> {
-        let dir = std::mem::take(&mut self.files);
-        let recording = self.recording.take();
-        (!dir.as_os_str().is_empty()).then_some(move || {
-            if let Some(frames) = recording {
-                let _ = std::fs::remove_dir_all(frames);
-            }
-            if let Err(e) = std::fs::remove_dir_all(&dir) {
-                if e.kind() != std::io::ErrorKind::NotFound {
-                    tracing::warn!(dir = %dir.display(), error = %e, "a session's files directory could not be removed");
+        let dirs: Vec<PathBuf> = [std::mem::take(&mut self.files)]
+            .into_iter()
+            .filter(|dir| !dir.as_os_str().is_empty())
+            .chain(self.recording.take())
+            .collect();
+        (!dirs.is_empty()).then_some(move || {
+            for dir in dirs {
+                if let Err(e) = std::fs::remove_dir_all(&dir) {
+                    if e.kind() != std::io::ErrorKind::NotFound {
+                        tracing::warn!(dir = %dir.display(), error = %e, "a session's files directory could not be removed");
+                    }
                 }
             }
         })

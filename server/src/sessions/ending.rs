@@ -111,10 +111,7 @@ impl Sessions {
                 lease.emit(EventKind::SessionEnded { state: state.as_str().into(), reason: reason.into() });
                 // Its files outlive it (for --artifact-ttl): kept once its browser is gone.
                 let files = self.inner.limits.keep_files.is_some().then(|| lease.take_files_dir());
-                let frames = match live.record_mode {
-                    RecordMode::Off => None,
-                    _ => lease.take_recording().await,
-                };
+                let frames = lease.take_recording().await;
                 lease.release().await;
                 killed = began.elapsed();
                 if let Some(files) = files {

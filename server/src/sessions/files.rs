@@ -106,7 +106,7 @@ impl Sessions {
     /// The bytes of artifacts each tenant keeps on this replica (read from the disk).
     pub async fn artifact_bytes(&self) -> std::collections::BTreeMap<String, u64> {
         let Some(keep) = self.inner.limits.keep_files.clone() else { return Default::default() };
-        tokio::task::spawn_blocking(move || bytes_by_tenant(&keep.dir)).await.unwrap_or_default()
+        tokio::task::spawn_blocking(move || bytes_by_tenant(&keep.dir, None)).await.unwrap_or_default()
     }
 
     /// The files of session `id` for a caller holding `scope` on it: a live session's, or an
@@ -124,23 +124,10 @@ impl Sessions {
             let uploads = lock(&live.uploads).clone();
             return Ok(Found { dir, live: Some(live), uploads, expires_ms: None });
         }
-        let kept = match (&self.inner.limits.keep_files, scope) {
-            (Some(_), Scope::SessionsRead) if record.replica != self.replica_id() => {
-                // Reads are forwarded to the replica that kept the files while it is registered.
-                return Err(ServiceError::FailedPrecondition(format!(
-                    "session {id} ended on replica {}, which kept its files and is no longer registered",
-                    record.replica
-                )));
-            }
-            (Some(keep), Scope::SessionsRead) => keep.dir.join(id),
+        let kept = match scope {
+            Scope::SessionsRead => self.kept_dir(&record).await?.ok_or_else(ended)?,
             _ => return Err(ended()),
         };
-        // Release answers once the end is recorded; its files are kept during the teardown
-        // after it, which a read right after the release waits for.
-        let ending = self.ending_map().get(id).cloned();
-        if let Some(ending) = ending {
-            ending.finished.cancelled().await;
-        }
         let now = self.now();
         let found = blocking(move || {
             let expires_ms = read_meta(&kept, EXPIRES).and_then(|t| t.trim().parse::<i64>().ok());
@@ -153,6 +140,27 @@ impl Sessions {
         })
         .await?;
         found.ok_or_else(ended)
+    }
+
+    /// Where ended session `record` keeps what it left, once its teardown (which keeps it) is
+    /// over; `None` when this server keeps nothing. A session that ended on another replica
+    /// is FAILED_PRECONDITION: calls about it are forwarded there while that replica is
+    /// registered.
+    async fn kept_dir(&self, record: &SessionRecord) -> Result<Option<PathBuf>> {
+        let Some(keep) = &self.inner.limits.keep_files else { return Ok(None) };
+        if record.replica != self.replica_id() {
+            return Err(ServiceError::FailedPrecondition(format!(
+                "session {} ended on replica {}, which kept its files and recording and is no longer registered",
+                record.id, record.replica
+            )));
+        }
+        // Release answers once the end is recorded; what it leaves is kept during the
+        // teardown after it, which a call right after the release waits for.
+        let ending = self.ending_map().get(&record.id).cloned();
+        if let Some(ending) = ending {
+            ending.finished.cancelled().await;
+        }
+        Ok(Some(keep.dir.join(&record.id)))
     }
 
     /// The session's files, by name.
@@ -228,21 +236,11 @@ impl Sessions {
                 "session {id} is live: delete its files one by one (DeleteFile), or end it first"
             )));
         }
-        let Some(keep) = self.inner.limits.keep_files.clone() else { return Ok(0) };
-        if record.replica != self.replica_id() {
-            return Err(ServiceError::FailedPrecondition(format!(
-                "session {id} ended on replica {}, which kept its artifacts and is no longer registered",
-                record.replica
-            )));
-        }
-        let ending = self.ending_map().get(id).cloned();
-        if let Some(ending) = ending {
-            ending.finished.cancelled().await;
-        }
-        let dir = keep.dir.join(id);
+        let Some(dir) = self.kept_dir(&record).await? else { return Ok(0) };
         blocking(move || {
+            // Counted by their sizes: nothing is read of what goes.
             let count = match SessionDir::open(&dir) {
-                Ok(kept) => kept.list()?.len() + usize::from(kept.open_meta(RECORDING, RECORDING_NAME).is_ok()),
+                Ok(kept) => kept.sizes()?.len() + usize::from(kept.has_meta(RECORDING)),
                 Err(_) => return Ok(0),
             };
             std::fs::remove_dir_all(&dir).map_err(|e| FileError::Io(format!("delete {}: {e}", dir.display())))?;
@@ -346,10 +344,9 @@ impl Sessions {
             }
             Ok(Some(Err(e))) => {
                 tracing::warn!(session = %id, error = %e, "recording not kept");
-                if e.contains("max_artifact_mb") {
-                    "refused"
-                } else {
-                    "failed"
+                match e {
+                    NotKept::Refused(_) => "refused",
+                    NotKept::Failed(_) => "failed",
                 }
             }
             Err(e) => {
@@ -379,6 +376,23 @@ impl Sessions {
     }
 }
 
+/// Why what an ended session left was not kept.
+#[derive(Debug, thiserror::Error)]
+enum NotKept {
+    /// Its tenant's `max_artifact_mb` would be passed.
+    #[error("{0}")]
+    Refused(String),
+    /// Encoding, or the disk, failed.
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl From<FileError> for NotKept {
+    fn from(e: FileError) -> NotKept {
+        NotKept::Failed(e.to_string())
+    }
+}
+
 /// Where an ended session's artifacts go: its kept directory `to` in `root`, made on first
 /// use with its tenant, uploads and expiry; `cap`, the most bytes its tenant may keep here.
 struct Keeping {
@@ -392,9 +406,9 @@ struct Keeping {
 
 impl Keeping {
     /// Moves the plain files of `from` into the kept directory; how many.
-    fn files(&self, from: &Path) -> Result<usize, String> {
-        let src = SessionDir::open(from).map_err(|e| e.to_string())?;
-        let files = src.sizes().map_err(|e| e.to_string())?;
+    fn files(&self, from: &Path) -> Result<usize, NotKept> {
+        let src = SessionDir::open(from)?;
+        let files = src.sizes()?;
         if files.is_empty() {
             return Ok(0);
         }
@@ -405,29 +419,30 @@ impl Keeping {
                 Ok(()) => moved += 1,
                 // Gone or replaced meanwhile: not one of the session's files any more.
                 Err(FileError::NotFound(_) | FileError::NotAFile(_)) => {}
-                Err(e) => return Err(e.to_string()),
+                Err(e) => return Err(e.into()),
             }
         }
         Ok(moved)
     }
 
     /// Encodes `frames` and keeps the video; its frame count and size.
-    fn recording(&self, frames: &Frames) -> Result<(usize, u64), String> {
+    fn recording(&self, frames: &Frames) -> Result<(usize, u64), NotKept> {
         if let Some(why) = &frames.stopped {
             tracing::warn!(error = %why, "the recording stopped early");
         }
         // Encoding runs far faster than real time; past this it is stuck.
-        let video = video::encode(frames, ENCODE_MIN.max(frames.end * 2)).map_err(|e| e.to_string())?;
-        let size = std::fs::symlink_metadata(&video.path).map_err(|e| e.to_string())?.len();
+        let video =
+            video::encode(frames, ENCODE_MIN.max(frames.end * 2)).map_err(|e| NotKept::Failed(e.to_string()))?;
+        let size = std::fs::symlink_metadata(&video.path).map_err(|e| NotKept::Failed(e.to_string()))?.len();
         let dst = self.admit(size)?;
-        let size = dst.write_meta_from(RECORDING, &video.path).map_err(|e| e.to_string())?;
+        let size = dst.write_meta_from(RECORDING, &video.path)?;
         Ok((video.frames, size))
     }
 
     /// The kept directory, ready for `bytes` more: refused (and the reason kept in it, for
     /// `Get`) when they would take the tenant past its cap.
-    fn admit(&self, bytes: u64) -> Result<SessionDir, String> {
-        let dst = self.dir().map_err(|e| e.to_string())?;
+    fn admit(&self, bytes: u64) -> Result<SessionDir, NotKept> {
+        let dst = self.dir()?;
         let Some(cap) = self.cap else { return Ok(dst) };
         let held = tenant_bytes(&self.root, &self.tenant);
         if held + bytes <= cap {
@@ -441,7 +456,7 @@ impl Keeping {
             cap >> 20
         );
         let _ = dst.write_meta(REFUSED, why.as_bytes());
-        Err(why)
+        Err(NotKept::Refused(why))
     }
 
     /// The kept directory: opened if something was kept already, else made (owner only) with
@@ -462,14 +477,17 @@ impl Keeping {
     }
 }
 
-/// The bytes each tenant's kept directories in `root` hold, for `/metrics`.
-pub fn bytes_by_tenant(root: &Path) -> std::collections::BTreeMap<String, u64> {
+/// The bytes each tenant's kept directories in `root` hold (`only` that tenant's, when
+/// given; read from their sizes, nothing opened).
+fn bytes_by_tenant(root: &Path, only: Option<&str>) -> std::collections::BTreeMap<String, u64> {
     let mut by_tenant = std::collections::BTreeMap::new();
     let Ok(entries) = std::fs::read_dir(root) else { return by_tenant };
     for entry in entries.flatten() {
         let dir = entry.path();
         let Some(tenant) = read_meta(&dir, TENANT) else { continue };
-        *by_tenant.entry(tenant).or_default() += dir_bytes(&dir);
+        if only.is_none_or(|only| only == tenant) {
+            *by_tenant.entry(tenant).or_default() += dir_bytes(&dir);
+        }
     }
     by_tenant
 }
@@ -480,10 +498,9 @@ fn dir_bytes(dir: &Path) -> u64 {
     files.flatten().filter_map(|f| f.metadata().ok()).filter(|m| m.is_file()).map(|m| m.len()).sum()
 }
 
-/// The bytes `tenant`'s kept directories in `root` hold (files and recordings; read from
-/// their sizes, nothing opened).
+/// The bytes `tenant`'s kept directories in `root` hold (files and recordings).
 fn tenant_bytes(root: &Path, tenant: &str) -> u64 {
-    bytes_by_tenant(root).remove(tenant).unwrap_or(0)
+    bytes_by_tenant(root, Some(tenant)).remove(tenant).unwrap_or(0)
 }
 
 /// Deletes every kept directory in `root` whose expiry is before `now_ms` (or unreadable);
