@@ -163,6 +163,10 @@ async fn retain_on_failure_keeps_only_failed_jobs_videos_until_deleted() {
     assert!(status.contains("404"), "{status}");
     let foreign = server.client(&stranger).await;
     assert_eq!(status_code(foreign.delete_artifacts(&failing).await.unwrap_err()), tonic::Code::NotFound);
+    // A read-only token of the owner's tenant may fetch the video, not delete it.
+    let reader = server.client(&server.token("default", "admin", &["sessions:read"]).await).await;
+    assert!(!reader.get_recording(&failing).await.unwrap().1.is_empty());
+    assert_eq!(status_code(reader.delete_artifacts(&failing).await.unwrap_err()), tonic::Code::PermissionDenied);
 
     // Deleted on demand: gone from Get and GetFile, and a second delete finds nothing.
     assert_eq!(client.delete_artifacts(&failing).await.unwrap(), 1);
