@@ -100,6 +100,26 @@ ensure_client_deps() {
     fi
 }
 
+# moto's S3-compatible server (from PyPI), which server/tests/e2e/stored.rs runs on loopback as
+# the object store: a venv at $BROWSERPOOL_MOTOVENV pinned by server/tests/s3/requirements.txt
+# (made again when that file changes); exports BROWSERPOOL_TEST_MOTO, its moto_server.
+BROWSERPOOL_MOTOVENV="${BROWSERPOOL_MOTOVENV:-/var/tmp/browserpool-tools$(own_suffix)/motovenv}"
+ensure_moto() {
+    local req=server/tests/s3/requirements.txt stamp="$BROWSERPOOL_MOTOVENV/requirements.txt"
+    if [ ! -x "$BROWSERPOOL_MOTOVENV/bin/moto_server" ] || ! cmp -s "$req" "$stamp"; then
+        echo "installing moto's S3 server (venv in $BROWSERPOOL_MOTOVENV)" >&2
+        rm -rf "$BROWSERPOOL_MOTOVENV"
+        if ! python3 -m venv "$BROWSERPOOL_MOTOVENV" >/dev/null 2>&1; then
+            apt_install python3-venv
+            rm -rf "$BROWSERPOOL_MOTOVENV"
+            python3 -m venv "$BROWSERPOOL_MOTOVENV"
+        fi
+        "$BROWSERPOOL_MOTOVENV/bin/pip" install -q --disable-pip-version-check --no-input -r "$req"
+        cp "$req" "$stamp"
+    fi
+    export BROWSERPOOL_TEST_MOTO="$BROWSERPOOL_MOTOVENV/bin/moto_server"
+}
+
 # Compiled dependencies are reused across clones when this directory survives; an empty one
 # just means a full build.
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/browserpool-target$(own_suffix)}"

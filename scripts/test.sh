@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # The whole test suite on a fresh Debian 12 machine with Rust: installs Chromium, and Node with
-# the CDP clients (puppeteer-core, playwright-core) when missing, and the generated clients'
-# tools (a Python venv, npm ci in clients/typescript), checks formatting and lints (rustfmt,
-# clippy -D warnings) and that the generated clients are current (scripts/gen-clients.sh
-# --check), runs every test (unit and end-to-end, real Chromium/SQLite/gRPC), then the server's
-# tests again on PostgreSQL (a local cluster is started when stopped; the half is skipped,
-# saying so, when none is installed), checks that no Chromium process is left running, then
-# lints and validates the Helm chart and the manifests (scripts/check-deploy.sh), then builds
-# the container image with podman and smoke-tests it (scripts/check-image.sh).
+# the CDP clients (puppeteer-core, playwright-core) when missing, the generated clients' tools
+# (a Python venv, npm ci in clients/typescript) and moto's S3 server (a venv), checks
+# formatting and lints (rustfmt, clippy -D warnings) and that the generated clients are
+# current (scripts/gen-clients.sh --check), runs every test (unit and end-to-end, real
+# Chromium/SQLite/gRPC), then the server's tests again on PostgreSQL (a local cluster is
+# started when stopped; the half is skipped, saying so, when none is installed), checks that
+# no Chromium process is left running, then lints and validates the Helm chart and the
+# manifests (scripts/check-deploy.sh), then builds the container image with podman and
+# smoke-tests it (scripts/check-image.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,6 +17,7 @@ ensure_chromium
 ensure_ffmpeg
 ensure_cdp_clients
 ensure_client_deps
+ensure_moto
 
 # The host-wide port lock dir (--lock-dir, /tmp/browserpool-locks) is root's once a root
 # server made it: the suite's servers that are not root keep theirs apart.

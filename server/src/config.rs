@@ -221,6 +221,14 @@ pub struct ServeArgs {
     /// `<data dir>/artifacts/`, fetched as a live session's are; 0 deletes them with it.
     #[arg(long, env = "BROWSERPOOL_ARTIFACT_TTL", default_value = "24h", value_parser = humantime::parse_duration)]
     pub artifact_ttl: Duration,
+    /// An S3-compatible bucket (`s3://bucket/prefix`) that ended sessions' files and
+    /// recordings are copied to at their end, so any replica serves them once the one that made
+    /// them is gone, until `--artifact-ttl`. Endpoint, region and credentials come from
+    /// `AWS_ENDPOINT_URL`, `AWS_REGION`, `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY` and
+    /// `AWS_SESSION_TOKEN` (`AWS_CA_BUNDLE`: extra CA certificates). The bucket is checked at
+    /// start. Unset: they stay on the local disk only.
+    #[arg(long, env = "BROWSERPOOL_ARTIFACT_STORE")]
+    pub artifact_store: Option<String>,
     /// TLS certificate chain (PEM), leaf first. With --tls-key, both listeners serve TLS (gRPC
     /// over h2, the HTTP listener https/wss). The files are re-read when they change on disk
     /// (new connections get the new pair; a bad new pair is logged and the old one kept).

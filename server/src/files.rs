@@ -107,6 +107,12 @@ impl SessionDir {
         Ok(SessionDir { fd, owner: (st.st_uid, st.st_gid) })
     }
 
+    /// The same directory, on a descriptor of its own (for a task that outlives the borrow).
+    pub fn try_clone(&self) -> Result<SessionDir, FileError> {
+        let fd = self.fd.try_clone().map_err(|e| FileError::io("dup", e))?;
+        Ok(SessionDir { fd, owner: self.owner })
+    }
+
     /// Every file, by name (at most [`MAX_LISTED`]), with its size, type and SHA-256. Entries
     /// that are not files (see the module's doc) and names a client could not ask for are left
     /// out.
@@ -239,8 +245,7 @@ impl SessionDir {
             Err(rustix::io::Errno::XDEV) => {}
             Err(e) => return Err(FileError::io(&format!("move {name:?}"), e)),
         }
-        let fd = to.fd.try_clone().map_err(|e| FileError::io("dup", e))?;
-        let mut copy = SessionDir { fd, owner: to.owner }.create(name, u64::MAX)?;
+        let mut copy = to.try_clone()?.create(name, u64::MAX)?;
         let mut buf = vec![0u8; 64 << 10];
         loop {
             let n =

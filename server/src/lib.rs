@@ -22,6 +22,7 @@ pub mod http;
 pub mod jcs;
 pub mod metrics;
 pub mod model;
+pub mod objects;
 pub mod redact;
 pub mod server;
 pub mod sessions;
@@ -79,6 +80,7 @@ const LAYERS: &[&[&str]] = &[
         "jcs",
         "metrics",
         "model",
+        "objects",
         "redact",
         "throttle",
         "tls",

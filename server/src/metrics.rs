@@ -68,6 +68,7 @@ pub struct Metrics {
     actions: Family<ActionOutcomeLabels, Counter>,
     recordings: Family<RecordingLabels, Counter>,
     recorded_seconds: Counter<f64, std::sync::atomic::AtomicU64>,
+    stored: Family<RecordingLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -79,6 +80,7 @@ impl Default for Metrics {
             actions: Family::default(),
             recordings: Family::default(),
             recorded_seconds: Counter::default(),
+            stored: Family::default(),
         }
     }
 }
@@ -106,6 +108,12 @@ impl Metrics {
         self.recordings.get_or_create(&RecordingLabels { outcome }).inc();
     }
 
+    /// An ended session's artifacts were copied to the object store (`stored`), or could not
+    /// be (`failed`: retried by the sweep while they are kept here).
+    pub fn stored(&self, outcome: &'static str) {
+        self.stored.get_or_create(&RecordingLabels { outcome }).inc();
+    }
+
     /// Puts the counters and histograms in `scrape`.
     pub fn scraped(&self, scrape: &mut Scrape) {
         scrape.add(
@@ -129,6 +137,11 @@ impl Metrics {
             "browserpool_recording_seconds",
             "Seconds of sessions recorded (kept or not)",
             self.recorded_seconds.clone(),
+        );
+        scrape.add(
+            "browserpool_artifact_uploads",
+            "Ended sessions' artifacts copied to --artifact-store, by outcome (stored, failed)",
+            self.stored.clone(),
         );
     }
 }

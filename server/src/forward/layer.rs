@@ -99,25 +99,29 @@ where
                 }
                 _ => Route::Here,
             };
-            match (route, id) {
-                (Route::Owner(owner), Some(id)) => {
-                    // Get can be answered from the database when the owner cannot be reached
-                    // (its message is the whole body, so it can be sent again here).
-                    let again = (parts.uri.path() == GET_PATH).then(|| (copy_head(&parts), first.clone()));
-                    let answer = peers.forward_grpc(http::Request::from_parts(parts, body), &owner, &id).await;
-                    match again {
-                        Some((head, Some(message))) if unreachable(&answer) => {
-                            let req =
-                                http::Request::from_parts(head, Body::new(http_body_util::Full::new(frame(&message))));
-                            Ok(inner.call(req).await?.map(Body::new))
-                        }
-                        _ => Ok(answer),
-                    }
+            // Get can be answered from the database when the owner cannot be reached, and an
+            // ended session's artifacts from the object store, if one is set (the message is
+            // the whole body, so it can be sent again here).
+            let replay_get = parts.uri.path() == GET_PATH;
+            let (owner, replay) = match route {
+                Route::Owner(owner) => (owner, replay_get),
+                Route::Keeper(owner) => (owner, replay_get || peers.inner.sessions.stores_artifacts()),
+                Route::Unavailable(why) => {
+                    return Ok(tonic::Status::from(crate::error::ServiceError::Unreachable(why)).into_http())
                 }
-                (Route::Unavailable(why), _) => {
-                    Ok(tonic::Status::from(crate::error::ServiceError::Unreachable(why)).into_http())
+                Route::Here => return Ok(inner.call(http::Request::from_parts(parts, body)).await?.map(Body::new)),
+            };
+            let Some(id) = id else {
+                return Ok(inner.call(http::Request::from_parts(parts, body)).await?.map(Body::new));
+            };
+            let again = replay.then(|| (copy_head(&parts), first.clone()));
+            let answer = peers.forward_grpc(http::Request::from_parts(parts, body), &owner, &id).await;
+            match again {
+                Some((head, Some(message))) if unreachable(&answer) => {
+                    let req = http::Request::from_parts(head, Body::new(http_body_util::Full::new(frame(&message))));
+                    Ok(inner.call(req).await?.map(Body::new))
                 }
-                _ => Ok(inner.call(http::Request::from_parts(parts, body)).await?.map(Body::new)),
+                _ => Ok(answer),
             }
         };
         if early {

@@ -27,6 +27,9 @@ pub(super) enum Route {
     Here,
     /// Another live replica holds it.
     Owner(ReplicaRecord),
+    /// The session ended, and another live replica keeps what it left; with an object store,
+    /// this replica answers from it when that one cannot be reached.
+    Keeper(ReplicaRecord),
     /// Which replica holds it cannot be known now (the database is away): UNAVAILABLE, so the
     /// caller retries.
     Unavailable(String),
@@ -135,16 +138,19 @@ impl Peers {
     }
 
     /// Where an ended session's kept files are read: the replica that held it, while it is
-    /// registered, else here (the handler then says which replica that was).
+    /// registered and its heartbeat fresh, else here (the handler reads the object store, or
+    /// says which replica that was).
     async fn keeper(&self, id: &str, caller: Option<&Claims>) -> Route {
         let lookup = tokio::time::timeout(self.inner.forward_timeout, self.inner.store.session_keeper(id)).await;
+        let alive = |heartbeat_ms: i64| self.inner.sessions.stale_before().is_none_or(|before| heartbeat_ms >= before);
         match lookup {
             Ok(Ok(Some(keeper)))
                 if keeper.replica.id != self.inner.sessions.replica_id()
                     && !keeper.replica.grpc_addr.is_empty()
+                    && alive(keeper.replica.heartbeat_ms)
                     && caller.is_none_or(|c| crate::sessions::may_use_session(c, &keeper.tenant, &keeper.subject)) =>
             {
-                Route::Owner(keeper.replica)
+                Route::Keeper(keeper.replica)
             }
             _ => Route::Here,
         }

@@ -68,6 +68,7 @@ impl Peers {
             tracing::warn!(session = %id, replica = %owner.id, addr = %owner.http_addr, error = %e, "could not relay a request to the replica holding its session");
             (
                 http::StatusCode::SERVICE_UNAVAILABLE,
+                [(UNREACHABLE_MARK, "1")],
                 format!("the replica holding session {id} cannot be reached; retry, or see the server log\n"),
             )
                 .into_response()
@@ -155,7 +156,20 @@ pub async fn session_forward(State(peers): State<Peers>, req: AxumRequest, next:
     // A file of an ended session is read where it is kept.
     let kept_files = req.uri().path().starts_with("/sessions/");
     match peers.route(&id, None, kept_files).await {
-        Route::Owner(owner) => peers.forward_http(req, &owner, &id).await,
+        // With an object store, this replica serves them when their keeper cannot be reached.
+        Route::Keeper(owner) if peers.inner.sessions.stores_artifacts() => {
+            let mut copy = http::Request::new(axum::body::Body::empty());
+            *copy.method_mut() = req.method().clone();
+            *copy.uri_mut() = req.uri().clone();
+            *copy.headers_mut() = req.headers().clone();
+            *copy.extensions_mut() = req.extensions().clone();
+            let answer = peers.forward_http(req, &owner, &id).await;
+            match answer.headers().contains_key(UNREACHABLE_MARK) {
+                true => next.run(copy).await,
+                false => answer,
+            }
+        }
+        Route::Owner(owner) | Route::Keeper(owner) => peers.forward_http(req, &owner, &id).await,
         // Nothing checked the caller yet: the answer names no database error; the log does.
         Route::Unavailable(_) => (
             http::StatusCode::SERVICE_UNAVAILABLE,

@@ -18,6 +18,7 @@ use crate::cdp::CdpLimits;
 use crate::clock::now_ms;
 use crate::config::ServeArgs;
 use crate::metrics::Metrics;
+use crate::objects::{ObjectError, ObjectStore};
 use crate::sessions::{KeepFiles, Limits, Sessions};
 use crate::shutdown::Stages;
 use crate::store::{Isolation, ReplicaAddrs, Store, TenantRecord};
@@ -46,6 +47,27 @@ fn cannot_record(args: &ServeArgs) -> Option<String> {
             Some(e.to_string())
         }
     }
+}
+
+/// Where ended sessions' artifacts are kept (`None` with `--artifact-ttl 0s`), with the object
+/// store of `--artifact-store`, checked: a bad URL, a missing bucket or refused credentials
+/// stop the server; a store that cannot be reached now is warned about (copies are tried
+/// again until it answers).
+async fn keep_files(args: &ServeArgs, data_dir: &Path) -> anyhow::Result<Option<KeepFiles>> {
+    let keep = |store| KeepFiles { dir: data_dir.join("artifacts"), ttl: args.artifact_ttl, store };
+    let Some(url) = &args.artifact_store else { return Ok((!args.artifact_ttl.is_zero()).then(|| keep(None))) };
+    if args.artifact_ttl.is_zero() {
+        anyhow::bail!("--artifact-store {url} keeps nothing with --artifact-ttl 0s: give a TTL, or drop the store");
+    }
+    let store = ObjectStore::new(url, |name| std::env::var(name).ok())?;
+    match store.check().await {
+        Ok(()) => tracing::info!(store = %url, "ended sessions' artifacts are copied to the object store"),
+        Err(ObjectError::Unreachable { url: at, why }) => {
+            tracing::warn!(store = %url, endpoint = %at, error = %why, "the object store does not answer yet; copies are tried again")
+        }
+        Err(e) => return Err(e.into()),
+    }
+    Ok(Some(keep(Some(Arc::new(store)))))
 }
 
 /// A server with its sockets bound, ready to serve.
@@ -130,14 +152,14 @@ pub async fn bind(args: ServeArgs) -> anyhow::Result<Bound> {
     let spool = open_spool(&args, &data_dir)?;
     let (audit, audit_writer) = AuditLog::new(store.clone(), Some(spool));
     let metrics = Arc::new(Metrics::default());
+    let keep_files = keep_files(&args, &data_dir).await?;
     let sessions = Sessions::new(
         store.clone(),
         Arc::new(pool.clone()),
         Limits {
             max_session_ttl: args.max_session_ttl,
             idle_timeout: args.idle_timeout,
-            keep_files: (!args.artifact_ttl.is_zero())
-                .then(|| KeepFiles { dir: data_dir.join("artifacts"), ttl: args.artifact_ttl }),
+            keep_files,
             cannot_record: cannot_record(&args),
         },
         args.max_workers as u32,

@@ -120,6 +120,7 @@ impl Sessions {
                 if let Some(frames) = frames {
                     self.keep_recording(id, &live, state, frames).await;
                 }
+                self.store_artifacts(id, false).await;
             }
             killed
         };

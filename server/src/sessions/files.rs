@@ -1,32 +1,23 @@
 //! A session's files: the downloads its pages made and the files clients uploaded, in the
 //! files directory its lease made (read and written through [`crate::files`] only). When the
 //! session ends they are moved to `<data dir>/artifacts/<session>/` (the server's, owner only)
-//! and kept, read-only, for `--artifact-ttl`; a sweep deletes them after.
+//! and kept, read-only, for `--artifact-ttl`; a sweep deletes them after. With an object store
+//! (`--artifact-store`) they are copied there too (see [`super::stored`]), and read from there
+//! once the replica that kept them is gone.
 
-use std::os::unix::fs::DirBuilderExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
+use super::kept::{
+    bytes_by_tenant, read_meta, sweep, Keeping, NotKept, EXPIRES, RECORDING, RECORDING_NAME, REFUSED, UPLOADS,
+};
+use super::stored::{Manifest, StoredFile};
 use super::*;
 use crate::files::{FileError, FileInfo, SessionDir, Upload};
 use browserpool_pool::sync::lock;
-use browserpool_pool::video::{self, Frames};
+use browserpool_pool::video::Frames;
 
 /// The largest file `PutFile` takes.
 pub const MAX_FILE_BYTES: u64 = 100 << 20;
-
-/// In a kept directory: the names clients uploaded, one a line (dot names are never files).
-const UPLOADS: &str = ".uploads";
-/// In a kept directory: when it expires, in ms since the epoch.
-const EXPIRES: &str = ".expires";
-/// In a kept directory: its session's tenant (whose cap its bytes count against).
-const TENANT: &str = ".tenant";
-/// In a kept directory: why what its session left was not kept.
-const REFUSED: &str = ".refused";
-/// In a kept directory: the session's recording, and the name it is shown under.
-const RECORDING: &str = ".recording.webm";
-pub const RECORDING_NAME: &str = "recording.webm";
-/// The least time an encoding is given before it is stopped.
-const ENCODE_MIN: Duration = Duration::from_secs(120);
 
 /// What a session may leave behind, from its tenant's limits within the server's.
 #[derive(Debug, Clone)]
@@ -56,13 +47,6 @@ impl ArtifactTerms {
     }
 }
 
-/// Where ended sessions' files are kept, and for how long.
-#[derive(Debug, Clone)]
-pub struct KeepFiles {
-    pub dir: PathBuf,
-    pub ttl: Duration,
-}
-
 /// One file of a session, whether a client uploaded it (else a page downloaded it), and when
 /// it is deleted once its session has ended.
 #[derive(Debug, Clone)]
@@ -87,12 +71,29 @@ impl SessionFile {
     }
 }
 
-/// A session's files as one call finds them: live (then `live` to record uploads) or kept.
+/// A session's files as one call finds them: live (then `live` to record uploads) or kept, on
+/// this replica or in the object store.
 struct Found {
-    dir: SessionDir,
+    held: Held,
     live: Option<Arc<Live>>,
     uploads: std::collections::BTreeSet<String>,
     expires_ms: Option<i64>,
+}
+
+/// Where a call finds a session's files.
+enum Held {
+    /// A directory of this replica's.
+    Dir(SessionDir),
+    /// The object store, as its manifest lists them.
+    Stored(Manifest),
+}
+
+/// Where an ended session's artifacts are.
+enum Kept {
+    /// Its kept directory here (which may be gone: expired or deleted).
+    Dir(PathBuf),
+    /// The object store.
+    Stored(Manifest),
 }
 
 impl Found {
@@ -122,13 +123,21 @@ impl Sessions {
             let path = live.cdp.files_dir.clone();
             let dir = blocking(move || SessionDir::open(&path)).await?;
             let uploads = lock(&live.uploads).clone();
-            return Ok(Found { dir, live: Some(live), uploads, expires_ms: None });
+            return Ok(Found { held: Held::Dir(dir), live: Some(live), uploads, expires_ms: None });
         }
         let kept = match scope {
-            Scope::SessionsRead => self.kept_dir(&record).await?.ok_or_else(ended)?,
+            Scope::SessionsRead => self.kept(&record).await?.ok_or_else(ended)?,
             _ => return Err(ended()),
         };
         let now = self.now();
+        let kept = match kept {
+            Kept::Stored(manifest) if manifest.expires_ms > now => {
+                let (uploads, expires_ms) = (manifest.uploads(), Some(manifest.expires_ms));
+                return Ok(Found { held: Held::Stored(manifest), live: None, uploads, expires_ms });
+            }
+            Kept::Stored(_) => return Err(ended()),
+            Kept::Dir(dir) => dir,
+        };
         let found = blocking(move || {
             let expires_ms = read_meta(&kept, EXPIRES).and_then(|t| t.trim().parse::<i64>().ok());
             match expires_ms {
@@ -136,21 +145,26 @@ impl Sessions {
                 _ => return Ok(None),
             }
             let uploads = read_meta(&kept, UPLOADS).unwrap_or_default().lines().map(str::to_string).collect();
-            Ok(Some(Found { dir: SessionDir::open(&kept)?, live: None, uploads, expires_ms }))
+            Ok(Some(Found { held: Held::Dir(SessionDir::open(&kept)?), live: None, uploads, expires_ms }))
         })
         .await?;
         found.ok_or_else(ended)
     }
 
     /// Where ended session `record` keeps what it left, once its teardown (which keeps it) is
-    /// over; `None` when this server keeps nothing. A session that ended on another replica
-    /// is FAILED_PRECONDITION: calls about it are forwarded there while that replica is
-    /// registered.
-    async fn kept_dir(&self, record: &SessionRecord) -> Result<Option<PathBuf>> {
+    /// over; `None` when this server keeps nothing. Calls about a session that ended on another
+    /// replica are forwarded there while that replica is registered and alive; past that its
+    /// artifacts are read from the object store, and without one the call is
+    /// FAILED_PRECONDITION.
+    async fn kept(&self, record: &SessionRecord) -> Result<Option<Kept>> {
         let Some(keep) = &self.inner.limits.keep_files else { return Ok(None) };
         if record.replica != self.replica_id() {
+            if keep.store.is_some() {
+                return Ok(self.stored_manifest(&record.id).await?.map(Kept::Stored));
+            }
             return Err(ServiceError::FailedPrecondition(format!(
-                "session {} ended on replica {}, which kept its files and recording and is no longer registered",
+                "session {} ended on replica {}, which kept its files and recording and is no longer reachable \
+                 (an --artifact-store shared by the replicas keeps them past their replica)",
                 record.id, record.replica
             )));
         }
@@ -160,29 +174,37 @@ impl Sessions {
         if let Some(ending) = ending {
             ending.finished.cancelled().await;
         }
-        Ok(Some(keep.dir.join(&record.id)))
+        Ok(Some(Kept::Dir(keep.dir.join(&record.id))))
     }
 
     /// The session's files, by name.
     pub async fn list_files(&self, claims: &Claims, id: &str) -> Result<Vec<SessionFile>> {
         let found = self.files_of(claims, id, Scope::SessionsRead).await?;
-        let (found, files) = blocking(move || {
-            let files = found.dir.list()?;
-            Ok((found, files))
-        })
-        .await?;
+        let files = match &found.held {
+            Held::Stored(manifest) => manifest.files.iter().map(StoredFile::info).collect(),
+            Held::Dir(dir) => {
+                let dir = dir.try_clone()?;
+                blocking(move || dir.list()).await?
+            }
+        };
         Ok(files.into_iter().map(|info| found.file(info)).collect())
     }
 
     /// Opens one file of the session to read.
     pub async fn open_file(&self, claims: &Claims, id: &str, name: &str) -> Result<(std::fs::File, SessionFile)> {
         let found = self.files_of(claims, id, Scope::SessionsRead).await?;
-        let owned = name.to_string();
-        let (found, (file, info)) = blocking(move || {
-            let opened = found.dir.open_file(&owned)?;
-            Ok((found, opened))
-        })
-        .await?;
+        let (file, info) = match &found.held {
+            Held::Stored(manifest) => {
+                crate::files::judge_name(name)?;
+                let stored =
+                    manifest.files.iter().find(|f| f.name == name).ok_or_else(|| FileError::NotFound(name.into()))?;
+                (self.fetch_stored(id, stored, false).await?, stored.info())
+            }
+            Held::Dir(dir) => {
+                let (dir, owned) = (dir.try_clone()?, name.to_string());
+                blocking(move || dir.open_file(&owned)).await?
+            }
+        };
         Ok((file, found.file(info)))
     }
 
@@ -199,7 +221,13 @@ impl Sessions {
             )));
         }
         let expires_ms = found.expires_ms;
-        let (file, info) = blocking(move || found.dir.open_meta(RECORDING, RECORDING_NAME)).await?;
+        let (file, info) = match found.held {
+            Held::Stored(manifest) => {
+                let stored = manifest.recording.ok_or_else(|| FileError::NotFound(RECORDING_NAME.into()))?;
+                (self.fetch_stored(id, &stored, true).await?, stored.info())
+            }
+            Held::Dir(dir) => blocking(move || dir.open_meta(RECORDING, RECORDING_NAME)).await?,
+        };
         Ok((file, SessionFile { info, kind: FileKind::Recording, expires_ms }))
     }
 
@@ -208,19 +236,32 @@ impl Sessions {
     /// when nothing was kept or the caller may not read it.
     pub async fn artifacts(&self, claims: &Claims, id: &str) -> (Vec<SessionFile>, String) {
         let Ok(found) = self.files_of(claims, id, Scope::SessionsRead).await else { return Default::default() };
-        let listed = blocking(move || {
-            let files = found.dir.list()?;
-            let (recording, refused) = match found.live {
-                Some(_) => (None, None),
-                None => (
-                    found.dir.open_meta(RECORDING, RECORDING_NAME).ok().map(|(_, info)| info),
-                    found.dir.read_meta(REFUSED),
-                ),
-            };
-            Ok((found, files, recording, refused))
-        })
-        .await;
-        let Ok((found, files, recording, refused)) = listed else { return Default::default() };
+        let listed = match &found.held {
+            Held::Stored(manifest) => Ok((
+                manifest.files.iter().map(StoredFile::info).collect(),
+                manifest.recording.as_ref().map(StoredFile::info),
+                Some(manifest.refused.clone()).filter(|r| !r.is_empty()),
+            )),
+            Held::Dir(dir) => match dir.try_clone() {
+                Ok(dir) => {
+                    let live = found.live.is_some();
+                    blocking(move || {
+                        let files = dir.list()?;
+                        let (recording, refused) = match live {
+                            true => (None, None),
+                            false => (
+                                dir.open_meta(RECORDING, RECORDING_NAME).ok().map(|(_, info)| info),
+                                dir.read_meta(REFUSED),
+                            ),
+                        };
+                        Ok((files, recording, refused))
+                    })
+                    .await
+                }
+                Err(e) => Err(e.into()),
+            },
+        };
+        let Ok((files, recording, refused)) = listed else { return Default::default() };
         let mut all: Vec<SessionFile> = files.into_iter().map(|info| found.file(info)).collect();
         all.extend(recording.map(|info| SessionFile { info, kind: FileKind::Recording, expires_ms: found.expires_ms }));
         (all, refused.unwrap_or_default())
@@ -236,8 +277,16 @@ impl Sessions {
                 "session {id} is live: delete its files one by one (DeleteFile), or end it first"
             )));
         }
-        let Some(dir) = self.kept_dir(&record).await? else { return Ok(0) };
-        blocking(move || {
+        let dir = match self.kept(&record).await? {
+            None => return Ok(0),
+            Some(Kept::Stored(manifest)) => {
+                self.delete_stored(id, Some(manifest.expires_ms)).await?;
+                return Ok(manifest.count() as u32);
+            }
+            Some(Kept::Dir(dir)) => dir,
+        };
+        let expires_ms = read_meta(&dir, EXPIRES).and_then(|t| t.trim().parse::<i64>().ok());
+        let count = blocking(move || {
             // Counted by their sizes: nothing is read of what goes.
             let count = match SessionDir::open(&dir) {
                 Ok(kept) => kept.sizes()?.len() + usize::from(kept.has_meta(RECORDING)),
@@ -246,7 +295,10 @@ impl Sessions {
             std::fs::remove_dir_all(&dir).map_err(|e| FileError::Io(format!("delete {}: {e}", dir.display())))?;
             Ok(count as u32)
         })
-        .await
+        .await?;
+        // The copy in the object store too (a no-op without one).
+        self.delete_stored(id, expires_ms).await?;
+        Ok(count)
     }
 
     /// Starts an upload of `name` into the session; [`Sessions::uploaded`] once it is whole.
@@ -254,7 +306,10 @@ impl Sessions {
         let found = self.files_of(claims, id, Scope::SessionsWrite).await?;
         let owned = name.to_string();
         let limit = found.live.as_ref().map_or(MAX_FILE_BYTES, |live| live.terms.max_file_bytes);
-        blocking(move || found.dir.create(&owned, limit)).await
+        let Held::Dir(dir) = found.held else {
+            return Err(ServiceError::Internal("an upload into a kept session".into()));
+        };
+        blocking(move || dir.create(&owned, limit)).await
     }
 
     /// Puts a finished upload in place; the file is the client's from then on.
@@ -271,7 +326,10 @@ impl Sessions {
         let found = self.files_of(claims, id, Scope::SessionsWrite).await?;
         let owned = name.to_string();
         let live = found.live.clone();
-        blocking(move || found.dir.delete(&owned)).await?;
+        let Held::Dir(dir) = found.held else {
+            return Err(ServiceError::Internal("a delete in a kept session".into()));
+        };
+        blocking(move || dir.delete(&owned)).await?;
         if let Some(live) = live {
             lock(&live.uploads).remove(name);
         }
@@ -358,173 +416,30 @@ impl Sessions {
     }
 
     /// Deletes kept files past their expiry until shutdown: at once, then every minute (or
-    /// every `--artifact-ttl`, when shorter).
+    /// every `--artifact-ttl`, when shorter), here and in the object store; copies to the
+    /// store that failed are tried again every 5 s.
     pub async fn sweep_kept_files(self, shutdown: CancellationToken) {
         let Some(keep) = self.inner.limits.keep_files.clone() else { return };
         let every = keep.ttl.clamp(Duration::from_secs(1), Duration::from_secs(60));
+        let retry = every.min(Duration::from_secs(5));
+        let mut swept_at: Option<std::time::Instant> = None;
         loop {
-            let (dir, now) = (keep.dir.clone(), self.now());
-            match tokio::task::spawn_blocking(move || sweep(&dir, now)).await {
-                Ok(0) | Err(_) => {}
-                Ok(swept) => tracing::info!(sessions = swept, "expired session files deleted"),
+            if swept_at.is_none_or(|at| at.elapsed() >= every) {
+                swept_at = Some(std::time::Instant::now());
+                let (dir, now) = (keep.dir.clone(), self.now());
+                match tokio::task::spawn_blocking(move || sweep(&dir, now)).await {
+                    Ok(0) | Err(_) => {}
+                    Ok(swept) => tracing::info!(sessions = swept, "expired session files deleted"),
+                }
+                self.sweep_store().await;
             }
+            self.store_pending().await;
             tokio::select! {
-                _ = tokio::time::sleep(every) => {}
+                _ = tokio::time::sleep(retry) => {}
                 _ = shutdown.cancelled() => break,
             }
         }
     }
-}
-
-/// Why what an ended session left was not kept.
-#[derive(Debug, thiserror::Error)]
-enum NotKept {
-    /// Its tenant's `max_artifact_mb` would be passed.
-    #[error("{0}")]
-    Refused(String),
-    /// Encoding, or the disk, failed.
-    #[error("{0}")]
-    Failed(String),
-}
-
-impl From<FileError> for NotKept {
-    fn from(e: FileError) -> NotKept {
-        NotKept::Failed(e.to_string())
-    }
-}
-
-/// Where an ended session's artifacts go: its kept directory `to` in `root`, made on first
-/// use with its tenant, uploads and expiry; `cap`, the most bytes its tenant may keep here.
-struct Keeping {
-    root: PathBuf,
-    to: PathBuf,
-    tenant: String,
-    uploads: Vec<String>,
-    expires_ms: i64,
-    cap: Option<u64>,
-}
-
-impl Keeping {
-    /// Moves the plain files of `from` into the kept directory; how many.
-    fn files(&self, from: &Path) -> Result<usize, NotKept> {
-        let src = SessionDir::open(from)?;
-        let files = src.sizes()?;
-        if files.is_empty() {
-            return Ok(0);
-        }
-        let dst = self.admit(files.iter().map(|(_, size)| size).sum())?;
-        let mut moved = 0;
-        for (name, _) in files {
-            match src.move_to(&dst, &name) {
-                Ok(()) => moved += 1,
-                // Gone or replaced meanwhile: not one of the session's files any more.
-                Err(FileError::NotFound(_) | FileError::NotAFile(_)) => {}
-                Err(e) => return Err(e.into()),
-            }
-        }
-        Ok(moved)
-    }
-
-    /// Encodes `frames` and keeps the video; its frame count and size.
-    fn recording(&self, frames: &Frames) -> Result<(usize, u64), NotKept> {
-        if let Some(why) = &frames.stopped {
-            tracing::warn!(error = %why, "the recording stopped early");
-        }
-        // Encoding runs far faster than real time; past this it is stuck.
-        let video =
-            video::encode(frames, ENCODE_MIN.max(frames.end * 2)).map_err(|e| NotKept::Failed(e.to_string()))?;
-        let size = std::fs::symlink_metadata(&video.path).map_err(|e| NotKept::Failed(e.to_string()))?.len();
-        let dst = self.admit(size)?;
-        let size = dst.write_meta_from(RECORDING, &video.path)?;
-        Ok((video.frames, size))
-    }
-
-    /// The kept directory, ready for `bytes` more: refused (and the reason kept in it, for
-    /// `Get`) when they would take the tenant past its cap.
-    fn admit(&self, bytes: u64) -> Result<SessionDir, NotKept> {
-        let dst = self.dir()?;
-        let Some(cap) = self.cap else { return Ok(dst) };
-        let held = tenant_bytes(&self.root, &self.tenant);
-        if held + bytes <= cap {
-            return Ok(dst);
-        }
-        let why = format!(
-            "tenant {} keeps {} MiB of artifacts, and {} MiB more would pass its max_artifact_mb of {} MiB",
-            self.tenant,
-            held.div_ceil(1 << 20),
-            bytes.div_ceil(1 << 20),
-            cap >> 20
-        );
-        let _ = dst.write_meta(REFUSED, why.as_bytes());
-        Err(NotKept::Refused(why))
-    }
-
-    /// The kept directory: opened if something was kept already, else made (owner only) with
-    /// its expiry, tenant and uploads.
-    fn dir(&self) -> Result<SessionDir, FileError> {
-        let io = |what: &str, e: std::io::Error| FileError::Io(format!("{what} {}: {e}", self.to.display()));
-        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&self.root).map_err(|e| io("create", e))?;
-        match std::fs::DirBuilder::new().mode(0o700).create(&self.to) {
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return SessionDir::open(&self.to),
-            made => made.map_err(|e| io("create", e))?,
-        }
-        let dst = SessionDir::open(&self.to)?;
-        // The expiry first: a directory without one is swept as expired.
-        dst.write_meta(EXPIRES, self.expires_ms.to_string().as_bytes())?;
-        dst.write_meta(TENANT, self.tenant.as_bytes())?;
-        dst.write_meta(UPLOADS, self.uploads.join("\n").as_bytes())?;
-        Ok(dst)
-    }
-}
-
-/// The bytes each tenant's kept directories in `root` hold (`only` that tenant's, when
-/// given; read from their sizes, nothing opened).
-fn bytes_by_tenant(root: &Path, only: Option<&str>) -> std::collections::BTreeMap<String, u64> {
-    let mut by_tenant = std::collections::BTreeMap::new();
-    let Ok(entries) = std::fs::read_dir(root) else { return by_tenant };
-    for entry in entries.flatten() {
-        let dir = entry.path();
-        let Some(tenant) = read_meta(&dir, TENANT) else { continue };
-        if only.is_none_or(|only| only == tenant) {
-            *by_tenant.entry(tenant).or_default() += dir_bytes(&dir);
-        }
-    }
-    by_tenant
-}
-
-/// The bytes of the plain files in `dir` (sizes read, nothing opened).
-fn dir_bytes(dir: &Path) -> u64 {
-    let Ok(files) = std::fs::read_dir(dir) else { return 0 };
-    files.flatten().filter_map(|f| f.metadata().ok()).filter(|m| m.is_file()).map(|m| m.len()).sum()
-}
-
-/// The bytes `tenant`'s kept directories in `root` hold (files and recordings).
-fn tenant_bytes(root: &Path, tenant: &str) -> u64 {
-    bytes_by_tenant(root, Some(tenant)).remove(tenant).unwrap_or(0)
-}
-
-/// Deletes every kept directory in `root` whose expiry is before `now_ms` (or unreadable);
-/// how many.
-fn sweep(root: &Path, now_ms: i64) -> usize {
-    let Ok(entries) = std::fs::read_dir(root) else { return 0 };
-    let mut swept = 0;
-    for entry in entries.flatten() {
-        let dir = entry.path();
-        let expires = read_meta(&dir, EXPIRES).and_then(|t| t.trim().parse::<i64>().ok());
-        if expires.is_some_and(|at| at > now_ms) {
-            continue;
-        }
-        match std::fs::remove_dir_all(&dir) {
-            Ok(()) => swept += 1,
-            Err(e) => tracing::warn!(dir = %dir.display(), error = %e, "expired session files could not be deleted"),
-        }
-    }
-    swept
-}
-
-/// A kept directory's metadata file, if readable (the directory is the server's alone).
-fn read_meta(dir: &Path, name: &str) -> Option<String> {
-    std::fs::read_to_string(dir.join(name)).ok()
 }
 
 /// Runs a file operation off the async threads (hashing a file reads all of it).

@@ -35,12 +35,15 @@ mod act;
 mod cdp_access;
 mod ending;
 mod files;
+mod kept;
 mod lifecycle;
 mod replicas;
+mod stored;
 
 pub use cdp_access::CdpAccess;
 use files::ArtifactTerms;
-pub use files::{FileKind, KeepFiles, SessionFile, MAX_FILE_BYTES, RECORDING_NAME};
+pub use files::{FileKind, SessionFile, MAX_FILE_BYTES};
+pub use kept::{KeepFiles, RECORDING_NAME};
 use lifecycle::Claim;
 pub use replicas::{drain_reach, DrainReach};
 

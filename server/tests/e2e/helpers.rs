@@ -162,6 +162,8 @@ pub struct BinaryServer {
     exited: bool,
     /// Flags given after the defaults (kept for [`BinaryServer::restart`]).
     extra: Vec<String>,
+    /// Environment variables it was started with (kept for restarts and replicas).
+    env: Vec<(String, String)>,
 }
 
 impl BinaryServer {
@@ -205,7 +207,8 @@ impl BinaryServer {
     fn restart_as(mut self, extra: Vec<String>) -> BinaryServer {
         assert!(self.exited, "restart after the server exited");
         let dir = std::mem::replace(&mut self.dir, tempfile::tempdir().unwrap());
-        BinaryServer::spawn_in(dir, self.database_url.clone(), extra)
+        let env = std::mem::take(&mut self.env);
+        BinaryServer::spawn_full(dir, self.database_url.clone(), extra, None, env)
     }
 
     /// A second replica of `first`: the same database and signing key, its own data dir.
@@ -221,13 +224,25 @@ impl BinaryServer {
                 std::fs::copy(key.path(), dir.path().join(key.file_name())).unwrap();
             }
         }
-        BinaryServer::spawn_in(dir, first.database_url.clone(), extra.iter().map(|s| s.to_string()).collect())
+        let extra = extra.iter().map(|s| s.to_string()).collect();
+        BinaryServer::spawn_full(dir, first.database_url.clone(), extra, None, first.env.clone())
     }
 
     /// A server in `dir` on the database at `database_url`, with `extra` flags (`--warm 1` and
     /// `--max-workers 2` unless they say otherwise).
     pub fn spawn_in(dir: tempfile::TempDir, database_url: String, extra: Vec<String>) -> BinaryServer {
-        BinaryServer::spawn_full(dir, database_url, extra, None)
+        BinaryServer::spawn_full(dir, database_url, extra, None, Vec::new())
+    }
+
+    /// [`BinaryServer::spawn_with`] with environment variables (kept for its replicas).
+    pub async fn spawn_env(extra: &[&str], env: &[(&str, &str)]) -> BinaryServer {
+        let dir = tempfile::tempdir().unwrap();
+        let database_url = test_database()
+            .await
+            .unwrap_or_else(|| format!("sqlite://{}", dir.path().join("browserpool.db").display()));
+        let extra = extra.iter().map(|s| s.to_string()).collect();
+        let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        BinaryServer::spawn_full(dir, database_url, extra, None, env)
     }
 
     /// A server that is not root: it runs as `uid` (and gid; no groups, no passwd entry) on a
@@ -245,10 +260,16 @@ impl BinaryServer {
         // The host-wide lock dir is root's: its own, so `extra` must give a port range of its own.
         let locks = dir.path().join("tmp").join("locks").display().to_string();
         let extra = ["--lock-dir", &locks].into_iter().chain(extra.iter().copied()).map(String::from).collect();
-        BinaryServer::spawn_full(dir, database_url, extra, Some(uid))
+        BinaryServer::spawn_full(dir, database_url, extra, Some(uid), Vec::new())
     }
 
-    fn spawn_full(dir: tempfile::TempDir, database_url: String, extra: Vec<String>, uid: Option<u32>) -> BinaryServer {
+    fn spawn_full(
+        dir: tempfile::TempDir,
+        database_url: String,
+        extra: Vec<String>,
+        uid: Option<u32>,
+        env: Vec<(String, String)>,
+    ) -> BinaryServer {
         use std::io::{BufRead, BufReader};
         use std::os::unix::process::CommandExt;
         let small: Vec<&str> = [("--warm", "1"), ("--max-workers", "2")]
@@ -269,6 +290,7 @@ impl BinaryServer {
             .arg(&database_url)
             .args(&extra)
             .env("BROWSERPOOL_LOG", "info")
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .stderr(std::process::Stdio::piped())
             .spawn()
             .unwrap();
@@ -294,7 +316,7 @@ impl BinaryServer {
             }
         };
         let token = std::fs::read_to_string(dir.path().join("admin.token")).unwrap().trim().to_string();
-        BinaryServer { dir, database_url, grpc, http, token, child, log, startup_log, exited: false, extra }
+        BinaryServer { dir, database_url, grpc, http, token, child, log, startup_log, exited: false, extra, env }
     }
 
     pub async fn client(&self) -> Client {

@@ -23,6 +23,7 @@ mod recording;
 mod replicas;
 mod sdk;
 mod sessions;
+mod stored;
 mod tenants;
 mod tls;
 mod traces;

@@ -1,0 +1,186 @@
+//! An ended session's kept directory, `<data dir>/artifacts/<session>/` (the server's, owner
+//! only): what it holds besides the files (dot files: expiry, tenant, uploads, the recording,
+//! why something was not kept), how it is made within its tenant's cap, the bytes each tenant
+//! keeps, and the sweep of expired ones.
+
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::files::{FileError, SessionDir};
+use browserpool_pool::video::{self, Frames};
+
+/// In a kept directory: the names clients uploaded, one a line (dot names are never files).
+pub(super) const UPLOADS: &str = ".uploads";
+/// In a kept directory: when it expires, in ms since the epoch.
+pub(super) const EXPIRES: &str = ".expires";
+/// In a kept directory: its session's tenant (whose cap its bytes count against).
+pub(super) const TENANT: &str = ".tenant";
+/// In a kept directory: why what its session left was not kept.
+pub(super) const REFUSED: &str = ".refused";
+/// In a kept directory: the session's recording, and the name it is shown under.
+pub(super) const RECORDING: &str = ".recording.webm";
+pub const RECORDING_NAME: &str = "recording.webm";
+/// The least time an encoding is given before it is stopped.
+const ENCODE_MIN: Duration = Duration::from_secs(120);
+
+/// Where ended sessions' files are kept, for how long, and the object store they are copied
+/// to, if any.
+#[derive(Debug, Clone)]
+pub struct KeepFiles {
+    pub dir: PathBuf,
+    pub ttl: Duration,
+    pub store: Option<Arc<crate::objects::ObjectStore>>,
+}
+
+/// Why what an ended session left was not kept.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum NotKept {
+    /// Its tenant's `max_artifact_mb` would be passed.
+    #[error("{0}")]
+    Refused(String),
+    /// Encoding, or the disk, failed.
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl From<FileError> for NotKept {
+    fn from(e: FileError) -> NotKept {
+        NotKept::Failed(e.to_string())
+    }
+}
+
+/// Where an ended session's artifacts go: its kept directory `to` in `root`, made on first
+/// use with its tenant, uploads and expiry; `cap`, the most bytes its tenant may keep here.
+pub(super) struct Keeping {
+    pub root: PathBuf,
+    pub to: PathBuf,
+    pub tenant: String,
+    pub uploads: Vec<String>,
+    pub expires_ms: i64,
+    pub cap: Option<u64>,
+}
+
+impl Keeping {
+    /// Moves the plain files of `from` into the kept directory; how many.
+    pub fn files(&self, from: &Path) -> Result<usize, NotKept> {
+        let src = SessionDir::open(from)?;
+        let files = src.sizes()?;
+        if files.is_empty() {
+            return Ok(0);
+        }
+        let dst = self.admit(files.iter().map(|(_, size)| size).sum())?;
+        let mut moved = 0;
+        for (name, _) in files {
+            match src.move_to(&dst, &name) {
+                Ok(()) => moved += 1,
+                // Gone or replaced meanwhile: not one of the session's files any more.
+                Err(FileError::NotFound(_) | FileError::NotAFile(_)) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(moved)
+    }
+
+    /// Encodes `frames` and keeps the video; its frame count and size.
+    pub fn recording(&self, frames: &Frames) -> Result<(usize, u64), NotKept> {
+        if let Some(why) = &frames.stopped {
+            tracing::warn!(error = %why, "the recording stopped early");
+        }
+        // Encoding runs far faster than real time; past this it is stuck.
+        let video =
+            video::encode(frames, ENCODE_MIN.max(frames.end * 2)).map_err(|e| NotKept::Failed(e.to_string()))?;
+        let size = std::fs::symlink_metadata(&video.path).map_err(|e| NotKept::Failed(e.to_string()))?.len();
+        let dst = self.admit(size)?;
+        let size = dst.write_meta_from(RECORDING, &video.path)?;
+        Ok((video.frames, size))
+    }
+
+    /// The kept directory, ready for `bytes` more: refused (and the reason kept in it, for
+    /// `Get`) when they would take the tenant past its cap.
+    fn admit(&self, bytes: u64) -> Result<SessionDir, NotKept> {
+        let dst = self.dir()?;
+        let Some(cap) = self.cap else { return Ok(dst) };
+        let held = tenant_bytes(&self.root, &self.tenant);
+        if held + bytes <= cap {
+            return Ok(dst);
+        }
+        let why = format!(
+            "tenant {} keeps {} MiB of artifacts, and {} MiB more would pass its max_artifact_mb of {} MiB",
+            self.tenant,
+            held.div_ceil(1 << 20),
+            bytes.div_ceil(1 << 20),
+            cap >> 20
+        );
+        let _ = dst.write_meta(REFUSED, why.as_bytes());
+        Err(NotKept::Refused(why))
+    }
+
+    /// The kept directory: opened if something was kept already, else made (owner only) with
+    /// its expiry, tenant and uploads.
+    fn dir(&self) -> Result<SessionDir, FileError> {
+        let io = |what: &str, e: std::io::Error| FileError::Io(format!("{what} {}: {e}", self.to.display()));
+        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&self.root).map_err(|e| io("create", e))?;
+        match std::fs::DirBuilder::new().mode(0o700).create(&self.to) {
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return SessionDir::open(&self.to),
+            made => made.map_err(|e| io("create", e))?,
+        }
+        let dst = SessionDir::open(&self.to)?;
+        // The expiry first: a directory without one is swept as expired.
+        dst.write_meta(EXPIRES, self.expires_ms.to_string().as_bytes())?;
+        dst.write_meta(TENANT, self.tenant.as_bytes())?;
+        dst.write_meta(UPLOADS, self.uploads.join("\n").as_bytes())?;
+        Ok(dst)
+    }
+}
+
+/// The bytes each tenant's kept directories in `root` hold (`only` that tenant's, when
+/// given; read from their sizes, nothing opened).
+pub(super) fn bytes_by_tenant(root: &Path, only: Option<&str>) -> std::collections::BTreeMap<String, u64> {
+    let mut by_tenant = std::collections::BTreeMap::new();
+    let Ok(entries) = std::fs::read_dir(root) else { return by_tenant };
+    for entry in entries.flatten() {
+        let dir = entry.path();
+        let Some(tenant) = read_meta(&dir, TENANT) else { continue };
+        if only.is_none_or(|only| only == tenant) {
+            *by_tenant.entry(tenant).or_default() += dir_bytes(&dir);
+        }
+    }
+    by_tenant
+}
+
+/// The bytes of the plain files in `dir` (sizes read, nothing opened).
+fn dir_bytes(dir: &Path) -> u64 {
+    let Ok(files) = std::fs::read_dir(dir) else { return 0 };
+    files.flatten().filter_map(|f| f.metadata().ok()).filter(|m| m.is_file()).map(|m| m.len()).sum()
+}
+
+/// The bytes `tenant`'s kept directories in `root` hold (files and recordings).
+fn tenant_bytes(root: &Path, tenant: &str) -> u64 {
+    bytes_by_tenant(root, Some(tenant)).remove(tenant).unwrap_or(0)
+}
+
+/// Deletes every kept directory in `root` whose expiry is before `now_ms` (or unreadable);
+/// how many.
+pub(super) fn sweep(root: &Path, now_ms: i64) -> usize {
+    let Ok(entries) = std::fs::read_dir(root) else { return 0 };
+    let mut swept = 0;
+    for entry in entries.flatten() {
+        let dir = entry.path();
+        let expires = read_meta(&dir, EXPIRES).and_then(|t| t.trim().parse::<i64>().ok());
+        if expires.is_some_and(|at| at > now_ms) {
+            continue;
+        }
+        match std::fs::remove_dir_all(&dir) {
+            Ok(()) => swept += 1,
+            Err(e) => tracing::warn!(dir = %dir.display(), error = %e, "expired session files could not be deleted"),
+        }
+    }
+    swept
+}
+
+/// A kept directory's metadata file, if readable (the directory is the server's alone).
+pub(super) fn read_meta(dir: &Path, name: &str) -> Option<String> {
+    std::fs::read_to_string(dir.join(name)).ok()
+}
