@@ -152,6 +152,11 @@ chart_with_crds() {
     chart "$@" && grep -q '^kind: ScaledObject$' "$out/$1.yaml" && grep -q '^kind: ServiceMonitor$' "$out/$1.yaml"
 }
 
+# Like chart, and the server gets the store and the Secret's variables.
+chart_with_store() {
+    chart "$@" && grep -q 'BROWSERPOOL_ARTIFACT_STORE' "$out/$1.yaml" && grep -q 'name: s3-keys' "$out/$1.yaml"
+}
+
 # Like chart, and the rendering has the HorizontalPodAutoscaler the values ask for.
 chart_with_hpa() {
     chart "$@" && grep -q '^kind: HorizontalPodAutoscaler$' "$out/$1.yaml"
@@ -175,6 +180,10 @@ run "helm template -f helm/values-ha.yaml, the HPA instead of KEDA | kubernetes-
     chart_with_hpa ha-hpa -f helm/values-ha.yaml --set keda.enabled=false --set autoscaling.enabled=true
 run "helm template -f helm/values-ha.yaml | kubernetes-validate --strict (CRD kinds: no schema, warned)" \
     chart_with_crds ha -f helm/values-ha.yaml
+run "helm template with an artifact store and its Secret | kubernetes-validate --strict" \
+    chart_with_store store --set artifacts.store=s3://ci-artifacts/browserpool --set artifacts.existingSecret=s3-keys
+run "helm template with an artifact store that is not s3:// fails" \
+    refuses "artifacts.store" --set artifacts.store=https://bucket
 run "helm template replicaCount=3 without a database Secret fails" \
     refuses "PostgreSQL" --set replicaCount=3 --set signingKeys.existingSecret=k
 run "kubectl kustomize deploy/base | kubernetes-validate --strict" kustomize base deploy/base
