@@ -57,6 +57,11 @@ pub enum EventKind {
     TabClosed {
         tab_index: i32,
     },
+    /// Pushed by the session owner just before `SessionEnded`: what the session leaves (files,
+    /// recording) is not kept, and why (its tenant's artifact cap).
+    ArtifactsRefused {
+        reason: String,
+    },
     /// Pushed by the session owner when the session ends; the last event of a worker.
     SessionEnded {
         state: String,

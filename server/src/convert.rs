@@ -179,6 +179,7 @@ pub fn event_to_pb(session_id: &str, e: Event, dropped: u64) -> pb::Event {
         EventKind::Navigated { url, tab_index } => Kind::Navigated(pb::PageNavigated { url, tab_index }),
         EventKind::TabOpened { tab_index, url } => Kind::TabOpened(pb::TabOpened { tab_index, url }),
         EventKind::TabClosed { tab_index } => Kind::TabClosed(pb::TabClosed { tab_index }),
+        EventKind::ArtifactsRefused { reason } => Kind::ArtifactsRefused(pb::ArtifactsRefused { reason }),
         EventKind::SessionEnded { state, reason } => Kind::SessionEnded(pb::SessionEnded {
             state: SessionState::parse(&state).map(state_to_pb).unwrap_or(pb::SessionState::Unspecified) as i32,
             reason,

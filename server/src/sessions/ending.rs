@@ -107,6 +107,11 @@ impl Sessions {
             let lease = live.lease.lock().await.take();
             let mut killed = began.elapsed();
             if let Some(mut lease) = lease {
+                // What it leaves, refused by its tenant's cap, is said while readers listen.
+                let refused = self.refused_artifacts(id, &live, state).await;
+                if let Some(why) = &refused {
+                    lease.emit(EventKind::ArtifactsRefused { reason: why.clone() });
+                }
                 // The last event readers see; they end when the worker (and its hub) is gone.
                 lease.emit(EventKind::SessionEnded { state: state.as_str().into(), reason: reason.into() });
                 // Its files outlive it (for --artifact-ttl): kept once its browser is gone.
@@ -115,10 +120,10 @@ impl Sessions {
                 lease.release().await;
                 killed = began.elapsed();
                 if let Some(files) = files {
-                    self.keep_files(id, &live, files).await;
+                    self.keep_files(id, &live, files, refused.clone()).await;
                 }
                 if let Some(frames) = frames {
-                    self.keep_recording(id, &live, state, frames).await;
+                    self.keep_recording(id, &live, (state, refused), frames).await;
                 }
                 self.store_artifacts(id, false).await;
             }

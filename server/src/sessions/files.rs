@@ -337,7 +337,7 @@ impl Sessions {
     }
 
     /// Where and how session `id` keeps what it leaves, or `None` when nothing is kept here.
-    fn keeping(&self, id: &str, live: &Live) -> Option<Keeping> {
+    fn keeping(&self, id: &str, live: &Live, refused: Option<String>) -> Option<Keeping> {
         let keep = self.inner.limits.keep_files.as_ref()?;
         let tenant = lock(&live.record).tenant.clone();
         Some(Keeping {
@@ -347,18 +347,30 @@ impl Sessions {
             uploads: lock(&live.uploads).iter().cloned().collect(),
             expires_ms: self.now() + live.terms.ttl.as_millis() as i64,
             cap: live.terms.max_tenant_bytes,
+            refused,
         })
+    }
+
+    /// Whether what session `id`, ending as `state`, leaves is refused already by its
+    /// tenant's cap (see [`Keeping::precheck`]): the reason, for its events, before its browser
+    /// is gone.
+    pub(super) async fn refused_artifacts(&self, id: &str, live: &Live, state: SessionState) -> Option<String> {
+        let keeping = self.keeping(id, live, None).filter(|k| k.cap.is_some())?;
+        let failed = live.failed.load(std::sync::atomic::Ordering::SeqCst);
+        let recording = live.record_mode.keeps(state, failed);
+        let files_dir = live.cdp.files_dir.clone();
+        tokio::task::spawn_blocking(move || keeping.precheck(&files_dir, recording)).await.ok().flatten()
     }
 
     /// Keeps an ended session's files, once its browser is gone: moved (or copied, across file
     /// systems) from `from`, its files directory, into its kept directory, with what clients
     /// uploaded and when they expire, unless its tenant's stored bytes would pass its cap;
     /// then `from` is removed. Nothing is kept for a session without files.
-    pub(super) async fn keep_files(&self, id: &str, live: &Live, from: PathBuf) {
+    pub(super) async fn keep_files(&self, id: &str, live: &Live, from: PathBuf, refused: Option<String>) {
         if from.as_os_str().is_empty() {
             return;
         }
-        let keeping = self.keeping(id, live);
+        let keeping = self.keeping(id, live, refused);
         let kept = tokio::task::spawn_blocking(move || {
             let kept = keeping.map(|k| k.files(&from));
             if let Err(e) = std::fs::remove_dir_all(&from) {
@@ -380,9 +392,15 @@ impl Sessions {
     /// Keeps an ended session's recording, if its mode keeps it for this end: encoded into a
     /// video (see [`browserpool_pool::video`]) in its kept directory, within its tenant's cap.
     /// The frames are removed either way.
-    pub(super) async fn keep_recording(&self, id: &str, live: &Live, state: SessionState, frames: Frames) {
+    pub(super) async fn keep_recording(
+        &self,
+        id: &str,
+        live: &Live,
+        (state, refused): (SessionState, Option<String>),
+        frames: Frames,
+    ) {
         let failed = live.failed.load(std::sync::atomic::Ordering::SeqCst);
-        let keeping = self.keeping(id, live).filter(|_| live.record_mode.keeps(state, failed));
+        let keeping = self.keeping(id, live, refused).filter(|_| live.record_mode.keeps(state, failed));
         let began = std::time::Instant::now();
         let length = frames.end;
         let kept = tokio::task::spawn_blocking(move || {

@@ -60,7 +60,14 @@ pub(super) struct Keeping {
     pub uploads: Vec<String>,
     pub expires_ms: i64,
     pub cap: Option<u64>,
+    /// Why nothing is kept, when that was decided before the browser was gone (see
+    /// [`Keeping::precheck`]).
+    pub refused: Option<String>,
 }
+
+/// Held while a kept directory's bytes are judged against its tenant's cap and written, so
+/// sessions ending at once cannot together pass it.
+static ADMISSION: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 impl Keeping {
     /// Moves the plain files of `from` into the kept directory; how many.
@@ -70,17 +77,19 @@ impl Keeping {
         if files.is_empty() {
             return Ok(0);
         }
-        let dst = self.admit(files.iter().map(|(_, size)| size).sum())?;
-        let mut moved = 0;
-        for (name, _) in files {
-            match src.move_to(&dst, &name) {
-                Ok(()) => moved += 1,
-                // Gone or replaced meanwhile: not one of the session's files any more.
-                Err(FileError::NotFound(_) | FileError::NotAFile(_)) => {}
-                Err(e) => return Err(e.into()),
+        let bytes = files.iter().map(|(_, size)| size).sum();
+        self.admitted(bytes, |dst| {
+            let mut moved = 0;
+            for (name, _) in files {
+                match src.move_to(dst, &name) {
+                    Ok(()) => moved += 1,
+                    // Gone or replaced meanwhile: not one of the session's files any more.
+                    Err(FileError::NotFound(_) | FileError::NotAFile(_)) => {}
+                    Err(e) => return Err(e.into()),
+                }
             }
-        }
-        Ok(moved)
+            Ok(moved)
+        })
     }
 
     /// Encodes `frames` and keeps the video; its frame count and size.
@@ -92,29 +101,46 @@ impl Keeping {
         let video =
             video::encode(frames, ENCODE_MIN.max(frames.end * 2)).map_err(|e| NotKept::Failed(e.to_string()))?;
         let size = std::fs::symlink_metadata(&video.path).map_err(|e| NotKept::Failed(e.to_string()))?.len();
-        let dst = self.admit(size)?;
-        let size = dst.write_meta_from(RECORDING, &video.path)?;
+        let size = self.admitted(size, |dst| Ok(dst.write_meta_from(RECORDING, &video.path)?))?;
         Ok((video.frames, size))
     }
 
     /// The kept directory, ready for `bytes` more: refused (and the reason kept in it, for
     /// `Get`) when they would take the tenant past its cap.
-    fn admit(&self, bytes: u64) -> Result<SessionDir, NotKept> {
+    /// `write` into the kept directory, `bytes` more, while no other session is admitted:
+    /// refused (and the reason kept in it, for `Get`) when they would take the tenant past its
+    /// cap, or when that was decided already.
+    fn admitted<T>(&self, bytes: u64, write: impl FnOnce(&SessionDir) -> Result<T, NotKept>) -> Result<T, NotKept> {
         let dst = self.dir()?;
-        let Some(cap) = self.cap else { return Ok(dst) };
-        let held = tenant_bytes(&self.root, &self.tenant);
-        if held + bytes <= cap {
-            return Ok(dst);
-        }
-        let why = format!(
-            "tenant {} keeps {} MiB of artifacts, and {} MiB more would pass its max_artifact_mb of {} MiB",
-            self.tenant,
-            held.div_ceil(1 << 20),
-            bytes.div_ceil(1 << 20),
-            cap >> 20
-        );
+        let _admitting = ADMISSION.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let why = match (&self.refused, self.cap) {
+            (Some(why), _) => why.clone(),
+            (None, None) => return write(&dst),
+            (None, Some(cap)) => {
+                let held = tenant_bytes(&self.root, &self.tenant);
+                if held + bytes <= cap {
+                    return write(&dst);
+                }
+                refusal(&self.tenant, held, bytes, cap)
+            }
+        };
         let _ = dst.write_meta(REFUSED, why.as_bytes());
         Err(NotKept::Refused(why))
+    }
+
+    /// Whether what a session leaves, before its browser is gone, is refused already: the
+    /// files in `files_dir` would take its tenant past its cap, or it keeps a recording and the
+    /// tenant is at its cap. The reason, for the session's events. (A recording is judged
+    /// again once encoded, when its size is known.)
+    pub fn precheck(&self, files_dir: &Path, recording: bool) -> Option<String> {
+        let cap = self.cap?;
+        let bytes: u64 =
+            SessionDir::open(files_dir).and_then(|d| d.sizes()).map_or(0, |f| f.iter().map(|(_, s)| s).sum());
+        if bytes == 0 && !recording {
+            return None;
+        }
+        let held = tenant_bytes(&self.root, &self.tenant);
+        (held + bytes > cap || (recording && held >= cap)).then(|| refusal(&self.tenant, held, bytes, cap))
     }
 
     /// The kept directory: opened if something was kept already, else made (owner only) with
@@ -133,6 +159,16 @@ impl Keeping {
         dst.write_meta(UPLOADS, self.uploads.join("\n").as_bytes())?;
         Ok(dst)
     }
+}
+
+/// Why a session's artifacts are not kept: `held` bytes kept, `bytes` more, the tenant's `cap`.
+fn refusal(tenant: &str, held: u64, bytes: u64, cap: u64) -> String {
+    format!(
+        "tenant {tenant} keeps {} MiB of artifacts, and {} MiB more would pass its max_artifact_mb of {} MiB",
+        held.div_ceil(1 << 20),
+        bytes.div_ceil(1 << 20),
+        cap >> 20
+    )
 }
 
 /// The bytes each tenant's kept directories in `root` hold (`only` that tenant's, when
@@ -183,4 +219,68 @@ pub(super) fn sweep(root: &Path, now_ms: i64) -> usize {
 /// A kept directory's metadata file, if readable (the directory is the server's alone).
 pub(super) fn read_meta(dir: &Path, name: &str) -> Option<String> {
     std::fs::read_to_string(dir.join(name)).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sessions_ending_at_once_never_pass_their_tenant_s_cap_together() {
+        let root = tempfile::tempdir().unwrap();
+        let kept = root.path().join("kept");
+        // Room for three 1 MiB sessions (and their few bytes of metadata), not four.
+        let cap = (3 << 20) + (64 << 10);
+        let start = std::sync::Barrier::new(8);
+        let results: Vec<bool> = std::thread::scope(|scope| {
+            let running: Vec<_> = (0..8)
+                .map(|i| {
+                    let src = root.path().join(format!("src{i}"));
+                    std::fs::create_dir(&src).unwrap();
+                    std::fs::write(src.join("f.bin"), vec![0u8; 1 << 20]).unwrap();
+                    let keeping = Keeping {
+                        root: kept.clone(),
+                        to: kept.join(format!("s{i}")),
+                        tenant: "t".into(),
+                        uploads: Vec::new(),
+                        expires_ms: i64::MAX,
+                        cap: Some(cap),
+                        refused: None,
+                    };
+                    let start = &start;
+                    scope.spawn(move || {
+                        start.wait();
+                        keeping.files(&src).is_ok()
+                    })
+                })
+                .collect();
+            running.into_iter().map(|r| r.join().unwrap()).collect()
+        });
+        assert_eq!(results.iter().filter(|kept| **kept).count(), 3, "{results:?}");
+        let held = tenant_bytes(&kept, "t");
+        assert!((3 << 20..cap).contains(&held), "{held} bytes kept");
+    }
+
+    #[test]
+    fn a_refusal_decided_before_the_end_keeps_nothing_and_says_why() {
+        let root = tempfile::tempdir().unwrap();
+        let src = root.path().join("src");
+        std::fs::create_dir(&src).unwrap();
+        std::fs::write(src.join("f.bin"), b"xy").unwrap();
+        let keeping = Keeping {
+            root: root.path().join("kept"),
+            to: root.path().join("kept/s"),
+            tenant: "t".into(),
+            uploads: Vec::new(),
+            expires_ms: i64::MAX,
+            cap: Some(1),
+            refused: None,
+        };
+        let why = keeping.precheck(&src, false).expect("2 bytes pass a 1-byte cap");
+        assert!(why.contains("max_artifact_mb"), "{why}");
+        let keeping = Keeping { refused: Some(why.clone()), cap: None, ..keeping };
+        assert!(matches!(keeping.files(&src), Err(NotKept::Refused(w)) if w == why));
+        assert_eq!(read_meta(&keeping.to, REFUSED).as_deref(), Some(why.as_str()));
+        assert!(src.join("f.bin").exists(), "nothing was moved");
+    }
 }

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use axum::response::{Html, IntoResponse};
 use axum::routing::get;
 use browserpool_client::{action, pb, Client};
+use futures::StreamExt;
 
 use crate::files::http_fetch;
 use crate::helpers::{act, ok, status_code, TestServer};
@@ -239,7 +240,19 @@ async fn a_tenant_s_artifact_terms_hold_defaults_upload_cap_stored_bytes_and_ttl
     // and Get says why.
     let next = client.acquire(30_000).await.unwrap().session_id;
     client.put_file(&next, "two.bin", &mb(1)).await.unwrap();
+    let mut events =
+        client.sessions().events(pb::EventsRequest { session_id: next.clone() }).await.unwrap().into_inner();
     client.release(&next).await.unwrap();
+    // Its events say so too, just before it ends.
+    let mut said = Vec::new();
+    while let Ok(Some(Ok(event))) = tokio::time::timeout(Duration::from_secs(30), events.next()).await {
+        match event.kind {
+            Some(pb::event::Kind::ArtifactsRefused(r)) => said.push(r.reason),
+            Some(pb::event::Kind::SessionEnded(_)) => break,
+            _ => {}
+        }
+    }
+    assert!(said.len() == 1 && said[0].contains("max_artifact_mb of 2 MiB"), "{said:?}");
     let refused = client.get(&next).await.unwrap();
     assert!(refused.artifacts.is_empty(), "{:?}", refused.artifacts);
     assert!(refused.artifacts_refused.contains("max_artifact_mb of 2 MiB"), "{}", refused.artifacts_refused);

@@ -302,7 +302,7 @@ class ContextEnvelope(_message.Message):
     def __init__(self, version: _Optional[int] = ..., origin: _Optional[str] = ..., captured_at_ms: _Optional[int] = ..., user_agent: _Optional[str] = ..., viewport: _Optional[_Union[Viewport, _Mapping]] = ..., cookies: _Optional[_Iterable[_Union[Cookie, _Mapping]]] = ..., local_storage: _Optional[_Mapping[str, str]] = ..., session_storage: _Optional[_Mapping[str, str]] = ..., http_auth: _Optional[_Union[HttpAuth, _Mapping]] = ..., integrity: _Optional[str] = ...) -> None: ...
 
 class Event(_message.Message):
-    __slots__ = ("at", "session_id", "dialog_opened", "dialog_closed", "console", "navigated", "tab_opened", "tab_closed", "session_ended", "dropped")
+    __slots__ = ("at", "session_id", "dialog_opened", "dialog_closed", "console", "navigated", "tab_opened", "tab_closed", "session_ended", "artifacts_refused", "dropped")
     AT_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     DIALOG_OPENED_FIELD_NUMBER: _ClassVar[int]
@@ -312,6 +312,7 @@ class Event(_message.Message):
     TAB_OPENED_FIELD_NUMBER: _ClassVar[int]
     TAB_CLOSED_FIELD_NUMBER: _ClassVar[int]
     SESSION_ENDED_FIELD_NUMBER: _ClassVar[int]
+    ARTIFACTS_REFUSED_FIELD_NUMBER: _ClassVar[int]
     DROPPED_FIELD_NUMBER: _ClassVar[int]
     at: _timestamp_pb2.Timestamp
     session_id: str
@@ -322,8 +323,15 @@ class Event(_message.Message):
     tab_opened: TabOpened
     tab_closed: TabClosed
     session_ended: SessionEnded
+    artifacts_refused: ArtifactsRefused
     dropped: int
-    def __init__(self, at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., session_id: _Optional[str] = ..., dialog_opened: _Optional[_Union[DialogOpened, _Mapping]] = ..., dialog_closed: _Optional[_Union[DialogClosed, _Mapping]] = ..., console: _Optional[_Union[ConsoleMessage, _Mapping]] = ..., navigated: _Optional[_Union[PageNavigated, _Mapping]] = ..., tab_opened: _Optional[_Union[TabOpened, _Mapping]] = ..., tab_closed: _Optional[_Union[TabClosed, _Mapping]] = ..., session_ended: _Optional[_Union[SessionEnded, _Mapping]] = ..., dropped: _Optional[int] = ...) -> None: ...
+    def __init__(self, at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., session_id: _Optional[str] = ..., dialog_opened: _Optional[_Union[DialogOpened, _Mapping]] = ..., dialog_closed: _Optional[_Union[DialogClosed, _Mapping]] = ..., console: _Optional[_Union[ConsoleMessage, _Mapping]] = ..., navigated: _Optional[_Union[PageNavigated, _Mapping]] = ..., tab_opened: _Optional[_Union[TabOpened, _Mapping]] = ..., tab_closed: _Optional[_Union[TabClosed, _Mapping]] = ..., session_ended: _Optional[_Union[SessionEnded, _Mapping]] = ..., artifacts_refused: _Optional[_Union[ArtifactsRefused, _Mapping]] = ..., dropped: _Optional[int] = ...) -> None: ...
+
+class ArtifactsRefused(_message.Message):
+    __slots__ = ("reason",)
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    reason: str
+    def __init__(self, reason: _Optional[str] = ...) -> None: ...
 
 class DialogOpened(_message.Message):
     __slots__ = ("dialog", "tab_index")

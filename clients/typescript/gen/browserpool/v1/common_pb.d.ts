@@ -734,6 +734,15 @@ export declare type Event = Message<"browserpool.v1.Event"> & {
      */
     value: SessionEnded;
     case: "sessionEnded";
+  } | {
+    /**
+     * What the session leaves (its files, its recording) is not kept; sent just before
+     * session_ended.
+     *
+     * @generated from field: browserpool.v1.ArtifactsRefused artifacts_refused = 11;
+     */
+    value: ArtifactsRefused;
+    case: "artifactsRefused";
   } | { case: undefined; value?: undefined };
 
   /**
@@ -749,6 +758,26 @@ export declare type Event = Message<"browserpool.v1.Event"> & {
  * Use `create(EventSchema)` to create a new message.
  */
 export declare const EventSchema: GenMessage<Event>;
+
+/**
+ * What an ending session leaves is not kept.
+ *
+ * @generated from message browserpool.v1.ArtifactsRefused
+ */
+export declare type ArtifactsRefused = Message<"browserpool.v1.ArtifactsRefused"> & {
+  /**
+   * Why, e.g. its tenant's max_artifact_mb would be passed; also on Session.artifacts_refused.
+   *
+   * @generated from field: string reason = 1;
+   */
+  reason: string;
+};
+
+/**
+ * Describes the message browserpool.v1.ArtifactsRefused.
+ * Use `create(ArtifactsRefusedSchema)` to create a new message.
+ */
+export declare const ArtifactsRefusedSchema: GenMessage<ArtifactsRefused>;
 
 /**
  * A blocking dialog opened.
