@@ -2,7 +2,8 @@
 //! came until the next) encoded by ffmpeg (the distribution's, never an encoder of ours) into
 //! WebM (VP8) at the session's viewport size, with the frames' real timing: a still page holds
 //! its frame. ffmpeg reads only the frame directory (`-safe`, file protocol alone), runs as
-//! an unprivileged uid when the server is root, at nice 10, and is killed past its time limit.
+//! an unprivileged uid when the server is root, at nice 10, and is killed past its time limit
+//! or with the server.
 
 use std::io::Write;
 use std::os::unix::process::CommandExt;
@@ -110,11 +111,14 @@ pub fn encode(frames: &Frames, limit: Duration) -> Result<Video, VideoError> {
     if is_root() {
         cmd.uid(ENCODER_UID).gid(ENCODER_UID);
     }
-    // Encoding is background work: live sessions' browsers come first.
-    // SAFETY: setpriority is async-signal-safe and touches no memory of the parent.
+    // Encoding is background work: live sessions' browsers come first. It dies with the
+    // thread waiting for it, so a server killed mid-encoding leaves no ffmpeg behind (set here,
+    // after the uid change, which would clear it).
+    // SAFETY: setpriority and prctl are async-signal-safe and touch no memory of the parent.
     unsafe {
         cmd.pre_exec(|| {
             libc::setpriority(libc::PRIO_PROCESS, 0, ENCODER_NICE);
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
             Ok(())
         });
     }

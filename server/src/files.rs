@@ -196,15 +196,26 @@ impl SessionDir {
     fn open_as(&self, name: &str, shown: &str) -> Result<(File, FileInfo), FileError> {
         let (fd, st) = self.open_plain(name)?;
         let mut file = File::from(fd);
-        let mut hasher = sha2::Sha256::new();
-        std::io::copy(&mut file, &mut hasher).map_err(|e| FileError::io(&format!("read {name:?}"), e))?;
-        use std::io::Seek;
-        file.rewind().map_err(|e| FileError::io("rewind", e))?;
+        let sha256 = match hashes::get(&st) {
+            Some(known) => known,
+            None => {
+                let mut hasher = sha2::Sha256::new();
+                std::io::copy(&mut file, &mut hasher).map_err(|e| FileError::io(&format!("read {name:?}"), e))?;
+                use std::io::Seek;
+                file.rewind().map_err(|e| FileError::io("rewind", e))?;
+                let sha256 = hex::encode(hasher.finalize());
+                // Kept only if the file did not change while it was read.
+                if rustix::fs::fstat(&file).is_ok_and(|now| hashes::Key::of(&now) == hashes::Key::of(&st)) {
+                    hashes::put(&st, &sha256);
+                }
+                sha256
+            }
+        };
         let info = FileInfo {
             name: shown.to_string(),
             size: st.st_size as u64,
             mime_type: mime_type(shown),
-            sha256: hex::encode(hasher.finalize()),
+            sha256,
             modified_ms: modified_ms(&st),
         };
         Ok((file, info))
@@ -358,6 +369,57 @@ impl Drop for Upload {
     }
 }
 
+/// The SHA-256 of files already read, so listing a session again (every `Get`) reads only what
+/// changed: keyed by what a write or a rename changes (device, inode, size, modification and
+/// change times), and only for files unchanged for [`hashes::SETTLED`], since a write within
+/// the clock's tick would keep the times.
+mod hashes {
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+
+    /// How long a file must have been left alone before its hash is kept.
+    pub const SETTLED: std::time::Duration = std::time::Duration::from_secs(1);
+    /// Most hashes kept; past it the table starts again.
+    const MAX: usize = 8192;
+
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub struct Key([i64; 7]);
+
+    impl Key {
+        pub fn of(st: &rustix::fs::Stat) -> Key {
+            Key([
+                st.st_dev as i64,
+                st.st_ino as i64,
+                st.st_size,
+                st.st_mtime,
+                st.st_mtime_nsec as i64,
+                st.st_ctime,
+                st.st_ctime_nsec as i64,
+            ])
+        }
+    }
+
+    static KNOWN: Mutex<Option<HashMap<Key, String>>> = Mutex::new(None);
+
+    pub fn get(st: &rustix::fs::Stat) -> Option<String> {
+        KNOWN.lock().unwrap_or_else(|e| e.into_inner()).as_ref()?.get(&Key::of(st)).cloned()
+    }
+
+    pub fn put(st: &rustix::fs::Stat, sha256: &str) {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        let changed = st.st_mtime.max(st.st_ctime);
+        if now.as_secs() as i64 - changed < SETTLED.as_secs() as i64 + 1 {
+            return;
+        }
+        let mut known = KNOWN.lock().unwrap_or_else(|e| e.into_inner());
+        let table = known.get_or_insert_with(HashMap::new);
+        if table.len() >= MAX {
+            table.clear();
+        }
+        table.insert(Key::of(st), sha256.to_string());
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -368,6 +430,25 @@ mod tests {
         let mut out = Vec::new();
         file.read_to_end(&mut out)?;
         Ok(out)
+    }
+
+    #[test]
+    fn a_listing_reads_again_only_what_changed_and_never_serves_a_stale_hash() {
+        let (t, d) = dir();
+        let path = t.path().join("a.txt");
+        std::fs::write(&path, b"first").unwrap();
+        // A file just written is read at every listing; one left alone is read once.
+        let fresh = d.list().unwrap()[0].sha256.clone();
+        let st = rustix::fs::stat(&path).unwrap();
+        assert_eq!(hashes::get(&st), None, "a file written just now is not kept");
+        std::thread::sleep(hashes::SETTLED * 2 + std::time::Duration::from_millis(200));
+        assert_eq!(d.list().unwrap()[0].sha256, fresh);
+        assert_eq!(hashes::get(&st).as_deref(), Some(fresh.as_str()), "kept once settled");
+        // Rewritten in place to the same size: read again.
+        std::fs::write(&path, b"after").unwrap();
+        let listed = d.list().unwrap();
+        assert_eq!(listed[0].sha256, hex::encode(sha2::Sha256::digest(b"after")));
+        assert_ne!(listed[0].sha256, fresh);
     }
 
     fn dir() -> (tempfile::TempDir, SessionDir) {
