@@ -64,6 +64,8 @@ pub struct SessionRecord {
     pub end_reason: Option<String>,
     /// The replica that runs it (holds its browser).
     pub replica: String,
+    /// What it left once ended, as JSON (see `sessions::stored::Manifest`); `None`: nothing.
+    pub artifacts: Option<String>,
 }
 
 /// Where a replica's listeners are reached from the other replicas, as `host:port`.

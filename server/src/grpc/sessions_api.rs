@@ -238,7 +238,14 @@ impl pb::sessions_server::Sessions for SessionsApi {
         let state = state_from_pb(pb::SessionState::try_from(r.state).unwrap_or(pb::SessionState::Unspecified));
         let (rows, next_page_token) = self.sessions.list(&claims, state, r.page_size, &r.page_token).await?;
         Ok(Response::new(pb::ListSessionsResponse {
-            sessions: rows.iter().map(|r| self.session(&claims, r)).collect(),
+            sessions: rows
+                .iter()
+                .map(|r| {
+                    let (artifacts, refused) = self.sessions.listed_artifacts(r);
+                    let artifacts = artifacts.iter().map(artifact_to_pb).collect();
+                    pb::Session { artifacts, artifacts_refused: refused, ..self.session(&claims, r) }
+                })
+                .collect(),
             next_page_token,
         }))
     }

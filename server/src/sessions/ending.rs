@@ -125,7 +125,7 @@ impl Sessions {
                 if let Some(frames) = frames {
                     self.keep_recording(id, &live, (state, refused), frames).await;
                 }
-                self.store_artifacts(id, false).await;
+                self.left_behind(id).await;
             }
             killed
         };

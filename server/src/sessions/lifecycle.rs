@@ -216,6 +216,7 @@ impl Sessions {
             ended_at_ms: None,
             end_reason: None,
             replica: self.inner.replica.clone(),
+            artifacts: None,
         };
         // Recording and registering run in their own task: a caller that goes away now cannot
         // leave a READY row without a live session (an unclaimed session idles out instead).

@@ -121,15 +121,19 @@ fn manifest_of(dir: &Path) -> Result<Manifest, FileError> {
     })
 }
 
-/// Copies kept directory `dir` of session `id` to `store`: its expiry key first (so even a
-/// half copy is swept), each file and the recording, the manifest last; then marks the
-/// directory stored. How many objects were written.
-async fn upload(store: &ObjectStore, id: &str, dir: PathBuf) -> Result<usize, String> {
-    let read = dir.clone();
-    let manifest = match tokio::task::spawn_blocking(move || manifest_of(&read)).await {
-        Ok(manifest) => manifest.map_err(|e| e.to_string())?,
-        Err(e) => return Err(e.to_string()),
-    };
+/// [`manifest_of`] off the async threads; `None` when `dir` is not there.
+async fn read_manifest(dir: &Path) -> Option<Result<Manifest, String>> {
+    let dir = dir.to_path_buf();
+    match tokio::task::spawn_blocking(move || dir.is_dir().then(|| manifest_of(&dir))).await {
+        Ok(read) => read.map(|m| m.map_err(|e| e.to_string())),
+        Err(e) => Some(Err(e.to_string())),
+    }
+}
+
+/// Copies kept directory `dir` of session `id`, as `manifest` lists it, to `store`: its expiry
+/// key first (so even a half copy is swept), each file and the recording, the manifest last;
+/// then marks the directory stored. How many objects were written.
+async fn upload(store: &ObjectStore, id: &str, dir: PathBuf, manifest: &Manifest) -> Result<usize, String> {
     let put = |e: ObjectError| e.to_string();
     store.put_bytes(&expiry_key(manifest.expires_ms, id), Vec::new()).await.map_err(put)?;
     for file in &manifest.files {
@@ -138,7 +142,7 @@ async fn upload(store: &ObjectStore, id: &str, dir: PathBuf) -> Result<usize, St
     if let Some(recording) = &manifest.recording {
         store.put_file(&object_key(id, recording, true), &dir.join(RECORDING)).await.map_err(put)?;
     }
-    let json = serde_json::to_vec(&manifest).map_err(|e| e.to_string())?;
+    let json = serde_json::to_vec(manifest).map_err(|e| e.to_string())?;
     store.put_bytes(&manifest_key(id), json).await.map_err(put)?;
     let mark = dir.clone();
     match tokio::task::spawn_blocking(move || SessionDir::open(&mark)?.write_meta(STORED, b"")).await {
@@ -178,16 +182,34 @@ impl Sessions {
         Some((keep, keep.store.clone()?))
     }
 
-    /// Copies what ended session `id` left on this replica to the object store, if one is set
-    /// (a failure is counted, and logged unless `retry`; the sweep tries again while it is
-    /// kept here).
-    pub(super) async fn store_artifacts(&self, id: &str, retry: bool) {
-        let Some((keep, store)) = self.object_store() else { return };
+    /// Once ended session `id`'s artifacts are kept here: what they are goes to its database
+    /// row (so `List` shows them on any replica), and they are copied to the object store, if
+    /// one is set.
+    pub(super) async fn left_behind(&self, id: &str) {
+        let Some(keep) = self.inner.limits.keep_files.as_ref() else { return };
         let dir = keep.dir.join(id);
-        if !dir.is_dir() {
-            return;
+        let manifest = match read_manifest(&dir).await {
+            None => return,
+            Some(Ok(manifest)) => manifest,
+            Some(Err(e)) => {
+                tracing::warn!(session = %id, error = %e, "what a session left cannot be listed");
+                return;
+            }
+        };
+        let json = serde_json::to_string(&manifest).unwrap_or_default();
+        if let Err(e) = self.inner.store.set_session_artifacts(id, Some(&json)).await {
+            tracing::warn!(session = %id, error = %e, "what a session left is not in the database: List will not show it");
         }
-        match upload(&store, id, dir).await {
+        if let Some(store) = keep.store.clone() {
+            self.store_artifacts(&store, id, dir, &manifest, false).await;
+        }
+    }
+
+    /// Copies what ended session `id` left on this replica (`dir`, as `manifest` lists it) to
+    /// `store` (a failure is counted, and logged unless `retry`; the sweep tries again while
+    /// it is kept here).
+    async fn store_artifacts(&self, store: &ObjectStore, id: &str, dir: PathBuf, manifest: &Manifest, retry: bool) {
+        match upload(store, id, dir, manifest).await {
             Ok(objects) => {
                 tracing::info!(session = %id, objects, store = %store.url(), "artifacts stored");
                 self.inner.metrics.stored("stored");
@@ -249,21 +271,48 @@ impl Sessions {
         Ok(temp)
     }
 
-    /// Deletes what the object store holds of ended session `id`, if a store is set.
+    /// Deletes what the object store holds of ended session `id`, if a store is set, and what
+    /// its database row says it left.
     pub(super) async fn delete_stored(&self, id: &str, expires_ms: Option<i64>) -> Result<()> {
-        let Some((_, store)) = self.object_store() else { return Ok(()) };
-        delete_stored(&store, id, expires_ms).await.map_err(unavailable)
+        if let Some((_, store)) = self.object_store() {
+            delete_stored(&store, id, expires_ms).await.map_err(unavailable)?;
+        }
+        self.inner.store.set_session_artifacts(id, None).await?;
+        Ok(())
+    }
+
+    /// What ended session `record` left, as its row says (for `List`): its files and
+    /// recording until they expire, and why anything was refused.
+    pub fn listed_artifacts(&self, record: &SessionRecord) -> (Vec<SessionFile>, String) {
+        let Some(manifest) = record.artifacts.as_deref().and_then(|j| serde_json::from_str::<Manifest>(j).ok()) else {
+            return Default::default();
+        };
+        if manifest.expires_ms <= self.now() {
+            return Default::default();
+        }
+        let expires_ms = Some(manifest.expires_ms);
+        let kind = |f: &StoredFile| if f.upload { FileKind::Upload } else { FileKind::Download };
+        let mut files: Vec<SessionFile> =
+            manifest.files.iter().map(|f| SessionFile { info: f.info(), kind: kind(f), expires_ms }).collect();
+        if let Some(recording) = &manifest.recording {
+            files.push(SessionFile { info: recording.info(), kind: FileKind::Recording, expires_ms });
+        }
+        (files, manifest.refused)
     }
 
     /// Copies the kept directories not in the object store yet (but those of sessions still
     /// ending, which copy their own).
     pub(super) async fn store_pending(&self) {
-        let Some((keep, _)) = self.object_store() else { return };
+        let Some((keep, store)) = self.object_store() else { return };
         let (root, now) = (keep.dir.clone(), self.now());
         let pending = tokio::task::spawn_blocking(move || not_stored(&root, now)).await.unwrap_or_default();
         for id in pending {
-            if !self.ending_map().contains_key(&id) {
-                self.store_artifacts(&id, true).await;
+            if self.ending_map().contains_key(&id) {
+                continue;
+            }
+            let dir = keep.dir.join(&id);
+            if let Some(Ok(manifest)) = read_manifest(&dir).await {
+                self.store_artifacts(&store, &id, dir, &manifest, true).await;
             }
         }
     }

@@ -368,6 +368,7 @@ where
             ended_at_ms: self.get("ended_at_ms")?,
             end_reason: self.get("end_reason")?,
             replica: self.get("replica")?,
+            artifacts: self.get("artifacts")?,
         })
     }
 
@@ -480,6 +481,7 @@ mod tests {
             ended_at_ms: None,
             end_reason: None,
             replica: "r-1".into(),
+            artifacts: None,
         }
     }
 

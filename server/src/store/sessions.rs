@@ -67,6 +67,14 @@ impl Store {
         .await)
     }
 
+    /// Records what ended session `id` left (JSON; `None`: nothing, or it was deleted).
+    pub async fn set_session_artifacts(&self, id: &str, artifacts: Option<&str>) -> Result<(), StoreError> {
+        with_pool!(self, pool => {
+            sqlx::query("UPDATE sessions SET artifacts = $1 WHERE id = $2").bind(artifacts).bind(id).execute(pool).await?;
+        });
+        Ok(())
+    }
+
     /// Pushes the idle deadline of a live session.
     pub async fn touch(&self, id: &str, idle_deadline_ms: i64) -> Result<(), StoreError> {
         self.noted(async {

@@ -255,6 +255,12 @@ async fn a_tenant_s_artifact_terms_hold_defaults_upload_cap_stored_bytes_and_ttl
     assert!(said.len() == 1 && said[0].contains("max_artifact_mb of 2 MiB"), "{said:?}");
     let refused = client.get(&next).await.unwrap();
     assert!(refused.artifacts.is_empty(), "{:?}", refused.artifacts);
+    // List says so too, and lists the first session's artifacts.
+    let rows = client.sessions().list(pb::ListSessionsRequest { page_size: 10, ..Default::default() }).await.unwrap();
+    let rows = rows.into_inner().sessions;
+    let listed = |sid: &str| rows.iter().find(|s| s.session_id == sid).unwrap().clone();
+    assert!(listed(&next).artifacts_refused.contains("max_artifact_mb"), "{:?}", listed(&next));
+    assert_eq!(listed(&id).artifacts.len(), 2, "{:?}", listed(&id).artifacts);
     assert!(refused.artifacts_refused.contains("max_artifact_mb of 2 MiB"), "{}", refused.artifacts_refused);
     assert_eq!(status_code(client.get_file(&next, "two.bin").await.unwrap_err()), tonic::Code::NotFound);
     // /metrics: the tenant's kept bytes (its MiB upload and the video), and the recording.

@@ -142,6 +142,13 @@ async fn artifacts_outlive_their_replica_in_the_object_store_until_deleted() {
         "{:?}",
         session.artifacts
     );
+    // List shows them too, as the replica that kept them recorded them at the end.
+    let page = pb::ListSessionsRequest { page_size: 100, ..Default::default() };
+    let rows = other.sessions().list(page).await.unwrap().into_inner().sessions;
+    let row = rows.iter().find(|s| s.session_id == id).expect("the session is listed");
+    let mut names: Vec<&str> = row.artifacts.iter().map(|a| a.name.as_str()).collect();
+    names.sort();
+    assert_eq!(names, ["input.bin", "recording.webm"], "{:?}", row.artifacts);
     let (artifact, content) = other.get_file(&id, "input.bin").await.unwrap();
     assert_eq!(content, binary);
     assert_eq!(artifact.sha256, sha256(&binary));
@@ -181,6 +188,9 @@ async fn artifacts_outlive_their_replica_in_the_object_store_until_deleted() {
     assert!(!keys.iter().any(|k| k.contains(&id)), "left in the store: {keys:?}");
     assert_eq!(status_code(other.get_recording(&id).await.unwrap_err()), tonic::Code::NotFound);
     assert!(other.get(&id).await.unwrap().artifacts.is_empty());
+    let rows = other.sessions().list(pb::ListSessionsRequest { page_size: 100, ..Default::default() }).await.unwrap();
+    let row = rows.into_inner().sessions.into_iter().find(|s| s.session_id == id).unwrap();
+    assert!(row.artifacts.is_empty(), "listed after deletion: {:?}", row.artifacts);
     let (status, _) = b.terminate();
     assert!(status.success());
 }

@@ -115,7 +115,8 @@ export declare type Session = Message<"browserpool.v1.Session"> & {
    * What the session leaves behind: its files and its recording. While it is live, its files
    * (Get only; List leaves this empty). Once it has ended, what was kept of it for the
    * server's --artifact-ttl, each with its expires_at; empty when nothing was kept, and once
-   * they expire or DeleteArtifacts deletes them.
+   * they expire or DeleteArtifacts deletes them. Get lists what can be fetched now; List, what
+   * the replica that kept them recorded at the session's end.
    *
    * @generated from field: repeated browserpool.v1.Artifact artifacts = 13;
    */
@@ -123,7 +124,7 @@ export declare type Session = Message<"browserpool.v1.Session"> & {
 
   /**
    * Why nothing was kept of an ended session that left files or a recording (its tenant's
-   * max_artifact_mb was reached, or the disk refused them); empty otherwise. Get only.
+   * max_artifact_mb was reached, or the disk refused them); empty otherwise.
    *
    * @generated from field: string artifacts_refused = 14;
    */
