@@ -117,6 +117,8 @@ pub async fn bind(args: ServeArgs) -> anyhow::Result<Bound> {
     // Bad TLS files stop the server before it takes the data dir or starts a browser.
     let tls = Tls::from_files(args.tls_cert.as_deref(), args.tls_key.as_deref(), args.tls_client_ca.as_deref())?;
     let data_dir = args.store.data_dir.clone();
+    // So does a bad artifact store.
+    let keep_files = keep_files(&args, &data_dir).await?;
     create_data_dir(&data_dir)?;
     let dir_lock = DirLock::acquire(&data_dir)?;
     browserpool_pool::lock::check_lock_dir(&args.lock_dir)?;
@@ -152,7 +154,6 @@ pub async fn bind(args: ServeArgs) -> anyhow::Result<Bound> {
     let spool = open_spool(&args, &data_dir)?;
     let (audit, audit_writer) = AuditLog::new(store.clone(), Some(spool));
     let metrics = Arc::new(Metrics::default());
-    let keep_files = keep_files(&args, &data_dir).await?;
     let sessions = Sessions::new(
         store.clone(),
         Arc::new(pool.clone()),

@@ -288,5 +288,9 @@ async fn a_bad_store_url_a_missing_bucket_or_no_ttl_stop_the_server_at_start() {
         assert!(!output.status.success(), "{flags:?}: started anyway");
         assert!(stderr.contains(says) && stderr.contains("--artifact-"), "{flags:?} should say {says:?}: {stderr}");
         assert!(!stderr.contains("moto-s3cr3t"), "a credential reached the log: {stderr}");
+        assert!(
+            !browserpool_server::server::profiles_dir(data.path()).exists(),
+            "{flags:?}: the server went on to start a pool"
+        );
     }
 }
