@@ -276,6 +276,27 @@ impl Client {
         self.download(pb::GetFileRequest { session_id: session_id.into(), kind, ..Default::default() }).await
     }
 
+    /// A link to watch the live session in a web browser (`control`: to drive it too), for
+    /// `ttl` (`None`: 15 minutes; never past the session's end).
+    pub async fn live_view(
+        &self,
+        session_id: &str,
+        control: bool,
+        ttl: Option<std::time::Duration>,
+    ) -> Result<pb::LiveViewLink, Error> {
+        let mode = if control { pb::LiveViewMode::Control } else { pb::LiveViewMode::View };
+        let ttl_ms = ttl.map_or(0, |t| t.as_millis().clamp(1, u32::MAX as u128) as u32);
+        let req = pb::LiveViewRequest { session_id: session_id.into(), mode: mode as i32, ttl_ms };
+        Ok(self.sessions().live_view(req).await?.into_inner())
+    }
+
+    /// Revokes a live view link of the session (`None`: all of them); how many.
+    pub async fn revoke_live_view(&self, session_id: &str, link_id: Option<&str>) -> Result<u32, Error> {
+        let req =
+            pb::RevokeLiveViewRequest { session_id: session_id.into(), link_id: link_id.unwrap_or_default().into() };
+        Ok(self.sessions().revoke_live_view(req).await?.into_inner().revoked)
+    }
+
     /// Deletes what was kept of an ended session (files and recording); how many.
     pub async fn delete_artifacts(&self, session_id: &str) -> Result<u32, Error> {
         let req = pb::DeleteArtifactsRequest { session_id: session_id.into() };

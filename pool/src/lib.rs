@@ -28,6 +28,7 @@ pub mod video;
 pub use actions::{canonicalize, parse_viewport, Access, Action, ActionKind, Canonical, Target, UnknownAction};
 pub use cgroup::Cgroups;
 pub use context::{CaptureOptions, ContextState, CookieRecord, MAX_COOKIES};
+pub use driver::live::{LiveFrame, LiveInput, Screen, Watching};
 pub use driver::{ActionCall, Driver, DriverConfig};
 pub use egress::{Egress, EgressConfig};
 pub use error::PoolError;

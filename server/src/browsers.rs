@@ -91,6 +91,11 @@ pub trait Leased: Send + Sync {
         Box::pin(async { None })
     }
 
+    /// The session's screen, for live view; `None` where there is none to show.
+    fn screen(&self) -> Option<browserpool_pool::Screen> {
+        None
+    }
+
     /// Kills the browser (or disposes of the context) and frees its place.
     fn release(self: Box<Self>) -> BoxFuture<'static, ()>;
 }
@@ -136,6 +141,10 @@ impl Leased for Lease {
 
     fn context(&self) -> Option<String> {
         Lease::context(self).map(str::to_string)
+    }
+
+    fn screen(&self) -> Option<browserpool_pool::Screen> {
+        Some(self.driver().screen())
     }
 
     fn died(&self) -> watch::Receiver<Option<String>> {

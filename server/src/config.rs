@@ -203,6 +203,9 @@ pub struct ServeArgs {
     /// Most CDP connections this server relays at once.
     #[arg(long, env = "BROWSERPOOL_CDP_MAX_CONNECTIONS", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
     pub cdp_max_connections: u32,
+    /// Most people watching one session at once through live view links (then 429).
+    #[arg(long, env = "BROWSERPOOL_LIVE_MAX_VIEWERS", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
+    pub live_max_viewers: u32,
     /// Largest CDP message either way, in bytes (a full-page screenshot is one message).
     #[arg(long, env = "BROWSERPOOL_CDP_MAX_MESSAGE", default_value_t = 64 << 20)]
     pub cdp_max_message: usize,

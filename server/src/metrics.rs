@@ -69,6 +69,8 @@ pub struct Metrics {
     recordings: Family<RecordingLabels, Counter>,
     recorded_seconds: Counter<f64, std::sync::atomic::AtomicU64>,
     stored: Family<RecordingLabels, Counter>,
+    live_viewers: prometheus_client::metrics::gauge::Gauge,
+    live_frames: Counter,
 }
 
 impl Default for Metrics {
@@ -81,6 +83,8 @@ impl Default for Metrics {
             recordings: Family::default(),
             recorded_seconds: Counter::default(),
             stored: Family::default(),
+            live_viewers: Default::default(),
+            live_frames: Counter::default(),
         }
     }
 }
@@ -114,6 +118,16 @@ impl Metrics {
         self.stored.get_or_create(&RecordingLabels { outcome }).inc();
     }
 
+    /// A live viewer came (`1`) or left (`-1`).
+    pub fn live_viewers(&self, delta: i64) {
+        self.live_viewers.inc_by(delta);
+    }
+
+    /// A frame was sent to a live viewer.
+    pub fn live_frame(&self, _sent: bool) {
+        self.live_frames.inc();
+    }
+
     /// Puts the counters and histograms in `scrape`.
     pub fn scraped(&self, scrape: &mut Scrape) {
         scrape.add(
@@ -143,6 +157,12 @@ impl Metrics {
             "Ended sessions' artifacts copied to --artifact-store, by outcome (stored, failed)",
             self.stored.clone(),
         );
+        scrape.add(
+            "browserpool_live_viewers",
+            "People watching sessions through live view links now",
+            self.live_viewers.clone(),
+        );
+        scrape.add("browserpool_live_frames", "Frames sent to live viewers", self.live_frames.clone());
     }
 }
 

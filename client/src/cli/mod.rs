@@ -7,6 +7,7 @@
 mod admin;
 mod envelope;
 mod files;
+mod live;
 mod render;
 mod session;
 mod steps;

@@ -65,6 +65,25 @@ pub enum SessionCommand {
         /// Session id.
         session: String,
     },
+    /// Print a link to watch the live session in a web browser (--control: to take its mouse
+    /// and keyboard too). Whoever holds the link may use it until --ttl, the session's end, or
+    /// `session live S --revoke`.
+    Live {
+        /// Session id.
+        session: String,
+        /// A link that drives the session, not only views it (scope sessions:write).
+        #[arg(long)]
+        control: bool,
+        /// How long the link works (default 15m; never past the session's end).
+        #[arg(long, value_parser = humantime::parse_duration)]
+        ttl: Option<Duration>,
+        /// Revoke the session's links instead (all of them, or the one --link names).
+        #[arg(long, conflicts_with_all = ["control", "ttl"])]
+        revoke: bool,
+        /// With --revoke: the link id to revoke.
+        #[arg(long, requires = "revoke")]
+        link: Option<String>,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -253,6 +272,10 @@ pub(super) async fn run(ctx: &Ctx, command: SessionCommand) -> Result<(), CliErr
         SessionCommand::Files(args) => super::files::run(ctx, args).await,
         SessionCommand::Recording { session, out } => super::files::recording(ctx, session, out).await,
         SessionCommand::DeleteArtifacts { session } => super::files::delete_artifacts(ctx, session).await,
+        SessionCommand::Live { session, control, ttl, revoke, link } => match revoke {
+            true => super::live::revoke(ctx, session, link.unwrap_or_default()).await,
+            false => super::live::link(ctx, session, control, ttl).await,
+        },
     }
 }
 

@@ -38,6 +38,7 @@ use watchers::{raw_events, watch_targets};
 
 mod context;
 mod dialog;
+pub mod live;
 pub(crate) mod ops;
 mod recorder;
 pub(crate) mod state;
@@ -97,6 +98,11 @@ impl Drop for Driver {
 }
 
 impl Driver {
+    /// The session's screen, for live view.
+    pub fn screen(&self) -> live::Screen {
+        live::Screen { shared: self.shared.clone(), raw: self.raw.clone() }
+    }
+
     /// Connects the driver to a freshly launched browser: starts the watchers, opens the page
     /// sessions will drive and closes any other tab Chromium started with.
     pub(crate) async fn attach(
@@ -201,6 +207,7 @@ impl Driver {
             stop: CancellationToken::new(),
             context,
             recording: Mutex::new(None),
+            live: Mutex::new(None),
         });
         let listen = |e: CdpError| PoolError::Cdp(format!("listen targets: {e}"));
         let created = tokio::time::timeout(t, browser.event_listener::<EventTargetCreated>())

@@ -56,22 +56,10 @@ impl Recording {
         &self.viewport
     }
 
-    /// A frame of the screencast: acknowledged at once, then kept, or held when it comes
-    /// sooner than [`MAX_FPS`] allows after the last one kept. Acknowledging later would make
-    /// Chromium skip the frames painted meanwhile, and a page that then stays still would
-    /// never send its last picture.
-    pub(crate) fn on_frame(&self, raw: &RawCdp, ev: &RawEvent) {
-        if let Some(id) = ev.params.get("sessionId").and_then(|s| s.as_i64()) {
-            raw.send(&ev.session_id, "Page.screencastFrameAck", json!({ "sessionId": id }));
-        }
-        let Some(data) = ev.params["data"].as_str().filter(|d| d.len() <= MAX_FRAME_BYTES * 4 / 3 + 4) else {
-            return;
-        };
-        let Ok(jpeg) = base64::engine::general_purpose::STANDARD.decode(data) else { return };
-        // A JPEG's start-of-image marker: anything else is not a frame of Chromium's.
-        if !jpeg.starts_with(&[0xFF, 0xD8]) {
-            return;
-        }
+    /// A frame of the screencast (see [`frame`]): kept, or held when it comes sooner than
+    /// [`MAX_FPS`] allows after the last one kept.
+    pub(crate) fn on_frame(&self, jpeg: &[u8]) {
+        let jpeg = jpeg.to_vec();
         let at = self.started.elapsed();
         let mut state = lock(&self.state);
         if state.last.is_some_and(|last| at < last + Duration::from_secs(1) / MAX_FPS) {
@@ -85,6 +73,19 @@ impl Recording {
             state.last = Some(at);
         }
     }
+}
+
+/// A frame of the screencast, acknowledged at once (acknowledging later would make Chromium
+/// skip the frames painted meanwhile, and a page that then stays still would never send its
+/// last picture): its JPEG, if it is one.
+pub(crate) fn frame(raw: &RawCdp, ev: &RawEvent) -> Option<Vec<u8>> {
+    if let Some(id) = ev.params.get("sessionId").and_then(|s| s.as_i64()) {
+        raw.send(&ev.session_id, "Page.screencastFrameAck", json!({ "sessionId": id }));
+    }
+    let data = ev.params["data"].as_str().filter(|d| d.len() <= MAX_FRAME_BYTES * 4 / 3 + 4)?;
+    let jpeg = base64::engine::general_purpose::STANDARD.decode(data).ok()?;
+    // A JPEG's start-of-image marker: anything else is not a frame of Chromium's.
+    jpeg.starts_with(&[0xFF, 0xD8]).then_some(jpeg)
 }
 
 /// Writes the frames it is sent into `dir`, in order, until the sender is gone or a write

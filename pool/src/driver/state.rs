@@ -138,6 +138,8 @@ pub(crate) struct Shared {
     pub(crate) context: Option<String>,
     /// The session's recording, while it is recorded.
     pub(crate) recording: Mutex<Option<Arc<super::recorder::Recording>>>,
+    /// The live view's screencast, while someone watches (see `live.rs`).
+    pub(crate) live: Mutex<Option<Arc<super::live::LiveCast>>>,
 }
 
 impl Shared {

@@ -177,6 +177,8 @@ async fn register_tab(
     let recording = lock(&shared.recording).clone();
     if let Some(recording) = recording {
         super::recorder::screencast(raw, &session, recording.viewport()).await;
+    } else if lock(&shared.live).is_some() {
+        super::live::screencast(raw, &session).await;
     }
     let tab = Tab { target: target.clone(), page: page.clone(), session };
     let index = {
@@ -330,10 +332,17 @@ pub(crate) async fn raw_events(shared: Arc<Shared>, raw: RawCdp, mut rx: mpsc::U
             "Fetch.authRequired" => on_auth_required(&shared, &raw, &ev),
             "Page.screencastFrame" => {
                 let recording = lock(&shared.recording).clone();
-                match recording {
-                    Some(recording) => recording.on_frame(&raw, &ev),
-                    // Recording ended: the tab's screencast with it.
-                    None => raw.send(&ev.session_id, "Page.stopScreencast", json!({})),
+                let live = lock(&shared.live).clone();
+                if recording.is_none() && live.is_none() {
+                    // Nobody records or watches any more: the tab's screencast ends.
+                    raw.send(&ev.session_id, "Page.stopScreencast", json!({}));
+                } else if let Some(jpeg) = super::recorder::frame(&raw, &ev) {
+                    if let Some(recording) = recording {
+                        recording.on_frame(&jpeg);
+                    }
+                    if let Some(live) = live {
+                        live.show(std::sync::Arc::new(jpeg), &ev);
+                    }
                 }
             }
             // The tab's renderer died (killed, or out of memory): actions on it end at once.

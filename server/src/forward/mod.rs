@@ -65,6 +65,8 @@ macro_rules! session_rpcs {
             "/browserpool.v1.Sessions/GetFile" => GetFileRequest,
             "/browserpool.v1.Sessions/DeleteFile" => DeleteFileRequest,
             "/browserpool.v1.Sessions/DeleteArtifacts" => DeleteArtifactsRequest,
+            "/browserpool.v1.Sessions/LiveView" => LiveViewRequest,
+            "/browserpool.v1.Sessions/RevokeLiveView" => RevokeLiveViewRequest,
             "/browserpool.v1.Admin/KillSession" => KillSessionRequest,
         }
     };

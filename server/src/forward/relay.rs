@@ -140,7 +140,7 @@ impl Peers {
 fn http_session(path: &str) -> Option<&str> {
     let id = match path.strip_prefix(crate::cdp::CDP_PREFIX) {
         Some(id) => id,
-        None => path.strip_prefix("/sessions/")?.split('/').next()?,
+        None => path.strip_prefix("/sessions/").or_else(|| path.strip_prefix("/live/"))?.split('/').next()?,
     };
     (!id.is_empty() && !id.contains('/')).then_some(id)
 }

@@ -22,7 +22,7 @@ use crate::convert::{
 use crate::envelope;
 use crate::error::ServiceError;
 use crate::sessions::SessionState;
-use crate::sessions::{require, AcquireSpec, ActionInput, Sessions};
+use crate::sessions::{require, AcquireSpec, ActionInput, LiveMode, Sessions};
 use browserpool_pool::CaptureOptions;
 
 /// Adapter from the generated `Sessions` service to [`Sessions`].
@@ -532,5 +532,42 @@ impl pb::sessions_server::Sessions for SessionsApi {
         let deleted = self.sessions.delete_artifacts(&claims, id).await?;
         audit_file(place, &claims, "/browserpool.v1.Sessions/DeleteArtifacts", id, format!("deleted={deleted}"));
         Ok(Response::new(pb::DeleteArtifactsResponse { deleted }))
+    }
+
+    async fn live_view(&self, req: Request<pb::LiveViewRequest>) -> Result<Response<pb::LiveViewLink>, Status> {
+        let claims = claims_about(&req)?;
+        let r = req.into_inner();
+        let mode = match pb::LiveViewMode::try_from(r.mode) {
+            Ok(pb::LiveViewMode::Control) => LiveMode::Control,
+            Ok(pb::LiveViewMode::View | pb::LiveViewMode::Unspecified) => LiveMode::View,
+            Err(_) => return Err(Status::invalid_argument(format!("mode: unknown live view mode {}", r.mode))),
+        };
+        let ttl = std::time::Duration::from_millis(r.ttl_ms as u64);
+        let place = audit_place(&self.app.audit)?;
+        let link = self.sessions.live_view(&claims, &r.session_id, mode, ttl).await?;
+        let target = format!("link={} mode={} ttl_ms={}", link.link_id, mode.as_str(), r.ttl_ms);
+        audit_file(place, &claims, "/browserpool.v1.Sessions/LiveView", &r.session_id, target);
+        Ok(Response::new(pb::LiveViewLink {
+            url: link.url,
+            mode: match link.mode {
+                LiveMode::View => pb::LiveViewMode::View,
+                LiveMode::Control => pb::LiveViewMode::Control,
+            } as i32,
+            expires_at: Some(crate::convert::timestamp(link.expires_ms)),
+            link_id: link.link_id,
+        }))
+    }
+
+    async fn revoke_live_view(
+        &self,
+        req: Request<pb::RevokeLiveViewRequest>,
+    ) -> Result<Response<pb::RevokeLiveViewResponse>, Status> {
+        let claims = claims_about(&req)?;
+        let r = req.into_inner();
+        let place = audit_place(&self.app.audit)?;
+        let revoked = self.sessions.revoke_live_view(&claims, &r.session_id, &r.link_id).await?;
+        let target = format!("link={} revoked={revoked}", if r.link_id.is_empty() { "all" } else { &r.link_id });
+        audit_file(place, &claims, "/browserpool.v1.Sessions/RevokeLiveView", &r.session_id, target);
+        Ok(Response::new(pb::RevokeLiveViewResponse { revoked }))
     }
 }

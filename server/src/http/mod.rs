@@ -5,6 +5,7 @@
 //! `cdp_url` carries its ticket.
 
 mod files;
+mod live;
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -31,6 +32,8 @@ pub struct HttpState {
     pub peers: crate::forward::Peers,
     pub cdp_limits: CdpLimits,
     pub cdp_stats: Arc<CdpStats>,
+    /// Most live viewers a session may have at once.
+    pub live_max_viewers: usize,
 }
 
 /// The router of the side listener.
@@ -57,6 +60,16 @@ pub fn router(state: HttpState) -> Router {
         .route(
             "/sessions/{session}/files.zip",
             get(files::zip)
+                .layer(axum::middleware::from_fn_with_state(state.peers.clone(), crate::forward::session_forward)),
+        )
+        .route(
+            "/live/{session}/{secret}",
+            get(live::page)
+                .layer(axum::middleware::from_fn_with_state(state.peers.clone(), crate::forward::session_forward)),
+        )
+        .route(
+            "/live/{session}/{secret}/ws",
+            get(live::socket)
                 .layer(axum::middleware::from_fn_with_state(state.peers.clone(), crate::forward::session_forward)),
         )
         .with_state(state)

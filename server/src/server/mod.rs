@@ -106,6 +106,7 @@ struct Settings {
     forward_connect_timeout: Duration,
     forward_timeout: Duration,
     cdp_limits: CdpLimits,
+    live_max_viewers: usize,
 }
 
 /// `<data-dir>/replica.id`: the replica id of the last server on this data dir, so the next
@@ -114,10 +115,10 @@ const REPLICA_FILE: &str = "replica.id";
 
 /// Opens the store, loads keys, writes the admin token, starts the pool and binds sockets.
 pub async fn bind(args: ServeArgs) -> anyhow::Result<Bound> {
-    // Bad TLS files stop the server before it takes the data dir or starts a browser.
+    // Bad TLS files or a bad artifact store stop the server before it takes the data dir or
+    // starts a browser.
     let tls = Tls::from_files(args.tls_cert.as_deref(), args.tls_key.as_deref(), args.tls_client_ca.as_deref())?;
     let data_dir = args.store.data_dir.clone();
-    // So does a bad artifact store.
     let keep_files = keep_files(&args, &data_dir).await?;
     create_data_dir(&data_dir)?;
     let dir_lock = DirLock::acquire(&data_dir)?;
@@ -196,22 +197,28 @@ pub async fn bind(args: ServeArgs) -> anyhow::Result<Bound> {
         metrics,
         pool,
         stages,
-        settings: Settings {
-            max_html_bytes: args.max_html_bytes,
-            max_token_ttl: args.max_token_ttl,
-            shutdown_grace: args.shutdown_grace,
-            drain_timeout: args.drain_timeout,
-            forward_connect_timeout: args.forward_connect_timeout,
-            forward_timeout: args.forward_timeout,
-            cdp_limits: CdpLimits {
-                max_message: args.cdp_max_message,
-                per_session: args.cdp_max_clients as usize,
-                per_server: args.cdp_max_connections as usize,
-            },
-        },
+        settings: settings(&args),
         tls,
         _dir_lock: dir_lock,
     })
+}
+
+/// The settings the serving side reads of the flags.
+fn settings(args: &ServeArgs) -> Settings {
+    Settings {
+        max_html_bytes: args.max_html_bytes,
+        max_token_ttl: args.max_token_ttl,
+        shutdown_grace: args.shutdown_grace,
+        drain_timeout: args.drain_timeout,
+        forward_connect_timeout: args.forward_connect_timeout,
+        forward_timeout: args.forward_timeout,
+        live_max_viewers: args.live_max_viewers as usize,
+        cdp_limits: CdpLimits {
+            max_message: args.cdp_max_message,
+            per_session: args.cdp_max_clients as usize,
+            per_server: args.cdp_max_connections as usize,
+        },
+    }
 }
 
 /// The audit spool: what the database refuses of the audit trail waits there, on this

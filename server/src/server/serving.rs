@@ -141,6 +141,7 @@ fn http_listener(
         app: app.clone(),
         peers,
         cdp_limits: settings.cdp_limits.clone(),
+        live_max_viewers: settings.live_max_viewers,
         cdp_stats: Default::default(),
     };
     crate::tls::serve_http(listener, crate::http::router(state), tls.map(Tls::http_acceptor), async move {

@@ -234,6 +234,7 @@ impl Sessions {
         let Held { lease, slot, claim, idle, acquired_by, record: mode, terms } = held;
         self.inner.store.insert_session(&record, "acquired").await?;
         let died = lease.died();
+        let screen = lease.screen();
         let cdp = CdpTarget {
             devtools_url: lease.devtools_url(),
             files_dir: lease.files_dir(),
@@ -256,6 +257,7 @@ impl Sessions {
             record_mode: mode,
             terms,
             failed: std::sync::atomic::AtomicBool::new(false),
+            live_views: super::live_view::LiveViews::new(screen),
         });
         self.spawn(self.clone().watch_browser(record.id.clone(), live.stop.clone(), died));
         self.live_map().insert(record.id.clone(), live);

@@ -37,6 +37,7 @@ mod ending;
 mod files;
 mod kept;
 mod lifecycle;
+mod live_view;
 mod replicas;
 mod stored;
 
@@ -45,6 +46,7 @@ use files::ArtifactTerms;
 pub use files::{FileKind, SessionFile, MAX_FILE_BYTES};
 pub use kept::{KeepFiles, RECORDING_NAME};
 use lifecycle::Claim;
+pub use live_view::{IssuedLink, LiveAccess, LiveError, LiveMode, DEFAULT_LINK_TTL};
 pub use replicas::{drain_reach, DrainReach};
 
 /// Default and maximum per-action deadline.
@@ -137,6 +139,8 @@ struct Live {
     terms: ArtifactTerms,
     /// The job failed: an action failed, or the client said so at release.
     failed: std::sync::atomic::AtomicBool,
+    /// Its live view: screen, links, viewers.
+    live_views: live_view::LiveViews,
 }
 
 /// A session's browser as the CDP proxy reaches it.

@@ -35,6 +35,18 @@ pub async fn node(script: &str, cdp_url: &str, token: Option<&str>, site: &str) 
         .unwrap_or_else(|e| panic!("{script}: {e}: {stdout}"))
 }
 
+/// Runs a Node script of `tests/cdp` with `env`; its last line of output, as JSON.
+pub async fn node_env(script: &str, env: &[(&str, &str)]) -> Value {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/cdp");
+    let mut cmd = tokio::process::Command::new("node");
+    cmd.arg(script).current_dir(&dir).envs(env.iter().copied()).kill_on_drop(true);
+    let out = tokio::time::timeout(Duration::from_secs(90), cmd.output()).await.expect("node finished").unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{script} failed: {stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_str(stdout.lines().last().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("{script}: {e}: {stdout}"))
+}
+
 /// The status code of a WebSocket upgrade request to the HTTP listener.
 async fn upgrade_status(http: std::net::SocketAddr, path: &str, token: Option<&str>, upgrade: bool) -> u16 {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};

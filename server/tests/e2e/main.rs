@@ -18,6 +18,7 @@ mod helpers;
 mod image;
 mod isolation;
 mod lifecycle;
+mod live;
 mod ops;
 mod recording;
 mod replicas;

@@ -1,11 +1,24 @@
+import datetime
+
 from browserpool.v1 import common_pb2 as _common_pb2
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class LiveViewMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    LIVE_VIEW_MODE_UNSPECIFIED: _ClassVar[LiveViewMode]
+    VIEW: _ClassVar[LiveViewMode]
+    CONTROL: _ClassVar[LiveViewMode]
+LIVE_VIEW_MODE_UNSPECIFIED: LiveViewMode
+VIEW: LiveViewMode
+CONTROL: LiveViewMode
 
 class AcquireRequest(_message.Message):
     __slots__ = ("wait_ms", "ttl_ms", "idle_timeout_ms", "viewport", "labels", "context", "record")
@@ -233,3 +246,39 @@ class DeleteArtifactsResponse(_message.Message):
     DELETED_FIELD_NUMBER: _ClassVar[int]
     deleted: int
     def __init__(self, deleted: _Optional[int] = ...) -> None: ...
+
+class LiveViewRequest(_message.Message):
+    __slots__ = ("session_id", "mode", "ttl_ms")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    TTL_MS_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    mode: LiveViewMode
+    ttl_ms: int
+    def __init__(self, session_id: _Optional[str] = ..., mode: _Optional[_Union[LiveViewMode, str]] = ..., ttl_ms: _Optional[int] = ...) -> None: ...
+
+class LiveViewLink(_message.Message):
+    __slots__ = ("url", "mode", "expires_at", "link_id")
+    URL_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    LINK_ID_FIELD_NUMBER: _ClassVar[int]
+    url: str
+    mode: LiveViewMode
+    expires_at: _timestamp_pb2.Timestamp
+    link_id: str
+    def __init__(self, url: _Optional[str] = ..., mode: _Optional[_Union[LiveViewMode, str]] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., link_id: _Optional[str] = ...) -> None: ...
+
+class RevokeLiveViewRequest(_message.Message):
+    __slots__ = ("session_id", "link_id")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    LINK_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    link_id: str
+    def __init__(self, session_id: _Optional[str] = ..., link_id: _Optional[str] = ...) -> None: ...
+
+class RevokeLiveViewResponse(_message.Message):
+    __slots__ = ("revoked",)
+    REVOKED_FIELD_NUMBER: _ClassVar[int]
+    revoked: int
+    def __init__(self, revoked: _Optional[int] = ...) -> None: ...

@@ -117,6 +117,16 @@ class SessionsStub:
                 request_serializer=browserpool_dot_v1_dot_sessions__pb2.DeleteArtifactsRequest.SerializeToString,
                 response_deserializer=browserpool_dot_v1_dot_sessions__pb2.DeleteArtifactsResponse.FromString,
                 _registered_method=True)
+        self.LiveView = channel.unary_unary(
+                '/browserpool.v1.Sessions/LiveView',
+                request_serializer=browserpool_dot_v1_dot_sessions__pb2.LiveViewRequest.SerializeToString,
+                response_deserializer=browserpool_dot_v1_dot_sessions__pb2.LiveViewLink.FromString,
+                _registered_method=True)
+        self.RevokeLiveView = channel.unary_unary(
+                '/browserpool.v1.Sessions/RevokeLiveView',
+                request_serializer=browserpool_dot_v1_dot_sessions__pb2.RevokeLiveViewRequest.SerializeToString,
+                response_deserializer=browserpool_dot_v1_dot_sessions__pb2.RevokeLiveViewResponse.FromString,
+                _registered_method=True)
 
 
 class SessionsServicer:
@@ -266,6 +276,25 @@ class SessionsServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def LiveView(self, request, context):
+        """A link to watch the live session in a web browser (VIEW, scope sessions:read) or to take
+        its mouse and keyboard (CONTROL, scope sessions:write), on the caller's own session (or
+        with sessions:shared). The link is a capability: whoever holds it may open it, until its
+        ttl_ms (default 15 min, at most the session's end), the session's end, or RevokeLiveView.
+        It names no token; it is served by the HTTP listener (under --public-url) of any replica.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RevokeLiveView(self, request, context):
+        """Revokes one live view link of the session (link_id), or all of them (link_id empty); the
+        pages watching through them are closed at once. Same scopes as CONTROL.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SessionsServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -348,6 +377,16 @@ def add_SessionsServicer_to_server(servicer, server):
                     servicer.DeleteArtifacts,
                     request_deserializer=browserpool_dot_v1_dot_sessions__pb2.DeleteArtifactsRequest.FromString,
                     response_serializer=browserpool_dot_v1_dot_sessions__pb2.DeleteArtifactsResponse.SerializeToString,
+            ),
+            'LiveView': grpc.unary_unary_rpc_method_handler(
+                    servicer.LiveView,
+                    request_deserializer=browserpool_dot_v1_dot_sessions__pb2.LiveViewRequest.FromString,
+                    response_serializer=browserpool_dot_v1_dot_sessions__pb2.LiveViewLink.SerializeToString,
+            ),
+            'RevokeLiveView': grpc.unary_unary_rpc_method_handler(
+                    servicer.RevokeLiveView,
+                    request_deserializer=browserpool_dot_v1_dot_sessions__pb2.RevokeLiveViewRequest.FromString,
+                    response_serializer=browserpool_dot_v1_dot_sessions__pb2.RevokeLiveViewResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -784,6 +823,60 @@ class Sessions:
             '/browserpool.v1.Sessions/DeleteArtifacts',
             browserpool_dot_v1_dot_sessions__pb2.DeleteArtifactsRequest.SerializeToString,
             browserpool_dot_v1_dot_sessions__pb2.DeleteArtifactsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def LiveView(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/browserpool.v1.Sessions/LiveView',
+            browserpool_dot_v1_dot_sessions__pb2.LiveViewRequest.SerializeToString,
+            browserpool_dot_v1_dot_sessions__pb2.LiveViewLink.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RevokeLiveView(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/browserpool.v1.Sessions/RevokeLiveView',
+            browserpool_dot_v1_dot_sessions__pb2.RevokeLiveViewRequest.SerializeToString,
+            browserpool_dot_v1_dot_sessions__pb2.RevokeLiveViewResponse.FromString,
             options,
             channel_credentials,
             insecure,

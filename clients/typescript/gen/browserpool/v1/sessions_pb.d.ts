@@ -5,9 +5,10 @@
 // @generated from file browserpool/v1/sessions.proto (package browserpool.v1, syntax proto3)
 /* eslint-disable */
 
-import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
+import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import type { Message } from "@bufbuild/protobuf";
 import type { Action, ActionResult, ActionResultSchema, Artifact, ArtifactKind, ArtifactSchema, ContextEnvelope, ContextEnvelopeSchema, Event, EventSchema, Record, Session, SessionSchema, SessionState, Viewport } from "./common_pb.js";
+import type { Timestamp } from "@bufbuild/protobuf/wkt";
 
 /**
  * Describes the file browserpool/v1/sessions.proto.
@@ -755,6 +756,143 @@ export declare type DeleteArtifactsResponse = Message<"browserpool.v1.DeleteArti
 export declare const DeleteArtifactsResponseSchema: GenMessage<DeleteArtifactsResponse>;
 
 /**
+ * @generated from message browserpool.v1.LiveViewRequest
+ */
+export declare type LiveViewRequest = Message<"browserpool.v1.LiveViewRequest"> & {
+  /**
+   * @generated from field: string session_id = 1;
+   */
+  sessionId: string;
+
+  /**
+   * VIEW when unset.
+   *
+   * @generated from field: browserpool.v1.LiveViewMode mode = 2;
+   */
+  mode: LiveViewMode;
+
+  /**
+   * How long the link works, in ms; 0 = 15 minutes. Never past the session's end.
+   *
+   * @generated from field: uint32 ttl_ms = 3;
+   */
+  ttlMs: number;
+};
+
+/**
+ * Describes the message browserpool.v1.LiveViewRequest.
+ * Use `create(LiveViewRequestSchema)` to create a new message.
+ */
+export declare const LiveViewRequestSchema: GenMessage<LiveViewRequest>;
+
+/**
+ * @generated from message browserpool.v1.LiveViewLink
+ */
+export declare type LiveViewLink = Message<"browserpool.v1.LiveViewLink"> & {
+  /**
+   * The page to open: `<public url>/live/<session>/<secret>`.
+   *
+   * @generated from field: string url = 1;
+   */
+  url: string;
+
+  /**
+   * @generated from field: browserpool.v1.LiveViewMode mode = 2;
+   */
+  mode: LiveViewMode;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp expires_at = 3;
+   */
+  expiresAt?: Timestamp | undefined;
+
+  /**
+   * Names the link to RevokeLiveView (not a secret).
+   *
+   * @generated from field: string link_id = 4;
+   */
+  linkId: string;
+};
+
+/**
+ * Describes the message browserpool.v1.LiveViewLink.
+ * Use `create(LiveViewLinkSchema)` to create a new message.
+ */
+export declare const LiveViewLinkSchema: GenMessage<LiveViewLink>;
+
+/**
+ * @generated from message browserpool.v1.RevokeLiveViewRequest
+ */
+export declare type RevokeLiveViewRequest = Message<"browserpool.v1.RevokeLiveViewRequest"> & {
+  /**
+   * @generated from field: string session_id = 1;
+   */
+  sessionId: string;
+
+  /**
+   * The link to revoke; empty: every link of the session.
+   *
+   * @generated from field: string link_id = 2;
+   */
+  linkId: string;
+};
+
+/**
+ * Describes the message browserpool.v1.RevokeLiveViewRequest.
+ * Use `create(RevokeLiveViewRequestSchema)` to create a new message.
+ */
+export declare const RevokeLiveViewRequestSchema: GenMessage<RevokeLiveViewRequest>;
+
+/**
+ * @generated from message browserpool.v1.RevokeLiveViewResponse
+ */
+export declare type RevokeLiveViewResponse = Message<"browserpool.v1.RevokeLiveViewResponse"> & {
+  /**
+   * How many links were revoked.
+   *
+   * @generated from field: uint32 revoked = 1;
+   */
+  revoked: number;
+};
+
+/**
+ * Describes the message browserpool.v1.RevokeLiveViewResponse.
+ * Use `create(RevokeLiveViewResponseSchema)` to create a new message.
+ */
+export declare const RevokeLiveViewResponseSchema: GenMessage<RevokeLiveViewResponse>;
+
+/**
+ * What a live view link allows.
+ *
+ * @generated from enum browserpool.v1.LiveViewMode
+ */
+export enum LiveViewMode {
+  /**
+   * @generated from enum value: LIVE_VIEW_MODE_UNSPECIFIED = 0;
+   */
+  LIVE_VIEW_MODE_UNSPECIFIED = 0,
+
+  /**
+   * Watch only: the page's picture, its tabs, its dialogs; no input.
+   *
+   * @generated from enum value: VIEW = 1;
+   */
+  VIEW = 1,
+
+  /**
+   * Watch and drive: mouse, keyboard, switching tabs and answering dialogs.
+   *
+   * @generated from enum value: CONTROL = 2;
+   */
+  CONTROL = 2,
+}
+
+/**
+ * Describes the enum browserpool.v1.LiveViewMode.
+ */
+export declare const LiveViewModeSchema: GenEnum<LiveViewMode>;
+
+/**
  * Lease headless Chromium sessions and drive them. Common errors: UNAUTHENTICATED (bad or
  * missing token), PERMISSION_DENIED (scope), NOT_FOUND (unknown or another tenant's session).
  *
@@ -950,6 +1088,31 @@ export declare const Sessions: GenService<{
     methodKind: "unary";
     input: typeof DeleteArtifactsRequestSchema;
     output: typeof DeleteArtifactsResponseSchema;
+  },
+  /**
+   * A link to watch the live session in a web browser (VIEW, scope sessions:read) or to take
+   * its mouse and keyboard (CONTROL, scope sessions:write), on the caller's own session (or
+   * with sessions:shared). The link is a capability: whoever holds it may open it, until its
+   * ttl_ms (default 15 min, at most the session's end), the session's end, or RevokeLiveView.
+   * It names no token; it is served by the HTTP listener (under --public-url) of any replica.
+   *
+   * @generated from rpc browserpool.v1.Sessions.LiveView
+   */
+  liveView: {
+    methodKind: "unary";
+    input: typeof LiveViewRequestSchema;
+    output: typeof LiveViewLinkSchema;
+  },
+  /**
+   * Revokes one live view link of the session (link_id), or all of them (link_id empty); the
+   * pages watching through them are closed at once. Same scopes as CONTROL.
+   *
+   * @generated from rpc browserpool.v1.Sessions.RevokeLiveView
+   */
+  revokeLiveView: {
+    methodKind: "unary";
+    input: typeof RevokeLiveViewRequestSchema;
+    output: typeof RevokeLiveViewResponseSchema;
   },
 }>;
 

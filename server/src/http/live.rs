@@ -1,0 +1,191 @@
+//! `/live/{session}/{secret}`: the live view page (embedded in the binary), and
+//! `/live/{session}/{secret}/ws`, its websocket: the active tab's picture as binary JPEG
+//! messages (the latest one: a viewer that reads slowly skips frames), status as JSON text,
+//! and, through a CONTROL link, the person's mouse and keyboard as JSON text (see
+//! [`browserpool_pool::LiveInput`]). Closed at the session's end, at the link's expiry or
+//! revocation. Opened and closed are one audit record, with the count of inputs (never what
+//! was typed).
+
+use std::time::{Duration, Instant};
+
+use axum::extract::ws::{CloseFrame, Message, WebSocket};
+use axum::extract::{Path, State, WebSocketUpgrade};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use futures::{SinkExt, StreamExt};
+use serde_json::json;
+
+use super::{refuse, HttpState, Refusal};
+use crate::sessions::{LiveAccess, LiveError};
+
+/// The page, HTML with its script and style inline: no CDN, nothing to build.
+const PAGE: &str = include_str!("live.html");
+/// The `rpc` of a live view's audit record.
+pub const LIVE_RPC: &str = "LIVE /live/{session}";
+/// Largest message a viewer may send (a pasted text of 64 KiB, as JSON).
+const MAX_INPUT_MESSAGE: usize = 160 << 10;
+/// A frame a viewer does not take within this is the end of that viewer.
+const SEND_WAIT: Duration = Duration::from_secs(10);
+
+/// The page, for a link that works (404 otherwise, the same for every reason).
+pub async fn page(State(state): State<HttpState>, Path((session, secret)): Path<(String, String)>) -> Response {
+    match state.app.sessions.live_link(&session, &secret) {
+        Ok(_) => (
+            [
+                (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+                (header::CACHE_CONTROL, "no-store"),
+                (header::REFERRER_POLICY, "no-referrer"),
+                (
+                    header::CONTENT_SECURITY_POLICY,
+                    "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src blob:; connect-src 'self'; base-uri 'none'; form-action 'none'",
+                ),
+            ],
+            PAGE,
+        )
+            .into_response(),
+        Err(e) => (StatusCode::NOT_FOUND, format!("{e}\n")).into_response(),
+    }
+}
+
+/// The websocket of the page.
+pub async fn socket(
+    State(state): State<HttpState>,
+    Path((session, secret)): Path<(String, String)>,
+    peer: Option<axum::Extension<crate::tls::PeerAddr>>,
+    upgrade: Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
+) -> Response {
+    let source = peer.map_or_else(|| "an unknown address".to_string(), |p| p.0 .0.ip().to_string());
+    let Ok(upgrade) = upgrade else {
+        return (StatusCode::BAD_REQUEST, "a live view's socket is a websocket\n").into_response();
+    };
+    let place = match state.app.audit.reserve_call() {
+        Ok(place) => place,
+        Err(e) => return (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")).into_response(),
+    };
+    let access = match state.app.sessions.live_open(&session, &secret, state.live_max_viewers) {
+        Ok(access) => access,
+        Err(e) => {
+            let (status, unproven) = match e {
+                LiveError::NotFound => (StatusCode::NOT_FOUND, true),
+                LiveError::Full { .. } => (StatusCode::TOO_MANY_REQUESTS, false),
+            };
+            let refusal = Refusal { source: &source, claims: None, session: &session, rpc: LIVE_RPC, unproven };
+            return refuse(&state, refusal, status, e.to_string());
+        }
+    };
+    let metrics = state.app.metrics.clone();
+    upgrade.max_message_size(MAX_INPUT_MESSAGE).on_upgrade(move |ws| async move {
+        let started = Instant::now();
+        let record = access.record().clone();
+        tracing::info!(session = %record.id, link = %access.link_id(), mode = access.mode().as_str(), "live viewer attached");
+        metrics.live_viewers(1);
+        let summary = serve(ws, &access, &metrics).await;
+        metrics.live_viewers(-1);
+        tracing::info!(session = %record.id, link = %access.link_id(), close = %summary.close, frames = summary.frames, inputs = summary.inputs, "live viewer detached");
+        place.record(crate::audit::Entry {
+            tenant: record.tenant.clone(),
+            subject: format!("{} (live view link {})", record.subject, access.link_id()),
+            session_id: record.id.clone(),
+            rpc: LIVE_RPC.into(),
+            target: format!(
+                "mode {}; frames {}; inputs {}; refused inputs {}",
+                access.mode().as_str(),
+                summary.frames,
+                summary.inputs,
+                summary.refused
+            ),
+            outcome: "ok".into(),
+            code: summary.close,
+            duration_ms: started.elapsed().as_millis().min(u32::MAX as u128) as u32,
+            ..Default::default()
+        });
+    })
+}
+
+/// What one viewer did.
+#[derive(Default)]
+struct Summary {
+    frames: u64,
+    inputs: u64,
+    refused: u64,
+    close: String,
+}
+
+/// Sends the picture and takes input until the viewer leaves, the session ends, or the link
+/// stops working.
+async fn serve(ws: WebSocket, access: &LiveAccess, metrics: &crate::metrics::Metrics) -> Summary {
+    let (mut tx, mut rx) = ws.split();
+    let mut summary = Summary::default();
+    let hello = json!({
+        "type": "hello",
+        "session": access.record().id,
+        "mode": access.mode().as_str(),
+        "expires_in_ms": access.time_left().as_millis() as u64,
+    });
+    if tx.send(Message::Text(hello.to_string().into())).await.is_err() {
+        summary.close = "viewer gone".into();
+        return summary;
+    }
+    let watching = access.watch().await;
+    let mut frames = watching.frames.clone();
+    frames.mark_changed();
+    let (stop, mut revoked) = (access.stop(), access.revocations());
+    let expiry = tokio::time::sleep(access.time_left());
+    tokio::pin!(expiry);
+    let close = loop {
+        tokio::select! {
+            _ = stop.cancelled() => break (1000, "the session ended"),
+            _ = &mut expiry => break (4001, "the link expired"),
+            changed = revoked.changed() => {
+                if changed.is_err() || !access.works() {
+                    break (4003, "the link was revoked");
+                }
+            }
+            changed = frames.changed() => {
+                if changed.is_err() {
+                    break (1011, "the picture stopped");
+                }
+                let frame = frames.borrow_and_update().clone();
+                let Some(frame) = frame else { continue };
+                let sent = tokio::time::timeout(SEND_WAIT, tx.send(Message::Binary(frame.jpeg.to_vec().into()))).await;
+                match sent {
+                    Ok(Ok(())) => {
+                        summary.frames += 1;
+                        metrics.live_frame(true);
+                    }
+                    Ok(Err(_)) => break (1001, "viewer gone"),
+                    Err(_) => break (1008, "the viewer took no frame for 10 s"),
+                }
+            }
+            message = rx.next() => match message {
+                Some(Ok(Message::Text(text))) => {
+                    let answer = match serde_json::from_str::<browserpool_pool::LiveInput>(&text) {
+                        Ok(input) => access.input(&input).await,
+                        Err(e) => Err(format!("not an input: {e}")),
+                    };
+                    match answer {
+                        Ok(()) => summary.inputs += 1,
+                        Err(why) => {
+                            summary.refused += 1;
+                            let error = json!({ "type": "error", "message": why });
+                            let _ = tx.send(Message::Text(error.to_string().into())).await;
+                        }
+                    }
+                }
+                Some(Ok(Message::Binary(_))) => {
+                    summary.refused += 1;
+                    let error = json!({ "type": "error", "message": "send input as JSON text" });
+                    let _ = tx.send(Message::Text(error.to_string().into())).await;
+                }
+                Some(Ok(Message::Ping(_) | Message::Pong(_))) => {}
+                Some(Ok(Message::Close(_))) | None | Some(Err(_)) => break (1000, "viewer left"),
+            },
+        }
+    };
+    drop(watching);
+    let (code, reason) = close;
+    let frame = CloseFrame { code, reason: reason.into() };
+    let _ = tokio::time::timeout(Duration::from_secs(1), tx.send(Message::Close(Some(frame)))).await;
+    summary.close = reason.into();
+    summary
+}

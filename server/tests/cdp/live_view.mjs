@@ -1,0 +1,48 @@
+// A person at a live view link, in a Chromium of the test's own (not the pool's). Env:
+// LIVE_URL (a CONTROL link). Waits for the picture, screenshots the viewer page and reads the
+// colour at the session page's red block (decoded by another page of this Chromium), then
+// clicks the session's button and types into its input through the viewer.
+import { chromium } from 'playwright-core';
+
+const browser = await chromium.launch({
+  executablePath: '/usr/bin/chromium',
+  chromiumSandbox: false,
+  args: ['--disable-gpu', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run'],
+});
+const page = await browser.newPage({ viewport: { width: 800, height: 520 } });
+await page.goto(process.env.LIVE_URL);
+await page.waitForFunction(() => Number(document.body.dataset.frames || 0) >= 1, null, { timeout: 20000 });
+await page.waitForTimeout(300);
+const mode = await page.evaluate(() => document.body.dataset.mode);
+const rect = await page.evaluate(() => {
+  const r = document.getElementById('screen').getBoundingClientRect();
+  return { x: r.x, y: r.y, w: r.width, h: r.height };
+});
+// Where a point of the session's 1280x720 page is in the viewer.
+const at = (x, y) => ({ x: rect.x + (rect.w * x) / 1280, y: rect.y + (rect.h * y) / 720 });
+
+const png = await page.screenshot();
+const probe = await browser.newPage();
+const block = at(200, 150);
+const rgb = await probe.evaluate(async ({ b64, x, y }) => {
+  const img = new Image();
+  img.src = 'data:image/png;base64,' + b64;
+  await img.decode();
+  const c = document.createElement('canvas');
+  c.width = img.width;
+  c.height = img.height;
+  const g = c.getContext('2d');
+  g.drawImage(img, 0, 0);
+  return Array.from(g.getImageData(Math.round(x), Math.round(y), 1, 1).data.slice(0, 3));
+}, { b64: png.toString('base64'), x: block.x, y: block.y });
+
+const button = at(600, 100);
+await page.mouse.click(button.x, button.y);
+const input = at(650, 225);
+await page.mouse.click(input.x, input.y);
+await page.keyboard.type('hi there');
+await page.keyboard.press('Backspace');
+await page.waitForTimeout(500);
+const frames = await page.evaluate(() => Number(document.body.dataset.frames));
+console.log(JSON.stringify({ mode, rgb, frames, viewer: rect }));
+await browser.close();
