@@ -900,5 +900,8 @@ async fn cleanup_keeps_up_with_every_core_busy() {
     assert!(gone.is_some_and(|t| t <= Duration::from_secs(2)), "worker processes left: {gone:?}");
     assert!(deleted.is_some_and(|t| t <= Duration::from_secs(5)), "profile left: {deleted:?}");
     assert_eq!(status.code(), Some(0));
-    assert!(took <= Duration::from_secs(3), "exit after {took:?}");
+    // A boot in flight ends where it stands instead of running out its 30 s launch timeout.
+    // Killing it (and its profile's removal) under 24 busy loops on this 2-core machine took
+    // up to 6.3 s in some runs (3 s in most): the bound catches a stop that waits the boot out.
+    assert!(took <= Duration::from_secs(10), "exit after {took:?}");
 }
