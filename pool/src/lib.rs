@@ -28,7 +28,7 @@ pub mod video;
 pub use actions::{canonicalize, parse_viewport, Access, Action, ActionKind, Canonical, Target, UnknownAction};
 pub use cgroup::Cgroups;
 pub use context::{CaptureOptions, ContextState, CookieRecord, MAX_COOKIES};
-pub use driver::live::{LiveFrame, LiveInput, Screen, Watching};
+pub use driver::live::{dialog_kind, Dialogs, LiveFrame, LiveInput, Screen, TabInfo, Watching};
 pub use driver::{ActionCall, Driver, DriverConfig};
 pub use egress::{Egress, EgressConfig};
 pub use error::PoolError;

@@ -238,6 +238,18 @@ class Client:
         request = sessions_pb2.DeleteArtifactsRequest(session_id=session_id)
         return self._call(self.sessions.DeleteArtifacts, request).deleted
 
+    def live_view(self, session_id: str, control: bool = False, ttl_ms: int = 0) -> sessions_pb2.LiveViewLink:
+        """A link to watch the live session in a web browser (control=True: to drive it too),
+        working for ttl_ms (0: 15 minutes; never past the session's end)."""
+        mode = sessions_pb2.LiveViewMode.CONTROL if control else sessions_pb2.LiveViewMode.VIEW
+        request = sessions_pb2.LiveViewRequest(session_id=session_id, mode=mode, ttl_ms=ttl_ms)
+        return self._call(self.sessions.LiveView, request)
+
+    def revoke_live_view(self, session_id: str, link_id: str = "") -> int:
+        """Revokes one live view link of the session (every one when link_id is empty); how many."""
+        request = sessions_pb2.RevokeLiveViewRequest(session_id=session_id, link_id=link_id)
+        return self._call(self.sessions.RevokeLiveView, request).revoked
+
     def _download(self, request: sessions_pb2.GetFileRequest) -> Tuple[common_pb2.Artifact, bytes]:
         artifact, parts = None, []
         try:

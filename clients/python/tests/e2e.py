@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import grpc  # noqa: E402
 
 import browserpool  # noqa: E402
-from browserpool.v1 import common_pb2  # noqa: E402
+from browserpool.v1 import common_pb2, sessions_pb2  # noqa: E402
 
 server, token, site = os.environ["SERVER"], os.environ["TOKEN"], os.environ["SITE"]
 out = {}
@@ -27,6 +27,9 @@ with browserpool.connect(server, token) as client:
     with client.session(wait_ms=30_000, labels={"client": "python"}, record=record) as s:
         out["session"] = s.id
         out["uploaded_sha256"] = client.put_file(s.id, "hello.txt", b"hi there").sha256
+        link = client.live_view(s.id, control=True, ttl_ms=60_000)
+        out["live"] = [link.url.split("/live/")[1].split("/")[0], sessions_pb2.LiveViewMode.Name(link.mode)]
+        out["live_revoked"] = client.revoke_live_view(s.id, link.link_id)
         s.act("navigate", payload=site + "/")
         out["title"] = s.value("title")
         out["heading_before"] = s.value("extract", "h1")

@@ -22,9 +22,9 @@ import { type JsonValue, type MessageInitShape } from "@bufbuild/protobuf";
 import { Code, ConnectError, type Client, type Interceptor } from "@connectrpc/connect";
 import { Admin } from "../gen/browserpool/v1/admin_pb.js";
 import { ArtifactKind, ErrorCode, Record, SessionState, type Action, type ActionResult, type Artifact, type Session } from "../gen/browserpool/v1/common_pb.js";
-import { Sessions, type AcquireRequestSchema, type ReleaseResponse } from "../gen/browserpool/v1/sessions_pb.js";
-export { Code, ConnectError, ErrorCode, SessionState, Sessions, Admin, ArtifactKind, Record };
-export type { Action, ActionResult, Artifact, Session, JsonValue };
+import { LiveViewMode, Sessions, type AcquireRequestSchema, type LiveViewLink, type ReleaseResponse } from "../gen/browserpool/v1/sessions_pb.js";
+export { Code, ConnectError, ErrorCode, SessionState, Sessions, Admin, ArtifactKind, Record, LiveViewMode };
+export type { Action, ActionResult, Artifact, Session, JsonValue, LiveViewLink };
 /** How to reach the server besides its URL. */
 export interface ConnectOptions {
     /** PEM file of the CA(s) the server's certificate must chain to (`https://` URLs). */
@@ -112,3 +112,10 @@ export declare function getRecording(client: BrowserpoolClient, sessionId: strin
 }>;
 /** Deletes what an ended session kept (its files and recording); how many. */
 export declare function deleteArtifacts(client: BrowserpoolClient, sessionId: string): Promise<number>;
+/** A link to watch the live session in a web browser (`control`: to drive it too), working for `ttlMs` (0: 15 minutes; never past the session's end). */
+export declare function liveView(client: BrowserpoolClient, sessionId: string, opts?: {
+    control?: boolean;
+    ttlMs?: number;
+}): Promise<LiveViewLink>;
+/** Revokes one live view link of the session (every one when `linkId` is empty); how many. */
+export declare function revokeLiveView(client: BrowserpoolClient, sessionId: string, linkId?: string): Promise<number>;

@@ -25,8 +25,8 @@ import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import { Admin } from "../gen/browserpool/v1/admin_pb.js";
 import { ActionSchema, ArtifactKind, ErrorCode, Record, SessionState, } from "../gen/browserpool/v1/common_pb.js";
-import { Sessions } from "../gen/browserpool/v1/sessions_pb.js";
-export { Code, ConnectError, ErrorCode, SessionState, Sessions, Admin, ArtifactKind, Record };
+import { LiveViewMode, Sessions, } from "../gen/browserpool/v1/sessions_pb.js";
+export { Code, ConnectError, ErrorCode, SessionState, Sessions, Admin, ArtifactKind, Record, LiveViewMode };
 /** An interceptor that sends `authorization: Bearer <token>` with every call. */
 export function bearer(token) {
     const value = `Bearer ${token.trim()}`;
@@ -168,6 +168,15 @@ export async function getRecording(client, sessionId) {
 /** Deletes what an ended session kept (its files and recording); how many. */
 export async function deleteArtifacts(client, sessionId) {
     return (await client.sessions.deleteArtifacts({ sessionId })).deleted;
+}
+/** A link to watch the live session in a web browser (`control`: to drive it too), working for `ttlMs` (0: 15 minutes; never past the session's end). */
+export async function liveView(client, sessionId, opts = {}) {
+    const mode = opts.control ? LiveViewMode.CONTROL : LiveViewMode.VIEW;
+    return client.sessions.liveView({ sessionId, mode, ttlMs: opts.ttlMs ?? 0 });
+}
+/** Revokes one live view link of the session (every one when `linkId` is empty); how many. */
+export async function revokeLiveView(client, sessionId, linkId = "") {
+    return (await client.sessions.revokeLiveView({ sessionId, linkId })).revoked;
 }
 async function download(client, req) {
     let artifact;

@@ -39,10 +39,16 @@ import {
   type Artifact,
   type Session,
 } from "../gen/browserpool/v1/common_pb.js";
-import { Sessions, type AcquireRequestSchema, type ReleaseResponse } from "../gen/browserpool/v1/sessions_pb.js";
+import {
+  LiveViewMode,
+  Sessions,
+  type AcquireRequestSchema,
+  type LiveViewLink,
+  type ReleaseResponse,
+} from "../gen/browserpool/v1/sessions_pb.js";
 
-export { Code, ConnectError, ErrorCode, SessionState, Sessions, Admin, ArtifactKind, Record };
-export type { Action, ActionResult, Artifact, Session, JsonValue };
+export { Code, ConnectError, ErrorCode, SessionState, Sessions, Admin, ArtifactKind, Record, LiveViewMode };
+export type { Action, ActionResult, Artifact, Session, JsonValue, LiveViewLink };
 
 /** How to reach the server besides its URL. */
 export interface ConnectOptions {
@@ -248,6 +254,21 @@ export async function getRecording(
 /** Deletes what an ended session kept (its files and recording); how many. */
 export async function deleteArtifacts(client: BrowserpoolClient, sessionId: string): Promise<number> {
   return (await client.sessions.deleteArtifacts({ sessionId })).deleted;
+}
+
+/** A link to watch the live session in a web browser (`control`: to drive it too), working for `ttlMs` (0: 15 minutes; never past the session's end). */
+export async function liveView(
+  client: BrowserpoolClient,
+  sessionId: string,
+  opts: { control?: boolean; ttlMs?: number } = {},
+): Promise<LiveViewLink> {
+  const mode = opts.control ? LiveViewMode.CONTROL : LiveViewMode.VIEW;
+  return client.sessions.liveView({ sessionId, mode, ttlMs: opts.ttlMs ?? 0 });
+}
+
+/** Revokes one live view link of the session (every one when `linkId` is empty); how many. */
+export async function revokeLiveView(client: BrowserpoolClient, sessionId: string, linkId = ""): Promise<number> {
+  return (await client.sessions.revokeLiveView({ sessionId, linkId })).revoked;
 }
 
 async function download(

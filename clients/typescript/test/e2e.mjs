@@ -13,6 +13,9 @@ import {
   connect,
   getFile,
   getRecording,
+  liveView,
+  LiveViewMode,
+  revokeLiveView,
   putFile,
   withSession,
 } from "../dist/index.js";
@@ -26,6 +29,9 @@ const client = connect(SERVER, TOKEN);
 await withSession(client, { waitMs: 30_000, labels: { client: "typescript" }, record: Record.ON }, async (s) => {
   out.session = s.id;
   out.uploaded_sha256 = (await putFile(client, s.id, "hello.txt", Buffer.from("hi there"))).sha256;
+  const link = await liveView(client, s.id, { control: true, ttlMs: 60_000 });
+  out.live = [link.url.split("/live/")[1].split("/")[0], LiveViewMode[link.mode]];
+  out.live_revoked = await revokeLiveView(client, s.id, link.linkId);
   await s.act("navigate", "", `${SITE}/`);
   out.title = await s.value("title");
   out.heading_before = await s.value("extract", "h1");

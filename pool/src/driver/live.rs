@@ -14,6 +14,7 @@ use serde_json::json;
 use tokio::sync::watch;
 
 use super::Shared;
+use crate::events::{DialogInfo, DialogKind};
 use crate::rawcdp::{RawCdp, RawEvent};
 use crate::sync::lock;
 
@@ -230,9 +231,33 @@ impl Screen {
         tabs.list.get(tabs.active).map(|t| t.session.clone())
     }
 
+    /// The session's tabs (URL and title of each) and the index of the one in front.
+    pub async fn tabs(&self) -> (Vec<TabInfo>, usize) {
+        let (targets, active) = {
+            let tabs = lock(&self.shared.tabs);
+            (tabs.list.iter().map(|t| t.target.as_ref().to_string()).collect::<Vec<_>>(), tabs.active)
+        };
+        let mut infos = Vec::with_capacity(targets.len());
+        for target in targets {
+            let info = self.raw.call("", "Target.getTargetInfo", json!({ "targetId": target }));
+            let info = tokio::time::timeout(CALL_WAIT, info).await.ok().and_then(Result::ok).unwrap_or_default();
+            let field = |name: &str| info["targetInfo"][name].as_str().unwrap_or_default().to_string();
+            infos.push(TabInfo { url: field("url"), title: field("title") });
+        }
+        (infos, active)
+    }
+
+    /// The dialog open now, if any (a JavaScript dialog, a permission request or a basic-auth
+    /// challenge), and a way to wait for the next change.
+    pub fn dialogs(&self) -> Dialogs {
+        Dialogs(self.shared.dialog.subscribe())
+    }
+
     /// Sends one input of a person's to the active tab, mapped onto its page (the size of the
-    /// latest picture). A malformed one is refused with the reason.
-    pub async fn input(&self, input: &LiveInput) -> Result<(), String> {
+    /// latest picture), without waiting for the browser to take it (a click that opens a
+    /// dialog is taken only once the dialog is answered). A malformed one is refused with the
+    /// reason.
+    pub fn input(&self, input: &LiveInput) -> Result<(), String> {
         let size = {
             let live = lock(&self.shared.live);
             let frame = live.as_ref().and_then(|c| c.frames.borrow().clone());
@@ -243,12 +268,38 @@ impl Screen {
             return Err("no picture yet: the mouse has nowhere to go".into());
         }
         let session = self.active_session().ok_or("the session has no open tab")?;
-        match tokio::time::timeout(CALL_WAIT, self.raw.call(&session, method, params)).await {
-            Ok(Ok(_)) => Ok(()),
-            Ok(Err(e)) => Err(format!("the browser refused the input: {e}")),
-            Err(_) => Err(format!("the browser did not take the input within {CALL_WAIT:?}")),
+        self.raw.send(&session, method, params);
+        Ok(())
+    }
+}
+
+/// One tab of a session, as a viewer sees it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct TabInfo {
+    pub url: String,
+    pub title: String,
+}
+
+/// The session's open dialog, watched.
+pub struct Dialogs(watch::Receiver<Option<super::OpenDialog>>);
+
+impl Dialogs {
+    /// The dialog open now.
+    pub fn current(&mut self) -> Option<DialogInfo> {
+        self.0.borrow_and_update().as_ref().map(|d| d.info.clone())
+    }
+
+    /// Resolves when a dialog opens or closes (never, once the session is gone).
+    pub async fn changed(&mut self) {
+        if self.0.changed().await.is_err() {
+            std::future::pending::<()>().await;
         }
     }
+}
+
+/// A dialog's kind as the live view page names it.
+pub fn dialog_kind(kind: DialogKind) -> &'static str {
+    crate::outcome::kind_name(kind)
 }
 
 /// Starts the live screencast on one tab (at the page's own size).

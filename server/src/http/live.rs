@@ -6,6 +6,7 @@
 //! revocation. Opened and closed are one audit record, with the count of inputs (never what
 //! was typed).
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::extract::ws::{CloseFrame, Message, WebSocket};
@@ -75,6 +76,7 @@ pub async fn socket(
     };
     let metrics = state.app.metrics.clone();
     upgrade.max_message_size(MAX_INPUT_MESSAGE).on_upgrade(move |ws| async move {
+        let access = Arc::new(access);
         let started = Instant::now();
         let record = access.record().clone();
         tracing::info!(session = %record.id, link = %access.link_id(), mode = access.mode().as_str(), "live viewer attached");
@@ -111,9 +113,9 @@ struct Summary {
     close: String,
 }
 
-/// Sends the picture and takes input until the viewer leaves, the session ends, or the link
-/// stops working.
-async fn serve(ws: WebSocket, access: &LiveAccess, metrics: &crate::metrics::Metrics) -> Summary {
+/// Sends the picture, the tabs and the open dialog, and takes input, until the viewer leaves,
+/// the session ends, or the link stops working.
+async fn serve(ws: WebSocket, access: &Arc<LiveAccess>, metrics: &crate::metrics::Metrics) -> Summary {
     let (mut tx, mut rx) = ws.split();
     let mut summary = Summary::default();
     let hello = json!({
@@ -129,10 +131,19 @@ async fn serve(ws: WebSocket, access: &LiveAccess, metrics: &crate::metrics::Met
     let watching = access.watch().await;
     let mut frames = watching.frames.clone();
     frames.mark_changed();
-    let (stop, mut revoked) = (access.stop(), access.revocations());
+    let (stop, mut revoked, mut dialogs) = (access.stop(), access.revocations(), access.dialogs());
     let expiry = tokio::time::sleep(access.time_left());
     tokio::pin!(expiry);
+    let mut tabs_every = tokio::time::interval(TABS_EVERY);
+    let mut tabs_sent = serde_json::Value::Null;
+    let (done_tx, mut done_rx) = tokio::sync::mpsc::channel::<Result<(), String>>(8);
+    let mut status = Some(dialog_status(&mut dialogs));
     let close = loop {
+        if let Some(message) = status.take() {
+            if tx.send(Message::Text(message.to_string().into())).await.is_err() {
+                break (1001, "viewer gone");
+            }
+        }
         tokio::select! {
             _ = stop.cancelled() => break (1000, "the session ended"),
             _ = &mut expiry => break (4001, "the link expired"),
@@ -140,6 +151,21 @@ async fn serve(ws: WebSocket, access: &LiveAccess, metrics: &crate::metrics::Met
                 if changed.is_err() || !access.works() {
                     break (4003, "the link was revoked");
                 }
+            }
+            _ = dialogs.changed() => status = Some(dialog_status(&mut dialogs)),
+            _ = tabs_every.tick() => {
+                let (tabs, active) = access.tabs().await;
+                let now = json!({ "type": "tabs", "active": active, "tabs": tabs });
+                if now != tabs_sent {
+                    tabs_sent = now.clone();
+                    status = Some(now);
+                }
+            }
+            Some(result) = done_rx.recv() => {
+                status = Some(match result {
+                    Ok(()) => json!({ "type": "done" }),
+                    Err(why) => json!({ "type": "error", "message": why }),
+                });
             }
             changed = frames.changed() => {
                 if changed.is_err() {
@@ -158,24 +184,16 @@ async fn serve(ws: WebSocket, access: &LiveAccess, metrics: &crate::metrics::Met
                 }
             }
             message = rx.next() => match message {
-                Some(Ok(Message::Text(text))) => {
-                    let answer = match serde_json::from_str::<browserpool_pool::LiveInput>(&text) {
-                        Ok(input) => access.input(&input).await,
-                        Err(e) => Err(format!("not an input: {e}")),
-                    };
-                    match answer {
-                        Ok(()) => summary.inputs += 1,
-                        Err(why) => {
-                            summary.refused += 1;
-                            let error = json!({ "type": "error", "message": why });
-                            let _ = tx.send(Message::Text(error.to_string().into())).await;
-                        }
+                Some(Ok(Message::Text(text))) => match take(access, &text, &done_tx) {
+                    Ok(()) => summary.inputs += 1,
+                    Err(why) => {
+                        summary.refused += 1;
+                        status = Some(json!({ "type": "error", "message": why }));
                     }
-                }
+                },
                 Some(Ok(Message::Binary(_))) => {
                     summary.refused += 1;
-                    let error = json!({ "type": "error", "message": "send input as JSON text" });
-                    let _ = tx.send(Message::Text(error.to_string().into())).await;
+                    status = Some(json!({ "type": "error", "message": "send input as JSON text" }));
                 }
                 Some(Ok(Message::Ping(_) | Message::Pong(_))) => {}
                 Some(Ok(Message::Close(_))) | None | Some(Err(_)) => break (1000, "viewer left"),
@@ -188,4 +206,57 @@ async fn serve(ws: WebSocket, access: &LiveAccess, metrics: &crate::metrics::Met
     let _ = tokio::time::timeout(Duration::from_secs(1), tx.send(Message::Close(Some(frame)))).await;
     summary.close = reason.into();
     summary
+}
+
+/// How often the page's list of tabs is brought up to date.
+const TABS_EVERY: Duration = Duration::from_secs(1);
+
+/// The open dialog as the page shows it.
+fn dialog_status(dialogs: &mut browserpool_pool::Dialogs) -> serde_json::Value {
+    match dialogs.current() {
+        Some(d) => json!({
+            "type": "dialog",
+            "open": true,
+            "kind": browserpool_pool::dialog_kind(d.kind),
+            "message": d.message,
+            "default_prompt": d.default_prompt,
+            "tab": d.tab_index,
+        }),
+        None => json!({ "type": "dialog", "open": false }),
+    }
+}
+
+/// One message of the viewer's: a tab switch or a dialog's answer (run in turn with the
+/// session's actions, on a task that reports to `done`), or a mouse, key or text input.
+fn take(
+    access: &Arc<LiveAccess>,
+    text: &str,
+    done: &tokio::sync::mpsc::Sender<Result<(), String>>,
+) -> Result<(), String> {
+    let msg: serde_json::Value = serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
+    let steps: Vec<(&'static str, &'static str, serde_json::Value)> = match msg["type"].as_str() {
+        Some("tab") => {
+            let index = msg["index"].as_u64().ok_or("a tab switch needs its index")?;
+            vec![("switch_tab", "", json!(index))]
+        }
+        Some("dialog") => {
+            let mut steps = Vec::new();
+            for (field, selector) in
+                [("text", "dialog::prompt"), ("username", "dialog::username"), ("password", "dialog::password")]
+            {
+                if let Some(value) = msg[field].as_str() {
+                    steps.push(("type", selector, json!(value)));
+                }
+            }
+            let answer = if msg["accept"].as_bool().unwrap_or(false) { "dialog::accept" } else { "dialog::dismiss" };
+            steps.push(("click", answer, serde_json::Value::Null));
+            steps
+        }
+        _ => {
+            let input =
+                serde_json::from_value::<browserpool_pool::LiveInput>(msg).map_err(|e| format!("not an input: {e}"))?;
+            return access.input(&input);
+        }
+    };
+    access.act_in_turn(steps, done.clone())
 }

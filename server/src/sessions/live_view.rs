@@ -235,14 +235,76 @@ impl LiveAccess {
     }
 
     /// A person's input, for a CONTROL link; the session's idle deadline moves with it.
-    pub async fn input(&self, input: &LiveInput) -> std::result::Result<(), String> {
-        if self.mode != LiveMode::Control {
-            return Err("this link only views: input is refused".into());
-        }
-        self.screen.input(input).await?;
+    pub fn input(&self, input: &LiveInput) -> std::result::Result<(), String> {
+        self.controls()?;
+        self.screen.input(input)?;
         let (sessions, live) = (self.sessions.clone(), self.live.clone());
         sessions.clone().spawn(async move { sessions.touch(&live).await });
         Ok(())
+    }
+
+    /// Runs `steps` (action, selector, payload) for a CONTROL link's person, one after the
+    /// other in turn with the session's other actions, on a task of the session's; the first
+    /// failure, or success, goes to `done`.
+    pub fn act_in_turn(
+        self: &Arc<Self>,
+        steps: Vec<(&'static str, &'static str, serde_json::Value)>,
+        done: tokio::sync::mpsc::Sender<std::result::Result<(), String>>,
+    ) -> std::result::Result<(), String> {
+        self.controls()?;
+        let access = self.clone();
+        self.sessions.spawn(async move {
+            let mut result = Ok(());
+            for (action, selector, payload) in steps {
+                result = access.act(action, selector, payload).await;
+                if result.is_err() {
+                    break;
+                }
+            }
+            let _ = done.send(result).await;
+        });
+        Ok(())
+    }
+
+    fn controls(&self) -> std::result::Result<(), String> {
+        match self.mode {
+            LiveMode::Control => Ok(()),
+            LiveMode::View => Err("this link only views: input is refused".into()),
+        }
+    }
+
+    /// The session's tabs and the one in front.
+    pub async fn tabs(&self) -> (Vec<browserpool_pool::TabInfo>, usize) {
+        self.screen.tabs().await
+    }
+
+    /// The session's open dialog, watched.
+    pub fn dialogs(&self) -> browserpool_pool::Dialogs {
+        self.screen.dialogs()
+    }
+
+    /// Runs one action for a CONTROL link's person (switching tabs, answering a dialog), in
+    /// turn with the session's other actions, as the gRPC `Act` would.
+    pub async fn act(
+        &self,
+        action: &str,
+        selector: &str,
+        payload: serde_json::Value,
+    ) -> std::result::Result<(), String> {
+        self.controls()?;
+        let canonical = browserpool_pool::canonicalize(action).map_err(|_| format!("unknown action {action}"))?;
+        let call = browserpool_pool::ActionCall {
+            action: canonical,
+            selector: selector.into(),
+            payload,
+            timeout: Duration::from_secs(10),
+            default_timeout: false,
+        };
+        let done = self
+            .sessions
+            .with_lease(&self.record.id, action, move |lease| Box::pin(async move { lease.run(&call).await.map(drop) }))
+            .await;
+        done.map_err(|e| e.to_string())
     }
 }
 

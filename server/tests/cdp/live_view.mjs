@@ -1,7 +1,8 @@
 // A person at a live view link, in a Chromium of the test's own (not the pool's). Env:
 // LIVE_URL (a CONTROL link). Waits for the picture, screenshots the viewer page and reads the
 // colour at the session page's red block (decoded by another page of this Chromium), then
-// clicks the session's button and types into its input through the viewer.
+// clicks the session's button and types into its input through the viewer, then answers a
+// confirm() the page opens.
 import { chromium } from 'playwright-core';
 
 const browser = await chromium.launch({
@@ -43,6 +44,14 @@ await page.mouse.click(input.x, input.y);
 await page.keyboard.type('hi there');
 await page.keyboard.press('Backspace');
 await page.waitForTimeout(500);
+// A confirm() the session's page opens shows in the viewer, and is accepted from it.
+const ask = at(600, 320);
+await page.mouse.click(ask.x, ask.y);
+await page.waitForFunction(() => document.body.dataset.dialog === 'confirm', null, { timeout: 10000 });
+const dialogText = await page.textContent('#dialog-text');
+await page.click('#dialog-accept');
+await page.waitForFunction(() => document.body.dataset.dialog === '', null, { timeout: 10000 });
+await page.waitForFunction(() => Number(document.body.dataset.tabs || 0) >= 1, null, { timeout: 10000 });
 const frames = await page.evaluate(() => Number(document.body.dataset.frames));
-console.log(JSON.stringify({ mode, rgb, frames, viewer: rect }));
+console.log(JSON.stringify({ mode, rgb, frames, dialogText, viewer: rect }));
 await browser.close();

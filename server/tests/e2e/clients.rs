@@ -98,6 +98,9 @@ async fn drives_a_session(program: PathBuf, script: &str, lang: &str, names: Nam
     assert_eq!(seen["kept_file"], "hi there", "{seen}");
     assert_eq!(seen["kept_sha256"], seen["uploaded_sha256"], "{seen}");
     assert_eq!(seen["recording"], json!(["recording.webm", "video/webm", true, true]), "{seen}");
+    // A live view link through the helpers, revoked by its id.
+    assert_eq!(seen["live"], json!([seen["session"], "CONTROL"]), "{seen}");
+    assert_eq!(seen["live_revoked"], 1, "{seen}");
 
     // The server agrees: both sessions were this subject's, labelled, and are closed.
     let client = server.client(&token).await;

@@ -11,12 +11,15 @@ use futures::StreamExt;
 use crate::files::http_fetch;
 use crate::helpers::{act, eventually, ok, TestServer};
 
-/// The session's page: a red block, a button and an input at known places of 1280x720.
+/// The session's page: a red block, a button, an input and a button that asks confirm(), at
+/// known places of 1280x720.
 const PAGE: &str = r#"<body style="margin:0;background:#fff">
 <div style="position:absolute;left:0;top:0;width:400px;height:300px;background:rgb(255,0,0)"></div>
 <button id="b" style="position:absolute;left:500px;top:50px;width:200px;height:100px;font-size:30px"
   onclick="this.textContent='clicked'">press</button>
 <input id="t" style="position:absolute;left:500px;top:200px;width:300px;height:50px;font-size:30px">
+<button id="c" style="position:absolute;left:500px;top:300px;width:200px;height:40px"
+  onclick="this.textContent = confirm('sure?') ? 'yes' : 'no'">ask</button>
 </body>"#;
 
 async fn session(client: &Client) -> String {
@@ -41,13 +44,19 @@ fn ws_url(link: &str) -> String {
 
 type Socket = async_tungstenite::WebSocketStream<async_tungstenite::tokio::ConnectStream>;
 
-/// The next message that is not a frame, and how many frames came before it.
+/// The next message that is neither a frame nor a status (tabs, dialog), and how many frames
+/// came before it.
 async fn next_text(socket: &mut Socket, within: Duration) -> (Option<Message>, usize) {
     let mut frames = 0;
     let deadline = Instant::now() + within;
+    let status = |text: &str| {
+        let kind = serde_json::from_str::<serde_json::Value>(text).map(|v| v["type"].clone()).unwrap_or_default();
+        kind == "tabs" || kind == "dialog"
+    };
     loop {
         match tokio::time::timeout_at(deadline.into(), socket.next()).await {
             Ok(Some(Ok(Message::Binary(_)))) => frames += 1,
+            Ok(Some(Ok(Message::Text(t)))) if status(&t) => {}
             Ok(Some(Ok(Message::Ping(_) | Message::Pong(_)))) => {}
             Ok(Some(Ok(other))) => return (Some(other), frames),
             Ok(Some(Err(_)) | None) | Err(_) => return (None, frames),
@@ -73,10 +82,19 @@ async fn a_person_sees_the_page_and_drives_it_through_a_control_link() {
     let done = ok(&act(
         &client,
         &id,
-        action("evaluate", "", "[document.getElementById('b').textContent, document.getElementById('t').value]"),
+        action(
+            "evaluate",
+            "",
+            "['b', 't', 'c'].map(id => document.getElementById(id).value || document.getElementById(id).textContent)",
+        ),
     )
     .await);
-    assert_eq!(done, serde_json::json!(["clicked", "hi ther"]), "the click and the typing reached the page");
+    assert_eq!(
+        done,
+        serde_json::json!(["clicked", "hi ther", "yes"]),
+        "the click, the typing and the answer reached the page"
+    );
+    assert!(seen["dialogText"].as_str().unwrap().contains("sure?"), "{seen}");
 
     // The viewer's input was audited as a count, never its text.
     let records = eventually("the viewer's audit record", Duration::from_secs(10), || async {
@@ -165,5 +183,72 @@ async fn a_view_link_takes_no_input_and_dead_links_get_nothing() {
     let req = pb::LiveViewRequest { session_id: id.clone(), mode: pb::LiveViewMode::View as i32, ttl_ms: 0 };
     assert_eq!(other.sessions().live_view(req).await.unwrap_err().code(), tonic::Code::NotFound);
     writer.release(&id).await.unwrap();
+    server.stop().await;
+}
+
+/// The resident memory of this process (the test and its in-process server), in KiB.
+fn rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_viewer_that_stops_reading_costs_bounded_memory_and_is_let_go() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let server = TestServer::start().await;
+    let client = server.admin().await;
+    let req = pb::AcquireRequest {
+        wait_ms: 30_000,
+        viewport: Some(pb::Viewport { width: 1280, height: 720, ..Default::default() }),
+        ..Default::default()
+    };
+    let id = client.acquire_with(req).await.unwrap().session_id;
+    // Noise, new every frame: every screencast frame is different, and large.
+    let noise = r#"<body style="margin:0"><canvas id="c" width="320" height="180" style="width:1280px;height:720px"></canvas>
+<script>const g = document.getElementById('c').getContext('2d');
+function f() { const d = g.createImageData(320, 180);
+  for (let i = 0; i < d.data.length; i += 4) { d.data[i] = Math.random() * 255; d.data[i + 1] = Math.random() * 255; d.data[i + 3] = 255; }
+  g.putImageData(d, 0, 0); requestAnimationFrame(f); }
+f();</script></body>"#;
+    ok(&act(&client, &id, action("load_html", "", noise)).await);
+    let view = link(&client, &id, pb::LiveViewMode::View, 0).await;
+    let path = format!("{}/ws", view.url.split(&server.http.to_string()).nth(1).unwrap());
+    let before = rss_kib();
+
+    // A viewer that upgrades, then never reads again.
+    let mut stuck = tokio::net::TcpStream::connect(server.http).await.unwrap();
+    let handshake = format!(
+        "GET {path} HTTP/1.1\r\nHost: {}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n",
+        server.http
+    );
+    stuck.write_all(handshake.as_bytes()).await.unwrap();
+    let mut head = [0u8; 12];
+    stuck.read_exact(&mut head).await.unwrap();
+    assert_eq!(&head, b"HTTP/1.1 101", "upgraded");
+    let metrics_url = format!("http://{}/metrics", server.http);
+    let sent = |metrics: &str| -> f64 {
+        let line = metrics.lines().find(|l| l.starts_with("browserpool_live_frames_total")).unwrap_or("x 0");
+        line.rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let early = sent(&crate::lifecycle::http_get(&metrics_url).await);
+    // A reading viewer beside it keeps getting frames.
+    let (mut reader, _) = async_tungstenite::tokio::connect_async(ws_url(&view.url)).await.unwrap();
+    let (hello, _) = next_text(&mut reader, Duration::from_secs(10)).await;
+    assert!(hello.unwrap().to_text().unwrap().contains("hello"));
+    let (_, got) = next_text(&mut reader, Duration::from_secs(3)).await;
+    assert!(got >= 5, "the reading viewer got {got} frames in 3 s");
+    tokio::time::sleep(Duration::from_secs(9)).await;
+    let grown_kib = rss_kib().saturating_sub(before);
+    let metrics = crate::lifecycle::http_get(&metrics_url).await;
+    let viewers = metrics.lines().find(|l| l.starts_with("browserpool_live_viewers")).unwrap().to_string();
+    println!("stuck viewer: {early} frames sent in its first 4 s; memory grew {grown_kib} KiB in 13 s; {viewers}");
+    assert!(grown_kib < 64 << 10, "memory grew {grown_kib} KiB with a viewer that does not read");
+    // The stuck viewer was let go after 10 s without taking a frame; the reader stays.
+    assert!(viewers.ends_with(" 1"), "{viewers}");
+    drop(stuck);
+    drop(reader);
+    client.release(&id).await.unwrap();
     server.stop().await;
 }
