@@ -67,6 +67,24 @@ ensure_cdp_clients() {
     fi
 }
 
+# A Python venv at $1 with the packages pinned by requirements file $2 (made again when that
+# file changes; $3 is a program the venv must have, $4 what it is, for the log line).
+ensure_venv() {
+    local venv="$1" req="$2" stamp="$1/requirements.txt"
+    if [ ! -x "$venv/bin/$3" ] || ! cmp -s "$req" "$stamp"; then
+        echo "installing $4 (venv in $venv)" >&2
+        rm -rf "$venv"
+        # Debian's python3 makes venvs (with pip) only once python3-venv is installed.
+        if ! python3 -m venv "$venv" >/dev/null 2>&1; then
+            apt_install python3-venv
+            rm -rf "$venv"
+            python3 -m venv "$venv"
+        fi
+        "$venv/bin/pip" install -q --disable-pip-version-check --no-input -r "$req"
+        cp "$req" "$stamp"
+    fi
+}
+
 # The generated clients' tools and runtimes (scripts/gen-clients.sh, the e2e tests in
 # server/tests/e2e/clients.rs): a Python venv at $BROWSERPOOL_PYVENV with grpcio, protobuf and
 # grpcio-tools pinned by clients/python/requirements.txt (made again when that file changes),
@@ -76,19 +94,7 @@ ensure_cdp_clients() {
 BROWSERPOOL_PYVENV="${BROWSERPOOL_PYVENV:-/var/tmp/browserpool-tools$(own_suffix)/pyvenv}"
 export BROWSERPOOL_PYVENV
 ensure_client_deps() {
-    local req=clients/python/requirements.txt stamp="$BROWSERPOOL_PYVENV/requirements.txt"
-    if [ ! -x "$BROWSERPOOL_PYVENV/bin/python" ] || ! cmp -s "$req" "$stamp"; then
-        echo "installing the Python client's tools (venv in $BROWSERPOOL_PYVENV)" >&2
-        rm -rf "$BROWSERPOOL_PYVENV"
-        # Debian's python3 makes venvs (with pip) only once python3-venv is installed.
-        if ! python3 -m venv "$BROWSERPOOL_PYVENV" >/dev/null 2>&1; then
-            apt_install python3-venv
-            rm -rf "$BROWSERPOOL_PYVENV"
-            python3 -m venv "$BROWSERPOOL_PYVENV"
-        fi
-        "$BROWSERPOOL_PYVENV/bin/pip" install -q --disable-pip-version-check --no-input -r "$req"
-        cp "$req" "$stamp"
-    fi
+    ensure_venv "$BROWSERPOOL_PYVENV" clients/python/requirements.txt python "the Python client's tools"
     if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
         apt_install nodejs npm
     fi
@@ -105,18 +111,7 @@ ensure_client_deps() {
 # (made again when that file changes); exports BROWSERPOOL_TEST_MOTO, its moto_server.
 BROWSERPOOL_MOTOVENV="${BROWSERPOOL_MOTOVENV:-/var/tmp/browserpool-tools$(own_suffix)/motovenv}"
 ensure_moto() {
-    local req=server/tests/s3/requirements.txt stamp="$BROWSERPOOL_MOTOVENV/requirements.txt"
-    if [ ! -x "$BROWSERPOOL_MOTOVENV/bin/moto_server" ] || ! cmp -s "$req" "$stamp"; then
-        echo "installing moto's S3 server (venv in $BROWSERPOOL_MOTOVENV)" >&2
-        rm -rf "$BROWSERPOOL_MOTOVENV"
-        if ! python3 -m venv "$BROWSERPOOL_MOTOVENV" >/dev/null 2>&1; then
-            apt_install python3-venv
-            rm -rf "$BROWSERPOOL_MOTOVENV"
-            python3 -m venv "$BROWSERPOOL_MOTOVENV"
-        fi
-        "$BROWSERPOOL_MOTOVENV/bin/pip" install -q --disable-pip-version-check --no-input -r "$req"
-        cp "$req" "$stamp"
-    fi
+    ensure_venv "$BROWSERPOOL_MOTOVENV" server/tests/s3/requirements.txt moto_server "moto's S3 server"
     export BROWSERPOOL_TEST_MOTO="$BROWSERPOOL_MOTOVENV/bin/moto_server"
 }
 

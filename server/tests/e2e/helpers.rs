@@ -148,6 +148,31 @@ impl Drop for TestServer {
     }
 }
 
+/// `browserpool serve` on loopback (port 0, no warm worker) in a new data dir with `flags`
+/// and `env`, expected to stop at once (within 30 s): its exit status, its stderr, and the
+/// data dir.
+pub async fn serve_stops<S: AsRef<std::ffi::OsStr>>(
+    flags: &[S],
+    env: &[(&str, &str)],
+) -> (std::process::ExitStatus, String, tempfile::TempDir) {
+    let data = tempfile::tempdir().unwrap();
+    let output = tokio::time::timeout(
+        Duration::from_secs(30),
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_browserpool"))
+            .args(["serve", "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--warm", "0"])
+            .arg("--data-dir")
+            .arg(data.path())
+            .args(flags)
+            .envs(env.iter().copied())
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("the server stops at once")
+    .unwrap();
+    (output.status, String::from_utf8_lossy(&output.stderr).into_owned(), data)
+}
+
 /// The real `browserpool` binary on 127.0.0.1:0 with its own data dir, as a user runs it.
 pub struct BinaryServer {
     pub dir: tempfile::TempDir,

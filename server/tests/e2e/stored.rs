@@ -269,23 +269,8 @@ async fn a_bad_store_url_a_missing_bucket_or_no_ttl_stop_the_server_at_start() {
         (&["--artifact-store", "s3://no-such-bucket/p", "--artifact-ttl", "0s"], "--artifact-ttl 0s"),
     ];
     for (flags, says) in cases {
-        let data = tempfile::tempdir().unwrap();
-        let output = tokio::time::timeout(
-            Duration::from_secs(30),
-            tokio::process::Command::new(env!("CARGO_BIN_EXE_browserpool"))
-                .args(["serve", "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--warm", "0"])
-                .arg("--data-dir")
-                .arg(data.path())
-                .args(flags)
-                .envs(env.iter().map(|(k, v)| (k, v)))
-                .kill_on_drop(true)
-                .output(),
-        )
-        .await
-        .expect("the server stops at once")
-        .unwrap();
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert!(!output.status.success(), "{flags:?}: started anyway");
+        let (status, stderr, data) = crate::helpers::serve_stops(flags, &env_pairs(&env)).await;
+        assert!(!status.success(), "{flags:?}: started anyway");
         assert!(stderr.contains(says) && stderr.contains("--artifact-"), "{flags:?} should say {says:?}: {stderr}");
         assert!(!stderr.contains("moto-s3cr3t"), "a credential reached the log: {stderr}");
         assert!(

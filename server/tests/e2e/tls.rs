@@ -456,25 +456,9 @@ async fn bad_tls_files_stop_the_binary_at_start_naming_the_file() {
         (vec![&expired.0, &expired.1], "expired.pem", "expired at"),
     ];
     for (files, name, problem) in cases {
-        let data = tempfile::tempdir().unwrap();
-        let output = tokio::time::timeout(
-            Duration::from_secs(30),
-            tokio::process::Command::new(env!("CARGO_BIN_EXE_browserpool"))
-                .args(["serve", "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--warm", "0"])
-                .arg("--data-dir")
-                .arg(data.path())
-                .arg("--tls-cert")
-                .arg(files[0])
-                .arg("--tls-key")
-                .arg(files[1])
-                .kill_on_drop(true)
-                .output(),
-        )
-        .await
-        .expect("the server stops at once")
-        .unwrap();
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert!(!output.status.success(), "{name}: started anyway");
+        let flags = [std::ffi::OsStr::new("--tls-cert"), files[0].as_ref(), "--tls-key".as_ref(), files[1].as_ref()];
+        let (status, stderr, data) = crate::helpers::serve_stops(&flags, &[]).await;
+        assert!(!status.success(), "{name}: started anyway");
         assert!(stderr.contains(name) && stderr.contains(problem), "{name}/{problem}: {stderr}");
         // It stopped before taking the data dir or starting a browser.
         assert!(!browserpool_server::server::profiles_dir(data.path()).exists(), "{name}: the server went on to start");
