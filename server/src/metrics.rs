@@ -124,7 +124,7 @@ impl Metrics {
     }
 
     /// A frame was sent to a live viewer.
-    pub fn live_frame(&self, _sent: bool) {
+    pub fn live_frame_sent(&self) {
         self.live_frames.inc();
     }
 

@@ -177,7 +177,7 @@ async fn serve(ws: WebSocket, access: &Arc<LiveAccess>, metrics: &crate::metrics
                 match sent {
                     Ok(Ok(())) => {
                         summary.frames += 1;
-                        metrics.live_frame(true);
+                        metrics.live_frame_sent();
                     }
                     Ok(Err(_)) => break (1001, "viewer gone"),
                     Err(_) => break (1008, "the viewer took no frame for 10 s"),

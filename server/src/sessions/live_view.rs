@@ -49,7 +49,7 @@ impl LiveViews {
 
 struct Link {
     id: String,
-    secret_sha256: [u8; 32],
+    secret_sha256: String,
     mode: LiveMode,
     expires_ms: i64,
 }
@@ -73,14 +73,9 @@ pub enum LiveError {
     Full { id: String, cap: usize },
 }
 
-fn random_hex(bytes: usize) -> Result<String> {
-    let mut buf = vec![0u8; bytes];
-    getrandom::fill(&mut buf).map_err(|e| ServiceError::Internal(format!("random: {e}")))?;
-    Ok(hex::encode(buf))
-}
-
-fn sha256(secret: &str) -> [u8; 32] {
-    sha2::Sha256::digest(secret.as_bytes()).into()
+/// A link secret's SHA-256, hex: all that is kept of it.
+fn sha256(secret: &str) -> String {
+    hex::encode(sha2::Sha256::digest(secret.as_bytes()))
 }
 
 impl Sessions {
@@ -161,15 +156,14 @@ impl Sessions {
 }
 
 /// The link whose secret hashes to `hash`, while it works.
-fn find_link(live: &Live, hash: &[u8; 32], now_ms: i64) -> std::result::Result<(String, LiveMode, i64), LiveError> {
+fn find_link(live: &Live, hash: &str, now_ms: i64) -> std::result::Result<(String, LiveMode, i64), LiveError> {
     if live.stop.is_cancelled() {
         return Err(LiveError::NotFound);
     }
     let links = lock(&live.live_views.links);
     // Every link is compared whole, so the time taken tells nothing of the secret.
     let found = links.iter().fold(None, |found, l| {
-        let same = l.secret_sha256.iter().zip(hash).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0;
-        if same {
+        if same_secret(&l.secret_sha256, hash) {
             Some((l.id.clone(), l.mode, l.expires_ms))
         } else {
             found
@@ -183,7 +177,7 @@ fn find_link(live: &Live, hash: &[u8; 32], now_ms: i64) -> std::result::Result<(
 pub struct LiveAccess {
     sessions: Sessions,
     live: Arc<Live>,
-    hash: [u8; 32],
+    hash: String,
     link_id: String,
     mode: LiveMode,
     expires_ms: i64,

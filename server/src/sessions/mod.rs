@@ -491,9 +491,14 @@ fn validate_viewport(v: Option<Viewport>) -> Result<Viewport> {
 
 /// A CDP ticket: 32 random bytes, hex.
 fn new_ticket() -> Result<String> {
-    let mut bytes = [0u8; 32];
-    getrandom::fill(&mut bytes).map_err(|e| ServiceError::Internal(format!("random: {e}")))?;
-    Ok(hex::encode(bytes))
+    random_hex(32)
+}
+
+/// `bytes` random bytes, hex (tickets, live view secrets and link ids).
+fn random_hex(bytes: usize) -> Result<String> {
+    let mut buf = vec![0u8; bytes];
+    getrandom::fill(&mut buf).map_err(|e| ServiceError::Internal(format!("random: {e}")))?;
+    Ok(hex::encode(buf))
 }
 
 /// Compares two secrets in time that does not depend on where they differ.
