@@ -71,6 +71,7 @@ pub struct Metrics {
     stored: Family<RecordingLabels, Counter>,
     live_viewers: prometheus_client::metrics::gauge::Gauge,
     live_frames: Counter,
+    live_dropped: Counter,
 }
 
 impl Default for Metrics {
@@ -85,6 +86,7 @@ impl Default for Metrics {
             stored: Family::default(),
             live_viewers: Default::default(),
             live_frames: Counter::default(),
+            live_dropped: Counter::default(),
         }
     }
 }
@@ -128,6 +130,12 @@ impl Metrics {
         self.live_frames.inc();
     }
 
+    /// A live viewer skipped `n` frames: newer ones came before it took the last (a slow
+    /// viewer gets the latest picture, never a queue).
+    pub fn live_frames_dropped(&self, n: u64) {
+        self.live_dropped.inc_by(n);
+    }
+
     /// Puts the counters and histograms in `scrape`.
     pub fn scraped(&self, scrape: &mut Scrape) {
         scrape.add(
@@ -163,6 +171,11 @@ impl Metrics {
             self.live_viewers.clone(),
         );
         scrape.add("browserpool_live_frames", "Frames sent to live viewers", self.live_frames.clone());
+        scrape.add(
+            "browserpool_live_frames_dropped",
+            "Frames a slow live viewer skipped (it got a newer one instead)",
+            self.live_dropped.clone(),
+        );
     }
 }
 

@@ -4,47 +4,36 @@
 //! the first frame after the last one leaves (unless the session is recorded), so nobody
 //! watching costs nothing.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use base64::Engine;
 use serde::Deserialize;
 use serde_json::json;
 use tokio::sync::watch;
 
 use super::Shared;
 use crate::events::{DialogInfo, DialogKind};
-use crate::rawcdp::{RawCdp, RawEvent};
+use crate::rawcdp::RawCdp;
 use crate::sync::lock;
 
-/// JPEG quality of the live picture.
-const QUALITY: u32 = 70;
-/// The longest one input or the first picture waits for the browser.
+/// The longest one input or a tab's title waits for the browser.
 const CALL_WAIT: Duration = Duration::from_secs(5);
 
-/// One picture of the active tab.
-#[derive(Clone, Debug)]
-pub struct LiveFrame {
-    pub jpeg: Arc<Vec<u8>>,
-    /// The page's size in CSS pixels that the picture shows (input is mapped onto it).
-    pub width: f64,
-    pub height: f64,
-}
+pub use super::pacing::LiveFrame;
 
 /// A session's screencast while someone watches.
 pub(crate) struct LiveCast {
     frames: watch::Sender<Option<LiveFrame>>,
     viewers: AtomicUsize,
+    shown: AtomicU64,
 }
 
 impl LiveCast {
-    /// A frame of the screencast (already acknowledged): the picture viewers see now.
-    pub(crate) fn show(&self, jpeg: Arc<Vec<u8>>, ev: &RawEvent) {
-        let meta = &ev.params["metadata"];
-        let (width, height) =
-            (meta["deviceWidth"].as_f64().unwrap_or(0.0), meta["deviceHeight"].as_f64().unwrap_or(0.0));
-        self.frames.send_replace(Some(LiveFrame { jpeg, width, height }));
+    /// A frame of the screencast: the picture viewers see now.
+    pub(crate) fn show(&self, mut frame: LiveFrame) {
+        frame.seq = self.shown.fetch_add(1, Ordering::SeqCst) + 1;
+        self.frames.send_replace(Some(frame));
     }
 }
 
@@ -189,7 +178,11 @@ impl Screen {
         let (cast, first) = {
             let mut live = lock(&self.shared.live);
             let cast = live.get_or_insert_with(|| {
-                Arc::new(LiveCast { frames: watch::channel(None).0, viewers: AtomicUsize::new(0) })
+                Arc::new(LiveCast {
+                    frames: watch::channel(None).0,
+                    viewers: AtomicUsize::new(0),
+                    shown: AtomicU64::new(0),
+                })
             });
             (cast.clone(), cast.viewers.fetch_add(1, Ordering::SeqCst) == 0)
         };
@@ -197,33 +190,16 @@ impl Screen {
         if first {
             let tabs: Vec<String> = lock(&self.shared.tabs).list.iter().map(|t| t.session.clone()).collect();
             for session in tabs {
-                screencast(&self.raw, &session).await;
+                super::pacing::screencast(&self.raw, &session, None).await;
             }
             // A still page sends no frame until it changes: its picture now.
-            if let Some(frame) = self.picture().await {
-                cast.frames.send_if_modified(|now| {
-                    let empty = now.is_none();
-                    if empty {
-                        *now = Some(frame);
-                    }
-                    empty
-                });
+            if let Some(frame) = super::pacing::picture(&self.shared, &self.raw).await {
+                if cast.frames.borrow().is_none() {
+                    cast.show(frame);
+                }
             }
         }
         watching
-    }
-
-    /// The active tab's picture now.
-    async fn picture(&self) -> Option<LiveFrame> {
-        let session = self.active_session()?;
-        let shot = self.raw.call(&session, "Page.captureScreenshot", json!({ "format": "jpeg", "quality": QUALITY }));
-        let shot = tokio::time::timeout(CALL_WAIT, shot).await.ok()?.ok()?;
-        let jpeg = base64::engine::general_purpose::STANDARD.decode(shot["data"].as_str()?).ok()?;
-        let metrics = self.raw.call(&session, "Page.getLayoutMetrics", json!({}));
-        let metrics = tokio::time::timeout(CALL_WAIT, metrics).await.ok()?.ok()?;
-        let view = &metrics["cssVisualViewport"];
-        let (width, height) = (view["clientWidth"].as_f64()?, view["clientHeight"].as_f64()?);
-        jpeg.starts_with(&[0xFF, 0xD8]).then(|| LiveFrame { jpeg: Arc::new(jpeg), width, height })
     }
 
     fn active_session(&self) -> Option<String> {
@@ -300,13 +276,6 @@ impl Dialogs {
 /// A dialog's kind as the live view page names it.
 pub fn dialog_kind(kind: DialogKind) -> &'static str {
     crate::outcome::kind_name(kind)
-}
-
-/// Starts the live screencast on one tab (at the page's own size).
-pub(crate) async fn screencast(raw: &RawCdp, session: &str) {
-    if let Err(e) = raw.call(session, "Page.startScreencast", json!({ "format": "jpeg", "quality": QUALITY })).await {
-        tracing::debug!(error = %e, "live screencast not started on a tab");
-    }
 }
 
 #[cfg(test)]

@@ -40,6 +40,7 @@ mod context;
 mod dialog;
 pub mod live;
 pub(crate) mod ops;
+mod pacing;
 mod recorder;
 pub(crate) mod state;
 mod watchers;
@@ -208,6 +209,7 @@ impl Driver {
             context,
             recording: Mutex::new(None),
             live: Mutex::new(None),
+            pace: Mutex::default(),
         });
         let listen = |e: CdpError| PoolError::Cdp(format!("listen targets: {e}"));
         let created = tokio::time::timeout(t, browser.event_listener::<EventTargetCreated>())

@@ -140,6 +140,8 @@ pub(crate) struct Shared {
     pub(crate) recording: Mutex<Option<Arc<super::recorder::Recording>>>,
     /// The live view's screencast, while someone watches (see `live.rs`).
     pub(crate) live: Mutex<Option<Arc<super::live::LiveCast>>>,
+    /// When the screencast's next frame may be acknowledged (see `pacing.rs`).
+    pub(crate) pace: Mutex<super::pacing::Pace>,
 }
 
 impl Shared {

@@ -176,9 +176,10 @@ async fn register_tab(
     // A recorded session's new tab is recorded too (when it comes to the front).
     let recording = lock(&shared.recording).clone();
     if let Some(recording) = recording {
-        super::recorder::screencast(raw, &session, recording.viewport()).await;
+        let viewport = recording.viewport();
+        super::pacing::screencast(raw, &session, Some((viewport.width, viewport.height))).await;
     } else if lock(&shared.live).is_some() {
-        super::live::screencast(raw, &session).await;
+        super::pacing::screencast(raw, &session, None).await;
     }
     let tab = Tab { target: target.clone(), page: page.clone(), session };
     let index = {
@@ -330,21 +331,7 @@ pub(crate) async fn raw_events(shared: Arc<Shared>, raw: RawCdp, mut rx: mpsc::U
                 }
             }
             "Fetch.authRequired" => on_auth_required(&shared, &raw, &ev),
-            "Page.screencastFrame" => {
-                let recording = lock(&shared.recording).clone();
-                let live = lock(&shared.live).clone();
-                if recording.is_none() && live.is_none() {
-                    // Nobody records or watches any more: the tab's screencast ends.
-                    raw.send(&ev.session_id, "Page.stopScreencast", json!({}));
-                } else if let Some(jpeg) = super::recorder::frame(&raw, &ev) {
-                    if let Some(recording) = recording {
-                        recording.on_frame(&jpeg);
-                    }
-                    if let Some(live) = live {
-                        live.show(std::sync::Arc::new(jpeg), &ev);
-                    }
-                }
-            }
+            "Page.screencastFrame" => super::pacing::on_frame(&shared, &raw, &ev),
             // The tab's renderer died (killed, or out of memory): actions on it end at once.
             "Inspector.targetCrashed" => {
                 if let Some(tab) = shared.tab_by_session(&ev.session_id) {

@@ -90,9 +90,10 @@ pub async fn socket(
             session_id: record.id.clone(),
             rpc: LIVE_RPC.into(),
             target: format!(
-                "mode {}; frames {}; inputs {}; refused inputs {}",
+                "mode {}; frames {}; frames dropped {}; inputs {}; refused inputs {}",
                 access.mode().as_str(),
                 summary.frames,
+                summary.dropped,
                 summary.inputs,
                 summary.refused
             ),
@@ -108,9 +109,23 @@ pub async fn socket(
 #[derive(Default)]
 struct Summary {
     frames: u64,
+    /// Frames skipped because a newer one came before this viewer took the last.
+    dropped: u64,
+    /// The number of the last frame sent.
+    last: Option<u64>,
     inputs: u64,
     refused: u64,
     close: String,
+}
+
+impl Summary {
+    /// Frame `seq` was sent: those between it and the last one sent were skipped.
+    fn skipped(&mut self, seq: u64, metrics: &crate::metrics::Metrics) {
+        let skipped = self.last.map_or(0, |last| seq.saturating_sub(last + 1));
+        self.dropped += skipped;
+        metrics.live_frames_dropped(skipped);
+        self.last = Some(seq);
+    }
 }
 
 /// Sends the picture, the tabs and the open dialog, and takes input, until the viewer leaves,
@@ -178,6 +193,7 @@ async fn serve(ws: WebSocket, access: &Arc<LiveAccess>, metrics: &crate::metrics
                     Ok(Ok(())) => {
                         summary.frames += 1;
                         metrics.live_frame_sent();
+                        summary.skipped(frame.seq, metrics);
                     }
                     Ok(Err(_)) => break (1001, "viewer gone"),
                     Err(_) => break (1008, "the viewer took no frame for 10 s"),
@@ -200,6 +216,12 @@ async fn serve(ws: WebSocket, access: &Arc<LiveAccess>, metrics: &crate::metrics
             },
         }
     };
+    // Frames shown since the last one sent were skipped too (a viewer let go for not reading).
+    let latest = frames.borrow().as_ref().map(|f| f.seq);
+    if let (Some(latest), Some(last)) = (latest, summary.last) {
+        summary.dropped += latest.saturating_sub(last);
+        metrics.live_frames_dropped(latest.saturating_sub(last));
+    }
     drop(watching);
     let (code, reason) = close;
     let frame = CloseFrame { code, reason: reason.into() };

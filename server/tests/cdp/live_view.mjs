@@ -2,7 +2,8 @@
 // LIVE_URL (a CONTROL link). Waits for the picture, screenshots the viewer page and reads the
 // colour at the session page's red block (decoded by another page of this Chromium), then
 // clicks the session's button and types into its input through the viewer, then answers a
-// confirm() the page opens.
+// confirm() the page opens; last, starts a burst of animation that ends on a blue block and
+// reads the block's colour once the page is still (the closing picture of a paced screencast).
 import { chromium } from 'playwright-core';
 
 const browser = await chromium.launch({
@@ -22,20 +23,24 @@ const rect = await page.evaluate(() => {
 // Where a point of the session's 1280x720 page is in the viewer.
 const at = (x, y) => ({ x: rect.x + (rect.w * x) / 1280, y: rect.y + (rect.h * y) / 720 });
 
-const png = await page.screenshot();
 const probe = await browser.newPage();
-const block = at(200, 150);
-const rgb = await probe.evaluate(async ({ b64, x, y }) => {
-  const img = new Image();
-  img.src = 'data:image/png;base64,' + b64;
-  await img.decode();
-  const c = document.createElement('canvas');
-  c.width = img.width;
-  c.height = img.height;
-  const g = c.getContext('2d');
-  g.drawImage(img, 0, 0);
-  return Array.from(g.getImageData(Math.round(x), Math.round(y), 1, 1).data.slice(0, 3));
-}, { b64: png.toString('base64'), x: block.x, y: block.y });
+// The colour the viewer shows at a point of the session's page.
+const pixel = async (x, y) => {
+  const png = await page.screenshot();
+  const p = at(x, y);
+  return probe.evaluate(async ({ b64, x, y }) => {
+    const img = new Image();
+    img.src = 'data:image/png;base64,' + b64;
+    await img.decode();
+    const c = document.createElement('canvas');
+    c.width = img.width;
+    c.height = img.height;
+    const g = c.getContext('2d');
+    g.drawImage(img, 0, 0);
+    return Array.from(g.getImageData(Math.round(x), Math.round(y), 1, 1).data.slice(0, 3));
+  }, { b64: png.toString('base64'), x: p.x, y: p.y });
+};
+const rgb = await pixel(200, 150);
 
 const button = at(600, 100);
 await page.mouse.click(button.x, button.y);
@@ -52,6 +57,10 @@ const dialogText = await page.textContent('#dialog-text');
 await page.click('#dialog-accept');
 await page.waitForFunction(() => document.body.dataset.dialog === '', null, { timeout: 10000 });
 await page.waitForFunction(() => Number(document.body.dataset.tabs || 0) >= 1, null, { timeout: 10000 });
+const burst = at(1000, 450);
+await page.mouse.click(burst.x, burst.y);
+await page.waitForTimeout(2000);
+const settled = await pixel(200, 150);
 const frames = await page.evaluate(() => Number(document.body.dataset.frames));
-console.log(JSON.stringify({ mode, rgb, frames, dialogText, viewer: rect }));
+console.log(JSON.stringify({ mode, rgb, settled, frames, dialogText, viewer: rect }));
 await browser.close();

@@ -11,15 +11,18 @@ use futures::StreamExt;
 use crate::files::http_fetch;
 use crate::helpers::{act, eventually, ok, TestServer};
 
-/// The session's page: a red block, a button, an input and a button that asks confirm(), at
-/// known places of 1280x720.
+/// The session's page: a red block, a button, an input, a button that asks confirm() and one
+/// that animates the block through 40 colours, ending blue, at known places of 1280x720.
 const PAGE: &str = r#"<body style="margin:0;background:#fff">
-<div style="position:absolute;left:0;top:0;width:400px;height:300px;background:rgb(255,0,0)"></div>
+<div id="k" style="position:absolute;left:0;top:0;width:400px;height:300px;background:rgb(255,0,0)"></div>
 <button id="b" style="position:absolute;left:500px;top:50px;width:200px;height:100px;font-size:30px"
   onclick="this.textContent='clicked'">press</button>
 <input id="t" style="position:absolute;left:500px;top:200px;width:300px;height:50px;font-size:30px">
 <button id="c" style="position:absolute;left:500px;top:300px;width:200px;height:40px"
   onclick="this.textContent = confirm('sure?') ? 'yes' : 'no'">ask</button>
+<button style="position:absolute;left:900px;top:400px;width:200px;height:100px" onclick="let n = 0;
+  (function f() { const blue = ++n >= 40; document.getElementById('k').style.background = blue
+    ? 'rgb(0,0,255)' : 'hsl(' + (n * 37 % 360) + ',100%,50%)'; if (!blue) requestAnimationFrame(f); })()">burst</button>
 </body>"#;
 
 async fn session(client: &Client) -> String {
@@ -79,6 +82,11 @@ async fn a_person_sees_the_page_and_drives_it_through_a_control_link() {
     assert_eq!(seen["mode"], "control", "{seen}");
     let rgb: Vec<u64> = seen["rgb"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect();
     assert!(rgb[0] > 200 && rgb[1] < 60 && rgb[2] < 60, "the session's red block is not in the viewer: {seen}");
+    let settled: Vec<u64> = seen["settled"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect();
+    assert!(
+        settled[0] < 60 && settled[1] < 60 && settled[2] > 200,
+        "after a burst of animation the viewer shows the page's last picture (a blue block): {seen}"
+    );
     let done = ok(&act(
         &client,
         &id,
@@ -256,6 +264,9 @@ setInterval(f, 100);</script></body>"#;
     assert!(grown_kib < 64 << 10, "memory grew {grown_kib} KiB with a viewer that does not read");
     // The stuck viewer was let go after 10 s without taking a frame; the reader stays.
     assert!(viewers.ends_with(" 1"), "{viewers}");
+    let dropped = metrics.lines().find(|l| l.starts_with("browserpool_live_frames_dropped_total")).unwrap();
+    let dropped: f64 = dropped.rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(dropped >= 20.0, "the frames the stuck viewer never took are counted as dropped: {dropped}");
     drop(stuck);
     drop(reader);
     client.release(&id).await.unwrap();
