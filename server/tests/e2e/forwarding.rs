@@ -451,3 +451,54 @@ async fn a_stream_through_a_replica_whose_owner_dies_ends_unavailable_never_inte
     }
     drop(b);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_view_link_works_through_any_replica_and_dies_when_revoked_through_another() {
+    use async_tungstenite::tungstenite::Message;
+    let mut a = BinaryServer::spawn().await;
+    let b = BinaryServer::replica_of(&a);
+    let (on_a, on_b) = (a.client().await, b.client().await);
+    let id = on_a.acquire(30_000).await.unwrap().session_id;
+    ok(&on_a.act(&id, action("load_html", "", "<h1>seen through another replica</h1>")).await.unwrap());
+    // Asked through B, for A's session; opened through B too (as a load balancer may).
+    let link = on_b.live_view(&id, false, None).await.unwrap();
+    let path = link.url.split_once("/live/").map(|(_, rest)| format!("/live/{rest}")).unwrap();
+    let (head, _, body) = crate::files::http_fetch(&b.http, &path, None).await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(String::from_utf8_lossy(&body).contains("<html"), "the live view page through B");
+    let ws = format!("ws://{}{path}/ws", b.http);
+    let (mut viewer, _) = async_tungstenite::tokio::connect_async(ws).await.unwrap();
+    let mut hello = false;
+    let frame = tokio::time::timeout(Duration::from_secs(15), async {
+        while let Some(Ok(message)) = viewer.next().await {
+            match message {
+                Message::Text(t) if t.contains("\"hello\"") => hello = true,
+                Message::Binary(jpeg) => return jpeg,
+                _ => {}
+            }
+        }
+        panic!("the viewer's socket through B closed before a frame");
+    })
+    .await
+    .expect("a frame through B within 15 s");
+    assert!(hello && frame.starts_with(&[0xFF, 0xD8]), "a hello, then a JPEG of A's session");
+
+    // Revoked through B (A holds the link): the viewer is closed, and the page is gone.
+    assert_eq!(on_b.revoke_live_view(&id, None).await.unwrap(), 1);
+    let closed = tokio::time::timeout(Duration::from_secs(5), async {
+        while let Some(Ok(message)) = viewer.next().await {
+            if let Message::Close(frame) = message {
+                return frame.map(|f| u16::from(f.code));
+            }
+        }
+        None
+    })
+    .await
+    .expect("the viewer is closed within 5 s of the revocation");
+    assert_eq!(closed, Some(4003), "closed as revoked");
+    let (head, _, _) = crate::files::http_fetch(&b.http, &path, None).await;
+    assert!(head.starts_with("HTTP/1.1 404"), "a revoked link's page through B: {head}");
+    on_a.release(&id).await.unwrap();
+    let (status, _) = a.terminate();
+    assert_eq!(status.code(), Some(0));
+}
