@@ -79,29 +79,3 @@ pub(super) fn kill_strays(profile: &Path) {
     needle.push(b'/');
     kill_naming(&needle);
 }
-
-/// Deletes a worker's directory, retrying a failed delete (a file still held open by a
-/// process on its way out, a transient I/O error) for up to [`REMOVE_TRIES`] attempts, and
-/// counts every retry in [`CLEANUP_RETRIES`].
-pub(super) fn remove_dir_retried(dir: &Path) {
-    for attempt in 1..=REMOVE_TRIES {
-        match std::fs::remove_dir_all(dir) {
-            Ok(()) => return,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
-            Err(e) if attempt == REMOVE_TRIES => {
-                tracing::error!(dir = %dir.display(), error = %e, attempts = attempt, "could not remove worker directory");
-            }
-            Err(e) => {
-                CLEANUP_RETRIES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                tracing::warn!(dir = %dir.display(), error = %e, attempt, "could not remove worker directory; retrying");
-                std::thread::sleep(Duration::from_millis(100 * attempt as u64));
-            }
-        }
-    }
-}
-
-/// How many times a worker directory's delete is tried (about 4.5 s of waits in all).
-const REMOVE_TRIES: u32 = 10;
-
-/// Worker directory deletes that failed and were tried again, since the process started.
-pub static CLEANUP_RETRIES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);

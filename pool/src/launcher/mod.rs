@@ -28,10 +28,11 @@ mod profile;
 mod spawn;
 
 pub use chrome::{find_chrome, CHROME_FLAGS, CHROME_NAMES, DISABLED_FEATURES};
-pub use cleanup::{reap_orphans, CLEANUP_RETRIES};
+pub use cleanup::reap_orphans;
 pub(crate) use group::Spawned;
 pub use group::{group_memory, idle_boots, GroupMemory};
 pub(crate) use process::Process;
+pub use profile::CLEANUP_RETRIES;
 
 /// How workers are launched.
 #[derive(Debug, Clone)]
@@ -87,12 +88,31 @@ pub(crate) async fn launch(
     let port = lock.port();
     let uid = cfg.worker_uids.map(|uids| uids.uid_for_port(port));
     let dirs = Dirs::create(&cfg.profiles_dir, port).await?;
-    let cgroup = create_cgroup(cfg, port).await?;
-    if let Some(uid) = uid {
-        dirs.chown(uid)?;
-    }
-    let cmd = command(cfg, port, proxy, &dirs);
-    let mut child = spawn(cmd, &cfg.chrome, cgroup.as_ref(), netns.as_ref(), uid).await?;
+    let cgroup = match create_cgroup(cfg, port).await {
+        Ok(cgroup) => cgroup,
+        Err(e) => {
+            dirs.remove().await;
+            return Err(e);
+        }
+    };
+    let started = async {
+        if let Some(uid) = uid {
+            dirs.chown(uid)?;
+        }
+        let cmd = command(cfg, port, proxy, &dirs);
+        spawn(cmd, &cfg.chrome, cgroup.as_ref(), netns.as_ref(), uid).await
+    };
+    let mut child = match started.await {
+        Ok(child) => child,
+        Err(e) => {
+            // Nothing runs yet: a failed launch leaves no directory or cgroup behind.
+            if let Some(cgroup) = cgroup {
+                let _ = tokio::task::spawn_blocking(move || cgroup.remove()).await;
+            }
+            dirs.remove().await;
+            return Err(e);
+        }
+    };
     let stderr = child.stderr.take();
     let mut process = Process::new(child, lock, dirs, uid, cgroup, cleanups.clone());
     spawned(process.spawned());

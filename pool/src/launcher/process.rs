@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use tokio::process::Child;
 
-use super::cleanup::{kill_strays, remove_dir_retried};
+use super::cleanup::kill_strays;
 use super::group::Spawned;
+use super::profile::remove_dir_retried;
 use super::profile::Dirs;
 use crate::cgroup::WorkerCgroup;
 use crate::lock::PortLock;
@@ -165,23 +166,26 @@ impl Drop for Process {
     fn drop(&mut self) {
         if !self.killed {
             self.signal_all();
-            let _ = std::fs::remove_dir_all(&self.profile);
-            let _ = std::fs::remove_dir_all(&self.tmp);
-            // The cgroup goes once the killed processes have left it (which takes a moment):
-            // on another thread, as drop may not wait. The port stays locked until then: the
-            // next boot on it makes a cgroup of the same name, which this removal would
-            // otherwise empty and remove under it. On the cleanups the pool's shutdown waits
-            // for where there is a runtime (a boot ended where it stood), so no lock outlives it.
-            if let Some(cgroup) = self.cgroup.take() {
-                let lock = self.lock.take();
-                let remove = move || {
-                    cgroup.remove();
-                    drop(lock);
-                };
-                match (&self.cleanups, tokio::runtime::Handle::try_current()) {
-                    (Some(tracker), Ok(handle)) => drop(tracker.spawn_blocking_on(remove, &handle)),
-                    _ => drop(std::thread::Builder::new().name("cgroup-remove".into()).spawn(remove)),
+            // The directories go once the killed processes stop writing into them, and the
+            // cgroup once they have left it (each takes a moment): on another thread, as drop
+            // may not wait. The port stays locked until then: the next boot on it makes
+            // directories and a cgroup of the same names, which this removal would otherwise
+            // empty and remove under it. On the cleanups the pool's shutdown waits for where
+            // there is a runtime (a boot ended where it stood), so no lock outlives it.
+            let (profile, tmp, cgroup, lock) =
+                (self.profile.clone(), self.tmp.clone(), self.cgroup.take(), self.lock.take());
+            let remove = move || {
+                for dir in [profile, tmp] {
+                    remove_dir_retried(&dir);
                 }
+                if let Some(cgroup) = cgroup {
+                    cgroup.remove();
+                }
+                drop(lock);
+            };
+            match (&self.cleanups, tokio::runtime::Handle::try_current()) {
+                (Some(tracker), Ok(handle)) => drop(tracker.spawn_blocking_on(remove, &handle)),
+                _ => drop(std::thread::Builder::new().name("worker-cleanup".into()).spawn(remove)),
             }
         }
     }

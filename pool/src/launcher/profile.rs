@@ -2,6 +2,7 @@
 //! its temp dir, made fresh for each launch, owner only, and owned by the worker's uid.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// Written into every profile before launch: no preconnect or DNS prefetch (a page must not
 /// open connections it did not ask for), and WebRTC only through the proxy, never over
@@ -19,13 +20,20 @@ pub(super) struct Dirs {
 
 impl Dirs {
     /// Makes the directories of the worker on `port` under `profiles_dir`, in place of any a
-    /// crashed server left.
+    /// crashed server left; on failure, removes what it made.
     pub(super) async fn create(profiles_dir: &Path, port: u16) -> std::io::Result<Dirs> {
         let profile = profiles_dir.join(format!("port-{port}"));
+        let tmp = worker_tmp(port);
         // A profile left by a crashed server that held this port is stale: start clean.
-        if profile.exists() {
-            tokio::fs::remove_dir_all(&profile).await?;
+        remove_all(vec![profile.clone(), tmp.clone()]).await;
+        let made = Self::make(profile.clone(), tmp.clone()).await;
+        if made.is_err() {
+            remove_all(vec![profile, tmp]).await;
         }
+        made
+    }
+
+    async fn make(profile: PathBuf, tmp: PathBuf) -> std::io::Result<Dirs> {
         // Owner only: profiles hold a tenant's cookies and storage, the temp dir Chromium's sockets.
         let private = || {
             let mut b = tokio::fs::DirBuilder::new();
@@ -39,12 +47,14 @@ impl Dirs {
         tokio::fs::write(default_profile.join("Preferences"), PREFERENCES).await?;
         // Chromium puts unix sockets in TMPDIR, and a socket path must fit in 108 bytes, so the
         // worker's own temp dir is short and fixed per port (the port lock makes it ours).
-        let tmp = worker_tmp(port);
-        if tmp.exists() {
-            tokio::fs::remove_dir_all(&tmp).await?;
-        }
         private().create(&tmp).await?;
         Ok(Dirs { profile, home, default_profile, tmp })
+    }
+
+    /// Removes the directories: a launch that failed before its process owned them leaves
+    /// nothing behind.
+    pub(super) async fn remove(&self) {
+        remove_all(vec![self.profile.clone(), self.tmp.clone()]).await;
     }
 
     /// Everything the worker writes is its own uid's, and nobody else's (owner only, see
@@ -59,7 +69,44 @@ impl Dirs {
     }
 }
 
+/// Deletes `dirs` on a blocking thread, each tried again while it fails (a file of a process
+/// on its way out); one already gone is fine.
+async fn remove_all(dirs: Vec<PathBuf>) {
+    let _ = tokio::task::spawn_blocking(move || {
+        for dir in dirs {
+            remove_dir_retried(&dir);
+        }
+    })
+    .await;
+}
+
 /// The worker temp dir of a port: `/tmp/browserpool-w<port>`.
 pub(super) fn worker_tmp(port: u16) -> PathBuf {
     PathBuf::from(format!("/tmp/browserpool-w{port}"))
 }
+
+/// Deletes a worker's directory, retrying a failed delete (a file still held open by a
+/// process on its way out, a transient I/O error) for up to [`REMOVE_TRIES`] attempts, and
+/// counts every retry in [`CLEANUP_RETRIES`].
+pub(super) fn remove_dir_retried(dir: &Path) {
+    for attempt in 1..=REMOVE_TRIES {
+        match std::fs::remove_dir_all(dir) {
+            Ok(()) => return,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
+            Err(e) if attempt == REMOVE_TRIES => {
+                tracing::error!(dir = %dir.display(), error = %e, attempts = attempt, "could not remove worker directory");
+            }
+            Err(e) => {
+                CLEANUP_RETRIES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                tracing::warn!(dir = %dir.display(), error = %e, attempt, "could not remove worker directory; retrying");
+                std::thread::sleep(Duration::from_millis(100 * attempt as u64));
+            }
+        }
+    }
+}
+
+/// How many times a worker directory's delete is tried (about 4.5 s of waits in all).
+const REMOVE_TRIES: u32 = 10;
+
+/// Worker directory deletes that failed and were tried again, since the process started.
+pub static CLEANUP_RETRIES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);

@@ -770,6 +770,32 @@ async fn a_chromium_that_cannot_start_is_named_and_not_relaunched_in_a_loop() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chromium_that_cannot_be_executed_leaves_no_profile_behind() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let chrome = dir.path().join("chromium");
+    std::fs::write(&chrome, "#!/bin/sh\nexit 1\n").unwrap();
+    std::fs::set_permissions(&chrome, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let server = TestServer::start_with(|a| {
+        a.chrome = Some(chrome.clone());
+        a.warm = 0;
+    })
+    .await;
+    // No longer executable once the server checked it: the spawn itself fails, after the
+    // worker's directories were made.
+    std::fs::set_permissions(&chrome, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let client = server.admin().await;
+    let browserpool_client::Error::Status(status) = client.acquire(1_500).await.unwrap_err() else { panic!() };
+    assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+    assert!(status.message().contains("spawn"), "the boot's own error: {status:?}");
+    let entries = std::fs::read_dir(server.profiles_dir()).unwrap().flatten();
+    let left: Vec<_> = entries.filter(|e| e.file_name().to_string_lossy().starts_with("port-")).collect();
+    assert!(left.is_empty(), "failed launches left {left:?}");
+    // The stop checks the same, and that the profiles dir itself is gone.
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn action_deadlines_are_kept_to_within_a_hundred_milliseconds() {
     let _timing = crate::helpers::TIMING.read().await;
     let server = TestServer::start().await;
