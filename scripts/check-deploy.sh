@@ -157,6 +157,12 @@ chart_with_store() {
     chart "$@" && grep -q 'BROWSERPOOL_ARTIFACT_STORE' "$out/$1.yaml" && grep -q 'name: s3-keys' "$out/$1.yaml"
 }
 
+# Like chart, and the rendering has both Ingress objects, each to its own port of the Service.
+chart_with_ingress() {
+    chart "$@" && [ "$(grep -c '^kind: Ingress$' "$out/$1.yaml")" = 2 ] \
+        && grep -q 'name: grpc$' "$out/$1.yaml" && grep -q 'backend-protocol: GRPC' "$out/$1.yaml"
+}
+
 # Like chart, and the rendering has the HorizontalPodAutoscaler the values ask for.
 chart_with_hpa() {
     chart "$@" && grep -q '^kind: HorizontalPodAutoscaler$' "$out/$1.yaml"
@@ -172,6 +178,8 @@ overlay_equals_chart() {
 }
 
 run "helm lint helm/browserpool" "$helm" lint --quiet helm/browserpool
+run "values.yaml, the README and NOTES.txt agree with values.schema.json" \
+    "$venv/bin/python" scripts/check-chart-docs.py
 run "helm lint helm/browserpool -f helm/values-ha.yaml" "$helm" lint --quiet helm/browserpool -f helm/values-ha.yaml
 run "helm template (default values) | kubernetes-validate --strict" chart default
 run "helm template -f helm/values-ha.yaml, KEDA and ServiceMonitor off | kubernetes-validate --strict" \
@@ -184,6 +192,12 @@ run "helm template with an artifact store and its Secret | kubernetes-validate -
     chart_with_store store --set artifacts.store=s3://ci-artifacts/browserpool --set artifacts.existingSecret=s3-keys
 run "helm template with an artifact store that is not s3:// fails" \
     refuses "artifacts.store" --set artifacts.store=https://bucket
+run "helm template with the Ingress objects | kubernetes-validate --strict" \
+    chart_with_ingress ingress --set ingress.enabled=true --set ingress.className=nginx \
+    --set ingress.grpc.host=grpc.pool.example.com --set ingress.http.host=pool.example.com \
+    --set ingress.tlsSecret=pool-tls --set server.publicUrl=https://pool.example.com
+run "helm template with the Ingress and no gRPC host fails" \
+    refuses "ingress.grpc.host is required" --set ingress.enabled=true --set ingress.http.host=pool.example.com
 run "helm template replicaCount=3 without a database Secret fails" \
     refuses "PostgreSQL" --set replicaCount=3 --set signingKeys.existingSecret=k
 run "kubectl kustomize deploy/base | kubernetes-validate --strict" kustomize base deploy/base
