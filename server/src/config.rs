@@ -168,6 +168,10 @@ pub struct ServeArgs {
     /// JWT algorithm used when the signing key is first created (later starts reuse the key).
     #[arg(long, env = "BROWSERPOOL_JWT_ALG", value_enum, default_value = "hs256")]
     pub jwt_alg: JwtAlg,
+    /// Clock skew tolerated on a token's expiry and not-before times (a token keeps working
+    /// this long past its expiry), between the clock that issued it and this server's.
+    #[arg(long, env = "BROWSERPOOL_TOKEN_LEEWAY", default_value = "5s", value_parser = humantime::parse_duration)]
+    pub token_leeway: Duration,
     /// Longest a session may live, unless its tenant says less. Also the `default` tenant's
     /// max_session_ttl_ms, set like its max_slots (see --max-workers).
     #[arg(long, env = "BROWSERPOOL_MAX_SESSION_TTL", default_value = "1h", value_parser = humantime::parse_duration)]

@@ -29,6 +29,8 @@ pub struct Keys {
     seen: std::sync::Mutex<Vec<FileStamp>>,
     /// When a token naming an unknown key id last made it look (see [`UNKNOWN_KID_LOOK`]).
     looked_for_kid: std::sync::Mutex<Option<std::time::Instant>>,
+    /// Clock skew tolerated on `exp` and `nbf`, in seconds (`--token-leeway`).
+    leeway_s: std::sync::atomic::AtomicU64,
 }
 
 /// One key file as a look at the data dir sees it: a change to any of these is a change.
@@ -84,7 +86,13 @@ impl Keys {
             set: std::sync::RwLock::new(Arc::new(set)),
             seen: std::sync::Mutex::new(stamps),
             looked_for_kid: std::sync::Mutex::new(None),
+            leeway_s: std::sync::atomic::AtomicU64::new(DEFAULT_LEEWAY.as_secs()),
         })
+    }
+
+    /// The clock skew tolerated on a token's `exp` and `nbf` from now on (`--token-leeway`).
+    pub fn set_leeway(&self, leeway: std::time::Duration) {
+        self.leeway_s.store(leeway.as_secs(), std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Retires the current signing key (it keeps verifying the tokens it signed, by `kid`) and
@@ -220,7 +228,9 @@ impl Keys {
     /// Validates a bare JWT: pinned algorithm, signature, `exp`, `nbf`, `iss`, `aud`, `sub`.
     pub fn verify(&self, token: &str) -> Result<Claims, AuthError> {
         // The key is chosen by `kid` (current or retired); each key pins its own algorithm.
-        let header = jsonwebtoken::decode_header(token).map_err(|e| AuthError::Invalid(e.to_string()))?;
+        let leeway = self.leeway_s.load(std::sync::atomic::Ordering::Relaxed);
+        let refused = |e: jsonwebtoken::errors::Error| AuthError::Invalid(super::refusal::explain(&e, token, leeway));
+        let header = jsonwebtoken::decode_header(token).map_err(refused)?;
         let mut set = self.set();
         if let Some(kid) = header.kid.as_deref() {
             // A key rotated in since the last look: look now rather than refuse the token.
@@ -229,18 +239,22 @@ impl Keys {
             }
         }
         let key = match header.kid.as_deref() {
-            Some(kid) => set.find(kid).ok_or_else(|| AuthError::Invalid(format!("unknown key id {kid:?}")))?,
+            Some(kid) => set.find(kid).ok_or_else(|| {
+                AuthError::Invalid(format!(
+                    "token names key id {kid:?}, which this server does not have: it was signed by another server, or \
+                     by a key since retired and deleted; issue a new one"
+                ))
+            })?,
             None => &set.current,
         };
         let mut v = Validation::new(key.alg);
-        v.leeway = LEEWAY_S;
+        v.leeway = leeway;
         v.validate_nbf = true;
         v.validate_exp = true;
         v.set_issuer(&[ISSUER]);
         v.set_audience(&[AUDIENCE]);
         v.set_required_spec_claims(&["exp", "nbf", "iss", "aud", "sub"]);
-        let data =
-            jsonwebtoken::decode::<Claims>(token, &key.decoding, &v).map_err(|e| AuthError::Invalid(e.to_string()))?;
+        let data = jsonwebtoken::decode::<Claims>(token, &key.decoding, &v).map_err(refused)?;
         Ok(data.claims)
     }
 

@@ -59,7 +59,7 @@ impl TokenCheck {
     /// enough to ask often (a CDP connection asks twice a second).
     pub fn withdrawn(&self, jti: &str, tenant: Option<(&str, &str)>) -> Option<AuthError> {
         if self.revoked.contains(jti) {
-            Some(AuthError::Invalid("token revoked".into()))
+            Some(AuthError::Invalid("token revoked (`browserpool admin tokens revoke`): issue a new one".into()))
         } else if tenant.is_some_and(|(tenant, epoch)| !self.epochs.is_current(tenant, epoch)) {
             Some(AuthError::TenantGone)
         } else {

@@ -21,8 +21,8 @@ use crate::config::JwtAlg;
 /// Issuer and audience of every token this server mints and accepts.
 pub const ISSUER: &str = "browserpool";
 pub const AUDIENCE: &str = "browserpool";
-/// Clock skew tolerated on `exp` and `nbf`.
-pub const LEEWAY_S: u64 = 30;
+/// Clock skew tolerated on `exp` and `nbf` unless `--token-leeway` says otherwise.
+pub const DEFAULT_LEEWAY: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// A permission a token can carry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -121,9 +121,10 @@ pub enum AuthError {
     Missing,
     #[error("authorization metadata is not `Bearer <jwt>`")]
     NotBearer,
-    #[error("invalid token: {0}")]
+    /// Why the token is refused, said whole (see `refusal.rs`).
+    #[error("{0}")]
     Invalid(String),
-    #[error("token's tenant was deleted or re-created")]
+    #[error("token's tenant was deleted (or deleted and created again) since the token was issued: issue a new one for the tenant as it is now")]
     TenantGone,
     #[error("token lacks scope {0}")]
     MissingScope(&'static str),
@@ -146,6 +147,7 @@ pub enum AuthError {
 mod caches;
 mod keys;
 mod layer;
+mod refusal;
 
 pub use caches::*;
 pub use keys::*;
@@ -405,7 +407,7 @@ mod tests {
         epochs.remove("t");
         let gone = call(old.clone()).await.expect("refused");
         assert_eq!(gone.code(), tonic::Code::Unauthenticated);
-        assert_eq!(gone.message(), "token's tenant was deleted or re-created");
+        assert!(gone.message().starts_with("token's tenant was deleted (or deleted and created again)"), "{gone:?}");
         epochs.set("t", "e-2");
         assert_eq!(call(old).await.expect("refused").code(), tonic::Code::Unauthenticated, "not revived");
         let (new, _) = keys.issue("t", "e-2", "s", &read, Duration::from_secs(60)).unwrap();

@@ -141,6 +141,7 @@ pub async fn bind(args: ServeArgs) -> anyhow::Result<Bound> {
     let default_epoch = ensure_default_tenant(&store, &args).await?;
     apply_given_to_default_tenant(&store, &args).await?;
     let keys = Arc::new(Keys::load_or_create(&data_dir, args.jwt_alg)?);
+    keys.set_leeway(args.token_leeway);
     let admin_token_path = write_admin_token(&keys, &data_dir, DEFAULT_TENANT, &default_epoch)?;
     tracing::info!(path = %admin_token_path.display(), "admin token written");
 
@@ -354,9 +355,40 @@ fn millis(d: std::time::Duration) -> u32 {
     d.as_millis().min(u32::MAX as u128) as u32
 }
 
-/// Binds and serves until `shutdown` resolves.
+/// Binds and serves until `shutdown` resolves; once bound, says on stderr what to do next.
 pub async fn run(args: ServeArgs, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
-    bind(args).await?.serve(shutdown).await
+    let data_dir = args.store.data_dir.clone();
+    let bound = bind(args).await?;
+    eprintln!("{}", next_steps(&bound, &data_dir));
+    bound.serve(shutdown).await
+}
+
+/// What a person who just started the server does next: where it listens, where the admin
+/// token is, and the first client commands (with the flags they need from where it runs).
+fn next_steps(bound: &Bound, data_dir: &Path) -> String {
+    let scheme = if bound.tls_mode() == TlsMode::Off { "http" } else { "https" };
+    let grpc = format!("{scheme}://{}", bound.grpc_addr);
+    let mut flags = String::new();
+    if grpc != "http://127.0.0.1:50051" {
+        flags.push_str(&format!(" --server {grpc}"));
+    }
+    if data_dir != Path::new(".browserpool") {
+        flags.push_str(&format!(" --token-file {}", bound.admin_token_path.display()));
+    }
+    let bin = std::env::current_exe().ok().and_then(|exe| exe.parent().map(|dir| dir.display().to_string()));
+    let path = bin.map(|dir| format!("\n    export PATH=\"{dir}:$PATH\"")).unwrap_or_default();
+    format!(
+        "browserpool is ready: gRPC {grpc}, HTTP {scheme}://{http} (/readyz, /metrics)\n  \
+         admin token of the default tenant: {token}\n  \
+         try it from this directory, in another terminal:{path}\n    \
+         S=$(browserpool session acquire -q{flags})\n    \
+         browserpool session act \"$S\" navigate \"\" https://example.com/{flags}\n    \
+         browserpool session act \"$S\" screenshot --out shot.png{flags}\n    \
+         browserpool session release \"$S\"{flags}\n  \
+         Ctrl-C stops it (live sessions are ended first).",
+        http = bound.http_addr,
+        token = bound.admin_token_path.display(),
+    )
 }
 
 impl Bound {

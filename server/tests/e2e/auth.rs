@@ -37,13 +37,29 @@ fn claims(server: &TestServer, exp_offset: i64, aud: &str) -> serde_json::Value 
 }
 
 async fn code_of_get(server: &TestServer, token: Option<&str>) -> tonic::Code {
+    status_of_get(server, token).await.code()
+}
+
+async fn status_of_get(server: &TestServer, token: Option<&str>) -> tonic::Status {
     let channel = tonic::transport::Endpoint::from_shared(server.endpoint()).unwrap().connect().await.unwrap();
     let mut raw = pb::sessions_client::SessionsClient::new(channel);
     let mut req = tonic::Request::new(pb::GetSessionRequest { session_id: "s-none".into() });
     if let Some(t) = token {
         req.metadata_mut().insert("authorization", t.parse().unwrap());
     }
-    raw.get(req).await.unwrap_err().code()
+    raw.get(req).await.unwrap_err()
+}
+
+/// The message a refused bearer token gets, which must say what to do (never a library's name
+/// for the error).
+async fn refusal(server: &TestServer, token: &str) -> String {
+    let status = status_of_get(server, Some(&format!("Bearer {token}"))).await;
+    assert_eq!(status.code(), tonic::Code::Unauthenticated, "{status:?}");
+    let message = status.message().to_string();
+    for name in ["InvalidToken", "ExpiredSignature", "InvalidSignature", "Base64 error", "ImmatureSignature"] {
+        assert!(!message.contains(name), "{message}");
+    }
+    message
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -78,6 +94,21 @@ async fn bad_tokens_are_unauthenticated() {
     let other = TestServer::start_with(|a| a.warm = 0).await;
     let foreign = forge(&other, Algorithm::HS256, claims(&server, 600, "browserpool"));
     assert_eq!(code_of_get(&server, Some(&format!("Bearer {foreign}"))).await, Unauthenticated, "foreign key");
+
+    // Each says what is wrong and what to do.
+    assert!(refusal(&server, "not-a-jwt").await.contains("a JWT is three base64url parts"));
+    // A last character mistyped makes the signature bad base64url ("Invalid last symbol 120").
+    let typo = format!("{}x", &expired[..expired.len() - 1]);
+    assert!(refusal(&server, &typo).await.contains("its signature (part 3 of 3) is not base64url"));
+    let said = refusal(&server, &expired).await;
+    assert!(said.starts_with("token expired at 20") && said.contains("issue a new one"), "{said}");
+    assert!(refusal(&server, &foreign).await.contains("signed by another server's key"));
+    let said = refusal(&server, &no_sub).await;
+    assert!(said.contains("lacks the \"sub\" claim"), "{said}");
+    assert!(refusal(&server, &audience).await.contains("not issued for browserpool"));
+    // The clock leeway is 5 s by default (it was 30 s): 10 s past its expiry is too late.
+    let just_expired = forge(&server, Algorithm::HS256, claims(&server, -10, "browserpool"));
+    assert!(refusal(&server, &just_expired).await.contains("clock skew allowed: 5 s"));
 
     // The control: a good token gets past auth (and the unknown session is NOT_FOUND).
     let good = forge(&server, Algorithm::HS256, claims(&server, 600, "browserpool"));

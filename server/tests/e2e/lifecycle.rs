@@ -283,3 +283,35 @@ fn start_errors_name_the_path_or_database_and_say_permission_denied_plainly() {
     assert!(stderr.contains("error: open database postgres://bp@127.0.0.1:1/pool: "), "{stderr}");
     assert!(!stderr.contains("s3cret"), "the password leaked: {stderr}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_says_where_it_listens_and_the_commands_it_prints_work() {
+    let mut server = BinaryServer::spawn_with(&["--warm", "1"]).await;
+    let grpc = format!("http://{}", server.grpc);
+    let token = server.dir.path().join("admin.token").display().to_string();
+    // Printed once it listened, before its `serving` line.
+    let lines = server.startup_log.clone();
+    let said = lines.join("\n");
+    assert!(said.contains(&format!("browserpool is ready: gRPC {grpc}, HTTP http://{}", server.http)), "{said}");
+    assert!(said.contains(&format!("admin token of the default tenant: {token}")), "{said}");
+    // Its data dir is not ./.browserpool and its port not the default: the commands say so.
+    let flags = format!(" --server {grpc} --token-file {token}");
+    let acquire = format!("S=$(browserpool session acquire -q{flags})");
+    assert!(said.contains(&acquire), "{said}");
+    let release = format!("browserpool session release \"$S\"{flags}");
+    assert!(said.contains(&release), "{said}");
+    let path = said.lines().find(|l| l.trim_start().starts_with("export PATH=")).expect("an export PATH line").trim();
+
+    // Run as printed, from another directory (no page is visited: no outside host here).
+    let title = format!("browserpool session act \"$S\" title{flags}");
+    let script = format!("set -e\n{path}\n{acquire}\n{title}\n{release}\necho \"released $S\"");
+    let out = tokio::task::spawn_blocking(move || Command::new("sh").arg("-c").arg(script).current_dir("/").output())
+        .await
+        .unwrap()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("released s-"), "{stdout}");
+    let (status, _) = tokio::task::spawn_blocking(move || server.terminate()).await.unwrap();
+    assert_eq!(status.code(), Some(0));
+}
