@@ -6,11 +6,13 @@
 
 mod admin;
 mod envelope;
+mod events;
 mod files;
 mod live;
 mod render;
 mod session;
 mod steps;
+mod wait;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

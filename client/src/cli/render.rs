@@ -72,7 +72,7 @@ fn worker_state(state: i32) -> String {
     enum_name(state, pb::WorkerState::try_from(state).ok().map(|s| s.as_str_name()))
 }
 
-fn dialog_kind(kind: i32) -> String {
+pub fn dialog_kind(kind: i32) -> String {
     enum_name(kind, pb::DialogKind::try_from(kind).ok().map(|k| k.as_str_name()))
 }
 

@@ -2,7 +2,6 @@
 //! recording, delete-artifacts.
 
 use std::collections::HashMap;
-use std::future::Future;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -12,13 +11,14 @@ use serde_json::json;
 
 use super::render::{self, result_json, result_line, session_fields, session_json, sessions_table};
 use super::steps::{parse_steps, payload_arg};
+use super::wait::{waiting, Show};
 use super::{envelope, millis, read_file, CliError, Ctx, StateArg};
 use crate::pb;
 
 #[derive(Debug, Subcommand)]
 pub enum SessionCommand {
     /// Lease a browser, waiting up to --wait in the tenant's queue (a timer on stderr while
-    /// it waits, on a terminal); prints the session.
+    /// it waits on a terminal; in a log, a line every 5 s); prints the session.
     Acquire(AcquireArgs),
     /// Run one action (docs/actions.md lists them): navigate, click, type, extract,
     /// screenshot, evaluate...
@@ -62,6 +62,12 @@ pub enum SessionCommand {
     },
     /// Delete what was kept of an ended session (its files and recording) now.
     DeleteArtifacts {
+        /// Session id.
+        session: String,
+    },
+    /// Print the session's events as they happen (console, dialogs, navigations, tabs, its
+    /// end), one line each (--json: one object each), until the session ends.
+    Events {
         /// Session id.
         session: String,
     },
@@ -272,6 +278,7 @@ pub(super) async fn run(ctx: &Ctx, command: SessionCommand) -> Result<(), CliErr
         SessionCommand::Files(args) => super::files::run(ctx, args).await,
         SessionCommand::Recording { session, out } => super::files::recording(ctx, session, out).await,
         SessionCommand::DeleteArtifacts { session } => super::files::delete_artifacts(ctx, session).await,
+        SessionCommand::Events { session } => super::events::run(ctx, session).await,
         SessionCommand::Live { session, control, ttl, revoke, link } => match revoke {
             true => super::live::revoke(ctx, session, link.unwrap_or_default()).await,
             false => super::live::link(ctx, session, control, ttl).await,
@@ -312,49 +319,15 @@ async fn acquire(ctx: &Ctx, args: AcquireArgs) -> Result<(), CliError> {
         context,
         record: RecordArg::wire(args.record),
     };
-    let show = !ctx.json && std::io::stderr().is_terminal();
+    let show = if !ctx.json && std::io::stderr().is_terminal() { Show::Spinner } else { Show::Lines };
     let mut sessions = ctx.client.sessions();
-    let session = waiting(show, "waiting for a browser", sessions.acquire(req)).await.map_err(|s| ctx.status(s))?;
+    let session = waiting(show, "waiting for a browser", args.wait, sessions.acquire(req));
+    let session = session.await.map_err(|s| ctx.status(s))?;
     let session = session.into_inner();
     if args.quiet && !ctx.json {
         return ctx.line(&session.session_id);
     }
     print_session(ctx, &session)
-}
-
-/// Awaits `call`; meanwhile, when `show`, a spinner and the seconds waited on stderr, erased
-/// when it ends. Nothing is polled: the timer only ticks while the one call is pending.
-async fn waiting<F: Future>(show: bool, what: &str, call: F) -> F::Output {
-    use std::io::Write;
-    if !show {
-        return call.await;
-    }
-    tokio::pin!(call);
-    let started = tokio::time::Instant::now();
-    let mut tick = tokio::time::interval(Duration::from_millis(100));
-    let mut frame = 0usize;
-    let mut shown = false;
-    let out = loop {
-        tokio::select! {
-            out = &mut call => break out,
-            _ = tick.tick() => {
-                let waited = started.elapsed();
-                // A warm pool answers at once: no flicker for that.
-                if waited >= Duration::from_millis(300) {
-                    let spin = ['|', '/', '-', '\\'][frame % 4];
-                    frame += 1;
-                    shown = true;
-                    eprint!("\r{spin} {what}... {}s ", waited.as_secs());
-                    let _ = std::io::stderr().flush();
-                }
-            }
-        }
-    };
-    if shown {
-        eprint!("\r\x1b[2K");
-        let _ = std::io::stderr().flush();
-    }
-    out
 }
 
 /// Where bytes go: a file, or stdout (never a terminal).
@@ -615,15 +588,5 @@ mod tests {
         assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
         assert_eq!(std::fs::read(&path).unwrap(), b"{}");
         std::fs::remove_file(&path).unwrap();
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn waiting_returns_the_call_s_answer() {
-        let slow = async {
-            tokio::time::sleep(Duration::from_secs(2)).await;
-            7
-        };
-        assert_eq!(waiting(true, "waiting for a test", slow).await, 7);
-        assert_eq!(waiting(false, "x", async { 8 }).await, 8);
     }
 }

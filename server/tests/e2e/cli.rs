@@ -361,3 +361,35 @@ async fn cli_records_on_failure_and_fetches_the_video_and_a_zip_of_the_files() {
     assert!(gone.stderr.contains("NOT_FOUND"), "{}", gone.stderr);
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cli_in_a_ci_log_says_it_waits_and_streams_a_session_s_events() {
+    let server = TestServer::start_with(|a| a.max_workers = 1).await;
+    let site = fixture_site().await;
+    let cli = Cli::new(&server);
+    let id = cli.run(&["session", "acquire", "-q"]).await.expect(0).stdout.trim().to_string();
+    // The events, read by another process as the session lives.
+    let watcher = Cli::new(&server);
+    let watched = id.clone();
+    let events = tokio::spawn(async move { watcher.run(&["session", "events", &watched, "--json"]).await });
+
+    // The only browser is leased: a second acquire waits, and says so in the log (stderr is a
+    // pipe here, as in CI) every 5 s, then gives up at --wait.
+    let waited = cli.run(&["session", "acquire", "--wait", "6s"]).await.expect(1);
+    assert!(waited.stderr.contains("waiting for a browser: 5s so far (waits up to 6s)"), "{}", waited.stderr);
+    assert!(waited.stderr.contains("DEADLINE_EXCEEDED"), "{}", waited.stderr);
+
+    cli.run(&["session", "act", &id, "evaluate", "", "console.error('boom\\nat line 2')"]).await.expect(0);
+    cli.run(&["session", "act", &id, "navigate", "", &format!("{site}/about")]).await.expect(0);
+    cli.run(&["session", "release", &id]).await.expect(0);
+    let events = tokio::time::timeout(Duration::from_secs(30), events).await.expect("events ends with the session");
+    let lines = events.unwrap().expect(0).json_lines();
+    let kinds: Vec<&str> = lines.iter().map(|l| l["kind"].as_str().unwrap()).collect();
+    let console = lines.iter().find(|l| l["kind"] == "console").unwrap_or_else(|| panic!("{lines:?}"));
+    assert_eq!((console["level"].as_str(), console["text"].as_str()), (Some("error"), Some("boom\nat line 2")));
+    assert!(lines.iter().any(|l| l["kind"] == "navigated" && l["url"] == format!("{site}/about")), "{lines:?}");
+    let last = lines.last().unwrap();
+    assert_eq!((last["kind"].as_str(), last["state"].as_str()), (Some("session_ended"), Some("CLOSED")), "{kinds:?}");
+    assert!(lines.iter().all(|l| l["session_id"] == id.as_str()));
+    server.stop().await;
+}
