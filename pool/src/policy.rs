@@ -29,7 +29,7 @@ impl NavPolicy {
         if url == "about:blank" || url.starts_with("data:") || url.starts_with("blob:") {
             return Ok(());
         }
-        let parsed = url::Url::parse(url).map_err(|e| format!("{url:?} is not a url: {e}"))?;
+        let parsed = url::Url::parse(url).map_err(|e| format!("{}: {e}", not_a_url(url)))?;
         if !matches!(parsed.scheme(), "http" | "https" | "ws" | "wss") {
             return Err(format!("scheme `{}` is not allowed: only http, https and about:blank", parsed.scheme()));
         }
@@ -45,14 +45,36 @@ impl NavPolicy {
             _ => host == "localhost" || host.ends_with(".localhost"),
         };
         if private && !self.allow_private_networks {
-            return Err(format!(
-                "{host} is a private, loopback or link-local address and this tenant does not allow private networks"
-            ));
+            return Err(format!("{host} is a private, loopback or link-local address and {NO_PRIVATE}"));
         }
         if !self.allow_hosts.is_empty() && !self.allow_hosts.iter().any(|pattern| host_matches(pattern, &host)) {
-            return Err(format!("{host} is not in this tenant's allow_hosts"));
+            return Err(format!(
+                "{host} is not in this tenant's allow_hosts (the tenant setting allow_hosts; an admin adds it: \
+                 `browserpool admin tenants put <tenant> --allow-hosts {host},...`, listing the hosts it keeps too)"
+            ));
         }
         Ok(())
+    }
+}
+
+/// Why a private address is refused, and who may allow it.
+pub const NO_PRIVATE: &str = "this tenant does not allow private networks (the tenant setting \
+     allow_private_networks; an admin allows them: `browserpool admin tenants put <tenant> \
+     --allow-private-networks true`)";
+
+/// `"example.com" is not a url`, with the URL it likely meant when it has no scheme.
+pub fn not_a_url(url: &str) -> String {
+    let bare = !url.contains("://") && url.contains('.') && !url.contains(char::is_whitespace);
+    match bare {
+        true => format!("{url:?} is not a url (no scheme): give https://{}", with_path(url)),
+        false => format!("{url:?} is not a url (give an absolute URL such as https://example.com/)"),
+    }
+}
+
+fn with_path(url: &str) -> String {
+    match url.contains('/') {
+        true => url.to_string(),
+        false => format!("{url}/"),
     }
 }
 
@@ -172,6 +194,16 @@ mod tests {
         assert!(p.check("https://www.corp.test/").is_ok());
         assert!(p.check("https://corp.test/").is_err(), "*.suffix means subdomains");
         assert!(p.check("https://evil.com/").unwrap_err().contains("allow_hosts"));
+        assert!(p
+            .check("https://evil.com/")
+            .unwrap_err()
+            .contains("browserpool admin tenants put <tenant> --allow-hosts evil.com"));
+        assert_eq!(not_a_url("example.com"), r#""example.com" is not a url (no scheme): give https://example.com/"#);
+        assert_eq!(
+            not_a_url("example.com/a"),
+            r#""example.com/a" is not a url (no scheme): give https://example.com/a"#
+        );
+        assert!(not_a_url("not a url").contains("give an absolute URL such as https://example.com/"));
         assert!(open().check("file:///etc/passwd").unwrap_err().contains("scheme"));
         assert!(open().check("chrome://settings").is_err());
     }

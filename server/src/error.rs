@@ -23,9 +23,10 @@ pub enum ServiceError {
     NotFound(String),
     #[error("{0}")]
     InvalidArgument(String),
-    /// The session exists but is not READY.
-    #[error("session {id} is {state}")]
-    NotReady { id: String, state: &'static str },
+    /// The session exists but is not READY; `detail` says why and when it ended, and what to
+    /// do (see `SessionRecord::ended`), when known.
+    #[error("session {id} is {state}{detail}")]
+    NotReady { id: String, state: &'static str, detail: String },
     /// The session is live on another replica sharing the database, and the call reached
     /// this one without being forwarded there (it was itself forwarded, or that replica
     /// advertises no address).

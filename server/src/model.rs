@@ -68,6 +68,27 @@ pub struct SessionRecord {
     pub artifacts: Option<String>,
 }
 
+impl SessionRecord {
+    /// Why and when the session ended, and what to do, for an error about it: ` (idle
+    /// timeout, at 2026-11-27T05:40:00Z): its browser is gone; acquire a new session`. Empty
+    /// while it lives.
+    pub fn ended(&self) -> String {
+        if !self.state.is_terminal() {
+            return String::new();
+        }
+        let reason = self.end_reason.as_deref().unwrap_or("no reason recorded");
+        let reason = match self.state {
+            SessionState::Killed => format!("killed by an operator: {reason}"),
+            _ => reason.to_string(),
+        };
+        let at = self.ended_at_ms.map(|ms| {
+            let when = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms.max(0) as u64);
+            format!(", at {}", humantime::format_rfc3339_seconds(when))
+        });
+        format!(" ({reason}{}): its browser is gone; acquire a new session", at.unwrap_or_default())
+    }
+}
+
 /// Where a replica's listeners are reached from the other replicas, as `host:port`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ReplicaAddrs {

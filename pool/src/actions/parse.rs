@@ -139,7 +139,7 @@ pub(super) fn navigate<'a>(_: &'a str, payload: &'a Value) -> Parsed<'a> {
         }
     };
     if url::Url::parse(url).is_err() && url != "about:blank" {
-        return Err(ActionFailure::invalid(format!("payload.url: {url:?} is not a url")));
+        return Err(ActionFailure::invalid(format!("payload.url: {}", crate::policy::not_a_url(url))));
     }
     let wait_until = match wait_until {
         "load" => WaitUntil::Load,

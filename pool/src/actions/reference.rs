@@ -447,7 +447,9 @@ pub fn markdown() -> String {
          BROWSERPOOL_BLESS=1 cargo test -p browserpool-pool --lib reference -->\n\n\
          Every action is sent the same way, as an `Action` message (in `Act`, `Batch` or `Drive`):\n\n\
          - `action`: the canonical name or an alias;\n\
-         - `selector`: a CSS selector, or the dialog grammar, for the actions that take one;\n\
+         - `selector`: a CSS selector, or the dialog grammar, for the actions that take one (only \
+         CSS is read: Playwright's `text=` and `role=` and XPath are not yet, and a selector the page \
+         cannot parse is `INVALID_ARGUMENT` naming it);\n\
          - `payload`: any JSON value, described per action below;\n\
          - `timeout_ms`: how long the action may take, 0 for the default of 30000 ms, at most 300000;\n\
          - `tab_index` (optional): switch to this tab first, as `switch_tab` does;\n\

@@ -118,7 +118,8 @@ impl Egress {
                     format!("port {} of this host belongs to browserpool (worker devtools or the server)", addr.port());
             } else if local && !policy.allow_private_networks {
                 why = format!(
-                    "{host} is or resolves to a private, loopback or link-local address, or one of this host's, and this tenant does not allow private networks"
+                    "{host} is or resolves to a private, loopback or link-local address, or one of this host's, and {}",
+                    crate::policy::NO_PRIVATE
                 );
             } else {
                 return Ok(SocketAddr::new(ip, addr.port()));

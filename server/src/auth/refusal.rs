@@ -30,7 +30,8 @@ pub(super) fn explain(e: &Error, token: &str, leeway_s: u64) -> String {
         ErrorKind::InvalidAlgorithm | ErrorKind::MissingAlgorithm | ErrorKind::InvalidAlgorithmName => {
             format!("token's algorithm (alg) is not the one of this server's key; {REISSUE}")
         }
-        ErrorKind::Json(json) => match json.to_string().strip_prefix("missing field `").and_then(|r| r.split_once('`')) {
+        ErrorKind::Json(json) => match json.to_string().strip_prefix("missing field `").and_then(|r| r.split_once('`'))
+        {
             Some((claim, _)) => format!("token lacks the {claim:?} claim; {REISSUE}"),
             None => format!("malformed token: its payload is not the JSON browserpool signs ({json})"),
         },

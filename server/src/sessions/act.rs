@@ -203,7 +203,11 @@ impl Sessions {
     ) -> Result<T> {
         let live = self.live(id)?;
         let guard = live.lease.lock().await;
-        let lease = guard.as_ref().ok_or_else(|| ServiceError::NotReady { id: id.into(), state: "CLOSED" })?;
+        let lease = guard.as_ref().ok_or_else(|| ServiceError::NotReady {
+            id: id.into(),
+            state: "CLOSED",
+            detail: String::new(),
+        })?;
         let _acting = self.inner.acting.token();
         let bounded = async {
             tokio::time::timeout(DEFAULT_ACTION_TIMEOUT, f(lease.as_ref())).await.unwrap_or_else(|_| {
@@ -250,7 +254,7 @@ impl Sessions {
         let guard = live.lease.lock().await;
         match guard.as_ref() {
             Some(lease) => Ok(lease.events()),
-            None => Err(ServiceError::NotReady { id: id.into(), state: "CLOSED" }),
+            None => Err(ServiceError::NotReady { id: id.into(), state: "CLOSED", detail: String::new() }),
         }
     }
 

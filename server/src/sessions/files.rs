@@ -116,7 +116,7 @@ impl Sessions {
     async fn files_of(&self, claims: &Claims, id: &str, scope: Scope) -> Result<Found> {
         require(claims, scope)?;
         let record = self.get(claims, id).await?;
-        let ended = || ServiceError::NotReady { id: id.into(), state: record.state.as_str() };
+        let ended = || ServiceError::NotReady { id: id.into(), state: record.state.as_str(), detail: record.ended() };
         if !record.state.is_terminal() {
             self.here(&record)?;
             let live = self.live_map().get(id).cloned().ok_or_else(ended)?;

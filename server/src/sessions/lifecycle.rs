@@ -360,7 +360,7 @@ impl Sessions {
     pub async fn attach(&self, claims: &Claims, id: &str) -> Result<SessionRecord> {
         let record = self.get(claims, id).await?;
         if record.state.is_terminal() {
-            return Err(ServiceError::NotReady { id: id.into(), state: record.state.as_str() });
+            return Err(ServiceError::NotReady { id: id.into(), state: record.state.as_str(), detail: record.ended() });
         }
         self.here(&record)?;
         Ok(record)

@@ -84,7 +84,7 @@ impl Sessions {
     pub async fn live_view(&self, claims: &Claims, id: &str, mode: LiveMode, ttl: Duration) -> Result<IssuedLink> {
         require(claims, if mode == LiveMode::Control { Scope::SessionsWrite } else { Scope::SessionsRead })?;
         let record = self.get(claims, id).await?;
-        let ended = || ServiceError::NotReady { id: id.into(), state: record.state.as_str() };
+        let ended = || ServiceError::NotReady { id: id.into(), state: record.state.as_str(), detail: record.ended() };
         if record.state.is_terminal() {
             return Err(ended());
         }

@@ -405,7 +405,11 @@ impl Sessions {
 
     /// A session live on this server; one that ended meanwhile is not READY.
     fn live(&self, id: &str) -> Result<Arc<Live>> {
-        self.live_map().get(id).cloned().ok_or_else(|| ServiceError::NotReady { id: id.into(), state: "CLOSED" })
+        self.live_map().get(id).cloned().ok_or_else(|| ServiceError::NotReady {
+            id: id.into(),
+            state: "CLOSED",
+            detail: String::new(),
+        })
     }
 
     fn live_map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Live>>> {

@@ -398,3 +398,26 @@ async fn options_are_strict_and_waits_say_which_timeout_ran_out() {
     client.release(&id).await.unwrap();
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_selector_the_page_cannot_read_is_named_with_what_is_read() {
+    let server = TestServer::start().await;
+    let client = server.admin().await;
+    let id = client.acquire(30_000).await.unwrap().session_id;
+    ok(&act(&client, &id, action("load_html", "", "<h1>x</h1><input id=q>")).await);
+    for (name, payload) in
+        [("click", json!(null)), ("type", json!("a")), ("extract", json!(null)), ("hover", json!(null))]
+    {
+        for (selector, hint) in [("h1[", ""), ("text=Sign in", "text= and role="), ("//h1", "XPath is not read yet")] {
+            let mut a = action(name, selector, payload.clone());
+            a.timeout_ms = 2_000;
+            let r = act(&client, &id, a).await;
+            assert_eq!(err_code(&r), pb::ErrorCode::InvalidArgument, "{name} {selector}: {r:?}");
+            let said = r.error.as_ref().unwrap().message.clone();
+            let named = format!("selector: {selector:?} is not a valid CSS selector; only CSS selectors are read");
+            assert!(said.starts_with(&named) && said.contains(hint), "{name} {selector}: {said}");
+        }
+    }
+    client.release(&id).await.unwrap();
+    server.stop().await;
+}

@@ -255,6 +255,9 @@ async fn no_page_reaches_a_private_address_or_a_devtools_port() {
     ] {
         let r = act(&locked, &id, action("navigate", "", url.clone())).await;
         assert_eq!(err_code(&r), pb::ErrorCode::BlockedByPolicy, "{url}");
+        // It names the tenant setting that would allow it, and who sets it how.
+        let said = &r.error.as_ref().unwrap().message;
+        assert!(said.contains("allow_private_networks") && said.contains("browserpool admin tenants put"), "{said}");
     }
     run_corpus(&locked, &id, &format!("127.0.0.1:{p}"), &format!("evil.test:{p}"), &format!("http://evil.test:{p}/w"))
         .await;

@@ -65,7 +65,10 @@ async fn acquire_navigate_type_click_extract_screenshot_release() {
         panic!("expected a status")
     };
     assert_eq!(status.code(), tonic::Code::FailedPrecondition, "{status:?}");
-    assert_eq!(status.message(), format!("session {id} is CLOSED"), "{status:?}");
+    // It says why and when it ended, and what to do.
+    let said = status.message();
+    assert!(said.starts_with(&format!("session {id} is CLOSED (released, at 20")), "{status:?}");
+    assert!(said.ends_with("): its browser is gone; acquire a new session"), "{status:?}");
 
     // The session and its transitions are in the listing.
     let listed = client.sessions().list(pb::ListSessionsRequest::default()).await.unwrap().into_inner();
@@ -439,7 +442,9 @@ async fn crashed_browser_is_reported_and_session_marked_crashed() {
         panic!("expected a status")
     };
     assert_eq!(s.code(), tonic::Code::FailedPrecondition, "{s:?}");
-    assert_eq!(s.message(), format!("session {} is CRASHED", session.session_id), "{s:?}");
+    let said = s.message();
+    assert!(said.starts_with(&format!("session {} is CRASHED (chromium ", session.session_id)), "{s:?}");
+    assert!(said.ends_with("acquire a new session"), "{s:?}");
     // The pool replaces the dead worker: a new session works.
     let next = client.acquire(30_000).await.unwrap();
     ok(&client.act(&next.session_id, action("evaluate", "", "1")).await.unwrap());

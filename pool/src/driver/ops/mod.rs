@@ -114,6 +114,30 @@ impl Driver {
     }
 }
 
+/// What a selector the page refused is told: which one, that only CSS is read, and how CSS
+/// says what the usual other syntaxes say.
+fn selector_error(msg: &str) -> String {
+    let bad = msg.split_once(": '").and_then(|(_, rest)| rest.split_once("' is not a valid selector"));
+    match bad {
+        Some((selector, _)) => {
+            let hint = match selector {
+                s if s.starts_with("text=") || s.starts_with("role=") => {
+                    " (text= and role= selectors are not read yet: select by CSS, e.g. button[name=go] or #sign-in)"
+                }
+                s if s.starts_with("xpath=") || s.starts_with("//") => {
+                    " (XPath is not read yet: select by CSS, e.g. //div[@id='a'] is div#a)"
+                }
+                _ => "",
+            };
+            format!(
+                "selector: {selector:?} is not a valid CSS selector; only CSS selectors are read (#id, .class, \
+                 tag[attr=value], a > b){hint}"
+            )
+        }
+        None => format!("selector: {msg}"),
+    }
+}
+
 /// Polls a boolean expression until it is true or `until` passes.
 async fn poll(
     page: &Page,
@@ -128,7 +152,7 @@ async fn poll(
             Ok(_) => {}
             Err(CdpError::JavascriptException(details)) => {
                 let msg = ActionFailure::cdp(CdpError::JavascriptException(details)).message;
-                return Err(ActionFailure::invalid(format!("selector: {msg}")));
+                return Err(ActionFailure::invalid(selector_error(&msg)));
             }
             // The page may be between documents (navigating); try again.
             Err(_) => {}
@@ -172,4 +196,26 @@ fn json_result(v: Option<Value>) -> Option<Value> {
 
 fn value(v: Value) -> ActionOutput {
     ActionOutput { value: v, ..ActionOutput::default() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::selector_error;
+
+    #[test]
+    fn a_refused_selector_is_named_with_what_is_read() {
+        let chrome = "SyntaxError: Failed to execute 'querySelector' on 'Document': 'h1[' is not a valid selector.\n    at <anonymous>:1:10";
+        let said = selector_error(chrome);
+        assert!(
+            said.starts_with(r#"selector: "h1[" is not a valid CSS selector; only CSS selectors are read"#),
+            "{said}"
+        );
+        assert!(!said.contains("<anonymous>"), "{said}");
+        let text =
+            "SyntaxError: Failed to execute 'querySelector' on 'Document': 'text=Sign in' is not a valid selector.";
+        assert!(selector_error(text).contains("text= and role= selectors are not read yet"));
+        let xpath = "SyntaxError: Failed to execute 'querySelectorAll' on 'Document': '//div' is not a valid selector.";
+        assert!(selector_error(xpath).contains("XPath is not read yet"));
+        assert_eq!(selector_error("TypeError: x"), "selector: TypeError: x");
+    }
 }
