@@ -400,6 +400,47 @@ fn parse_resolve(s: &str) -> Result<(String, std::net::IpAddr), String> {
     Ok((name.to_string(), ip))
 }
 
+/// The client's connection flags, and whether each takes a value: accepted before the
+/// command too (`browserpool --token T session acquire`), as after it.
+const LEADING_FLAGS: &[(&str, bool)] = &[
+    ("--server", true),
+    ("--token", true),
+    ("--token-file", true),
+    ("--data-dir", true),
+    ("--ca-file", true),
+    ("--cert-file", true),
+    ("--key-file", true),
+    ("--connect-timeout", true),
+    ("--json", false),
+];
+
+/// `args` with the [`LEADING_FLAGS`] given before the command moved after it, where clap
+/// takes them (`browserpool --token T session acquire` is `browserpool session --token T
+/// acquire`). Anything else is left as it is, for clap to judge.
+fn flags_after_the_command<I, T>(args: I) -> Vec<std::ffi::OsString>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let mut args: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
+    let mut moved = Vec::new();
+    let mut at = 1;
+    while at < args.len() {
+        let arg = args[at].to_string_lossy().to_string();
+        let name = arg.split('=').next().unwrap_or_default();
+        let Some((_, takes_value)) = LEADING_FLAGS.iter().find(|(flag, _)| *flag == name) else { break };
+        let width = if *takes_value && !arg.contains('=') { 2 } else { 1 };
+        moved.extend(args.drain(at..(at + width).min(args.len())));
+    }
+    if !moved.is_empty() && at < args.len() {
+        at += 1;
+        args.splice(at..at, moved);
+    } else {
+        args.extend(moved);
+    }
+    args
+}
+
 impl Cli {
     /// Parses the process's arguments as [`Parser::parse`] does (a bad one exits with clap's
     /// message), noting which settings of `serve` were given (see [`Given`]).
@@ -413,7 +454,7 @@ impl Cli {
         I: IntoIterator<Item = T>,
         T: Into<std::ffi::OsString> + Clone,
     {
-        let matches = Cli::command().try_get_matches_from(args)?;
+        let matches = Cli::command().try_get_matches_from(flags_after_the_command(args))?;
         let mut cli = Cli::from_arg_matches(&matches)?;
         if let (Some(Command::Serve(serve)), Some(("serve", sub))) = (cli.command.as_mut(), matches.subcommand()) {
             serve.given = Given::from_matches(sub);
@@ -487,6 +528,28 @@ pub struct TokenIssueArgs {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn connection_flags_before_the_command_are_taken_as_after_it() {
+        let moved = |args: &[&str]| -> Vec<String> {
+            flags_after_the_command(args.iter().copied()).iter().map(|a| a.to_string_lossy().to_string()).collect()
+        };
+        assert_eq!(
+            moved(&["bp", "--token", "T", "--json", "session", "acquire"]),
+            ["bp", "session", "--token", "T", "--json", "acquire"]
+        );
+        assert_eq!(
+            moved(&["bp", "--server=http://h:1", "admin", "status"]),
+            ["bp", "admin", "--server=http://h:1", "status"]
+        );
+        assert_eq!(moved(&["bp", "session", "acquire", "--token", "T"]), ["bp", "session", "acquire", "--token", "T"]);
+        assert_eq!(moved(&["bp", "--warm", "2"]), ["bp", "--warm", "2"], "anything else is clap's to judge");
+        let cli = Cli::try_parse_noting_sources(["bp", "--token", "T", "session", "list"]).unwrap();
+        assert!(cli.is_client());
+        let cli = Cli::try_parse_noting_sources(["bp", "--data-dir", "/d", "serve"]).unwrap();
+        let Some(Command::Serve(serve)) = cli.command else { panic!("serve") };
+        assert_eq!(serve.store.data_dir, PathBuf::from("/d"));
+    }
 
     /// The README's table of `serve` flags is the parser's: every flag with its variable, and
     /// no row for a flag that is gone.

@@ -368,6 +368,9 @@ async fn cli_in_a_ci_log_says_it_waits_and_streams_a_session_s_events() {
     let site = fixture_site().await;
     let cli = Cli::new(&server);
     let id = cli.run(&["session", "acquire", "-q"]).await.expect(0).stdout.trim().to_string();
+    // Connection flags are taken before the command too, as the README says.
+    let got = cli.run(&["--token", &server.admin_token, "--json", "session", "get", &id]).await.expect(0).json();
+    assert_eq!(got["session_id"], id.as_str());
     // The events, read by another process as the session lives.
     let watcher = Cli::new(&server);
     let watched = id.clone();
