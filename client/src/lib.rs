@@ -226,6 +226,20 @@ impl Client {
         Ok(self.sessions().act(req).await?.into_inner())
     }
 
+    /// The page as it is now, for a failed job's log: a PNG screenshot of the active tab and its
+    /// URL, each `None` with why when it could not be had (a dialog open, the browser gone).
+    /// What `browserpool session batch --on-failure screenshot DIR` saves.
+    pub async fn evidence(&self, session_id: &str) -> Result<Evidence, Error> {
+        let shot = self.act(session_id, action("screenshot", "", serde_json::Value::Null)).await?;
+        let url = self.act(session_id, action("url", "", serde_json::Value::Null)).await?;
+        let why = |r: &pb::ActionResult| r.error.as_ref().map_or_else(String::new, |e| e.message.clone());
+        let url_text = url.value.as_ref().map(to_json).and_then(|v| v.as_str().map(str::to_string));
+        Ok(Evidence {
+            png: (shot.ok && !shot.data.is_empty()).then_some(shot.data.clone()).ok_or_else(|| why(&shot)),
+            url: url_text.filter(|_| url.ok).ok_or_else(|| why(&url)),
+        })
+    }
+
     /// Releases a session (idempotent).
     pub async fn release(&self, session_id: &str) -> Result<pb::ReleaseResponse, Error> {
         self.release_as(session_id, false).await
@@ -324,6 +338,15 @@ impl Client {
 
 /// The size of each message of a [`Client::put_file`] upload.
 const FILE_CHUNK: usize = 1 << 20;
+
+/// A page as [`Client::evidence`] found it: each part, or why it could not be had.
+#[derive(Debug, Clone)]
+pub struct Evidence {
+    /// A PNG screenshot of the active tab.
+    pub png: Result<Vec<u8>, String>,
+    /// The active tab's URL.
+    pub url: Result<String, String>,
+}
 
 /// Builds an action: name, selector (may be empty) and a payload (anything JSON-like).
 pub fn action(name: &str, selector: &str, payload: impl Into<serde_json::Value>) -> pb::Action {

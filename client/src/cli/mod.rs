@@ -7,6 +7,7 @@
 mod admin;
 mod envelope;
 mod events;
+mod evidence;
 mod files;
 mod live;
 mod render;

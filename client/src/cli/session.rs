@@ -189,6 +189,10 @@ pub struct BatchArgs {
     /// Write each step's bytes (screenshots, pdfs) to DIR/step-<N>.<png|jpg|pdf>.
     #[arg(long)]
     out_dir: Option<PathBuf>,
+    /// When a step fails, save the page as the batch left it: `--on-failure screenshot DIR`
+    /// writes DIR/failure.png (the active tab) and DIR/failure-url.txt.
+    #[arg(long, num_args = 2, value_names = ["screenshot", "DIR"])]
+    on_failure: Vec<String>,
 }
 
 #[derive(Debug, Args)]
@@ -423,9 +427,11 @@ async fn batch(ctx: &Ctx, args: BatchArgs) -> Result<(), CliError> {
     let text = String::from_utf8(read_file(&args.file, "--file")?)
         .map_err(|_| CliError::usage(format!("--file {name}: not UTF-8 text")))?;
     let steps = parse_steps(&text).map_err(|e| CliError::usage(format!("--file {name}: {e}")))?;
+    let on_failure = super::evidence::parse(&args.on_failure)?;
     if let Some(dir) = &args.out_dir {
         std::fs::create_dir_all(dir).map_err(|e| CliError::usage(format!("--out-dir {}: {e}", dir.display())))?;
     }
+    let session = args.session.clone();
     let req = pb::BatchRequest { session_id: args.session, actions: steps.clone(), stop_on_error: args.stop_on_error };
     let response = ctx.client.sessions().batch(req).await.map_err(|s| ctx.status(s))?.into_inner();
     for (i, step) in steps.iter().enumerate() {
@@ -464,11 +470,13 @@ async fn batch(ctx: &Ctx, args: BatchArgs) -> Result<(), CliError> {
             response.succeeded, response.failed, response.duration_ms
         );
     }
-    if response.failed > 0 {
-        Err(CliError::reported())
-    } else {
-        Ok(())
+    if response.failed == 0 {
+        return Ok(());
     }
+    if let Some((_, dir)) = on_failure {
+        super::evidence::save(ctx, &session, &dir).await?;
+    }
+    Err(CliError::reported())
 }
 
 fn read_envelope(path: &Path) -> Result<pb::ContextEnvelope, CliError> {

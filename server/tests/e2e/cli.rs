@@ -384,6 +384,22 @@ async fn cli_in_a_ci_log_says_it_waits_and_streams_a_session_s_events() {
 
     cli.run(&["session", "act", &id, "evaluate", "", "console.error('boom\\nat line 2')"]).await.expect(0);
     cli.run(&["session", "act", &id, "navigate", "", &format!("{site}/about")]).await.expect(0);
+    // A batch whose step fails leaves the page behind for the log.
+    let steps = cli.path("steps.json");
+    std::fs::write(&steps, r##"[{"action": "click", "selector": "#missing", "timeout_ms": 300}]"##).unwrap();
+    let evidence = cli.path("evidence");
+    let failed = cli.run(&["session", "batch", &id, "--file", &steps, "--on-failure", "screenshot", &evidence]).await;
+    let failed = failed.expect(1);
+    assert!(
+        failed.stderr.contains(&format!("a step failed: the page ({site}/about) is in {evidence}/failure.png")),
+        "{}",
+        failed.stderr
+    );
+    let png = std::fs::read(format!("{evidence}/failure.png")).unwrap();
+    assert!(png.starts_with(b"\x89PNG"), "a PNG");
+    assert_eq!(std::fs::read_to_string(format!("{evidence}/failure-url.txt")).unwrap(), format!("{site}/about\n"));
+    let wrong = cli.run(&["session", "batch", &id, "--file", &steps, "--on-failure", "video", &evidence]).await;
+    assert!(wrong.expect(2).stderr.contains("give `--on-failure screenshot DIR`"));
     cli.run(&["session", "release", &id]).await.expect(0);
     let events = tokio::time::timeout(Duration::from_secs(30), events).await.expect("events ends with the session");
     let lines = events.unwrap().expect(0).json_lines();
