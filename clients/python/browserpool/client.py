@@ -30,6 +30,7 @@ __all__ = [
     "action",
     "connect",
     "from_value",
+    "state_name",
     "to_value",
 ]
 
@@ -57,7 +58,8 @@ class ActionError(Exception):
     """An action that ran and failed (``ActionResult.ok`` false).
 
     ``code`` is a ``common_pb2.ErrorCode`` value, ``code_name`` its name
-    (``ERROR_CODE_ELEMENT_NOT_FOUND``...), ``result`` the whole ``ActionResult`` (for a
+    (``ERROR_CODE_ELEMENT_NOT_FOUND``...), ``message`` the server's, ``did_you_mean`` its
+    suggestions (an unknown action or option), ``result`` the whole ``ActionResult`` (for a
     dialog, ``result.error.dialog``).
     """
 
@@ -65,7 +67,56 @@ class ActionError(Exception):
         self.result = result
         self.code = result.error.code
         self.code_name = common_pb2.ErrorCode.Name(self.code)
-        super().__init__(f"{result.action}: {self.code_name}: {result.error.message}")
+        self.message = result.error.message
+        self.did_you_mean = list(result.error.did_you_mean)
+        said = f"{result.action}: {self.code_name}: {self.message}"
+        if self.did_you_mean:
+            said += f" (did you mean: {', '.join(self.did_you_mean)}?)"
+        super().__init__(said)
+
+
+def state_name(state: int) -> str:
+    """A session state as its name: ``state_name(client.release(id).state) == "CLOSED"``."""
+    return common_pb2.SessionState.Name(state).removeprefix("SESSION_STATE_")
+
+
+def _request(message: Any, **fields: Any) -> Any:
+    """``message(**fields)``, with a wrong type named by its field and what it takes, where
+    protobuf says only ``bad argument type for built-in operation``."""
+    try:
+        return message(**fields)
+    except (TypeError, ValueError) as err:
+        for name, value in fields.items():
+            try:
+                message(**{name: value})
+            except (TypeError, ValueError):
+                field = message.DESCRIPTOR.fields_by_name.get(name)
+                if field is None:
+                    raise TypeError(f"{message.DESCRIPTOR.name} has no field {name!r}") from None
+                raise TypeError(
+                    f"{message.DESCRIPTOR.name}.{name}: expected {_kind(field)}, got {type(value).__name__} {value!r}"
+                ) from None
+        raise err
+
+
+def _kind(field: Any) -> str:
+    """What a protobuf field takes, in words."""
+    if field.message_type is not None:
+        if field.message_type.GetOptions().map_entry:
+            return "a dict"
+        return f"a {field.message_type.name} (or a dict of its fields)"
+    if field.enum_type is not None:
+        return f"a {field.enum_type.name} value (an int, e.g. {field.enum_type.values[-1].name})"
+    words = {
+        field.TYPE_STRING: "a str",
+        field.TYPE_BYTES: "bytes",
+        field.TYPE_BOOL: "a bool",
+        field.TYPE_DOUBLE: "a float",
+        field.TYPE_FLOAT: "a float",
+    }
+    kind = words.get(field.type, "an int" + (" (milliseconds)" if field.name.endswith("_ms") else ""))
+    repeated = field.is_repeated if hasattr(field, "is_repeated") else field.label == field.LABEL_REPEATED
+    return f"a list of {kind}" if repeated else kind
 
 
 class _CallDetails(
@@ -156,7 +207,7 @@ def from_value(v: Optional[struct_pb2.Value]) -> Any:
 
 def action(name: str, selector: str = "", payload: Any = None, *, timeout_ms: int = 0, id: str = "") -> common_pb2.Action:
     """Builds an action: name, CSS selector (may be empty), JSON-like payload (may be None)."""
-    a = common_pb2.Action(action=name, selector=selector, timeout_ms=timeout_ms, id=id)
+    a = _request(common_pb2.Action, action=name, selector=selector, timeout_ms=timeout_ms, id=id)
     if payload is not None:
         a.payload.CopyFrom(to_value(payload))
     return a
@@ -185,13 +236,15 @@ class Client:
     def acquire(self, wait_ms: int = 30_000, **fields: Any) -> common_pb2.Session:
         """Leases a browser, waiting up to ``wait_ms`` for a free one; ``fields`` are the other
         ``AcquireRequest`` fields (``ttl_ms``, ``idle_timeout_ms``, ``labels``, ``viewport``...)."""
-        return self._call(self.sessions.Acquire, sessions_pb2.AcquireRequest(wait_ms=wait_ms, **fields))
+        return self._call(self.sessions.Acquire, _request(sessions_pb2.AcquireRequest, wait_ms=wait_ms, **fields))
 
     def act(
         self, session_id: str, name: str, selector: str = "", payload: Any = None, *, timeout_ms: int = 0, check: bool = True
     ) -> common_pb2.ActionResult:
         """Runs one action; raises :class:`ActionError` when it fails (unless ``check=False``)."""
-        request = sessions_pb2.ActRequest(session_id=session_id, action=action(name, selector, payload, timeout_ms=timeout_ms))
+        request = _request(
+            sessions_pb2.ActRequest, session_id=session_id, action=action(name, selector, payload, timeout_ms=timeout_ms)
+        )
         result = self._call(self.sessions.Act, request)
         if check and not result.ok:
             raise ActionError(result)

@@ -46,8 +46,19 @@ with browserpool.connect(server, token) as client:
             s.act("click", "#missing", timeout_ms=500)
         except browserpool.ActionError as e:
             out["action_error"] = e.code_name
+        # A misspelt action: the error carries the server's suggestion.
+        try:
+            s.act("navigat", payload=site + "/")
+        except browserpool.ActionError as e:
+            out["did_you_mean"] = [e.did_you_mean, "did you mean: navigate" in str(e)]
+        # A wrong argument type is named by its field, not protobuf's "bad argument type".
+        try:
+            client.acquire(wait_ms="30s")
+        except TypeError as e:
+            out["type_error"] = str(e)
         out["state_inside"] = common_pb2.SessionState.Name(s.get().state)
     out["state_after"] = common_pb2.SessionState.Name(client.get(out["session"]).state)
+    out["released_state"] = browserpool.state_name(client.release(out["session"]).state)
     # Kept after the end: the upload and the recording.
     kept, data = client.get_file(out["session"], "hello.txt")
     out["kept_file"], out["kept_sha256"] = data.decode(), kept.sha256

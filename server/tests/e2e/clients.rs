@@ -73,7 +73,7 @@ struct Names {
 
 /// Runs one language's e2e script against a fresh server and checks what it saw, then what
 /// the server says about the sessions it used.
-async fn drives_a_session(program: PathBuf, script: &str, lang: &str, names: Names) {
+async fn drives_a_session(program: PathBuf, script: &str, lang: &str, names: Names) -> serde_json::Value {
     let server = TestServer::start().await;
     let site = fixture_site().await;
     let token = server.token("default", lang, &["sessions:read", "sessions:write"]).await;
@@ -112,6 +112,7 @@ async fn drives_a_session(program: PathBuf, script: &str, lang: &str, names: Nam
     let first = client.get(seen["session"].as_str().unwrap()).await.unwrap();
     assert_eq!(first.labels.get("client").map(String::as_str), Some(lang), "labels reach Acquire: {first:?}");
     server.stop().await;
+    seen
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -122,7 +123,15 @@ async fn python_client_drives_a_session_and_surfaces_a_bad_token() {
         closed: "SESSION_STATE_CLOSED",
         unauthenticated: "UNAUTHENTICATED",
     };
-    drives_a_session(python(), "clients/python/tests/e2e.py", "python", names).await;
+    let seen = drives_a_session(python(), "clients/python/tests/e2e.py", "python", names).await;
+    // Errors a Python user can act on: the suggestion, the field of a wrong type, names.
+    assert_eq!(seen["did_you_mean"], json!([["navigate"], true]), "{seen}");
+    assert_eq!(
+        seen["type_error"],
+        "AcquireRequest.wait_ms: expected an int (milliseconds), got str '30s'",
+        "{seen}"
+    );
+    assert_eq!(seen["released_state"], "CLOSED", "{seen}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
