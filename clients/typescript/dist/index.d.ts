@@ -64,9 +64,17 @@ export interface ActOptions {
 }
 /** Builds an action: name, CSS selector (may be empty) and a JSON payload (may be omitted). */
 export declare function action(name: string, selector?: string, payload?: JsonValue, opts?: ActOptions): Action;
-/** An action that ran and failed (`ok=false`): `code` says why, `result` has the rest. */
+/** A session state as its name: `stateName(r.state) === "CLOSED"`. */
+export declare function stateName(state: SessionState): string;
+/**
+ * An action that ran and failed (`ok=false`): `code` says why (`codeName` its name),
+ * `didYouMean` the server's suggestions for a misspelt action or option (also in the message),
+ * `result` has the rest.
+ */
 export declare class ActionError extends Error {
     readonly code: ErrorCode;
+    readonly codeName: string;
+    readonly didYouMean: string[];
     readonly result: ActionResult;
     constructor(result: ActionResult);
 }

@@ -63,8 +63,20 @@ export function connect(url, token, opts = {}) {
         close: () => sessionManager.abort(),
     };
 }
+/**
+ * Throws a TypeError naming `field` and what it takes when `value` is not of `kind` (at run
+ * time, for JavaScript callers the types do not reach).
+ */
+function expect(field, value, kind, what) {
+    if (value !== undefined && typeof value !== kind) {
+        throw new TypeError(`${field}: expected ${what}, got ${typeof value} ${JSON.stringify(value)}`);
+    }
+}
 /** Builds an action: name, CSS selector (may be empty) and a JSON payload (may be omitted). */
 export function action(name, selector = "", payload, opts = {}) {
+    expect("action", name, "string", "a string (the action's name)");
+    expect("selector", selector, "string", "a string (a CSS selector, or \"\")");
+    expect("timeoutMs", opts.timeoutMs, "number", "a number (milliseconds)");
     return create(ActionSchema, {
         action: name,
         selector,
@@ -73,15 +85,29 @@ export function action(name, selector = "", payload, opts = {}) {
         id: opts.id ?? "",
     });
 }
-/** An action that ran and failed (`ok=false`): `code` says why, `result` has the rest. */
+/** A session state as its name: `stateName(r.state) === "CLOSED"`. */
+export function stateName(state) {
+    return (SessionState[state] ?? String(state)).replace(/^SESSION_STATE_/, "");
+}
+/**
+ * An action that ran and failed (`ok=false`): `code` says why (`codeName` its name),
+ * `didYouMean` the server's suggestions for a misspelt action or option (also in the message),
+ * `result` has the rest.
+ */
 export class ActionError extends Error {
     code;
+    codeName;
+    didYouMean;
     result;
     constructor(result) {
         const code = result.error?.code ?? ErrorCode.UNSPECIFIED;
-        super(`${result.action}: ${ErrorCode[code]}: ${result.error?.message ?? ""}`);
+        const didYouMean = [...(result.error?.didYouMean ?? [])];
+        const hint = didYouMean.length > 0 ? ` (did you mean: ${didYouMean.join(", ")}?)` : "";
+        super(`${result.action}: ${ErrorCode[code]}: ${result.error?.message ?? ""}${hint}`);
         this.name = "ActionError";
         this.code = code;
+        this.codeName = `ERROR_CODE_${ErrorCode[code]}`;
+        this.didYouMean = didYouMean;
         this.result = result;
     }
 }
@@ -128,6 +154,9 @@ export class LeasedSession {
  * Returns what `fn` returns.
  */
 export async function withSession(client, opts, fn) {
+    expect("waitMs", opts.waitMs, "number", "a number (milliseconds)");
+    expect("ttlMs", opts.ttlMs, "number", "a number (milliseconds)");
+    expect("idleTimeoutMs", opts.idleTimeoutMs, "number", "a number (milliseconds)");
     const session = new LeasedSession(client, await client.sessions.acquire(opts));
     let result;
     try {

@@ -5,6 +5,7 @@
 
 import {
   ActionError,
+  action,
   Code,
   ConnectError,
   ErrorCode,
@@ -17,6 +18,7 @@ import {
   LiveViewMode,
   revokeLiveView,
   putFile,
+  stateName,
   withSession,
 } from "../dist/index.js";
 
@@ -50,8 +52,22 @@ await withSession(client, { waitMs: 30_000, labels: { client: "typescript" }, re
     if (!(e instanceof ActionError)) throw e;
     out.action_error = ErrorCode[e.code];
   }
+  // A misspelt action: the error carries the server's suggestion.
+  try {
+    await s.act("navigat", "", `${SITE}/`);
+  } catch (e) {
+    if (!(e instanceof ActionError)) throw e;
+    out.did_you_mean = [e.didYouMean, e.message.includes("did you mean: navigate"), e.codeName];
+  }
+  // A wrong argument type from JavaScript is named by its field.
+  try {
+    action("click", "#go", undefined, { timeoutMs: "500" });
+  } catch (e) {
+    out.type_error = e instanceof TypeError ? e.message : String(e);
+  }
   out.state_inside = SessionState[(await s.get()).state];
 });
+out.released_state = stateName((await client.sessions.release({ sessionId: out.session })).state);
 out.state_after = SessionState[(await client.sessions.get({ sessionId: out.session })).state];
 // Kept after the end: the upload and the recording.
 const kept = await getFile(client, out.session, "hello.txt");

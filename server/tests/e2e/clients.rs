@@ -142,7 +142,10 @@ async fn typescript_client_drives_a_session_and_surfaces_a_bad_token() {
         closed: "CLOSED",
         unauthenticated: "Unauthenticated",
     };
-    drives_a_session(node(), "clients/typescript/test/e2e.mjs", "typescript", names).await;
+    let seen = drives_a_session(node(), "clients/typescript/test/e2e.mjs", "typescript", names).await;
+    assert_eq!(seen["did_you_mean"], json!([["navigate"], true, "ERROR_CODE_UNKNOWN_ACTION"]), "{seen}");
+    assert_eq!(seen["type_error"], r#"timeoutMs: expected a number (milliseconds), got string "500""#, "{seen}");
+    assert_eq!(seen["released_state"], "CLOSED", "{seen}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
