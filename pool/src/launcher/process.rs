@@ -120,9 +120,20 @@ impl Process {
         }
         self.gate.take();
         self.killed = true;
+        let cleanup = self.cleanup();
+        match &self.cleanups {
+            Some(tracker) => drop(tracker.spawn_blocking(cleanup)),
+            None => cleanup(),
+        }
+    }
+
+    /// What is left once the processes are killed: the directories (retried while a dying
+    /// process still writes), then the cgroup, then the port lock, in that order, so the next
+    /// boot on the port finds none of them.
+    fn cleanup(&mut self) -> impl FnOnce() + Send + 'static {
         let (profile, tmp, cgroup, lock) =
             (self.profile.clone(), self.tmp.clone(), self.cgroup.take(), self.lock.take());
-        let cleanup = move || {
+        move || {
             for dir in [profile, tmp] {
                 remove_dir_retried(&dir);
             }
@@ -130,10 +141,6 @@ impl Process {
                 cgroup.remove();
             }
             drop(lock);
-        };
-        match &self.cleanups {
-            Some(tracker) => drop(tracker.spawn_blocking(cleanup)),
-            None => cleanup(),
         }
     }
 
@@ -172,17 +179,7 @@ impl Drop for Process {
             // directories and a cgroup of the same names, which this removal would otherwise
             // empty and remove under it. On the cleanups the pool's shutdown waits for where
             // there is a runtime (a boot ended where it stood), so no lock outlives it.
-            let (profile, tmp, cgroup, lock) =
-                (self.profile.clone(), self.tmp.clone(), self.cgroup.take(), self.lock.take());
-            let remove = move || {
-                for dir in [profile, tmp] {
-                    remove_dir_retried(&dir);
-                }
-                if let Some(cgroup) = cgroup {
-                    cgroup.remove();
-                }
-                drop(lock);
-            };
+            let remove = self.cleanup();
             match (&self.cleanups, tokio::runtime::Handle::try_current()) {
                 (Some(tracker), Ok(handle)) => drop(tracker.spawn_blocking_on(remove, &handle)),
                 _ => drop(std::thread::Builder::new().name("worker-cleanup".into()).spawn(remove)),

@@ -126,11 +126,7 @@ async fn python_client_drives_a_session_and_surfaces_a_bad_token() {
     let seen = drives_a_session(python(), "clients/python/tests/e2e.py", "python", names).await;
     // Errors a Python user can act on: the suggestion, the field of a wrong type, names.
     assert_eq!(seen["did_you_mean"], json!([["navigate"], true]), "{seen}");
-    assert_eq!(
-        seen["type_error"],
-        "AcquireRequest.wait_ms: expected an int (milliseconds), got str '30s'",
-        "{seen}"
-    );
+    assert_eq!(seen["type_error"], "AcquireRequest.wait_ms: expected an int (milliseconds), got str '30s'", "{seen}");
     assert_eq!(seen["released_state"], "CLOSED", "{seen}");
 }
 

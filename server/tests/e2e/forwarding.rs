@@ -33,6 +33,16 @@ async fn client(addr: &str, token: &str) -> Client {
     Client::connect(format!("http://{addr}"), token).await.unwrap()
 }
 
+/// Replica A holding one session, replica B beside it on the same database, a client of each
+/// (the admin's), and the session's id.
+async fn a_session_on_a() -> (BinaryServer, BinaryServer, Client, Client, String) {
+    let a = BinaryServer::spawn().await;
+    let b = BinaryServer::replica_of(&a);
+    let (on_a, on_b) = (a.client().await, b.client().await);
+    let id = on_a.acquire(30_000).await.unwrap().session_id;
+    (a, b, on_a, on_b, id)
+}
+
 async fn state_of(admin: &Client, id: &str) -> i32 {
     admin.get(id).await.unwrap().state
 }
@@ -339,10 +349,7 @@ async fn three_replicas_behind_a_round_robin_proxy_serve_any_session() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_owner_that_froze_gives_unavailable_never_a_hang() {
-    let mut a = BinaryServer::spawn().await;
-    let b = BinaryServer::replica_of(&a);
-    let (on_a, on_b) = (a.client().await, b.client().await);
-    let id = on_a.acquire(30_000).await.unwrap().session_id;
+    let (mut a, _b, _on_a, on_b, id) = a_session_on_a().await;
     ok(&on_b.act(&id, action("evaluate", "", "1 + 1")).await.unwrap());
     // A stops answering (its sockets stay open): B's call through the open connection fails
     // once the connection's keepalive goes unanswered.
@@ -406,10 +413,7 @@ async fn a_replica_scaled_down_keeps_serving_its_session_through_the_others_unti
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_through_a_replica_whose_owner_dies_ends_unavailable_never_internal() {
-    let mut a = BinaryServer::spawn().await;
-    let b = BinaryServer::replica_of(&a);
-    let (on_a, on_b) = (a.client().await, b.client().await);
-    let id = on_a.acquire(30_000).await.unwrap().session_id;
+    let (mut a, b, _on_a, on_b, id) = a_session_on_a().await;
     let mut events = on_b.sessions().events(pb::EventsRequest { session_id: id.clone() }).await.unwrap().into_inner();
     // The stream is relayed: an event of the session comes through B.
     let logged = on_b.act(&id, action("evaluate", "", "console.log('through b'); 1")).await.unwrap();
@@ -455,10 +459,7 @@ async fn a_stream_through_a_replica_whose_owner_dies_ends_unavailable_never_inte
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_live_view_link_works_through_any_replica_and_dies_when_revoked_through_another() {
     use async_tungstenite::tungstenite::Message;
-    let mut a = BinaryServer::spawn().await;
-    let b = BinaryServer::replica_of(&a);
-    let (on_a, on_b) = (a.client().await, b.client().await);
-    let id = on_a.acquire(30_000).await.unwrap().session_id;
+    let (mut a, b, on_a, on_b, id) = a_session_on_a().await;
     ok(&on_a.act(&id, action("load_html", "", "<h1>seen through another replica</h1>")).await.unwrap());
     // Asked through B, for A's session; opened through B too (as a load balancer may).
     let link = on_b.live_view(&id, false, None).await.unwrap();
