@@ -153,7 +153,7 @@ pub struct ActArgs {
     session: String,
     /// Action name or alias.
     action: String,
-    /// CSS selector (or the dialog grammar: dialog::accept...); "" for none.
+    /// Selector: CSS, text=, role=, xpath= (docs/actions.md), or the dialog grammar (dialog::accept...); "" for none.
     selector: Option<String>,
     /// Payload: JSON when it parses (`{"full_page":true}`, `3`), else the text as a string
     /// (`http://127.0.0.1:8000/`, `document.title`).

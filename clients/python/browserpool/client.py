@@ -206,7 +206,7 @@ def from_value(v: Optional[struct_pb2.Value]) -> Any:
 
 
 def action(name: str, selector: str = "", payload: Any = None, *, timeout_ms: int = 0, id: str = "") -> common_pb2.Action:
-    """Builds an action: name, CSS selector (may be empty), JSON-like payload (may be None)."""
+    """Builds an action: name, selector (CSS, text=, role=, xpath=...; may be empty), JSON-like payload (may be None)."""
     a = _request(common_pb2.Action, action=name, selector=selector, timeout_ms=timeout_ms, id=id)
     if payload is not None:
         a.payload.CopyFrom(to_value(payload))

@@ -62,7 +62,7 @@ export interface ActOptions {
     /** Correlation id, echoed in the result. */
     id?: string;
 }
-/** Builds an action: name, CSS selector (may be empty) and a JSON payload (may be omitted). */
+/** Builds an action: name, selector (CSS, text=, role=, xpath=...; may be empty) and a JSON payload (may be omitted). */
 export declare function action(name: string, selector?: string, payload?: JsonValue, opts?: ActOptions): Action;
 /** A session state as its name: `stateName(r.state) === "CLOSED"`. */
 export declare function stateName(state: SessionState): string;

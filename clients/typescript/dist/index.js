@@ -72,10 +72,10 @@ function expect(field, value, kind, what) {
         throw new TypeError(`${field}: expected ${what}, got ${typeof value} ${JSON.stringify(value)}`);
     }
 }
-/** Builds an action: name, CSS selector (may be empty) and a JSON payload (may be omitted). */
+/** Builds an action: name, selector (CSS, text=, role=, xpath=...; may be empty) and a JSON payload (may be omitted). */
 export function action(name, selector = "", payload, opts = {}) {
     expect("action", name, "string", "a string (the action's name)");
-    expect("selector", selector, "string", "a string (a CSS selector, or \"\")");
+    expect("selector", selector, "string", "a string (a selector, or \"\")");
     expect("timeoutMs", opts.timeoutMs, "number", "a number (milliseconds)");
     return create(ActionSchema, {
         action: name,

@@ -126,10 +126,10 @@ function expect(field: string, value: unknown, kind: "string" | "number", what: 
   }
 }
 
-/** Builds an action: name, CSS selector (may be empty) and a JSON payload (may be omitted). */
+/** Builds an action: name, selector (CSS, text=, role=, xpath=...; may be empty) and a JSON payload (may be omitted). */
 export function action(name: string, selector = "", payload?: JsonValue, opts: ActOptions = {}): Action {
   expect("action", name, "string", "a string (the action's name)");
-  expect("selector", selector, "string", "a string (a CSS selector, or \"\")");
+  expect("selector", selector, "string", "a string (a selector, or \"\")");
   expect("timeoutMs", opts.timeoutMs, "number", "a number (milliseconds)");
   return create(ActionSchema, {
     action: name,

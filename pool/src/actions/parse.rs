@@ -98,7 +98,7 @@ pub(super) fn near_names(key: &str, known: &[&str]) -> Vec<String> {
 
 fn require_selector(kind: ActionKind, selector: &str) -> Result<&str, ActionFailure> {
     if selector.trim().is_empty() {
-        return Err(ActionFailure::invalid(format!("selector: {} needs a css selector", kind.name())));
+        return Err(ActionFailure::invalid(format!("selector: {} needs a selector", kind.name())));
     }
     Ok(selector)
 }

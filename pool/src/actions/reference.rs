@@ -73,7 +73,7 @@ const POLICY: (&str, &str) =
     ("BLOCKED_BY_POLICY", "the tenant's navigation policy refuses the URL, a redirect hop or its address");
 
 const NO_PAYLOAD: &str = "none";
-const CSS: &str = "a CSS selector";
+const CSS: &str = "a selector (CSS, text=, role=, xpath=; see above)";
 
 const NAVIGATE_OPTIONS: &[OptionDoc] = &[
     opt!("url", "string", "required", "an absolute URL, or `about:blank`"),
@@ -215,7 +215,7 @@ fn input(kind: ActionKind) -> &'static Reference {
     match kind {
         K::Click => &Reference {
             summary: "Clicks the element's centre (waiting for it to exist), or answers the open dialog with `dialog::accept` / `dialog::dismiss`.",
-            selector: SelectorUse::Required("a CSS selector, or `dialog::accept` / `dialog::dismiss`"),
+            selector: SelectorUse::Required("a selector, or `dialog::accept` / `dialog::dismiss`"),
             payload: "none, or an options object",
             options: &[
                 opt!("button", "string", "`left`", "`left`, `right` or `middle`"),
@@ -226,7 +226,7 @@ fn input(kind: ActionKind) -> &'static Reference {
         },
         K::Type => &Reference {
             summary: "Focuses the element and types the text key by key; `dialog::username`, `dialog::password` and `dialog::prompt` fill the open dialog instead.",
-            selector: SelectorUse::Required("a CSS selector, or `dialog::username` / `dialog::password` / `dialog::prompt`"),
+            selector: SelectorUse::Required("a selector, or `dialog::username` / `dialog::password` / `dialog::prompt`"),
             payload: "the text, a string",
             options: &[],
             result: "nothing",
@@ -266,7 +266,7 @@ fn input(kind: ActionKind) -> &'static Reference {
         },
         K::Select => &Reference {
             summary: "Selects options of a `<select>` by value (and fires `input` and `change`).",
-            selector: SelectorUse::Required("a CSS selector of a `<select>`"),
+            selector: SelectorUse::Required("a selector of a `<select>`"),
             payload: "a value string, or a list of value strings (several only for a `multiple` select)",
             options: &[],
             result: "the values now selected, a list",
@@ -274,7 +274,7 @@ fn input(kind: ActionKind) -> &'static Reference {
         },
         K::SetInputFiles => &Reference {
             summary: "Sets files of the session (uploaded with `PutFile`, or downloaded by its pages) on a file input, as a user choosing them would (the page sees `input` and `change`).",
-            selector: SelectorUse::Required("a CSS selector of an `<input type=file>`"),
+            selector: SelectorUse::Required("a selector of an `<input type=file>`"),
             payload: "a file name, or a list of file names (several only for a `multiple` input; an empty list clears it)",
             options: &[],
             result: "the names set, a list",
@@ -447,9 +447,15 @@ pub fn markdown() -> String {
          BROWSERPOOL_BLESS=1 cargo test -p browserpool-pool --lib reference -->\n\n\
          Every action is sent the same way, as an `Action` message (in `Act`, `Batch` or `Drive`):\n\n\
          - `action`: the canonical name or an alias;\n\
-         - `selector`: a CSS selector, or the dialog grammar, for the actions that take one (only \
-         CSS is read: Playwright's `text=` and `role=` and XPath are not yet, and a selector the page \
-         cannot parse is `INVALID_ARGUMENT` naming it);\n\
+         - `selector`: for the actions that take one, the dialog grammar or a selector: CSS \
+         (`#go`, `form button.primary`), or as Playwright writes them: `text=Sign in` (the \
+         innermost element whose text contains it, case-insensitively, whitespace collapsed), \
+         `text=\"Sign in\"` (text exactly that), `role=button[name=\"Sign in\"]` (ARIA role, explicit \
+         or the tag's own, visible elements only; the accessible name from aria-label, \
+         aria-labelledby, a label, alt or the text contains the name case-insensitively; \
+         `[name=\"Sign in\" s]`: exactly), `xpath=//form//button` (or a bare `//...`), `css=...`, and \
+         `#login >> text=Sign in` (each part looked for inside the first match of the one before). \
+         The first match is taken. A selector that cannot be read is `INVALID_ARGUMENT` naming it;\n\
          - `payload`: any JSON value, described per action below;\n\
          - `timeout_ms`: how long the action may take, 0 for the default of 30000 ms, at most 300000;\n\
          - `tab_index` (optional): switch to this tab first, as `switch_tab` does;\n\

@@ -399,25 +399,66 @@ async fn options_are_strict_and_waits_say_which_timeout_ran_out() {
     server.stop().await;
 }
 
+/// A page to find things on by text, role, XPath and chains.
+const FINDING: &str = r#"<form id="login"><label for="u">User name</label><input id="u">
+<button id="b1" type="button" onclick="this.textContent = 'Signed in'">Sign in</button></form>
+<div id="other"><button id="b2" aria-label="Close dialog">x</button><a id="l1" href="/x">Read more</a>
+<button id="b3">Sign in later</button><span id="gone" style="display:none" role="button">Sign in</span></div>
+<h2 id="h">Welcome back</h2>"#;
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_selector_the_page_cannot_read_is_named_with_what_is_read() {
+async fn selectors_people_write_text_role_xpath_css_and_chains() {
     let server = TestServer::start().await;
     let client = server.admin().await;
     let id = client.acquire(30_000).await.unwrap().session_id;
-    ok(&act(&client, &id, action("load_html", "", "<h1>x</h1><input id=q>")).await);
-    for (name, payload) in
-        [("click", json!(null)), ("type", json!("a")), ("extract", json!(null)), ("hover", json!(null))]
-    {
-        for (selector, hint) in [("h1[", ""), ("text=Sign in", "text= and role="), ("//h1", "XPath is not read yet")] {
-            let mut a = action(name, selector, payload.clone());
+    ok(&act(&client, &id, action("load_html", "", FINDING)).await);
+    let found = |selector: &'static str| {
+        let (client, id) = (client.clone(), id.clone());
+        async move {
+            let mut a = action("attr", selector, "id");
             a.timeout_ms = 2_000;
-            let r = act(&client, &id, a).await;
-            assert_eq!(err_code(&r), pb::ErrorCode::InvalidArgument, "{name} {selector}: {r:?}");
-            let said = r.error.as_ref().unwrap().message.clone();
-            let named = format!("selector: {selector:?} is not a valid CSS selector; only CSS selectors are read");
-            assert!(said.starts_with(&named) && said.contains(hint), "{name} {selector}: {said}");
+            ok(&act(&client, &id, a).await)
         }
+    };
+    for (selector, want) in [
+        ("text=sign IN", "b1"),
+        ("text=\"Sign in later\"", "b3"),
+        ("role=button[name=\"close\"]", "b2"),
+        ("role=textbox[name=\"User name\"]", "u"),
+        ("role=link", "l1"),
+        ("role=heading[name=\"Welcome back\" s]", "h"),
+        ("xpath=//h2", "h"),
+        ("//button[@id='b2']", "b2"),
+        ("css=#u", "u"),
+        ("#other >> text=Sign in", "b3"),
+        ("#other >> role=button[name=\"sign in\"]", "b3"),
+    ] {
+        assert_eq!(found(selector).await, json!(want), "{selector}");
     }
+    // Found elements are acted on: a click by role and exact name, typing by the label.
+    ok(&act(&client, &id, action("click", "role=button[name=\"Sign in\" s]", json!(null))).await);
+    ok(&act(&client, &id, action("type", "role=textbox[name=\"user name\"]", "ada")).await);
+    let after = ok(&act(&client, &id, action("evaluate", "", "[b1.textContent, u.value]")).await);
+    assert_eq!(after, json!(["Signed in", "ada"]));
+    // No match is ELEMENT_NOT_FOUND at the deadline (a hidden element has no role here).
+    for selector in ["role=heading[name=\"welcome back\" s]", "#login >> text=Read more"] {
+        let mut a = action("click", selector, json!(null));
+        a.timeout_ms = 500;
+        assert_eq!(err_code(&act(&client, &id, a).await), pb::ErrorCode::ElementNotFound, "{selector}");
+    }
+    // A selector nothing can read is named, with the syntaxes that are read.
+    for (selector, why) in [("h1[", ""), ("role=button[", " (write role=NAME or role=NAME[name=\"TEXT\"])")] {
+        let r = act(&client, &id, action("click", selector, json!(null))).await;
+        assert_eq!(err_code(&r), pb::ErrorCode::InvalidArgument, "{selector}: {r:?}");
+        let said = r.error.as_ref().unwrap().message.clone();
+        let named = format!("selector: {selector:?} is not a valid selector{why}; selectors are CSS");
+        assert!(said.starts_with(&named), "{selector}: {said}");
+    }
+    // The mark the lookup sets is gone after it.
+    let marks =
+        ok(&act(&client, &id, action("evaluate", "", "document.querySelectorAll('[data-browserpool-pick]').length"))
+            .await);
+    assert_eq!(marks, json!(0));
     client.release(&id).await.unwrap();
     server.stop().await;
 }

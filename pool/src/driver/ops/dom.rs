@@ -17,10 +17,10 @@ pub(super) async fn wait_for(page: &Page, condition: Condition<'_>, until: Deadl
     match condition {
         Condition::Visible(selector) => {
             let check = format!(
-                "(() => {{ const e = document.querySelector({}); if (!e) return false; \
+                "(() => {{ const e = {}; if (!e) return false; \
                  const r = e.getBoundingClientRect(); const s = getComputedStyle(e); \
                  return r.width > 0 && r.height > 0 && s.visibility !== 'hidden'; }})()",
-                json!(selector)
+                super::select::first(selector)
             );
             poll(page, &check, until, || format!("{selector} did not become visible"), FailureCode::Timeout).await
         }

@@ -22,6 +22,7 @@ mod cookies;
 mod dom;
 mod input;
 mod navigation;
+mod select;
 mod tabs;
 
 /// How often element and condition waits poll the page.
@@ -114,24 +115,22 @@ impl Driver {
     }
 }
 
-/// What a selector the page refused is told: which one, that only CSS is read, and how CSS
-/// says what the usual other syntaxes say.
+/// What a selector the page refused is told: which one, why when the page said, and the
+/// syntaxes that are read.
 fn selector_error(msg: &str) -> String {
     let bad = msg.split_once(": '").and_then(|(_, rest)| rest.split_once("' is not a valid selector"));
     match bad {
-        Some((selector, _)) => {
-            let hint = match selector {
-                s if s.starts_with("text=") || s.starts_with("role=") => {
-                    " (text= and role= selectors are not read yet: select by CSS, e.g. button[name=go] or #sign-in)"
-                }
-                s if s.starts_with("xpath=") || s.starts_with("//") => {
-                    " (XPath is not read yet: select by CSS, e.g. //div[@id='a'] is div#a)"
-                }
-                _ => "",
+        Some((selector, rest)) => {
+            let why = rest.trim_start_matches(':').trim().trim_end_matches('.');
+            let why = match why.split_once("\n") {
+                Some((first, _)) => first.trim_end_matches('.'),
+                None => why,
             };
+            let why = if why.is_empty() || why.starts_with("at ") { String::new() } else { format!(" ({why})") };
             format!(
-                "selector: {selector:?} is not a valid CSS selector; only CSS selectors are read (#id, .class, \
-                 tag[attr=value], a > b){hint}"
+                "selector: {selector:?} is not a valid selector{why}; selectors are CSS (#id, .class, \
+                 tag[attr=value], a > b), or text=Sign in, text=\"exact\", role=button[name=\"Sign in\"], \
+                 xpath=//a (or //a), css=..., chained with >>"
             )
         }
         None => format!("selector: {msg}"),
@@ -166,11 +165,9 @@ async fn poll(
 
 /// Waits until `selector` matches, then returns the element.
 async fn element(page: &Page, selector: &str, until: Deadline) -> ActResult<Element> {
-    let check = format!("document.querySelector({}) !== null", json!(selector));
+    let check = select::matches(selector);
     poll(page, &check, until, || format!("no element matches {selector}"), FailureCode::ElementNotFound).await?;
-    page.find_element(selector)
-        .await
-        .map_err(|e| ActionFailure::new(FailureCode::ElementNotFound, format!("{selector}: {e}")))
+    select::handle(page, selector).await
 }
 
 /// Waits for a lifecycle event of our raw session (any loader when `loader` is None).
@@ -206,16 +203,11 @@ mod tests {
     fn a_refused_selector_is_named_with_what_is_read() {
         let chrome = "SyntaxError: Failed to execute 'querySelector' on 'Document': 'h1[' is not a valid selector.\n    at <anonymous>:1:10";
         let said = selector_error(chrome);
-        assert!(
-            said.starts_with(r#"selector: "h1[" is not a valid CSS selector; only CSS selectors are read"#),
-            "{said}"
-        );
-        assert!(!said.contains("<anonymous>"), "{said}");
-        let text =
-            "SyntaxError: Failed to execute 'querySelector' on 'Document': 'text=Sign in' is not a valid selector.";
-        assert!(selector_error(text).contains("text= and role= selectors are not read yet"));
-        let xpath = "SyntaxError: Failed to execute 'querySelectorAll' on 'Document': '//div' is not a valid selector.";
-        assert!(selector_error(xpath).contains("XPath is not read yet"));
+        assert!(said.starts_with(r#"selector: "h1[" is not a valid selector; selectors are CSS"#), "{said}");
+        assert!(said.contains("role=button[name=") && said.contains(">>") && !said.contains("<anonymous>"), "{said}");
+        let ours = "SyntaxError: 'role=button[' is not a valid selector: write role=NAME or role=NAME[name=\"TEXT\"]";
+        let said = selector_error(ours);
+        assert!(said.starts_with(r#"selector: "role=button[" is not a valid selector (write role=NAME"#), "{said}");
         assert_eq!(selector_error("TypeError: x"), "selector: TypeError: x");
     }
 }
