@@ -355,11 +355,14 @@ fn millis(d: std::time::Duration) -> u32 {
     d.as_millis().min(u32::MAX as u128) as u32
 }
 
-/// Binds and serves until `shutdown` resolves; once bound, says on stderr what to do next.
+/// Binds and serves until `shutdown` resolves; once bound, says on stderr what to do next
+/// (with text logs: a JSON log stays JSON lines only).
 pub async fn run(args: ServeArgs, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
     let data_dir = args.store.data_dir.clone();
     let bound = bind(args).await?;
-    eprintln!("{}", next_steps(&bound, &data_dir));
+    if matches!(crate::telemetry::LogFormat::from_env(), Ok(crate::telemetry::LogFormat::Text)) {
+        eprintln!("{}", next_steps(&bound, &data_dir));
+    }
     bound.serve(shutdown).await
 }
 
