@@ -400,21 +400,19 @@ fn parse_resolve(s: &str) -> Result<(String, std::net::IpAddr), String> {
     Ok((name.to_string(), ip))
 }
 
-/// The client's connection flags, and whether each takes a value: accepted before the
-/// command too (`browserpool --token T session acquire`), as after it.
-const LEADING_FLAGS: &[(&str, bool)] = &[
-    ("--server", true),
-    ("--token", true),
-    ("--token-file", true),
-    ("--data-dir", true),
-    ("--ca-file", true),
-    ("--cert-file", true),
-    ("--key-file", true),
-    ("--connect-timeout", true),
-    ("--json", false),
-];
+/// The client's connection flags (`ConnectArgs`'s, read from its definition), and whether
+/// each takes a value: accepted before the command too (`browserpool --token T session
+/// acquire`), as after it.
+fn leading_flags() -> Vec<(String, bool)> {
+    use clap::Args;
+    let connect = browserpool_client::cli::ConnectArgs::augment_args(clap::Command::new("connect"));
+    connect
+        .get_arguments()
+        .filter_map(|a| Some((format!("--{}", a.get_long()?), a.get_action().takes_values())))
+        .collect()
+}
 
-/// `args` with the [`LEADING_FLAGS`] given before the command moved after it, where clap
+/// `args` with the [`leading_flags`] given before the command moved after it, where clap
 /// takes them (`browserpool --token T session acquire` is `browserpool session --token T
 /// acquire`). Anything else is left as it is, for clap to judge.
 fn flags_after_the_command<I, T>(args: I) -> Vec<std::ffi::OsString>
@@ -423,12 +421,13 @@ where
     T: Into<std::ffi::OsString> + Clone,
 {
     let mut args: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
+    let flags = leading_flags();
     let mut moved = Vec::new();
     let mut at = 1;
     while at < args.len() {
         let arg = args[at].to_string_lossy().to_string();
         let name = arg.split('=').next().unwrap_or_default();
-        let Some((_, takes_value)) = LEADING_FLAGS.iter().find(|(flag, _)| *flag == name) else { break };
+        let Some((_, takes_value)) = flags.iter().find(|(flag, _)| flag == name) else { break };
         let width = if *takes_value && !arg.contains('=') { 2 } else { 1 };
         moved.extend(args.drain(at..(at + width).min(args.len())));
     }

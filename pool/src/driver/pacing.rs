@@ -110,7 +110,7 @@ pub(crate) fn on_frame(shared: &Arc<Shared>, raw: &RawCdp, ev: &RawEvent) {
 /// A frame for the recording and the viewers, whoever of them there is now.
 fn show(shared: &Shared, frame: LiveFrame) {
     if let Some(recording) = lock(&shared.recording).clone() {
-        recording.on_frame(&frame.jpeg);
+        recording.on_frame(frame.jpeg.clone());
     }
     if let Some(live) = lock(&shared.live).clone() {
         live.show(frame);

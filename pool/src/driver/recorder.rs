@@ -26,7 +26,7 @@ pub(crate) struct Recording {
     started: Instant,
     viewport: Viewport,
     state: Mutex<Capture>,
-    frames: mpsc::Sender<(Vec<u8>, Duration)>,
+    frames: mpsc::Sender<(Arc<Vec<u8>>, Duration)>,
     written: Mutex<Option<oneshot::Receiver<Frames>>>,
 }
 
@@ -36,7 +36,7 @@ struct Capture {
     last: Option<Duration>,
     /// A frame that came too soon after `last`: sent when a frame comes later, or at the end,
     /// unless a newer one replaces it first.
-    held: Option<(Vec<u8>, Duration)>,
+    held: Option<(Arc<Vec<u8>>, Duration)>,
 }
 
 impl Recording {
@@ -47,8 +47,7 @@ impl Recording {
 
     /// A frame of the screencast (see [`frame`]): kept, or held when it comes sooner than
     /// [`MAX_FPS`] allows after the last one kept.
-    pub(crate) fn on_frame(&self, jpeg: &[u8]) {
-        let jpeg = jpeg.to_vec();
+    pub(crate) fn on_frame(&self, jpeg: Arc<Vec<u8>>) {
         let at = self.started.elapsed();
         let mut state = lock(&self.state);
         if state.last.is_some_and(|last| at < last + Duration::from_secs(1) / MAX_FPS) {
@@ -69,7 +68,7 @@ impl Recording {
 async fn write_frames(
     dir: PathBuf,
     viewport: Viewport,
-    mut rx: mpsc::Receiver<(Vec<u8>, Duration)>,
+    mut rx: mpsc::Receiver<(Arc<Vec<u8>>, Duration)>,
     done: oneshot::Sender<Frames>,
 ) {
     let mut frames = Frames { dir, times: Vec::new(), stopped: None, end: Duration::ZERO, viewport };
@@ -78,7 +77,7 @@ async fn write_frames(
             continue;
         }
         let path = frames.path(frames.times.len());
-        match tokio::task::spawn_blocking(move || std::fs::write(path, jpeg)).await {
+        match tokio::task::spawn_blocking(move || std::fs::write(path, &*jpeg)).await {
             Ok(Ok(())) => frames.times.push(at),
             Ok(Err(e)) => {
                 tracing::warn!(error = %e, "recording stopped: a frame could not be written");
@@ -127,7 +126,7 @@ impl Driver {
             let _ = recording.frames.send(held).await;
         }
         if let Some(frame) = last {
-            let _ = recording.frames.send((frame.jpeg.to_vec(), end)).await;
+            let _ = recording.frames.send((frame.jpeg, end)).await;
         }
         let done = lock(&recording.written).take()?;
         drop(recording);

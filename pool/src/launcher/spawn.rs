@@ -45,15 +45,9 @@ pub(super) async fn spawn(
     confine(&mut cmd, &procs, netns, uid);
     let spawn = spawn_on_keeper(cmd).await;
     drop(procs);
-    match spawn {
-        Ok(child) => Ok(child),
-        Err(e) => {
-            if let Some(cgroup) = cgroup.cloned() {
-                let _ = tokio::task::spawn_blocking(move || cgroup.remove()).await;
-            }
-            Err(PoolError::Launch(format!("spawn {}: {e}", chrome.display())))
-        }
-    }
+    // A failed spawn's cgroup and directories are removed by `launch`, the one place that
+    // undoes a launch that never ran.
+    spawn.map_err(|e| PoolError::Launch(format!("spawn {}: {e}", chrome.display())))
 }
 
 /// What the child does between fork and exec, in order: idle priority, joining its cgroup

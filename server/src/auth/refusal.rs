@@ -53,26 +53,16 @@ pub(super) fn malformed(token: &str) -> String {
             parts.len()
         );
     }
-    for (name, part) in ["header", "payload", "signature"].iter().zip(&parts) {
+    for (i, (name, part)) in ["header", "payload", "signature"].iter().zip(&parts).enumerate() {
+        let n = i + 1;
         let Ok(bytes) = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(part) else {
-            return format!(
-                "its {name} (part {} of 3) is not base64url (check that it was copied whole)",
-                parts_at(name)
-            );
+            return format!("its {name} (part {n} of 3) is not base64url (check that it was copied whole)");
         };
         if *name != "signature" && serde_json::from_slice::<serde_json::Value>(&bytes).is_err() {
-            return format!("its {name} (part {} of 3) is not JSON", parts_at(name));
+            return format!("its {name} (part {n} of 3) is not JSON");
         }
     }
     "its header does not name a key and algorithm of browserpool's".into()
-}
-
-fn parts_at(name: &str) -> usize {
-    match name {
-        "header" => 1,
-        "payload" => 2,
-        _ => 3,
-    }
 }
 
 /// ` at <RFC 3339>` for the token's `claim` (a time in seconds), if it can be read.

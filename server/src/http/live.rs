@@ -121,10 +121,15 @@ struct Summary {
 impl Summary {
     /// Frame `seq` was sent: those between it and the last one sent were skipped.
     fn skipped(&mut self, seq: u64, metrics: &crate::metrics::Metrics) {
-        let skipped = self.last.map_or(0, |last| seq.saturating_sub(last + 1));
+        self.skip(seq.saturating_sub(1), metrics);
+        self.last = Some(seq);
+    }
+
+    /// Frames after the last one sent, up to and with `upto`, were never sent.
+    fn skip(&mut self, upto: u64, metrics: &crate::metrics::Metrics) {
+        let skipped = self.last.map_or(0, |last| upto.saturating_sub(last));
         self.dropped += skipped;
         metrics.live_frames_dropped(skipped);
-        self.last = Some(seq);
     }
 }
 
@@ -218,9 +223,8 @@ async fn serve(ws: WebSocket, access: &Arc<LiveAccess>, metrics: &crate::metrics
     };
     // Frames shown since the last one sent were skipped too (a viewer let go for not reading).
     let latest = frames.borrow().as_ref().map(|f| f.seq);
-    if let (Some(latest), Some(last)) = (latest, summary.last) {
-        summary.dropped += latest.saturating_sub(last);
-        metrics.live_frames_dropped(latest.saturating_sub(last));
+    if let Some(latest) = latest {
+        summary.skip(latest, metrics);
     }
     drop(watching);
     let (code, reason) = close;
