@@ -7,6 +7,7 @@
 //! the queue; dropping a [`Slot`] frees it and admits the next waiter.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::oneshot;
@@ -26,6 +27,11 @@ pub struct Quota {
     pub max_slots: u32,
     pub max_queue: u32,
 }
+
+/// A caller's place in its tenant's queue, for whoever reports on the wait: [`Admission::admit`]
+/// fills it when the caller queues. Cheap to clone.
+#[derive(Clone, Debug, Default)]
+pub struct Ticket(Arc<AtomicU64>);
 
 struct Waiter {
     id: u64,
@@ -162,8 +168,9 @@ impl Admission {
     }
 
     /// Waits for a slot of `tenant`. The caller bounds the wait (e.g. with a timeout); dropping
-    /// the future leaves the queue and leaks nothing.
-    pub async fn admit(&self, tenant: &str, quota: Quota) -> Result<Slot, AdmissionError> {
+    /// the future leaves the queue and leaks nothing. `ticket`, when given, is where
+    /// [`Admission::position`] finds the caller while it queues.
+    pub async fn admit(&self, tenant: &str, quota: Quota, ticket: Option<&Ticket>) -> Result<Slot, AdmissionError> {
         if quota.max_slots == 0 {
             return Err(AdmissionError::NoSlots(tenant.into()));
         }
@@ -181,6 +188,9 @@ impl Admission {
             }
             state.next_id += 1;
             let id = state.next_id;
+            if let Some(ticket) = ticket {
+                ticket.0.store(id, Ordering::Relaxed);
+            }
             let (tx, rx) = oneshot::channel();
             state.queues.entry(tenant.into()).or_default().push_back(Waiter { id, max_slots: quota.max_slots, tx });
             if !state.turns.iter().any(|t| t == tenant) {
@@ -240,6 +250,16 @@ impl Admission {
         depths
     }
 
+    /// (place from 1, queue length) of the caller holding `ticket` in `tenant`'s queue; `None`
+    /// when it is not queued (not yet, or no longer).
+    pub fn position(&self, tenant: &str, ticket: &Ticket) -> Option<(u32, u32)> {
+        let id = ticket.0.load(Ordering::Relaxed);
+        let state = self.inner.lock();
+        let queue = state.queues.get(tenant)?;
+        let place = queue.iter().position(|w| w.id == id)?;
+        Some((place as u32 + 1, queue.len() as u32))
+    }
+
     /// (active, queued) of a tenant.
     pub fn usage(&self, tenant: &str) -> (u32, u32) {
         let state = self.inner.lock();
@@ -263,16 +283,16 @@ mod tests {
     async fn immediate_when_free_and_bounded_by_tenant_slots() {
         let adm = Admission::new(4);
         let one = Quota { max_slots: 1, max_queue: 5 };
-        let a1 = adm.admit("a", one).await.unwrap();
+        let a1 = adm.admit("a", one, None).await.unwrap();
         assert_eq!(adm.usage("a"), (1, 0));
         let waiter = tokio::spawn({
             let adm = adm.clone();
-            async move { adm.admit("a", one).await.map(|_s| ()) }
+            async move { adm.admit("a", one, None).await.map(|_s| ()) }
         });
         settle().await;
         assert_eq!(adm.usage("a"), (1, 1), "second waits for the tenant's only slot");
         // Another tenant is not held up by a's quota.
-        let b1 = adm.admit("b", one).await.unwrap();
+        let b1 = adm.admit("b", one, None).await.unwrap();
         drop(a1);
         waiter.await.unwrap().unwrap();
         drop(b1);
@@ -281,14 +301,14 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn round_robin_across_tenants_fifo_within() {
         let adm = Admission::new(1);
-        let holder = adm.admit("a", Q).await.unwrap();
+        let holder = adm.admit("a", Q, None).await.unwrap();
         let order = Arc::new(Mutex::new(Vec::new()));
         let mut tasks = Vec::new();
         // Tenant a queues five, then b queues one: b must be served second, not sixth.
         for (tenant, n) in [("a", 0), ("a", 1), ("a", 2), ("a", 3), ("a", 4), ("b", 0)] {
             let (adm, order) = (adm.clone(), order.clone());
             tasks.push(tokio::spawn(async move {
-                let slot = adm.admit(tenant, Q).await.unwrap();
+                let slot = adm.admit(tenant, Q, None).await.unwrap();
                 order.lock().unwrap().push(format!("{tenant}{n}"));
                 tokio::time::sleep(Duration::from_millis(2)).await;
                 drop(slot);
@@ -302,17 +322,42 @@ mod tests {
         assert_eq!(*order.lock().unwrap(), ["a0", "b0", "a1", "a2", "a3", "a4"]);
     }
 
+    /// A ticket finds its caller's place while it queues, moving up as those before it are
+    /// served; none before it queues or once it has its slot or gave up.
+    #[tokio::test(start_paused = true)]
+    async fn a_ticket_tells_its_place_in_the_queue() {
+        let adm = Admission::new(1);
+        let holder = adm.admit("a", Q, None).await.unwrap();
+        let (first, second) = (Ticket::default(), Ticket::default());
+        assert_eq!(adm.position("a", &second), None, "not queued yet");
+        let queue = |ticket: Ticket| {
+            let adm = adm.clone();
+            tokio::spawn(async move { adm.admit("a", Q, Some(&ticket)).await.map(drop) })
+        };
+        let a = queue(first.clone());
+        settle().await;
+        let b = queue(second.clone());
+        settle().await;
+        assert_eq!((adm.position("a", &first), adm.position("a", &second)), (Some((1, 2)), Some((2, 2))));
+        assert_eq!(adm.position("b", &second), None, "another tenant's queue");
+        drop(holder);
+        a.await.unwrap().unwrap();
+        assert_eq!(adm.position("a", &first), None, "served");
+        b.await.unwrap().unwrap();
+        assert_eq!(adm.position("a", &second), None);
+    }
+
     #[tokio::test(start_paused = true)]
     async fn full_queue_is_refused_at_once_with_its_length() {
         let adm = Admission::new(1);
-        let _holder = adm.admit("a", Q).await.unwrap();
+        let _holder = adm.admit("a", Q, None).await.unwrap();
         let small = Quota { max_slots: 10, max_queue: 1 };
         let _waiter = tokio::spawn({
             let adm = adm.clone();
-            async move { adm.admit("a", small).await.map(|_s| ()) }
+            async move { adm.admit("a", small, None).await.map(|_s| ()) }
         });
         settle().await;
-        let err = adm.admit("a", small).await.unwrap_err();
+        let err = adm.admit("a", small, None).await.unwrap_err();
         assert_eq!(err, AdmissionError::QueueFull { tenant: "a".into(), queued: 1, max_queue: 1 });
         assert!(err.to_string().contains("1 waiting"));
     }
@@ -321,9 +366,9 @@ mod tests {
     async fn a_waiter_is_told_what_is_full() {
         let adm = Admission::new(2);
         let one = Quota { max_slots: 1, max_queue: 5 };
-        let _a = adm.admit("a", one).await.unwrap();
+        let _a = adm.admit("a", one, None).await.unwrap();
         assert_eq!(adm.why_waiting("a", one), "tenant a is at its quota: 1 of its max_slots 1 sessions in use");
-        let _b = adm.admit("b", Q).await.unwrap();
+        let _b = adm.admit("b", Q, None).await.unwrap();
         assert_eq!(adm.why_waiting("b", Q), "this server is at capacity: 2 of its --max-workers 2 browsers in use");
         assert_eq!(
             adm.why_waiting("a", one),
@@ -335,19 +380,22 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn cancelled_waiter_leaves_the_queue_and_leaks_nothing() {
         let adm = Admission::new(1);
-        let holder = adm.admit("a", Q).await.unwrap();
-        let gave_up = tokio::time::timeout(Duration::from_millis(20), adm.admit("b", Q)).await;
+        let holder = adm.admit("a", Q, None).await.unwrap();
+        let gave_up = tokio::time::timeout(Duration::from_millis(20), adm.admit("b", Q, None)).await;
         assert!(gave_up.is_err());
         assert_eq!(adm.usage("b"), (0, 0), "the cancelled waiter is gone");
         drop(holder);
         assert_eq!(adm.usage("a"), (0, 0));
-        let next = tokio::time::timeout(Duration::from_millis(100), adm.admit("c", Q)).await.expect("slot free");
+        let next = tokio::time::timeout(Duration::from_millis(100), adm.admit("c", Q, None)).await.expect("slot free");
         assert!(next.is_ok());
     }
 
     #[tokio::test(start_paused = true)]
     async fn zero_slots_is_refused() {
         let adm = Admission::new(1);
-        assert!(matches!(adm.admit("a", Quota { max_slots: 0, max_queue: 1 }).await, Err(AdmissionError::NoSlots(_))));
+        assert!(matches!(
+            adm.admit("a", Quota { max_slots: 0, max_queue: 1 }, None).await,
+            Err(AdmissionError::NoSlots(_))
+        ));
     }
 }

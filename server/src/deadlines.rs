@@ -12,14 +12,33 @@ use tokio_util::sync::CancellationToken;
 
 use crate::clock::Clock;
 
-/// Why a session is due, if it is.
-pub fn verdict(now_ms: i64, expires_at_ms: i64, idle_deadline_ms: i64) -> Option<&'static str> {
-    if now_ms >= expires_at_ms {
-        Some("ttl elapsed")
-    } else if now_ms >= idle_deadline_ms {
-        Some("idle timeout")
+/// A session's deadlines, and the terms they came from (for the reason it ends).
+pub struct Terms {
+    pub created_at_ms: i64,
+    pub expires_at_ms: i64,
+    pub idle_deadline_ms: i64,
+    pub idle_timeout_ms: i64,
+}
+
+/// Why a session is due, if it is, in the words its next caller reads: `idle for 300 s;
+/// idle_timeout_ms 300000` or `ttl reached: 600 s after acquire; ttl_ms 600000`.
+pub fn verdict(now_ms: i64, t: &Terms) -> Option<String> {
+    if now_ms >= t.expires_at_ms {
+        let ttl = t.expires_at_ms - t.created_at_ms;
+        Some(format!("ttl reached: {} after acquire; ttl_ms {ttl}", seconds(ttl)))
+    } else if now_ms >= t.idle_deadline_ms {
+        Some(format!("idle for {}; idle_timeout_ms {}", seconds(t.idle_timeout_ms), t.idle_timeout_ms))
     } else {
         None
+    }
+}
+
+/// `300 s`, `2.5 s`.
+fn seconds(ms: i64) -> String {
+    if ms % 1000 == 0 {
+        format!("{} s", ms / 1000)
+    } else {
+        format!("{} s", ms as f64 / 1000.0)
     }
 }
 
@@ -94,9 +113,12 @@ mod tests {
 
     #[test]
     fn verdict_prefers_ttl_and_waits_for_both() {
-        assert_eq!(verdict(10, 10, 5), Some("ttl elapsed"));
-        assert_eq!(verdict(6, 10, 5), Some("idle timeout"));
-        assert_eq!(verdict(4, 10, 5), None);
+        let t = Terms { created_at_ms: 0, expires_at_ms: 600_000, idle_deadline_ms: 300_500, idle_timeout_ms: 300_000 };
+        assert_eq!(verdict(600_000, &t).as_deref(), Some("ttl reached: 600 s after acquire; ttl_ms 600000"));
+        assert_eq!(verdict(300_600, &t).as_deref(), Some("idle for 300 s; idle_timeout_ms 300000"));
+        assert_eq!(verdict(300_400, &t), None);
+        let short = Terms { idle_timeout_ms: 2_500, ..t };
+        assert_eq!(verdict(300_600, &short).as_deref(), Some("idle for 2.5 s; idle_timeout_ms 2500"));
     }
 
     /// Deadlines fire at their virtual time, the soonest first; a sooner one scheduled while

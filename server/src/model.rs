@@ -85,7 +85,13 @@ impl SessionRecord {
             let when = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms.max(0) as u64);
             format!(", at {}", humantime::format_rfc3339_seconds(when))
         });
-        format!(" ({reason}{}): its browser is gone; acquire a new session", at.unwrap_or_default())
+        let next = match self.state {
+            SessionState::Expired => {
+                "acquire a new session; to keep one longer, ask for a longer idle_timeout_ms or ttl_ms at acquire"
+            }
+            _ => "acquire a new session",
+        };
+        format!(" ({reason}{}): its browser is gone; {next}", at.unwrap_or_default())
     }
 }
 

@@ -11,7 +11,7 @@ use serde_json::json;
 
 use super::render::{self, result_json, result_line, session_fields, session_json, sessions_table};
 use super::steps::{parse_steps, payload_arg};
-use super::wait::{waiting, Show};
+use super::wait::{self, Show};
 use super::{envelope, millis, read_file, CliError, Ctx, StateArg};
 use crate::pb;
 
@@ -324,10 +324,7 @@ async fn acquire(ctx: &Ctx, args: AcquireArgs) -> Result<(), CliError> {
         record: RecordArg::wire(args.record),
     };
     let show = if !ctx.json && std::io::stderr().is_terminal() { Show::Spinner } else { Show::Lines };
-    let mut sessions = ctx.client.sessions();
-    let session = waiting(show, "waiting for a browser", args.wait, sessions.acquire(req));
-    let session = session.await.map_err(|s| ctx.status(s))?;
-    let session = session.into_inner();
+    let session = wait::acquire(&ctx.client, show, args.wait, req).await.map_err(|s| ctx.status(s))?;
     if args.quiet && !ctx.json {
         return ctx.line(&session.session_id);
     }

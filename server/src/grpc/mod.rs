@@ -1,6 +1,7 @@
 //! Thin gRPC adapters: unwrap the request, call the domain, convert the answer. Claims come
 //! from the request extensions, put there by [`crate::auth::AuthLayer`].
 
+mod acquire;
 pub mod admin_api;
 pub mod fanout;
 pub mod sessions_api;
@@ -17,6 +18,9 @@ pub(crate) fn claims<T>(req: &Request<T>) -> Result<Claims, Status> {
         .cloned()
         .ok_or_else(|| Status::unauthenticated("missing authorization metadata: send `authorization: Bearer <jwt>`"))
 }
+
+/// A server stream's body.
+pub(crate) type BoxStream<T> = std::pin::Pin<Box<dyn futures::Stream<Item = Result<T, Status>> + Send + 'static>>;
 
 /// Where the handler names the session its RPC is about, for the RPC-level audit record.
 pub(crate) fn rpc_target<T>(req: &Request<T>) -> RpcTarget {

@@ -1,9 +1,6 @@
 //! `browserpool.v1.Sessions`.
 
-use std::pin::Pin;
-
 use browserpool_proto::v1 as pb;
-use futures::Stream;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::StreamExt;
@@ -11,18 +8,15 @@ use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status, Streaming};
 use tracing::Instrument;
 
-use super::{claims, claims_about, rpc_target};
+use super::{acquire, claims, claims_about, rpc_target, BoxStream};
 use crate::app::App;
 use crate::audit::{AuditLog, Place};
 use crate::auth::Scope;
 use crate::clock::now_ms;
-use crate::convert::{
-    artifact_to_pb, event_to_pb, labels_from_pb, report_to_pb, session_to_pb, state_from_pb, to_json, viewport_from_pb,
-};
+use crate::convert::{artifact_to_pb, event_to_pb, report_to_pb, session_to_pb, state_from_pb, to_json};
 use crate::envelope;
 use crate::error::ServiceError;
-use crate::sessions::SessionState;
-use crate::sessions::{require, AcquireSpec, ActionInput, LiveMode, Sessions};
+use crate::sessions::{require, ActionInput, LiveMode, Sessions};
 use browserpool_pool::CaptureOptions;
 
 /// Adapter from the generated `Sessions` service to [`Sessions`].
@@ -173,38 +167,23 @@ const FILE_CHUNK: usize = 64 << 10;
 /// How long a `Drive` stream may stay silent before naming its session.
 const FIRST_MESSAGE_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
-type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
-
 #[tonic::async_trait]
 impl pb::sessions_server::Sessions for SessionsApi {
     async fn acquire(&self, req: Request<pb::AcquireRequest>) -> Result<Response<pb::Session>, Status> {
-        let claims = claims(&req)?;
-        let target = rpc_target(&req);
-        let r = req.into_inner();
-        // An envelope to import is checked before any browser is leased.
-        if let Some(env) = &r.context {
-            require(&claims, Scope::ContextImport)?;
-            envelope::check_bounds(env)?;
-            envelope::verify(env).map_err(|e| ServiceError::InvalidArgument(format!("context: {e}")))?;
-        }
-        let spec = AcquireSpec {
-            wait_ms: r.wait_ms,
-            ttl_ms: r.ttl_ms,
-            idle_timeout_ms: r.idle_timeout_ms,
-            viewport: viewport_from_pb(r.viewport),
-            labels: labels_from_pb(r.labels),
-            record: crate::convert::record_from_pb(r.record),
-        };
-        let record = self.sessions.acquire(&claims, spec).await?;
-        target.set(&record.id);
-        if let Some(env) = &r.context {
-            if let Err(e) = self.sessions.import_context(&claims, &record.id, envelope::open(env), false).await {
-                self.sessions.end_detached(&record.id, SessionState::Closed, "context import failed").await;
-                return Err(e.into());
-            }
-            tracing::info!(session = %record.id, origin = %env.origin, cookies = env.cookies.len(), integrity = %env.integrity, "context imported at acquire");
-        }
-        Ok(Response::new(self.session(&claims, &record)))
+        let (claims, target) = (claims(&req)?, rpc_target(&req));
+        Ok(Response::new(acquire::acquire(&self.sessions, &claims, &target, req.into_inner(), None).await?))
+    }
+
+    type AcquireWatchedStream = BoxStream<pb::AcquireProgress>;
+
+    /// Acquire, with a report on its wait every second while it waits; the session last.
+    async fn acquire_watched(
+        &self,
+        req: Request<pb::AcquireRequest>,
+    ) -> Result<Response<Self::AcquireWatchedStream>, Status> {
+        let (claims, target) = (claims(&req)?, rpc_target(&req));
+        let stream = acquire::watched(&self.sessions, &self.shutdown, claims, target, req.into_inner());
+        Ok(Response::new(stream))
     }
 
     async fn release(&self, req: Request<pb::ReleaseRequest>) -> Result<Response<pb::ReleaseResponse>, Status> {

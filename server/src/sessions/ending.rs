@@ -158,18 +158,23 @@ impl Sessions {
             let now = self.now();
             for id in due {
                 let Some(live) = self.live_map().get(&id).cloned() else { continue };
-                let (expires, idle) = {
+                let terms = {
                     let rec = live.record.lock().unwrap_or_else(|e| e.into_inner());
-                    (rec.expires_at_ms, rec.idle_deadline_ms)
+                    deadlines::Terms {
+                        created_at_ms: rec.created_at_ms,
+                        expires_at_ms: rec.expires_at_ms,
+                        idle_deadline_ms: rec.idle_deadline_ms,
+                        idle_timeout_ms: live.idle_timeout.as_millis() as i64,
+                    }
                 };
-                let Some(reason) = deadlines::verdict(now, expires, idle) else {
-                    self.inner.deadlines.schedule(&id, expires.min(idle));
+                let Some(reason) = deadlines::verdict(now, &terms) else {
+                    self.inner.deadlines.schedule(&id, terms.expires_at_ms.min(terms.idle_deadline_ms));
                     continue;
                 };
                 // One task each: ending waits for a running action, which must not hold up others.
                 let this = self.clone();
                 self.spawn(async move {
-                    if let Err(e) = this.end(&id, SessionState::Expired, reason).await {
+                    if let Err(e) = this.end(&id, SessionState::Expired, &reason).await {
                         tracing::warn!(session = %id, error = %e, "could not record expiry");
                     }
                 });

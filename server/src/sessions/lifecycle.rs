@@ -1,6 +1,7 @@
 //! A session's life up to its end: acquire (a tenant slot, a lease, the record), the watch
 //! on its browser, get/list/renew/release (its end is `ending`, its CDP side `cdp_access`).
 
+use super::waiting::{note, Stage};
 use super::*;
 
 /// What an acquired session holds until it is registered.
@@ -129,6 +130,20 @@ impl Sessions {
         result
     }
 
+    /// How the session is recorded: as asked, else the tenant's default; refused when this
+    /// server cannot record.
+    fn record_mode(&self, tenant: &TenantRecord, asked: Option<RecordMode>) -> Result<RecordMode> {
+        let mode = asked.unwrap_or(tenant.default_record);
+        if let (true, Some(why)) = (mode != RecordMode::Off, &self.inner.limits.cannot_record) {
+            let whose =
+                if asked.is_none() { format!(" (tenant {}'s default_record)", tenant.id) } else { String::new() };
+            return Err(ServiceError::FailedPrecondition(format!(
+                "this server cannot record sessions{whose}: {why}; acquire with record RECORD_OFF"
+            )));
+        }
+        Ok(mode)
+    }
+
     pub(super) async fn acquire_inner(&self, claims: &Claims, spec: AcquireSpec) -> Result<SessionRecord> {
         require(claims, Scope::SessionsWrite)?;
         if self.draining() {
@@ -142,14 +157,7 @@ impl Sessions {
             .await?
             .ok_or_else(|| ServiceError::PermissionDenied(format!("tenant {:?} does not exist", claims.tenant)))?;
         let (ttl, idle) = terms(&self.inner.limits, &tenant, &spec)?;
-        let record_mode = spec.record.unwrap_or(tenant.default_record);
-        if let (true, Some(why)) = (record_mode != RecordMode::Off, &self.inner.limits.cannot_record) {
-            let whose =
-                if spec.record.is_none() { format!(" (tenant {}'s default_record)", tenant.id) } else { String::new() };
-            return Err(ServiceError::FailedPrecondition(format!(
-                "this server cannot record sessions{whose}: {why}; acquire with record RECORD_OFF"
-            )));
-        }
+        let record_mode = self.record_mode(&tenant, spec.record)?;
 
         let started = Instant::now();
         // A session ending here frees its slot once its worker is gone, a moment after its
@@ -162,8 +170,11 @@ impl Sessions {
         let quota = Quota { max_slots: tenant.max_slots, max_queue: tenant.max_queue };
         let waited = |cause: String| ServiceError::WaitElapsed { waited_ms: spec.wait_ms as u64, cause };
         let mut drain = self.inner.draining.subscribe();
+        let watch = spec.watch.as_ref();
+        note(watch, || Stage::Queued { tenant: tenant.id.clone(), quota });
+        let admit = self.inner.admission.admit(&claims.tenant, quota, watch.map(AcquireWatch::ticket));
         let admitted = tokio::select! {
-            admitted = tokio::time::timeout_at(deadline, self.inner.admission.admit(&claims.tenant, quota)) => admitted,
+            admitted = tokio::time::timeout_at(deadline, admit) => admitted,
             // A queued caller is not served by a replica that is draining: it retries elsewhere.
             _ = drain.wait_for(|draining| *draining) => return Err(ServiceError::Draining),
         };
@@ -176,12 +187,14 @@ impl Sessions {
         // The local queue keeps order among this server's callers; the database counts the
         // tenant's slots across every replica sharing it.
         let id = format!("s-{}", uuid::Uuid::new_v4().simple());
+        note(watch, || Stage::Claiming { tenant: tenant.id.clone(), max_slots: tenant.max_slots });
         let Some(claim) = self.claim(&id, &tenant, deadline).await? else {
             return Err(waited(format!(
                 "tenant {} is at its quota: its max_slots {} sessions are in use across the replicas sharing the database",
                 tenant.id, tenant.max_slots
             )));
         };
+        note(watch, || Stage::Leasing { tenant: tenant.id.clone() });
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
         // 0: the worker keeps the server's default limit, which every spare has.
         let memory = (tenant.max_memory_mb != 0).then_some((tenant.max_memory_mb as u64) << 20);

@@ -40,6 +40,7 @@ mod lifecycle;
 mod live_view;
 mod replicas;
 mod stored;
+mod waiting;
 
 pub use cdp_access::CdpAccess;
 use files::ArtifactTerms;
@@ -48,6 +49,7 @@ pub use kept::{KeepFiles, RECORDING_NAME};
 use lifecycle::Claim;
 pub use live_view::{IssuedLink, LiveAccess, LiveError, LiveMode, DEFAULT_LINK_TTL};
 pub use replicas::{drain_reach, DrainReach};
+pub use waiting::{AcquireWatch, WaitStatus};
 
 /// Default and maximum per-action deadline.
 pub const DEFAULT_ACTION_TIMEOUT: Duration = Duration::from_secs(30);
@@ -88,6 +90,8 @@ pub struct AcquireSpec {
     pub labels: BTreeMap<String, String>,
     /// `None`: the tenant's default.
     pub record: Option<RecordMode>,
+    /// Where the call notes how its wait goes (`AcquireWatched`).
+    pub watch: Option<AcquireWatch>,
 }
 
 /// One action as the client sent it.

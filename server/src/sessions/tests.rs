@@ -243,8 +243,14 @@ async fn idle_timeout_and_ttl_expire_a_session_and_a_kill_racing_them_ends_it_on
     // The action answers as soon as the end begins; its record is written beside the kill.
     until("both ends to be recorded", || !h.sessions.holds(&idle.id) && !h.sessions.holds(&busy.id)).await;
     let (idle_row, busy_row) = (h.stored(&idle.id).await, h.stored(&busy.id).await);
-    assert_eq!((idle_row.state, idle_row.end_reason.as_deref()), (SessionState::Expired, Some("idle timeout")));
-    assert_eq!((busy_row.state, busy_row.end_reason.as_deref()), (SessionState::Expired, Some("ttl elapsed")));
+    assert_eq!(
+        (idle_row.state, idle_row.end_reason.as_deref()),
+        (SessionState::Expired, Some("idle for 0.1 s; idle_timeout_ms 100"))
+    );
+    assert_eq!(
+        (busy_row.state, busy_row.end_reason.as_deref()),
+        (SessionState::Expired, Some("ttl reached: 0.3 s after acquire; ttl_ms 300"))
+    );
     assert!(started.elapsed() >= Duration::from_millis(250), "ended early: {:?}", started.elapsed());
 
     // An admin's kill at the TTL's own moment: one of them ends it, once.

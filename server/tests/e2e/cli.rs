@@ -379,7 +379,9 @@ async fn cli_in_a_ci_log_says_it_waits_and_streams_a_session_s_events() {
     // The only browser is leased: a second acquire waits, and says so in the log (stderr is a
     // pipe here, as in CI) every 5 s, then gives up at --wait.
     let waited = cli.run(&["session", "acquire", "--wait", "6s"]).await.expect(1);
-    assert!(waited.stderr.contains("waiting for a browser: 5s so far (waits up to 6s)"), "{}", waited.stderr);
+    let line = "waiting for a browser: 5s so far (waits up to 6s); place 1 of 1 in tenant default's queue; ";
+    assert!(waited.stderr.contains(line), "{}", waited.stderr);
+    assert!(waited.stderr.contains("--max-workers 1 browsers in use"), "{}", waited.stderr);
     assert!(waited.stderr.contains("DEADLINE_EXCEEDED"), "{}", waited.stderr);
 
     cli.run(&["session", "act", &id, "evaluate", "", "console.error('boom\\nat line 2')"]).await.expect(0);

@@ -482,6 +482,65 @@ fn is_zombie(pid: i32) -> bool {
         .unwrap_or(true)
 }
 
+/// AcquireWatched says where each waiting call stands: its place in the tenant's queue and
+/// what is full; a caller that leaves gives its place up; the session is the last message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watched_acquire_reports_its_place_in_the_queue_then_its_session() {
+    use pb::acquire_progress::Progress;
+    let server = TestServer::start_with(|a| a.max_workers = 1).await;
+    let client = server.admin().await;
+    let holder = client.acquire(30_000).await.unwrap();
+    let watched = || async {
+        let req = pb::AcquireRequest { wait_ms: 60_000, ..Default::default() };
+        client.sessions().acquire_watched(req).await.unwrap().into_inner()
+    };
+    let mut first = watched().await;
+    let w = next_wait(&mut first).await;
+    assert_eq!((w.tenant.as_str(), w.position, w.queued), ("default", 1, 1), "{w:?}");
+    assert!(w.reason.contains("1 of its --max-workers 1 browsers in use"), "{w:?}");
+    let mut second = watched().await;
+    let mut w = next_wait(&mut second).await;
+    for _ in 0..10 {
+        if w.queued == 2 {
+            break;
+        }
+        w = next_wait(&mut second).await;
+    }
+    assert_eq!((w.position, w.waited_ms >= 900), (2, true), "{w:?}");
+    // The first caller leaves: the second moves up.
+    drop(first);
+    let mut w = next_wait(&mut second).await;
+    for _ in 0..10 {
+        if w.position == 1 {
+            break;
+        }
+        w = next_wait(&mut second).await;
+    }
+    assert_eq!((w.position, w.queued), (1, 1), "{w:?}");
+    client.release(&holder.session_id).await.unwrap();
+    let session = loop {
+        match tokio::time::timeout(Duration::from_secs(30), second.message()).await.unwrap().unwrap() {
+            Some(pb::AcquireProgress { progress: Some(Progress::Session(s)) }) => break s,
+            Some(_) => continue,
+            None => panic!("the stream ended without a session"),
+        }
+    };
+    assert_eq!(pb::SessionState::try_from(session.state).unwrap(), pb::SessionState::Ready);
+    assert!(second.message().await.unwrap().is_none(), "the session is the last message");
+    ok(&client.act(&session.session_id, action("evaluate", "", "1")).await.unwrap());
+    client.release(&session.session_id).await.unwrap();
+    server.stop().await;
+}
+
+/// The next message of an AcquireWatched stream, which must be a wait report.
+async fn next_wait(stream: &mut tonic::Streaming<pb::AcquireProgress>) -> pb::AcquireWait {
+    let next = tokio::time::timeout(Duration::from_secs(10), stream.message());
+    match next.await.expect("a report within 10 s").unwrap().and_then(|p| p.progress) {
+        Some(pb::acquire_progress::Progress::Waiting(w)) => w,
+        other => panic!("expected a wait report, got {other:?}"),
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_session_expires() {
     let server = TestServer::start().await;
@@ -494,9 +553,19 @@ async fn idle_session_expires() {
     })
     .await;
     assert_eq!(state, pb::SessionState::Expired);
-    let r = client.act(&session.session_id, action("title", "", json!(null))).await;
-    assert!(r.is_err(), "an expired session takes no actions");
+    // The action is refused with why (how long it idled, the setting) and what to do.
+    let said = refusal(&client, &session.session_id).await;
+    assert!(said.contains("is EXPIRED (idle for 0.5 s; idle_timeout_ms 500, at 20"), "{said}");
+    assert!(said.ends_with("ask for a longer idle_timeout_ms or ttl_ms at acquire"), "{said}");
     server.stop().await;
+}
+
+/// The message of the FAILED_PRECONDITION an action on an ended session gets.
+async fn refusal(client: &browserpool_client::Client, id: &str) -> String {
+    match client.act(id, action("title", "", json!(null))).await {
+        Err(browserpool_client::Error::Status(s)) if s.code() == tonic::Code::FailedPrecondition => s.message().into(),
+        other => panic!("expected FAILED_PRECONDITION, got {other:?}"),
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -515,5 +584,7 @@ async fn ttl_ends_a_busy_session() {
         None
     })
     .await;
+    let said = refusal(&client, &session.session_id).await;
+    assert!(said.contains("is EXPIRED (ttl reached: 0.8 s after acquire; ttl_ms 800, at 20"), "{said}");
     server.stop().await;
 }

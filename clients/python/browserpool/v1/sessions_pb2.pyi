@@ -45,6 +45,28 @@ class AcquireRequest(_message.Message):
     record: _common_pb2.Record
     def __init__(self, wait_ms: _Optional[int] = ..., ttl_ms: _Optional[int] = ..., idle_timeout_ms: _Optional[int] = ..., viewport: _Optional[_Union[_common_pb2.Viewport, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., context: _Optional[_Union[_common_pb2.ContextEnvelope, _Mapping]] = ..., record: _Optional[_Union[_common_pb2.Record, str]] = ...) -> None: ...
 
+class AcquireProgress(_message.Message):
+    __slots__ = ("waiting", "session")
+    WAITING_FIELD_NUMBER: _ClassVar[int]
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    waiting: AcquireWait
+    session: _common_pb2.Session
+    def __init__(self, waiting: _Optional[_Union[AcquireWait, _Mapping]] = ..., session: _Optional[_Union[_common_pb2.Session, _Mapping]] = ...) -> None: ...
+
+class AcquireWait(_message.Message):
+    __slots__ = ("tenant", "position", "queued", "waited_ms", "reason")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    POSITION_FIELD_NUMBER: _ClassVar[int]
+    QUEUED_FIELD_NUMBER: _ClassVar[int]
+    WAITED_MS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    position: int
+    queued: int
+    waited_ms: int
+    reason: str
+    def __init__(self, tenant: _Optional[str] = ..., position: _Optional[int] = ..., queued: _Optional[int] = ..., waited_ms: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
+
 class ReleaseRequest(_message.Message):
     __slots__ = ("session_id", "failed")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]

@@ -42,6 +42,11 @@ class SessionsStub:
                 request_serializer=browserpool_dot_v1_dot_sessions__pb2.AcquireRequest.SerializeToString,
                 response_deserializer=browserpool_dot_v1_dot_common__pb2.Session.FromString,
                 _registered_method=True)
+        self.AcquireWatched = channel.unary_stream(
+                '/browserpool.v1.Sessions/AcquireWatched',
+                request_serializer=browserpool_dot_v1_dot_sessions__pb2.AcquireRequest.SerializeToString,
+                response_deserializer=browserpool_dot_v1_dot_sessions__pb2.AcquireProgress.FromString,
+                _registered_method=True)
         self.Release = channel.unary_unary(
                 '/browserpool.v1.Sessions/Release',
                 request_serializer=browserpool_dot_v1_dot_sessions__pb2.ReleaseRequest.SerializeToString,
@@ -139,6 +144,16 @@ class SessionsServicer:
         naming what is full (the tenant's max_slots, the server's --max-workers); RESOURCE_EXHAUSTED
         at once when the queue is full; UNAVAILABLE while draining, and when workers fail to boot
         (with the boot's error). Scope sessions:write.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AcquireWatched(self, request, context):
+        """Acquire, saying how its wait goes: while the call waits, an AcquireProgress with `waiting`
+        every second (its place in the tenant's queue, what it waits for, how long so far); the
+        last message is the session. Errors as Acquire; cancelling the call leaves the queue.
+        Scope sessions:write.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -303,6 +318,11 @@ def add_SessionsServicer_to_server(servicer, server):
                     request_deserializer=browserpool_dot_v1_dot_sessions__pb2.AcquireRequest.FromString,
                     response_serializer=browserpool_dot_v1_dot_common__pb2.Session.SerializeToString,
             ),
+            'AcquireWatched': grpc.unary_stream_rpc_method_handler(
+                    servicer.AcquireWatched,
+                    request_deserializer=browserpool_dot_v1_dot_sessions__pb2.AcquireRequest.FromString,
+                    response_serializer=browserpool_dot_v1_dot_sessions__pb2.AcquireProgress.SerializeToString,
+            ),
             'Release': grpc.unary_unary_rpc_method_handler(
                     servicer.Release,
                     request_deserializer=browserpool_dot_v1_dot_sessions__pb2.ReleaseRequest.FromString,
@@ -418,6 +438,33 @@ class Sessions:
             '/browserpool.v1.Sessions/Acquire',
             browserpool_dot_v1_dot_sessions__pb2.AcquireRequest.SerializeToString,
             browserpool_dot_v1_dot_common__pb2.Session.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AcquireWatched(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/browserpool.v1.Sessions/AcquireWatched',
+            browserpool_dot_v1_dot_sessions__pb2.AcquireRequest.SerializeToString,
+            browserpool_dot_v1_dot_sessions__pb2.AcquireProgress.FromString,
             options,
             channel_credentials,
             insecure,

@@ -963,7 +963,8 @@ export declare type SessionEnded = Message<"browserpool.v1.SessionEnded"> & {
   state: SessionState;
 
   /**
-   * Why, e.g. "released", "idle timeout", "ttl", or the KillSession reason.
+   * Why, e.g. "released", "idle for 300 s; idle_timeout_ms 300000", "ttl reached: 600 s after
+   * acquire; ttl_ms 600000", or the KillSession reason.
    *
    * @generated from field: string reason = 2;
    */

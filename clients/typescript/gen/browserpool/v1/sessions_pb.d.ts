@@ -83,6 +83,91 @@ export declare type AcquireRequest = Message<"browserpool.v1.AcquireRequest"> & 
 export declare const AcquireRequestSchema: GenMessage<AcquireRequest>;
 
 /**
+ * One message of AcquireWatched.
+ *
+ * @generated from message browserpool.v1.AcquireProgress
+ */
+export declare type AcquireProgress = Message<"browserpool.v1.AcquireProgress"> & {
+  /**
+   * @generated from oneof browserpool.v1.AcquireProgress.progress
+   */
+  progress: {
+    /**
+     * The call still waits (sent every second while it does).
+     *
+     * @generated from field: browserpool.v1.AcquireWait waiting = 1;
+     */
+    value: AcquireWait;
+    case: "waiting";
+  } | {
+    /**
+     * The leased session: the last message.
+     *
+     * @generated from field: browserpool.v1.Session session = 2;
+     */
+    value: Session;
+    case: "session";
+  } | { case: undefined; value?: undefined };
+};
+
+/**
+ * Describes the message browserpool.v1.AcquireProgress.
+ * Use `create(AcquireProgressSchema)` to create a new message.
+ */
+export declare const AcquireProgressSchema: GenMessage<AcquireProgress>;
+
+/**
+ * How an Acquire's wait stands.
+ *
+ * @generated from message browserpool.v1.AcquireWait
+ */
+export declare type AcquireWait = Message<"browserpool.v1.AcquireWait"> & {
+  /**
+   * The caller's tenant.
+   *
+   * @generated from field: string tenant = 1;
+   */
+  tenant: string;
+
+  /**
+   * Its place among the tenant's callers queued on the replica serving the call, from 1;
+   * 0 once it left that queue (waiting for the tenant's slots on other replicas, or for a
+   * browser to boot).
+   *
+   * @generated from field: uint32 position = 2;
+   */
+  position: number;
+
+  /**
+   * The tenant's callers queued on that replica, the caller included.
+   *
+   * @generated from field: uint32 queued = 3;
+   */
+  queued: number;
+
+  /**
+   * Milliseconds waited so far.
+   *
+   * @generated from field: uint32 waited_ms = 4;
+   */
+  waitedMs: number;
+
+  /**
+   * What it waits for, in words: the tenant's max_slots, the server's --max-workers, the
+   * callers before it, or a booting browser.
+   *
+   * @generated from field: string reason = 5;
+   */
+  reason: string;
+};
+
+/**
+ * Describes the message browserpool.v1.AcquireWait.
+ * Use `create(AcquireWaitSchema)` to create a new message.
+ */
+export declare const AcquireWaitSchema: GenMessage<AcquireWait>;
+
+/**
  * Release a session.
  *
  * @generated from message browserpool.v1.ReleaseRequest
@@ -911,6 +996,19 @@ export declare const Sessions: GenService<{
     methodKind: "unary";
     input: typeof AcquireRequestSchema;
     output: typeof SessionSchema;
+  },
+  /**
+   * Acquire, saying how its wait goes: while the call waits, an AcquireProgress with `waiting`
+   * every second (its place in the tenant's queue, what it waits for, how long so far); the
+   * last message is the session. Errors as Acquire; cancelling the call leaves the queue.
+   * Scope sessions:write.
+   *
+   * @generated from rpc browserpool.v1.Sessions.AcquireWatched
+   */
+  acquireWatched: {
+    methodKind: "server_streaming";
+    input: typeof AcquireRequestSchema;
+    output: typeof AcquireProgressSchema;
   },
   /**
    * End a session and destroy its browser and profile. Idempotent. Answers once the end is

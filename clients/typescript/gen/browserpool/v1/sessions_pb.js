@@ -13,7 +13,7 @@ import { file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
  * Describes the file browserpool/v1/sessions.proto.
  */
 export const file_browserpool_v1_sessions = /*@__PURE__*/
-  fileDesc("Ch1icm93c2VycG9vbC92MS9zZXNzaW9ucy5wcm90bxIOYnJvd3NlcnBvb2wudjEiuwIKDkFjcXVpcmVSZXF1ZXN0Eg8KB3dhaXRfbXMYASABKA0SDgoGdHRsX21zGAIgASgNEhcKD2lkbGVfdGltZW91dF9tcxgDIAEoDRIqCgh2aWV3cG9ydBgEIAEoCzIYLmJyb3dzZXJwb29sLnYxLlZpZXdwb3J0EjoKBmxhYmVscxgFIAMoCzIqLmJyb3dzZXJwb29sLnYxLkFjcXVpcmVSZXF1ZXN0LkxhYmVsc0VudHJ5EjAKB2NvbnRleHQYBiABKAsyHy5icm93c2VycG9vbC52MS5Db250ZXh0RW52ZWxvcGUSJgoGcmVjb3JkGAcgASgOMhYuYnJvd3NlcnBvb2wudjEuUmVjb3JkGi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiNAoOUmVsZWFzZVJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIOCgZmYWlsZWQYAiABKAgiUAoPUmVsZWFzZVJlc3BvbnNlEhAKCHJlbGVhc2VkGAEgASgIEisKBXN0YXRlGAIgASgOMhwuYnJvd3NlcnBvb2wudjEuU2Vzc2lvblN0YXRlIjsKDFJlbmV3UmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEhcKD2lkbGVfdGltZW91dF9tcxgCIAEoDSInChFHZXRTZXNzaW9uUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJImkKE0xpc3RTZXNzaW9uc1JlcXVlc3QSEQoJcGFnZV9zaXplGAEgASgNEhIKCnBhZ2VfdG9rZW4YAiABKAkSKwoFc3RhdGUYAyABKA4yHC5icm93c2VycG9vbC52MS5TZXNzaW9uU3RhdGUiWgoUTGlzdFNlc3Npb25zUmVzcG9uc2USKQoIc2Vzc2lvbnMYASADKAsyFy5icm93c2VycG9vbC52MS5TZXNzaW9uEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSJKCgxEcml2ZVJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRImCgZhY3Rpb24YAiABKAsyFi5icm93c2VycG9vbC52MS5BY3Rpb24imQEKCkRyaXZlRXZlbnQSKwoIYXR0YWNoZWQYASABKAsyFy5icm93c2VycG9vbC52MS5TZXNzaW9uSAASLgoGcmVzdWx0GAIgASgLMhwuYnJvd3NlcnBvb2wudjEuQWN0aW9uUmVzdWx0SAASJgoFZXZlbnQYAyABKAsyFS5icm93c2VycG9vbC52MS5FdmVudEgAQgYKBGtpbmQiSAoKQWN0UmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEiYKBmFjdGlvbhgCIAEoCzIWLmJyb3dzZXJwb29sLnYxLkFjdGlvbiJiCgxCYXRjaFJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRInCgdhY3Rpb25zGAIgAygLMhYuYnJvd3NlcnBvb2wudjEuQWN0aW9uEhUKDXN0b3Bfb25fZXJyb3IYAyABKAgidgoNQmF0Y2hSZXNwb25zZRItCgdyZXN1bHRzGAEgAygLMhwuYnJvd3NlcnBvb2wudjEuQWN0aW9uUmVzdWx0EhEKCXN1Y2NlZWRlZBgCIAEoDRIOCgZmYWlsZWQYAyABKA0SEwoLZHVyYXRpb25fbXMYBCABKA0iIwoNRXZlbnRzUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJIqMBChRFeHBvcnRDb250ZXh0UmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEg4KBm9yaWdpbhgCIAEoCRIcCg9pbmNsdWRlX3N0b3JhZ2UYAyABKAhIAIgBARIZChFpbmNsdWRlX2h0dHBfYXV0aBgEIAEoCBIaChJjYXB0dXJlX3VzZXJfYWdlbnQYBSABKAhCEgoQX2luY2x1ZGVfc3RvcmFnZSJ0ChRJbXBvcnRDb250ZXh0UmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEjEKCGVudmVsb3BlGAIgASgLMh8uYnJvd3NlcnBvb2wudjEuQ29udGV4dEVudmVsb3BlEhUKDXN0cmljdF9vcmlnaW4YAyABKAgicwoVSW1wb3J0Q29udGV4dFJlc3BvbnNlEgoKAm9rGAEgASgIEhcKD2FwcGxpZWRfY29va2llcxgCIAEoDRIcChRhcHBsaWVkX3N0b3JhZ2Vfa2V5cxgDIAEoDRIXCg9pbnRlZ3JpdHlfZXJyb3IYBCABKAkiQQoOUHV0RmlsZVJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIMCgRuYW1lGAIgASgJEg0KBWNodW5rGAMgASgMIiYKEExpc3RGaWxlc1JlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCSJAChFMaXN0RmlsZXNSZXNwb25zZRIrCglhcnRpZmFjdHMYASADKAsyGC5icm93c2VycG9vbC52MS5BcnRpZmFjdCJeCg5HZXRGaWxlUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEgwKBG5hbWUYAiABKAkSKgoEa2luZBgDIAEoDjIcLmJyb3dzZXJwb29sLnYxLkFydGlmYWN0S2luZCJGCglGaWxlQ2h1bmsSDQoFY2h1bmsYASABKAwSKgoIYXJ0aWZhY3QYAiABKAsyGC5icm93c2VycG9vbC52MS5BcnRpZmFjdCI1ChFEZWxldGVGaWxlUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEgwKBG5hbWUYAiABKAkiFAoSRGVsZXRlRmlsZVJlc3BvbnNlIiwKFkRlbGV0ZUFydGlmYWN0c1JlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCSIqChdEZWxldGVBcnRpZmFjdHNSZXNwb25zZRIPCgdkZWxldGVkGAEgASgNImEKD0xpdmVWaWV3UmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEioKBG1vZGUYAiABKA4yHC5icm93c2VycG9vbC52MS5MaXZlVmlld01vZGUSDgoGdHRsX21zGAMgASgNIogBCgxMaXZlVmlld0xpbmsSCwoDdXJsGAEgASgJEioKBG1vZGUYAiABKA4yHC5icm93c2VycG9vbC52MS5MaXZlVmlld01vZGUSLgoKZXhwaXJlc19hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDwoHbGlua19pZBgEIAEoCSI8ChVSZXZva2VMaXZlVmlld1JlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIPCgdsaW5rX2lkGAIgASgJIikKFlJldm9rZUxpdmVWaWV3UmVzcG9uc2USDwoHcmV2b2tlZBgBIAEoDSpFCgxMaXZlVmlld01vZGUSHgoaTElWRV9WSUVXX01PREVfVU5TUEVDSUZJRUQQABIICgRWSUVXEAESCwoHQ09OVFJPTBACMvwKCghTZXNzaW9ucxJCCgdBY3F1aXJlEh4uYnJvd3NlcnBvb2wudjEuQWNxdWlyZVJlcXVlc3QaFy5icm93c2VycG9vbC52MS5TZXNzaW9uEkoKB1JlbGVhc2USHi5icm93c2VycG9vbC52MS5SZWxlYXNlUmVxdWVzdBofLmJyb3dzZXJwb29sLnYxLlJlbGVhc2VSZXNwb25zZRI+CgVSZW5ldxIcLmJyb3dzZXJwb29sLnYxLlJlbmV3UmVxdWVzdBoXLmJyb3dzZXJwb29sLnYxLlNlc3Npb24SQQoDR2V0EiEuYnJvd3NlcnBvb2wudjEuR2V0U2Vzc2lvblJlcXVlc3QaFy5icm93c2VycG9vbC52MS5TZXNzaW9uElEKBExpc3QSIy5icm93c2VycG9vbC52MS5MaXN0U2Vzc2lvbnNSZXF1ZXN0GiQuYnJvd3NlcnBvb2wudjEuTGlzdFNlc3Npb25zUmVzcG9uc2USRQoFRHJpdmUSHC5icm93c2VycG9vbC52MS5Ecml2ZVJlcXVlc3QaGi5icm93c2VycG9vbC52MS5Ecml2ZUV2ZW50KAEwARI/CgNBY3QSGi5icm93c2VycG9vbC52MS5BY3RSZXF1ZXN0GhwuYnJvd3NlcnBvb2wudjEuQWN0aW9uUmVzdWx0EkQKBUJhdGNoEhwuYnJvd3NlcnBvb2wudjEuQmF0Y2hSZXF1ZXN0Gh0uYnJvd3NlcnBvb2wudjEuQmF0Y2hSZXNwb25zZRJACgZFdmVudHMSHS5icm93c2VycG9vbC52MS5FdmVudHNSZXF1ZXN0GhUuYnJvd3NlcnBvb2wudjEuRXZlbnQwARJWCg1FeHBvcnRDb250ZXh0EiQuYnJvd3NlcnBvb2wudjEuRXhwb3J0Q29udGV4dFJlcXVlc3QaHy5icm93c2VycG9vbC52MS5Db250ZXh0RW52ZWxvcGUSXAoNSW1wb3J0Q29udGV4dBIkLmJyb3dzZXJwb29sLnYxLkltcG9ydENvbnRleHRSZXF1ZXN0GiUuYnJvd3NlcnBvb2wudjEuSW1wb3J0Q29udGV4dFJlc3BvbnNlEkUKB1B1dEZpbGUSHi5icm93c2VycG9vbC52MS5QdXRGaWxlUmVxdWVzdBoYLmJyb3dzZXJwb29sLnYxLkFydGlmYWN0KAESUAoJTGlzdEZpbGVzEiAuYnJvd3NlcnBvb2wudjEuTGlzdEZpbGVzUmVxdWVzdBohLmJyb3dzZXJwb29sLnYxLkxpc3RGaWxlc1Jlc3BvbnNlEkYKB0dldEZpbGUSHi5icm93c2VycG9vbC52MS5HZXRGaWxlUmVxdWVzdBoZLmJyb3dzZXJwb29sLnYxLkZpbGVDaHVuazABElMKCkRlbGV0ZUZpbGUSIS5icm93c2VycG9vbC52MS5EZWxldGVGaWxlUmVxdWVzdBoiLmJyb3dzZXJwb29sLnYxLkRlbGV0ZUZpbGVSZXNwb25zZRJiCg9EZWxldGVBcnRpZmFjdHMSJi5icm93c2VycG9vbC52MS5EZWxldGVBcnRpZmFjdHNSZXF1ZXN0GicuYnJvd3NlcnBvb2wudjEuRGVsZXRlQXJ0aWZhY3RzUmVzcG9uc2USSQoITGl2ZVZpZXcSHy5icm93c2VycG9vbC52MS5MaXZlVmlld1JlcXVlc3QaHC5icm93c2VycG9vbC52MS5MaXZlVmlld0xpbmsSXwoOUmV2b2tlTGl2ZVZpZXcSJS5icm93c2VycG9vbC52MS5SZXZva2VMaXZlVmlld1JlcXVlc3QaJi5icm93c2VycG9vbC52MS5SZXZva2VMaXZlVmlld1Jlc3BvbnNlYgZwcm90bzM", [file_browserpool_v1_common, file_google_protobuf_timestamp]);
+  fileDesc("Ch1icm93c2VycG9vbC92MS9zZXNzaW9ucy5wcm90bxIOYnJvd3NlcnBvb2wudjEiuwIKDkFjcXVpcmVSZXF1ZXN0Eg8KB3dhaXRfbXMYASABKA0SDgoGdHRsX21zGAIgASgNEhcKD2lkbGVfdGltZW91dF9tcxgDIAEoDRIqCgh2aWV3cG9ydBgEIAEoCzIYLmJyb3dzZXJwb29sLnYxLlZpZXdwb3J0EjoKBmxhYmVscxgFIAMoCzIqLmJyb3dzZXJwb29sLnYxLkFjcXVpcmVSZXF1ZXN0LkxhYmVsc0VudHJ5EjAKB2NvbnRleHQYBiABKAsyHy5icm93c2VycG9vbC52MS5Db250ZXh0RW52ZWxvcGUSJgoGcmVjb3JkGAcgASgOMhYuYnJvd3NlcnBvb2wudjEuUmVjb3JkGi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEieQoPQWNxdWlyZVByb2dyZXNzEi4KB3dhaXRpbmcYASABKAsyGy5icm93c2VycG9vbC52MS5BY3F1aXJlV2FpdEgAEioKB3Nlc3Npb24YAiABKAsyFy5icm93c2VycG9vbC52MS5TZXNzaW9uSABCCgoIcHJvZ3Jlc3MiYgoLQWNxdWlyZVdhaXQSDgoGdGVuYW50GAEgASgJEhAKCHBvc2l0aW9uGAIgASgNEg4KBnF1ZXVlZBgDIAEoDRIRCgl3YWl0ZWRfbXMYBCABKA0SDgoGcmVhc29uGAUgASgJIjQKDlJlbGVhc2VSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSDgoGZmFpbGVkGAIgASgIIlAKD1JlbGVhc2VSZXNwb25zZRIQCghyZWxlYXNlZBgBIAEoCBIrCgVzdGF0ZRgCIAEoDjIcLmJyb3dzZXJwb29sLnYxLlNlc3Npb25TdGF0ZSI7CgxSZW5ld1JlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIXCg9pZGxlX3RpbWVvdXRfbXMYAiABKA0iJwoRR2V0U2Vzc2lvblJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCSJpChNMaXN0U2Vzc2lvbnNSZXF1ZXN0EhEKCXBhZ2Vfc2l6ZRgBIAEoDRISCgpwYWdlX3Rva2VuGAIgASgJEisKBXN0YXRlGAMgASgOMhwuYnJvd3NlcnBvb2wudjEuU2Vzc2lvblN0YXRlIloKFExpc3RTZXNzaW9uc1Jlc3BvbnNlEikKCHNlc3Npb25zGAEgAygLMhcuYnJvd3NlcnBvb2wudjEuU2Vzc2lvbhIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiSgoMRHJpdmVSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSJgoGYWN0aW9uGAIgASgLMhYuYnJvd3NlcnBvb2wudjEuQWN0aW9uIpkBCgpEcml2ZUV2ZW50EisKCGF0dGFjaGVkGAEgASgLMhcuYnJvd3NlcnBvb2wudjEuU2Vzc2lvbkgAEi4KBnJlc3VsdBgCIAEoCzIcLmJyb3dzZXJwb29sLnYxLkFjdGlvblJlc3VsdEgAEiYKBWV2ZW50GAMgASgLMhUuYnJvd3NlcnBvb2wudjEuRXZlbnRIAEIGCgRraW5kIkgKCkFjdFJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRImCgZhY3Rpb24YAiABKAsyFi5icm93c2VycG9vbC52MS5BY3Rpb24iYgoMQmF0Y2hSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSJwoHYWN0aW9ucxgCIAMoCzIWLmJyb3dzZXJwb29sLnYxLkFjdGlvbhIVCg1zdG9wX29uX2Vycm9yGAMgASgIInYKDUJhdGNoUmVzcG9uc2USLQoHcmVzdWx0cxgBIAMoCzIcLmJyb3dzZXJwb29sLnYxLkFjdGlvblJlc3VsdBIRCglzdWNjZWVkZWQYAiABKA0SDgoGZmFpbGVkGAMgASgNEhMKC2R1cmF0aW9uX21zGAQgASgNIiMKDUV2ZW50c1JlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCSKjAQoURXhwb3J0Q29udGV4dFJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIOCgZvcmlnaW4YAiABKAkSHAoPaW5jbHVkZV9zdG9yYWdlGAMgASgISACIAQESGQoRaW5jbHVkZV9odHRwX2F1dGgYBCABKAgSGgoSY2FwdHVyZV91c2VyX2FnZW50GAUgASgIQhIKEF9pbmNsdWRlX3N0b3JhZ2UidAoUSW1wb3J0Q29udGV4dFJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIxCghlbnZlbG9wZRgCIAEoCzIfLmJyb3dzZXJwb29sLnYxLkNvbnRleHRFbnZlbG9wZRIVCg1zdHJpY3Rfb3JpZ2luGAMgASgIInMKFUltcG9ydENvbnRleHRSZXNwb25zZRIKCgJvaxgBIAEoCBIXCg9hcHBsaWVkX2Nvb2tpZXMYAiABKA0SHAoUYXBwbGllZF9zdG9yYWdlX2tleXMYAyABKA0SFwoPaW50ZWdyaXR5X2Vycm9yGAQgASgJIkEKDlB1dEZpbGVSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSDAoEbmFtZRgCIAEoCRINCgVjaHVuaxgDIAEoDCImChBMaXN0RmlsZXNSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkiQAoRTGlzdEZpbGVzUmVzcG9uc2USKwoJYXJ0aWZhY3RzGAEgAygLMhguYnJvd3NlcnBvb2wudjEuQXJ0aWZhY3QiXgoOR2V0RmlsZVJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIMCgRuYW1lGAIgASgJEioKBGtpbmQYAyABKA4yHC5icm93c2VycG9vbC52MS5BcnRpZmFjdEtpbmQiRgoJRmlsZUNodW5rEg0KBWNodW5rGAEgASgMEioKCGFydGlmYWN0GAIgASgLMhguYnJvd3NlcnBvb2wudjEuQXJ0aWZhY3QiNQoRRGVsZXRlRmlsZVJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIMCgRuYW1lGAIgASgJIhQKEkRlbGV0ZUZpbGVSZXNwb25zZSIsChZEZWxldGVBcnRpZmFjdHNSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkiKgoXRGVsZXRlQXJ0aWZhY3RzUmVzcG9uc2USDwoHZGVsZXRlZBgBIAEoDSJhCg9MaXZlVmlld1JlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIqCgRtb2RlGAIgASgOMhwuYnJvd3NlcnBvb2wudjEuTGl2ZVZpZXdNb2RlEg4KBnR0bF9tcxgDIAEoDSKIAQoMTGl2ZVZpZXdMaW5rEgsKA3VybBgBIAEoCRIqCgRtb2RlGAIgASgOMhwuYnJvd3NlcnBvb2wudjEuTGl2ZVZpZXdNb2RlEi4KCmV4cGlyZXNfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg8KB2xpbmtfaWQYBCABKAkiPAoVUmV2b2tlTGl2ZVZpZXdSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSDwoHbGlua19pZBgCIAEoCSIpChZSZXZva2VMaXZlVmlld1Jlc3BvbnNlEg8KB3Jldm9rZWQYASABKA0qRQoMTGl2ZVZpZXdNb2RlEh4KGkxJVkVfVklFV19NT0RFX1VOU1BFQ0lGSUVEEAASCAoEVklFVxABEgsKB0NPTlRST0wQAjLRCwoIU2Vzc2lvbnMSQgoHQWNxdWlyZRIeLmJyb3dzZXJwb29sLnYxLkFjcXVpcmVSZXF1ZXN0GhcuYnJvd3NlcnBvb2wudjEuU2Vzc2lvbhJTCg5BY3F1aXJlV2F0Y2hlZBIeLmJyb3dzZXJwb29sLnYxLkFjcXVpcmVSZXF1ZXN0Gh8uYnJvd3NlcnBvb2wudjEuQWNxdWlyZVByb2dyZXNzMAESSgoHUmVsZWFzZRIeLmJyb3dzZXJwb29sLnYxLlJlbGVhc2VSZXF1ZXN0Gh8uYnJvd3NlcnBvb2wudjEuUmVsZWFzZVJlc3BvbnNlEj4KBVJlbmV3EhwuYnJvd3NlcnBvb2wudjEuUmVuZXdSZXF1ZXN0GhcuYnJvd3NlcnBvb2wudjEuU2Vzc2lvbhJBCgNHZXQSIS5icm93c2VycG9vbC52MS5HZXRTZXNzaW9uUmVxdWVzdBoXLmJyb3dzZXJwb29sLnYxLlNlc3Npb24SUQoETGlzdBIjLmJyb3dzZXJwb29sLnYxLkxpc3RTZXNzaW9uc1JlcXVlc3QaJC5icm93c2VycG9vbC52MS5MaXN0U2Vzc2lvbnNSZXNwb25zZRJFCgVEcml2ZRIcLmJyb3dzZXJwb29sLnYxLkRyaXZlUmVxdWVzdBoaLmJyb3dzZXJwb29sLnYxLkRyaXZlRXZlbnQoATABEj8KA0FjdBIaLmJyb3dzZXJwb29sLnYxLkFjdFJlcXVlc3QaHC5icm93c2VycG9vbC52MS5BY3Rpb25SZXN1bHQSRAoFQmF0Y2gSHC5icm93c2VycG9vbC52MS5CYXRjaFJlcXVlc3QaHS5icm93c2VycG9vbC52MS5CYXRjaFJlc3BvbnNlEkAKBkV2ZW50cxIdLmJyb3dzZXJwb29sLnYxLkV2ZW50c1JlcXVlc3QaFS5icm93c2VycG9vbC52MS5FdmVudDABElYKDUV4cG9ydENvbnRleHQSJC5icm93c2VycG9vbC52MS5FeHBvcnRDb250ZXh0UmVxdWVzdBofLmJyb3dzZXJwb29sLnYxLkNvbnRleHRFbnZlbG9wZRJcCg1JbXBvcnRDb250ZXh0EiQuYnJvd3NlcnBvb2wudjEuSW1wb3J0Q29udGV4dFJlcXVlc3QaJS5icm93c2VycG9vbC52MS5JbXBvcnRDb250ZXh0UmVzcG9uc2USRQoHUHV0RmlsZRIeLmJyb3dzZXJwb29sLnYxLlB1dEZpbGVSZXF1ZXN0GhguYnJvd3NlcnBvb2wudjEuQXJ0aWZhY3QoARJQCglMaXN0RmlsZXMSIC5icm93c2VycG9vbC52MS5MaXN0RmlsZXNSZXF1ZXN0GiEuYnJvd3NlcnBvb2wudjEuTGlzdEZpbGVzUmVzcG9uc2USRgoHR2V0RmlsZRIeLmJyb3dzZXJwb29sLnYxLkdldEZpbGVSZXF1ZXN0GhkuYnJvd3NlcnBvb2wudjEuRmlsZUNodW5rMAESUwoKRGVsZXRlRmlsZRIhLmJyb3dzZXJwb29sLnYxLkRlbGV0ZUZpbGVSZXF1ZXN0GiIuYnJvd3NlcnBvb2wudjEuRGVsZXRlRmlsZVJlc3BvbnNlEmIKD0RlbGV0ZUFydGlmYWN0cxImLmJyb3dzZXJwb29sLnYxLkRlbGV0ZUFydGlmYWN0c1JlcXVlc3QaJy5icm93c2VycG9vbC52MS5EZWxldGVBcnRpZmFjdHNSZXNwb25zZRJJCghMaXZlVmlldxIfLmJyb3dzZXJwb29sLnYxLkxpdmVWaWV3UmVxdWVzdBocLmJyb3dzZXJwb29sLnYxLkxpdmVWaWV3TGluaxJfCg5SZXZva2VMaXZlVmlldxIlLmJyb3dzZXJwb29sLnYxLlJldm9rZUxpdmVWaWV3UmVxdWVzdBomLmJyb3dzZXJwb29sLnYxLlJldm9rZUxpdmVWaWV3UmVzcG9uc2ViBnByb3RvMw", [file_browserpool_v1_common, file_google_protobuf_timestamp]);
 
 /**
  * Describes the message browserpool.v1.AcquireRequest.
@@ -23,200 +23,214 @@ export const AcquireRequestSchema = /*@__PURE__*/
   messageDesc(file_browserpool_v1_sessions, 0);
 
 /**
+ * Describes the message browserpool.v1.AcquireProgress.
+ * Use `create(AcquireProgressSchema)` to create a new message.
+ */
+export const AcquireProgressSchema = /*@__PURE__*/
+  messageDesc(file_browserpool_v1_sessions, 1);
+
+/**
+ * Describes the message browserpool.v1.AcquireWait.
+ * Use `create(AcquireWaitSchema)` to create a new message.
+ */
+export const AcquireWaitSchema = /*@__PURE__*/
+  messageDesc(file_browserpool_v1_sessions, 2);
+
+/**
  * Describes the message browserpool.v1.ReleaseRequest.
  * Use `create(ReleaseRequestSchema)` to create a new message.
  */
 export const ReleaseRequestSchema = /*@__PURE__*/
-  messageDesc(file_browserpool_v1_sessions, 1);
+  messageDesc(file_browserpool_v1_sessions, 3);
 
 /**
  * Describes the message browserpool.v1.ReleaseResponse.
  * Use `create(ReleaseResponseSchema)` to create a new message.
  */
 export const ReleaseResponseSchema = /*@__PURE__*/
-  messageDesc(file_browserpool_v1_sessions, 2);
+  messageDesc(file_browserpool_v1_sessions, 4);
 
 /**
  * Describes the message browserpool.v1.RenewRequest.
  * Use `create(RenewRequestSchema)` to create a new message.
  */
 export const RenewRequestSchema = /*@__PURE__*/
-  messageDesc(file_browserpool_v1_sessions, 3);
+  messageDesc(file_browserpool_v1_sessions, 5);
 
 /**
  * Describes the message browserpool.v1.GetSessionRequest.
  * Use `create(GetSessionRequestSchema)` to create a new message.
  */
 export const GetSessionRequestSchema = /*@__PURE__*/
-  messageDesc(file_browserpool_v1_sessions, 4);
+  messageDesc(file_browserpool_v1_sessions, 6);
 
 /**
  * Describes the message browserpool.v1.ListSessionsRequest.
  * Use `create(ListSessionsRequestSchema)` to create a new message.
  */
 export const ListSessionsRequestSchema = /*@__PURE__*/
-  messageDesc(file_browserpool_v1_sessions, 5);
+  messageDesc(file_browserpool_v1_sessions, 7);
 
 /**
  * Describes the message browserpool.v1.ListSessionsResponse.
  * Use `create(ListSessionsResponseSchema)` to create a new message.
  */
 export const ListSessionsResponseSchema = /*@__PURE__*/
-  messageDesc(file_browserpool_v1_sessions, 6);
+  messageDesc(file_browserpool_v1_sessions, 8);
 
 /**
  * Describes the message browserpool.v1.DriveRequest.
  * Use `create(DriveRequestSchema)` to create a new message.
  */
 export const DriveRequestSchema = /*@__PURE__*/
-  messageDesc(file_browserpool_v1_sessions, 7);
+  messageDesc(file_browserpool_v1_sessions, 9);
 
 /**
  * Describes the message browserpool.v1.DriveEvent.
  * Use `create(DriveEventSchema)` to create a new message.
  */
 export const DriveEventSchema = /*@__PURE__*/
-  messageDesc(file_browserpool_v1_sessions, 8);
+  messageDesc(file_browserpool_v1_sessions, 10);
 
 /**
  * Describes the message browserpool.v1.ActRequest.
  * Use `create(ActRequestSchema)` to create a new message.
  */
 export const ActRequestSchema = /*@__PURE__*/
-  messageDesc(file_browserpool_v1_sessions, 9);
+  messageDesc(file_browserpool_v1_sessions, 11);
 
 /**
  * Describes the message browserpool.v1.BatchRequest.
  * Use `create(BatchRequestSchema)` to create a new message.
  */
 export const BatchRequestSchema = /*@__PURE__*/
-  messageDesc(file_browserpool_v1_sessions, 10);
+  messageDesc(file_browserpool_v1_sessions, 12);
 
 /**
  * Describes the message browserpool.v1.BatchResponse.
  * Use `create(BatchResponseSchema)` to create a new message.
  */
 export const BatchResponseSchema = /*@__PURE__*/
-  messageDesc(file_browserpool_v1_sessions, 11);
+  messageDesc(file_browserpool_v1_sessions, 13);
 
 /**
  * Describes the message browserpool.v1.EventsRequest.
  * Use `create(EventsRequestSchema)` to create a new message.
  */
 export const EventsRequestSchema = /*@__PURE__*/
-  messageDesc(file_browserpool_v1_sessions, 12);
+  messageDesc(file_browserpool_v1_sessions, 14);
 
 /**
  * Describes the message browserpool.v1.ExportContextRequest.
  * Use `create(ExportContextRequestSchema)` to create a new message.
  */
 export const ExportContextRequestSchema = /*@__PURE__*/
-  messageDesc(file_browserpool_v1_sessions, 13);
+  messageDesc(file_browserpool_v1_sessions, 15);
 
 /**
  * Describes the message browserpool.v1.ImportContextRequest.
  * Use `create(ImportContextRequestSchema)` to create a new message.
  */
 export const ImportContextRequestSchema = /*@__PURE__*/
-  messageDesc(file_browserpool_v1_sessions, 14);
+  messageDesc(file_browserpool_v1_sessions, 16);
 
 /**
  * Describes the message browserpool.v1.ImportContextResponse.
  * Use `create(ImportContextResponseSchema)` to create a new message.
  */
 export const ImportContextResponseSchema = /*@__PURE__*/
-  messageDesc(file_browserpool_v1_sessions, 15);
+  messageDesc(file_browserpool_v1_sessions, 17);
 
 /**
  * Describes the message browserpool.v1.PutFileRequest.
  * Use `create(PutFileRequestSchema)` to create a new message.
  */
 export const PutFileRequestSchema = /*@__PURE__*/
-  messageDesc(file_browserpool_v1_sessions, 16);
+  messageDesc(file_browserpool_v1_sessions, 18);
 
 /**
  * Describes the message browserpool.v1.ListFilesRequest.
  * Use `create(ListFilesRequestSchema)` to create a new message.
  */
 export const ListFilesRequestSchema = /*@__PURE__*/
-  messageDesc(file_browserpool_v1_sessions, 17);
+  messageDesc(file_browserpool_v1_sessions, 19);
 
 /**
  * Describes the message browserpool.v1.ListFilesResponse.
  * Use `create(ListFilesResponseSchema)` to create a new message.
  */
 export const ListFilesResponseSchema = /*@__PURE__*/
-  messageDesc(file_browserpool_v1_sessions, 18);
+  messageDesc(file_browserpool_v1_sessions, 20);
 
 /**
  * Describes the message browserpool.v1.GetFileRequest.
  * Use `create(GetFileRequestSchema)` to create a new message.
  */
 export const GetFileRequestSchema = /*@__PURE__*/
-  messageDesc(file_browserpool_v1_sessions, 19);
+  messageDesc(file_browserpool_v1_sessions, 21);
 
 /**
  * Describes the message browserpool.v1.FileChunk.
  * Use `create(FileChunkSchema)` to create a new message.
  */
 export const FileChunkSchema = /*@__PURE__*/
-  messageDesc(file_browserpool_v1_sessions, 20);
+  messageDesc(file_browserpool_v1_sessions, 22);
 
 /**
  * Describes the message browserpool.v1.DeleteFileRequest.
  * Use `create(DeleteFileRequestSchema)` to create a new message.
  */
 export const DeleteFileRequestSchema = /*@__PURE__*/
-  messageDesc(file_browserpool_v1_sessions, 21);
+  messageDesc(file_browserpool_v1_sessions, 23);
 
 /**
  * Describes the message browserpool.v1.DeleteFileResponse.
  * Use `create(DeleteFileResponseSchema)` to create a new message.
  */
 export const DeleteFileResponseSchema = /*@__PURE__*/
-  messageDesc(file_browserpool_v1_sessions, 22);
+  messageDesc(file_browserpool_v1_sessions, 24);
 
 /**
  * Describes the message browserpool.v1.DeleteArtifactsRequest.
  * Use `create(DeleteArtifactsRequestSchema)` to create a new message.
  */
 export const DeleteArtifactsRequestSchema = /*@__PURE__*/
-  messageDesc(file_browserpool_v1_sessions, 23);
+  messageDesc(file_browserpool_v1_sessions, 25);
 
 /**
  * Describes the message browserpool.v1.DeleteArtifactsResponse.
  * Use `create(DeleteArtifactsResponseSchema)` to create a new message.
  */
 export const DeleteArtifactsResponseSchema = /*@__PURE__*/
-  messageDesc(file_browserpool_v1_sessions, 24);
+  messageDesc(file_browserpool_v1_sessions, 26);
 
 /**
  * Describes the message browserpool.v1.LiveViewRequest.
  * Use `create(LiveViewRequestSchema)` to create a new message.
  */
 export const LiveViewRequestSchema = /*@__PURE__*/
-  messageDesc(file_browserpool_v1_sessions, 25);
+  messageDesc(file_browserpool_v1_sessions, 27);
 
 /**
  * Describes the message browserpool.v1.LiveViewLink.
  * Use `create(LiveViewLinkSchema)` to create a new message.
  */
 export const LiveViewLinkSchema = /*@__PURE__*/
-  messageDesc(file_browserpool_v1_sessions, 26);
+  messageDesc(file_browserpool_v1_sessions, 28);
 
 /**
  * Describes the message browserpool.v1.RevokeLiveViewRequest.
  * Use `create(RevokeLiveViewRequestSchema)` to create a new message.
  */
 export const RevokeLiveViewRequestSchema = /*@__PURE__*/
-  messageDesc(file_browserpool_v1_sessions, 27);
+  messageDesc(file_browserpool_v1_sessions, 29);
 
 /**
  * Describes the message browserpool.v1.RevokeLiveViewResponse.
  * Use `create(RevokeLiveViewResponseSchema)` to create a new message.
  */
 export const RevokeLiveViewResponseSchema = /*@__PURE__*/
-  messageDesc(file_browserpool_v1_sessions, 28);
+  messageDesc(file_browserpool_v1_sessions, 30);
 
 /**
  * Describes the enum browserpool.v1.LiveViewMode.
