@@ -114,12 +114,46 @@ impl ActionFailure {
         ActionFailure { code, message: message.into(), did_you_mean: Vec::new(), dialog: None }
     }
 
+    /// The session's browser died: the session is over.
+    pub fn browser_crashed() -> Self {
+        Self::new(FailureCode::SessionCrashed, "the browser of this session crashed; acquire a new session")
+    }
+
+    /// The message as the client reads it: with what to do next, for the codes whose next
+    /// step does not depend on where they were raised (the others name theirs at the source).
+    pub fn message_with_next_step(&self, action: &str) -> String {
+        let next = match self.code {
+            FailureCode::InvalidArgument => format!("see the `{action}` action in docs/actions.md"),
+            FailureCode::UnknownAction if self.did_you_mean.is_empty() => "see docs/actions.md for the actions".into(),
+            FailureCode::ElementNotFound => {
+                "check the selector against the page (a screenshot or extract shows it), or raise timeout_ms if the \
+                 element comes later"
+                    .into()
+            }
+            FailureCode::Timeout => "raise timeout_ms if it needs longer".into(),
+            FailureCode::DialogOpen => "answer it: click with selector dialog::accept or dialog::dismiss".into(),
+            FailureCode::NavigationFailed => "check that the site is up and reachable from the server".into(),
+            FailureCode::PermissionDenied => {
+                "use a token with that scope (an admin issues one: `browserpool admin tokens issue`)".into()
+            }
+            FailureCode::PayloadTooLarge => "ask for less (a smaller clip, a narrower selector, a shorter text)".into(),
+            FailureCode::JsException => "the page's script threw it: fix or catch it in the script".into(),
+            FailureCode::Internal => "see the server log".into(),
+            FailureCode::UnknownAction
+            | FailureCode::BlockedByPolicy
+            | FailureCode::SessionClosed
+            | FailureCode::SessionCrashed
+            | FailureCode::TabCrashed => return self.message.clone(),
+        };
+        format!("{}; {next}", self.message)
+    }
+
     pub(crate) fn invalid(message: impl Into<String>) -> Self {
         Self::new(FailureCode::InvalidArgument, message)
     }
 
     pub(crate) fn dialog_open(info: DialogInfo) -> Self {
-        let message = format!("a {} dialog is open: {}", kind_name(info.kind), info.message);
+        let message = format!("{} dialog is open: {:?}", kind_name(info.kind), info.message);
         ActionFailure { code: FailureCode::DialogOpen, message, did_you_mean: Vec::new(), dialog: Some(Box::new(info)) }
     }
 

@@ -49,7 +49,7 @@ impl NavPolicy {
         }
         if !self.allow_hosts.is_empty() && !self.allow_hosts.iter().any(|pattern| host_matches(pattern, &host)) {
             return Err(format!(
-                "{host} is not in this tenant's allow_hosts (the tenant setting allow_hosts; an admin adds it: \
+                "{host} is not in this tenant's allow_hosts (the tenant setting allow_hosts; ask an admin to add it: \
                  `browserpool admin tenants put <tenant> --allow-hosts {host},...`, listing the hosts it keeps too)"
             ));
         }
@@ -59,7 +59,7 @@ impl NavPolicy {
 
 /// Why a private address is refused, and who may allow it.
 pub const NO_PRIVATE: &str = "this tenant does not allow private networks (the tenant setting \
-     allow_private_networks; an admin allows them: `browserpool admin tenants put <tenant> \
+     allow_private_networks; ask an admin to allow them: `browserpool admin tenants put <tenant> \
      --allow-private-networks true`)";
 
 /// `"example.com" is not a url`, with the URL it likely meant when it has no scheme.

@@ -15,9 +15,9 @@ use tokio::sync::oneshot;
 /// Why admission refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AdmissionError {
-    #[error("tenant {tenant} queue is full ({queued} waiting, max_queue {max_queue})")]
+    #[error("tenant {tenant} queue is full ({queued} waiting, max_queue {max_queue}); retry later with backoff, or ask an admin to raise max_queue")]
     QueueFull { tenant: String, queued: usize, max_queue: u32 },
-    #[error("tenant {0} has max_slots 0")]
+    #[error("tenant {0} has max_slots 0: it may run no session; ask an admin to raise max_slots")]
     NoSlots(String),
 }
 

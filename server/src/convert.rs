@@ -134,7 +134,7 @@ pub fn report_to_pb(r: ActionReport) -> pb::ActionResult {
         Err(f) => {
             out.error = Some(pb::ActionError {
                 code: code_to_pb(f.code) as i32,
-                message: f.message,
+                message: f.message_with_next_step(&out.action),
                 did_you_mean: f.did_you_mean,
                 dialog: f.dialog.map(|d| dialog_to_pb(*d)),
             });

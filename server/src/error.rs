@@ -17,7 +17,7 @@ pub enum ServiceError {
     #[error("{0}")]
     PermissionDenied(String),
     /// Unknown or foreign session: the same answer, so ids do not leak.
-    #[error("session {0} not found")]
+    #[error("session {0} not found: no session this token may use has that id; check the id (`browserpool session list` shows the ones it may)")]
     SessionNotFound(String),
     #[error("{0} not found")]
     NotFound(String),
@@ -30,14 +30,14 @@ pub enum ServiceError {
     /// The session is live on another replica sharing the database, and the call reached
     /// this one without being forwarded there (it was itself forwarded, or that replica
     /// advertises no address).
-    #[error("session {0} is held by another replica sharing this database, which this call could not be forwarded to")]
+    #[error("session {0} is held by another replica sharing this database, which this call could not be forwarded to; retry, or call that replica (its --advertise address) directly")]
     OnAnotherReplica(String),
     /// Another replica the call needs did not answer (the message names it and why).
     #[error("{0}")]
     Unreachable(String),
     /// `wait_ms` ran out; `cause` says what was full (the tenant's quota, the server's
     /// workers) or what the wait was for.
-    #[error("no browser became free within {waited_ms} ms: {cause}")]
+    #[error("no browser became free within {waited_ms} ms: {cause}; retry, or wait longer (a larger wait_ms)")]
     WaitElapsed { waited_ms: u64, cause: String },
     /// The tenant's queue is full; the message says how long it is.
     #[error("{0}")]
@@ -47,9 +47,11 @@ pub enum ServiceError {
     Throttled(String),
     #[error("{0}")]
     FailedPrecondition(String),
-    #[error("server is shutting down")]
+    #[error("server is shutting down; retry on another replica, or once it is back")]
     ShuttingDown,
-    #[error("server is draining: it takes no new sessions; live ones go on")]
+    #[error(
+        "server is draining: it takes no new sessions, live ones go on; retry on another replica, or once it resumes"
+    )]
     Draining,
     #[error(transparent)]
     Pool(#[from] PoolError),
@@ -87,10 +89,11 @@ impl From<ServiceError> for Status {
             | ServiceError::Audit(_)
             | ServiceError::Unreachable(_) => (Code::Unavailable, e.to_string()),
             ServiceError::Pool(PoolError::Exhausted(wait)) => {
-                (Code::DeadlineExceeded, format!("no browser became free within {} ms", wait.as_millis()))
+                let waited = wait.as_millis();
+                (Code::DeadlineExceeded, format!("no browser became free within {waited} ms; retry, or wait longer"))
             }
             ServiceError::Pool(PoolError::NotBooted(_)) => (Code::DeadlineExceeded, e.to_string()),
-            ServiceError::Pool(PoolError::ShuttingDown) => (Code::Unavailable, "server is shutting down".into()),
+            ServiceError::Pool(PoolError::ShuttingDown) => (Code::Unavailable, ServiceError::ShuttingDown.to_string()),
             ServiceError::Pool(PoolError::MemoryLimit(_)) => (Code::FailedPrecondition, e.to_string()),
             ServiceError::Pool(
                 PoolError::Launch(_)

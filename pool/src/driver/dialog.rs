@@ -106,7 +106,10 @@ impl Driver {
         let tab = lock(&self.shared.tabs).list.iter().find(|tab| tab.target == open.target).cloned();
         let Some(tab) = tab else {
             self.shared.close_dialog(open.seq);
-            return Err(ActionFailure::new(FailureCode::SessionClosed, "the dialog's tab is gone"));
+            return Err(ActionFailure::new(
+                FailureCode::SessionClosed,
+                "the dialog's tab is gone; go on in another tab (switch_tab)",
+            ));
         };
         let mut params = HandleJavaScriptDialogParams::new(accept);
         if accept && open.info.kind == DialogKind::Prompt {

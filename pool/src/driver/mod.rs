@@ -301,11 +301,9 @@ impl Driver {
     /// The active tab and its index.
     pub(crate) fn active(&self) -> ActResult<(Tab, i32)> {
         let tabs = lock(&self.shared.tabs);
-        tabs.list
-            .get(tabs.active)
-            .cloned()
-            .map(|t| (t, tabs.active as i32))
-            .ok_or_else(|| ActionFailure::new(FailureCode::SessionClosed, "the session has no open tab"))
+        tabs.list.get(tabs.active).cloned().map(|t| (t, tabs.active as i32)).ok_or_else(|| {
+            ActionFailure::new(FailureCode::SessionClosed, "the session has no open tab; open one with new_tab")
+        })
     }
 
     /// Emulates the given screen on every tab (and turns off touch emulation unless mobile).

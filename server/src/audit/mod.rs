@@ -45,9 +45,9 @@ pub const QUEUE_CAPACITY: usize = 4096;
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum AuditError {
     /// A write failed and records are still waiting: an action now would run unrecorded.
-    #[error("the audit trail cannot be written; actions are refused until it recovers")]
+    #[error("the audit trail cannot be written; actions are refused until it recovers; retry later (the server log says why)")]
     Unwritable,
-    #[error("the audit queue is full ({0} records waiting for the database); calls are refused until it drains")]
+    #[error("the audit queue is full ({0} records waiting for the database); calls are refused until it drains; retry in a few seconds")]
     QueueFull(usize),
     #[error("the audit trail is closed: the server is shutting down")]
     Closed,

@@ -138,10 +138,7 @@ where
                 if self.audit.record_refusal(&source_of(&req), entry) {
                     tracing::info!(path = %path, tenant = %claims.tenant, subject = %claims.sub, "request refused: needs scope admin");
                 }
-                refuse(crate::error::ServiceError::PermissionDenied(format!(
-                    "this call needs scope {}",
-                    Scope::Admin.as_str()
-                )))
+                refuse(crate::error::ServiceError::PermissionDenied(Scope::Admin.missing()))
             }
             Ok(claims) => {
                 crate::telemetry::record_tenant(&claims.tenant);

@@ -45,6 +45,14 @@ impl Scope {
         Scope::Admin,
     ];
 
+    /// A refusal for lacking this scope, with where to get a token that has it.
+    pub fn missing(self) -> String {
+        format!(
+            "this call needs scope {}; use a token with it (an admin issues one: `browserpool admin tokens issue`)",
+            self.as_str()
+        )
+    }
+
     /// The wire spelling, e.g. `sessions:read`.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -318,7 +326,7 @@ mod tests {
         for path in ["/browserpool.v1.Admin/PoolStatus", "/browserpool.v1.Admin/SomeFutureRpc"] {
             let refused = call(user.clone(), path).await.expect("refused");
             assert_eq!(refused.code(), tonic::Code::PermissionDenied, "{path}");
-            assert_eq!(refused.message(), "this call needs scope admin");
+            assert_eq!(refused.message(), Scope::Admin.missing());
             assert!(call(admin.clone(), path).await.is_none(), "admin reaches {path}");
         }
         assert!(call(user, "/browserpool.v1.Sessions/List").await.is_none(), "other services are not affected");

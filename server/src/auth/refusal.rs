@@ -33,10 +33,10 @@ pub(super) fn explain(e: &Error, token: &str, leeway_s: u64) -> String {
         ErrorKind::Json(json) => match json.to_string().strip_prefix("missing field `").and_then(|r| r.split_once('`'))
         {
             Some((claim, _)) => format!("token lacks the {claim:?} claim; {REISSUE}"),
-            None => format!("malformed token: its payload is not the JSON browserpool signs ({json})"),
+            None => format!("malformed token: its payload is not the JSON browserpool signs ({json}); {REISSUE}"),
         },
         ErrorKind::Base64(_) | ErrorKind::Utf8(_) | ErrorKind::InvalidToken => {
-            format!("malformed token: {}", malformed(token))
+            format!("malformed token: {}; {REISSUE}", malformed(token))
         }
         _ => format!("token refused ({e}); {REISSUE}"),
     }

@@ -3,6 +3,25 @@
 
 use super::*;
 
+/// How long an action that failed for no known reason waits for its browser's death to be
+/// noticed, so a browser killed under it answers SESSION_CRASHED.
+const DEATH_NOTICE: Duration = Duration::from_secs(2);
+
+/// Whether the browser died under a failed action. A connection that closed under it is most
+/// often the browser dying, which its death watch says a moment later: that, not "internal",
+/// is the answer.
+async fn died_under(lease: &mut dyn Leased, outcome: &Result<ActionOutput, ActionFailure>) -> bool {
+    match outcome {
+        Err(f) if f.code == FailureCode::Internal => {
+            let mut died = lease.died();
+            let _ = tokio::time::timeout(DEATH_NOTICE, died.wait_for(Option::is_some)).await;
+            lease.crashed()
+        }
+        Err(_) => lease.crashed(),
+        Ok(_) => false,
+    }
+}
+
 impl Sessions {
     /// Runs one action on the caller's session. Never fails as a whole: every problem is in
     /// the report, so a stream survives a bad action. Its record goes into `place`, taken
@@ -103,13 +122,16 @@ impl Sessions {
             ms => Duration::from_millis(ms as u64),
         };
         let closed = |state: &str| match state {
-            "CRASHED" => ActionFailure::new(FailureCode::SessionCrashed, "the browser of this session crashed"),
-            _ => ActionFailure::new(FailureCode::SessionClosed, format!("session {id} is {state}")),
+            "CRASHED" => ActionFailure::browser_crashed(),
+            _ => ActionFailure::new(
+                FailureCode::SessionClosed,
+                format!("session {id} is {state}; acquire a new session"),
+            ),
         };
         let live = match self.get(claims, id).await {
             Ok(r) if r.state.is_terminal() => return Err(closed(r.state.as_str())),
             Ok(_) => self.live_map().get(id).cloned().ok_or_else(|| closed("CLOSED"))?,
-            Err(_) => return Err(ActionFailure::new(FailureCode::SessionClosed, format!("session {id} not found"))),
+            Err(_) => return Err(closed("not found")),
         };
         let default_timeout = input.timeout_ms == 0;
         let call = ActionCall {
@@ -126,7 +148,7 @@ impl Sessions {
         if lease.crashed() {
             drop(guard);
             self.end_detached(id, SessionState::Crashed, "chromium exited").await;
-            return Err(ActionFailure::new(FailureCode::SessionCrashed, "the browser of this session crashed"));
+            return Err(ActionFailure::browser_crashed());
         }
         let _acting = self.inner.acting.token();
         let run = async {
@@ -147,11 +169,11 @@ impl Sessions {
             lease.run(&call).await
         };
         let outcome = live.unless_ended(id, run).await;
-        let crashed = outcome.is_err() && lease.crashed();
+        let crashed = died_under(lease.as_mut(), &outcome).await;
         drop(guard);
         if crashed {
             self.end_detached(id, SessionState::Crashed, "chromium exited").await;
-            return Err(ActionFailure::new(FailureCode::SessionCrashed, "the browser of this session crashed"));
+            return Err(ActionFailure::browser_crashed());
         }
         // A timed-out action is no sign of life: retrying one on a browser that stopped
         // answering must not hold the session (and its slot) until the TTL.

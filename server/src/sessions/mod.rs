@@ -168,12 +168,13 @@ impl Live {
     /// Why a running action was cut short: the session's end.
     fn interrupted(&self, id: &str) -> ActionFailure {
         match *self.ended_as.lock().unwrap_or_else(|e| e.into_inner()) {
-            Some(SessionState::Crashed) => {
-                ActionFailure::new(FailureCode::SessionCrashed, "the browser of this session crashed")
-            }
+            Some(SessionState::Crashed) => ActionFailure::browser_crashed(),
             state => ActionFailure::new(
                 FailureCode::SessionClosed,
-                format!("session {id} ended ({}) while the action ran", state.unwrap_or(SessionState::Closed).as_str()),
+                format!(
+                    "session {id} ended ({}) while the action ran; acquire a new session",
+                    state.unwrap_or(SessionState::Closed).as_str()
+                ),
             ),
         }
     }
@@ -469,7 +470,7 @@ pub fn require(claims: &Claims, scope: Scope) -> Result<()> {
     if claims.has(scope) {
         Ok(())
     } else {
-        Err(ServiceError::PermissionDenied(format!("this call needs scope {}", scope.as_str())))
+        Err(ServiceError::PermissionDenied(scope.missing()))
     }
 }
 
@@ -490,7 +491,7 @@ fn validate_viewport(v: Option<Viewport>) -> Result<Viewport> {
     }
     if v.width > MAX_VIEWPORT_SIDE || v.height > MAX_VIEWPORT_SIDE {
         return Err(ServiceError::InvalidArgument(format!(
-            "viewport: {}x{} exceeds {MAX_VIEWPORT_SIDE} px a side",
+            "viewport: {}x{} exceeds {MAX_VIEWPORT_SIDE} px a side; give a smaller one",
             v.width, v.height
         )));
     }

@@ -380,20 +380,26 @@ async fn options_are_strict_and_waits_say_which_timeout_ran_out() {
     let ignored = act(&client, &id, action("title", "", json!({"tab": 1}))).await;
     assert_eq!(err_code(&ignored), pb::ErrorCode::InvalidArgument);
     let selector = act(&client, &id, action("navigate", "#x", format!("{site}/"))).await;
-    assert_eq!(selector.error.unwrap().message, "selector: navigate takes no selector");
+    let said = selector.error.unwrap().message;
+    assert_eq!(said, "selector: navigate takes no selector; see the `navigate` action in docs/actions.md");
 
     let mut click = action("click", "#nowhere", json!(null));
     click.timeout_ms = 400;
     let missing = act(&client, &id, click).await;
     assert_eq!(err_code(&missing), pb::ErrorCode::ElementNotFound);
-    assert_eq!(missing.error.unwrap().message, "no element matches #nowhere within 400 ms (the action's timeout_ms)");
+    let said = missing.error.unwrap().message;
+    assert!(
+        said.starts_with("no element matches #nowhere within 400 ms (the action's timeout_ms); check the"),
+        "{said}"
+    );
     let mut wait = action("wait_for", "", json!({"text": "never on this page"}));
     wait.timeout_ms = 300;
     let waited = act(&client, &id, wait).await;
     assert_eq!(err_code(&waited), pb::ErrorCode::Timeout);
     assert_eq!(
         waited.error.unwrap().message,
-        "text \"never on this page\" did not appear within 300 ms (the action's timeout_ms)"
+        "text \"never on this page\" did not appear within 300 ms (the action's timeout_ms); raise timeout_ms if it \
+         needs longer"
     );
     client.release(&id).await.unwrap();
     server.stop().await;

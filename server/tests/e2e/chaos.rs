@@ -10,7 +10,7 @@ use axum::routing::get;
 use browserpool_client::{action, pb, Client};
 use serde_json::json;
 
-use crate::helpers::{act, err_code, eventually, group_members, ok, BinaryServer, TestServer};
+use crate::helpers::{act, err_code, eventually, group_members, next_step_missing, ok, BinaryServer, TestServer};
 
 /// The URIs `/slow/<ms>` was asked for, by every chaos site of the process (tests tell theirs
 /// apart by a query string).
@@ -260,6 +260,7 @@ async fn a_killed_renderer_fails_its_action_at_once_and_the_tab_comes_back() {
     let took = killed.elapsed();
     eprintln!("renderers killed -> TAB_CRASHED in {took:?}");
     assert_eq!(err_code(&r), pb::ErrorCode::TabCrashed, "{:?}", r.error);
+    assert!(!next_step_missing(&r.error.as_ref().unwrap().message), "no next step in {:?}", r.error);
     assert!(took < Duration::from_secs(3), "{took:?}");
 
     // The next action on the tab says so at once; a navigation brings it back.
@@ -413,6 +414,8 @@ async fn ending_a_session_interrupts_its_action_at_once() {
         let took = answered.duration_since(ended_at);
         eprintln!("{how} with an action running -> answered in {took:?}");
         assert_eq!(err_code(&r), pb::ErrorCode::SessionClosed, "{how}: {:?}", r.error);
+        let said = &r.error.as_ref().unwrap().message;
+        assert!(!next_step_missing(said), "{how}: no next step in {said:?}");
         let bound = if how == "ttl" { Duration::from_secs(4) } else { Duration::from_secs(2) };
         assert!(took < bound, "{how}: {took:?}");
         let want = match how {

@@ -719,3 +719,37 @@ pub async fn ok_records(client: &Client, id: &str, action: &str, want: usize) ->
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// Whether an error message leaves the user without a next step: it must say what to do
+/// (`acquire a new session`, `retry`, `raise timeout_ms`, `did you mean`, ...), read here as
+/// one of the words a next step starts with, as a whole word.
+pub fn next_step_missing(message: &str) -> bool {
+    const NEXT: [&str; 21] = [
+        "acquire",
+        "retry",
+        "ask",
+        "give",
+        "use",
+        "set",
+        "call",
+        "navigate",
+        "answer",
+        "did you mean",
+        "check",
+        "raise",
+        "release",
+        "see",
+        "issue",
+        "reload",
+        "write",
+        "fix",
+        "wait",
+        "open",
+        "go on",
+    ];
+    let words: String = message.to_lowercase().chars().map(|c| if c.is_alphanumeric() { c } else { ' ' }).collect();
+    let words = format!(" {} ", words.split_whitespace().collect::<Vec<_>>().join(" "));
+    // "in use" and "waiting" say what is, not what to do.
+    let words = words.replace(" in use ", " ");
+    !NEXT.iter().any(|cue| words.contains(&format!(" {cue} ")))
+}

@@ -47,7 +47,8 @@ async fn typed_actions_give_typed_results_and_typed_failures() {
     assert_eq!((failure.action.as_str(), failure.code), ("click", pb::ErrorCode::ElementNotFound));
     assert_eq!(
         failure.to_string(),
-        "click failed: ELEMENT_NOT_FOUND: no element matches #nowhere within 300 ms (the action's timeout_ms)"
+        "click failed: ELEMENT_NOT_FOUND: no element matches #nowhere within 300 ms (the action's timeout_ms); check the \
+         selector against the page (a screenshot or extract shows it), or raise timeout_ms if the element comes later"
     );
     let strict = session.navigate(&format!("{site}/missing")).fail_on_status().await.unwrap_err();
     assert!(matches!(&strict, Error::Action(e) if e.code == pb::ErrorCode::NavigationFailed), "{strict}");

@@ -297,7 +297,8 @@ async fn exhausted_pool_times_out_then_serves_after_release() {
     assert_eq!(
         status.message(),
         "no browser became free within 300 ms: tenant default is at its quota: 1 of its max_slots 1 sessions \
-         in use, and this server is at capacity: 1 of its --max-workers 1 browsers in use"
+         in use, and this server is at capacity: 1 of its --max-workers 1 browsers in use; retry, or wait longer (a \
+         larger wait_ms)"
     );
 
     // A waiter is served once the holder releases.

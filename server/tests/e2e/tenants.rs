@@ -46,7 +46,8 @@ async fn tenant_slots_queue_overflow_renew_and_forced_delete() {
     assert_eq!(status.code(), tonic::Code::DeadlineExceeded);
     assert_eq!(
         status.message(),
-        "no browser became free within 300 ms: tenant team-a is at its quota: 1 of its max_slots 1 sessions in use"
+        "no browser became free within 300 ms: tenant team-a is at its quota: 1 of its max_slots 1 sessions in use; \
+         retry, or wait longer (a larger wait_ms)"
     );
     // One waiter fills max_queue=1; the next is refused at once with the queue length.
     let waiter = {
