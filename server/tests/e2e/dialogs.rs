@@ -130,6 +130,8 @@ async fn beforeunload_on_navigate_away() {
     ok(&act(&client, &id, action("click", "dialog::dismiss", json!(null))).await);
     let url = ok(&act(&client, &id, action("url", "", json!(null))).await);
     assert!(url.as_str().unwrap().ends_with("/leave"), "dismiss stays: {url}");
+    // Touched again, as a user who stayed would: the next navigation asks again.
+    ok(&act(&client, &id, action("click", "#touch", json!(null))).await);
 
     let (dialog, _) = surfaces(&client, &id, action("navigate", "", format!("{site}/about"))).await;
     assert_eq!(kind(&dialog), pb::DialogKind::Beforeunload);
