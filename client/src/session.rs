@@ -251,6 +251,24 @@ impl<'c> AcquireBuilder<'c> {
         self
     }
 
+    /// How the browser presents itself: `locale`, `timezone`, `user_agent`, `geolocation`,
+    /// `color_scheme` and `extra_headers` of the request (unset fields are left as they are).
+    pub fn emulate(mut self, e: pb::AcquireRequest) -> Self {
+        let r = &mut self.req;
+        let keep = |given: String, old: &mut String| {
+            if !given.is_empty() {
+                *old = given;
+            }
+        };
+        keep(e.locale, &mut r.locale);
+        keep(e.timezone, &mut r.timezone);
+        keep(e.user_agent, &mut r.user_agent);
+        r.geolocation = e.geolocation.or(r.geolocation);
+        r.color_scheme = if e.color_scheme != 0 { e.color_scheme } else { r.color_scheme };
+        r.extra_headers.extend(e.extra_headers);
+        self
+    }
+
     /// How a full or unreachable service is retried ([`Retry::default`] unless set).
     pub fn retry(mut self, retry: Retry) -> Self {
         self.retry = retry;

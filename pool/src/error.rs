@@ -20,6 +20,9 @@ pub enum PoolError {
     /// A CDP call failed.
     #[error("cdp: {0}")]
     Cdp(String),
+    /// Chromium refused the session's emulation (the message names the field).
+    #[error("{0}")]
+    Emulation(String),
     /// A CDP call did not answer within its deadline.
     #[error("cdp call {what} timed out after {after:?}")]
     CdpTimeout { what: &'static str, after: Duration },

@@ -2,7 +2,9 @@
 
 use std::collections::BTreeMap;
 
-use browserpool_pool::{DialogInfo, DialogKind, Event, EventKind, FailureCode, Viewport};
+use browserpool_pool::{
+    ColorScheme, DialogInfo, DialogKind, Emulation, Event, EventKind, FailureCode, Geolocation, Viewport,
+};
 pub use browserpool_proto::json::{from_json, to_json};
 use browserpool_proto::prost_types::Timestamp;
 use browserpool_proto::v1 as pb;
@@ -75,7 +77,55 @@ pub fn session_to_pb(r: &SessionRecord) -> pb::Session {
         // Filled in by the Sessions adapter where asked (Get).
         artifacts: Vec::new(),
         artifacts_refused: String::new(),
+        ..emulation_to_pb(&r.emulation)
     }
+}
+
+/// The emulation fields of a `Session`.
+fn emulation_to_pb(e: &Emulation) -> pb::Session {
+    pb::Session {
+        locale: e.locale.clone().unwrap_or_default(),
+        timezone: e.timezone.clone().unwrap_or_default(),
+        user_agent: e.user_agent.clone().unwrap_or_default(),
+        geolocation: e.geolocation.map(|g| pb::Geolocation {
+            latitude: g.latitude,
+            longitude: g.longitude,
+            accuracy: g.accuracy,
+        }),
+        color_scheme: match e.color_scheme {
+            None => pb::ColorScheme::Unspecified,
+            Some(ColorScheme::Light) => pb::ColorScheme::Light,
+            Some(ColorScheme::Dark) => pb::ColorScheme::Dark,
+        } as i32,
+        extra_headers: e.extra_headers.iter().cloned().collect(),
+        ..Default::default()
+    }
+}
+
+/// An `AcquireRequest`'s emulation, unchecked (see `Emulation::check`); an unknown colour
+/// scheme number is refused.
+pub fn emulation_from_pb(r: &pb::AcquireRequest) -> Result<Emulation, String> {
+    let given = |s: &str| (!s.is_empty()).then(|| s.to_string());
+    let color_scheme = match pb::ColorScheme::try_from(r.color_scheme) {
+        Ok(pb::ColorScheme::Unspecified) => None,
+        Ok(pb::ColorScheme::Light) => Some(ColorScheme::Light),
+        Ok(pb::ColorScheme::Dark) => Some(ColorScheme::Dark),
+        Err(_) => return Err(format!("color_scheme: {} is not a ColorScheme; give LIGHT or DARK", r.color_scheme)),
+    };
+    let mut extra_headers: Vec<(String, String)> = r.extra_headers.clone().into_iter().collect();
+    extra_headers.sort();
+    Ok(Emulation {
+        locale: given(&r.locale),
+        timezone: given(&r.timezone),
+        user_agent: given(&r.user_agent),
+        geolocation: r.geolocation.map(|g| Geolocation {
+            latitude: g.latitude,
+            longitude: g.longitude,
+            accuracy: g.accuracy,
+        }),
+        color_scheme,
+        extra_headers,
+    })
 }
 
 /// `None` when unset (a session then takes its tenant's default); an unknown number is off.

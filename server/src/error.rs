@@ -95,6 +95,7 @@ impl From<ServiceError> for Status {
             ServiceError::Pool(PoolError::NotBooted(_)) => (Code::DeadlineExceeded, e.to_string()),
             ServiceError::Pool(PoolError::ShuttingDown) => (Code::Unavailable, ServiceError::ShuttingDown.to_string()),
             ServiceError::Pool(PoolError::MemoryLimit(_)) => (Code::FailedPrecondition, e.to_string()),
+            ServiceError::Pool(PoolError::Emulation(_)) => (Code::InvalidArgument, e.to_string()),
             ServiceError::Pool(
                 PoolError::Launch(_)
                 | PoolError::BootFailing(_)

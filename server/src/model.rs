@@ -66,6 +66,8 @@ pub struct SessionRecord {
     pub replica: String,
     /// What it left once ended, as JSON (see `sessions::stored::Manifest`); `None`: nothing.
     pub artifacts: Option<String>,
+    /// How its browser presents itself, as acquired.
+    pub emulation: browserpool_pool::Emulation,
 }
 
 impl SessionRecord {

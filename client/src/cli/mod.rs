@@ -5,6 +5,7 @@
 //! the exit code (see [`EXIT_CODES`]).
 
 mod admin;
+mod emulate;
 mod envelope;
 mod events;
 mod evidence;

@@ -112,6 +112,12 @@ pub fn session_json(s: &pb::Session) -> Value {
         "cdp_url": s.cdp_url,
         "labels": s.labels.iter().collect::<std::collections::BTreeMap<_, _>>(),
         "replica": s.replica,
+        "locale": s.locale,
+        "timezone": s.timezone,
+        "user_agent": s.user_agent,
+        "geolocation": s.geolocation.map(|g| json!({"latitude": g.latitude, "longitude": g.longitude, "accuracy": g.accuracy})),
+        "color_scheme": color_scheme_name(s.color_scheme),
+        "extra_headers": s.extra_headers.iter().collect::<std::collections::BTreeMap<_, _>>(),
     })
 }
 
@@ -129,8 +135,29 @@ pub fn session_fields(s: &pb::Session) -> String {
         ("replica", s.replica.clone()),
         ("queue wait", format!("{} ms", s.queue_wait_ms)),
         ("labels", labels_text(&s.labels)),
+        ("locale", s.locale.clone()),
+        ("timezone", s.timezone.clone()),
+        ("user agent", s.user_agent.clone()),
+        (
+            "geolocation",
+            s.geolocation.map(|g| format!("{},{} ±{} m", g.latitude, g.longitude, g.accuracy)).unwrap_or_default(),
+        ),
+        (
+            "color scheme",
+            if s.color_scheme == 0 {
+                String::new()
+            } else {
+                short(&color_scheme_name(s.color_scheme), "COLOR_SCHEME_")
+            },
+        ),
+        ("headers", labels_text(&s.extra_headers)),
         ("cdp_url", s.cdp_url.clone()),
     ])
+}
+
+/// `COLOR_SCHEME_DARK`.
+fn color_scheme_name(scheme: i32) -> String {
+    enum_name(scheme, pb::ColorScheme::try_from(scheme).ok().map(|c| c.as_str_name()))
 }
 
 /// Sessions as a table.

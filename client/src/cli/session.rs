@@ -123,6 +123,8 @@ pub struct AcquireArgs {
     /// with `session recording` once the session has ended.
     #[arg(long, value_enum)]
     record: Option<RecordArg>,
+    #[command(flatten)]
+    emulation: super::emulate::EmulationArgs,
     /// Print only the session id.
     #[arg(short, long)]
     quiet: bool,
@@ -235,7 +237,7 @@ fn parse_viewport(s: &str) -> Result<(u32, u32), String> {
     Ok((dim(w)?, dim(h)?))
 }
 
-fn parse_label(s: &str) -> Result<(String, String), String> {
+pub(super) fn parse_label(s: &str) -> Result<(String, String), String> {
     let (k, v) = s.split_once('=').ok_or_else(|| format!("{s:?} is not KEY=VALUE"))?;
     Ok((k.to_string(), v.to_string()))
 }
@@ -314,7 +316,7 @@ async fn acquire(ctx: &Ctx, args: AcquireArgs) -> Result<(), CliError> {
         let (width, height) = args.viewport.unwrap_or((0, 0));
         pb::Viewport { width, height, scale: args.scale.unwrap_or(0.0), mobile: args.mobile }
     });
-    let req = pb::AcquireRequest {
+    let req = args.emulation.onto(pb::AcquireRequest {
         wait_ms: millis(args.wait),
         ttl_ms: args.ttl.map_or(0, millis),
         idle_timeout_ms: args.idle_timeout.map_or(0, millis),
@@ -322,7 +324,8 @@ async fn acquire(ctx: &Ctx, args: AcquireArgs) -> Result<(), CliError> {
         labels: args.labels.into_iter().collect::<HashMap<_, _>>(),
         context,
         record: RecordArg::wire(args.record),
-    };
+        ..Default::default()
+    });
     let show = if !ctx.json && std::io::stderr().is_terminal() { Show::Spinner } else { Show::Lines };
     let session = wait::acquire(&ctx.client, show, args.wait, req).await.map_err(|s| ctx.status(s))?;
     if args.quiet && !ctx.json {

@@ -26,6 +26,7 @@ use tracing::Instrument;
 
 use crate::actions::{ActionKind, Canonical};
 use crate::egress::WorkerNet;
+use crate::emulation::{self, Emulation};
 use crate::error::PoolError;
 use crate::events::{EventHub, EventKind, EventReader};
 use crate::outcome::{ActResult, ActionFailure, ActionOutput, Deadline, FailureCode, Viewport};
@@ -210,6 +211,7 @@ impl Driver {
             recording: Mutex::new(None),
             live: Mutex::new(None),
             pace: Mutex::default(),
+            emulation: Mutex::new(None),
         });
         let listen = |e: CdpError| PoolError::Cdp(format!("listen targets: {e}"));
         let created = tokio::time::timeout(t, browser.event_listener::<EventTargetCreated>())
@@ -328,6 +330,35 @@ impl Driver {
         .unwrap_or_else(|_| Err(ActionFailure::new(FailureCode::Timeout, "browser did not answer in time")))?;
         *lock(&self.viewport) = Some(v);
         Ok(())
+    }
+
+    /// Emulates `e` on every tab now and every tab to come (see `emulation.rs`); geolocation is
+    /// granted to every origin of the session. An empty emulation changes nothing.
+    pub async fn set_emulation(&self, e: Emulation, within: Duration) -> ActResult<()> {
+        if e.is_empty() {
+            return Ok(());
+        }
+        tokio::time::timeout(within, async {
+            let version = self.raw.call("", "Browser.getVersion", json!({})).await.map_err(ActionFailure::raw)?;
+            let default_ua = version["userAgent"].as_str().unwrap_or_default().to_string();
+            if e.geolocation.is_some() {
+                let grant = self.shared.scoped(json!({ "permissions": ["geolocation"] }));
+                self.raw.call("", "Browser.grantPermissions", grant).await.map_err(ActionFailure::raw)?;
+            }
+            let both = Arc::new((e, default_ua));
+            *lock(&self.shared.emulation) = Some(both.clone());
+            // Every new page comes up paused until the watcher has set it up, so a popup's
+            // first request already has the emulation (see `watchers::on_attached`).
+            let attach = json!({ "autoAttach": true, "waitForDebuggerOnStart": true, "flatten": true });
+            self.raw.call("", "Target.setAutoAttach", attach).await.map_err(ActionFailure::raw)?;
+            let tabs: Vec<Tab> = lock(&self.shared.tabs).list.clone();
+            for tab in &tabs {
+                emulation::apply(&self.raw, &tab.session, &both.0, &both.1).await.map_err(ActionFailure::invalid)?;
+            }
+            Ok(())
+        })
+        .await
+        .unwrap_or_else(|_| Err(ActionFailure::new(FailureCode::Timeout, "browser did not answer in time")))
     }
 
     /// The viewport sessions see now.

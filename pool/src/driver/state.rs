@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::egress::WorkerNet;
+use crate::emulation::Emulation;
 use crate::events::{DialogInfo, DialogKind, EventHub, EventKind};
 use crate::outcome::{ActionFailure, FailureCode};
 use crate::sync::lock;
@@ -142,6 +143,9 @@ pub(crate) struct Shared {
     pub(crate) live: Mutex<Option<Arc<super::live::LiveCast>>>,
     /// When the screencast's next frame may be acknowledged (see `pacing.rs`).
     pub(crate) pace: Mutex<super::pacing::Pace>,
+    /// The session's emulation and the browser's own user agent, once its lease set one:
+    /// applied to every tab as it is registered.
+    pub(crate) emulation: Mutex<Option<Arc<(Emulation, String)>>>,
 }
 
 impl Shared {

@@ -172,6 +172,10 @@ async fn register_tab(
     raw.call(&session, "Runtime.enable", json!({})).await?;
     raw.call(&session, "Runtime.addBinding", json!({ "name": PERMISSION_BINDING })).await?;
     raw.call(&session, "Page.addScriptToEvaluateOnNewDocument", json!({ "source": PERMISSION_SHIM })).await?;
+    let emulated = lock(&shared.emulation).clone();
+    if let Some(both) = emulated {
+        crate::emulation::apply(raw, &session, &both.0, &both.1).await?;
+    }
     let events = listen_tab(&page).await?;
     // A recorded session's new tab is recorded too (when it comes to the front).
     let recording = lock(&shared.recording).clone();
@@ -319,7 +323,17 @@ pub(crate) async fn raw_events(shared: Arc<Shared>, raw: RawCdp, mut rx: mpsc::U
                 let id = ev.params["requestId"].clone();
                 let url = ev.params["request"]["url"].as_str().unwrap_or_default();
                 match shared.check(url) {
-                    Ok(()) => raw.send(&ev.session_id, "Fetch.continueRequest", json!({ "requestId": id })),
+                    Ok(()) => {
+                        let mut go_on = json!({ "requestId": id });
+                        let emulated = lock(&shared.emulation).clone();
+                        let request = &ev.params["request"]["headers"];
+                        if let Some(headers) =
+                            emulated.and_then(|both| crate::emulation::request_headers(&both.0, request))
+                        {
+                            go_on["headers"] = headers;
+                        }
+                        raw.send(&ev.session_id, "Fetch.continueRequest", go_on)
+                    }
                     Err(why) => {
                         tracing::info!(reason = %why, "request blocked by policy");
                         raw.send(
@@ -331,6 +345,10 @@ pub(crate) async fn raw_events(shared: Arc<Shared>, raw: RawCdp, mut rx: mpsc::U
                 }
             }
             "Fetch.authRequired" => on_auth_required(&shared, &raw, &ev),
+            // Only targets auto-attached paused: our own attaches (`register_tab`) say so too.
+            "Target.attachedToTarget" if ev.session_id.is_empty() && ev.params["waitingForDebugger"] == true => {
+                on_attached(&shared, &raw, &ev)
+            }
             "Page.screencastFrame" => super::pacing::on_frame(&shared, &raw, &ev),
             // The tab's renderer died (killed, or out of memory): actions on it end at once.
             "Inspector.targetCrashed" => {
@@ -341,7 +359,7 @@ pub(crate) async fn raw_events(shared: Arc<Shared>, raw: RawCdp, mut rx: mpsc::U
                     });
                 }
             }
-            "Runtime.bindingCalled" if ev.params["name"] == PERMISSION_BINDING => on_permission(&shared, &ev),
+            "Runtime.bindingCalled" if ev.params["name"] == PERMISSION_BINDING => on_permission(&shared, &raw, &ev),
             "Page.lifecycleEvent" => {
                 let loader = ev.params["loaderId"].as_str().unwrap_or_default().to_string();
                 let name = ev.params["name"].as_str().unwrap_or_default().to_string();
@@ -402,10 +420,36 @@ const PERMISSION_SHIM: &str = r#"(() => {
   }
 })();"#;
 
-fn on_permission(shared: &Arc<Shared>, ev: &RawEvent) {
+/// A target auto-attached to, paused before its first request, for a session with an
+/// emulation (see `Driver::set_emulation`): a page of the session (a popup, say) gets the
+/// emulation before it runs; anything else is let go at once.
+fn on_attached(shared: &Arc<Shared>, raw: &RawCdp, ev: &RawEvent) {
+    let session = ev.params["sessionId"].as_str().unwrap_or_default().to_string();
+    let info = &ev.params["targetInfo"];
+    let ours = info["type"] == "page" && shared.owns(info["browserContextId"].as_str());
+    let emulated = lock(&shared.emulation).clone();
+    let (true, Some(both)) = (ours, emulated) else {
+        raw.send(&session, "Runtime.runIfWaitingForDebugger", json!({}));
+        return raw.send("", "Target.detachFromTarget", json!({ "sessionId": session }));
+    };
+    // Kept attached: an emulation lasts as long as the session that set it.
+    crate::emulation::apply_paused(raw, &session, &both.0, &both.1);
+}
+
+fn on_permission(shared: &Arc<Shared>, raw: &RawCdp, ev: &RawEvent) {
     let Ok(ask) = serde_json::from_str::<Value>(ev.params["payload"].as_str().unwrap_or_default()) else { return };
     let Some(tab) = shared.tab_by_session(&ev.session_id) else { return };
     let permission = ask["name"].as_str().unwrap_or("permission").to_string();
+    // A session given a geolocation at acquire has it granted (at its lease): nobody is asked.
+    let located = lock(&shared.emulation).as_deref().is_some_and(|(e, _)| e.geolocation.is_some());
+    if located && permission == "geolocation" {
+        let id = ask["id"].as_i64().unwrap_or(0);
+        let settle = json!({
+            "expression": format!("window.__browserpoolPermission && window.__browserpoolPermission.settle({id}, true)"),
+            "contextId": ev.params["executionContextId"].as_i64().unwrap_or(0),
+        });
+        return raw.send(&ev.session_id, "Runtime.evaluate", settle);
+    }
     let origin = ask["origin"].as_str().unwrap_or_default().to_string();
     let info = DialogInfo {
         kind: DialogKind::Permission,

@@ -41,6 +41,17 @@ impl Lease {
         Ok(self)
     }
 
+    /// The lease with the session's emulation applied; Chromium refusing it (an unknown
+    /// time zone, say) is the caller's error ([`PoolError::Emulation`]).
+    pub(super) async fn with_emulation(self, emulation: crate::emulation::Emulation) -> Result<Lease, PoolError> {
+        let timeout = self.pool.inner.cfg.launch.cdp_timeout;
+        self.driver().set_emulation(emulation, timeout).await.map_err(|e| match e.code {
+            crate::outcome::FailureCode::InvalidArgument => PoolError::Emulation(e.message),
+            _ => PoolError::Cdp(format!("set emulation: {}", e.message)),
+        })?;
+        Ok(self)
+    }
+
     pub(super) fn held(&self) -> &Held {
         self.held.as_ref().expect("lease holds its worker until release")
     }

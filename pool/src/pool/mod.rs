@@ -51,7 +51,7 @@ impl std::fmt::Display for WorkerId {
 }
 
 /// What a session asks of the worker it leases.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct LeaseSpec {
     /// How long to wait for a free worker.
     pub wait: Duration,
@@ -62,6 +62,8 @@ pub struct LeaseSpec {
     pub memory: Option<u64>,
     /// Whether the session is recorded (see [`Lease::take_recording`]).
     pub record: bool,
+    /// How its browser presents itself (checked by the caller with `Emulation::check`).
+    pub emulation: crate::emulation::Emulation,
 }
 
 /// Pool sizing and launch settings.
@@ -237,7 +239,10 @@ impl Pool {
         }
     }
 
-    async fn lease_inner(&self, LeaseSpec { wait, viewport, memory, record }: LeaseSpec) -> Result<Lease, PoolError> {
+    async fn lease_inner(
+        &self,
+        LeaseSpec { wait, viewport, memory, record, emulation }: LeaseSpec,
+    ) -> Result<Lease, PoolError> {
         let deadline = tokio::time::Instant::now() + wait;
         let permit = match tokio::time::timeout_at(deadline, self.inner.slots.clone().acquire_owned()).await {
             Ok(Ok(permit)) => permit,
@@ -255,7 +260,8 @@ impl Pool {
             _permit: permit,
         };
         fenced?;
-        lease.with_files().await?.with_viewport(viewport).await?.with_recording(record, viewport).await
+        let lease = lease.with_files().await?.with_viewport(viewport).await?.with_emulation(emulation).await?;
+        lease.with_recording(record, viewport).await
     }
 
     /// Takes a warm worker (counted as leased from then on), waiting up to `wait` for one,

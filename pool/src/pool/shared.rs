@@ -87,7 +87,7 @@ impl Pool {
     pub(super) async fn lease_context_inner(
         &self,
         tenant: &str,
-        LeaseSpec { wait, viewport, memory, record }: LeaseSpec,
+        LeaseSpec { wait, viewport, memory, record, emulation }: LeaseSpec,
     ) -> Result<Lease, PoolError> {
         let deadline = tokio::time::Instant::now() + wait;
         let permit = match tokio::time::timeout_at(deadline, self.inner.slots.clone().acquire_owned()).await {
@@ -154,7 +154,8 @@ impl Pool {
                     recording: None,
                     _permit: permit,
                 };
-                lease.with_files().await?.with_viewport(viewport).await?.with_recording(record, viewport).await
+                let lease = lease.with_files().await?.with_viewport(viewport).await?.with_emulation(emulation).await?;
+                lease.with_recording(record, viewport).await
             }
             Err(e) => {
                 self.context_gone(&browser);

@@ -33,6 +33,7 @@ pub(super) async fn acquire(
         envelope::check_bounds(env)?;
         envelope::verify(env).map_err(|e| ServiceError::InvalidArgument(format!("context: {e}")))?;
     }
+    let emulation = crate::convert::emulation_from_pb(&r).map_err(ServiceError::InvalidArgument)?;
     let spec = AcquireSpec {
         wait_ms: r.wait_ms,
         ttl_ms: r.ttl_ms,
@@ -41,6 +42,7 @@ pub(super) async fn acquire(
         labels: labels_from_pb(r.labels),
         record: crate::convert::record_from_pb(r.record),
         watch,
+        emulation,
     };
     let record = sessions.acquire(claims, spec).await?;
     target.set(&record.id);

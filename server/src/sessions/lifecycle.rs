@@ -157,6 +157,7 @@ impl Sessions {
             .await?
             .ok_or_else(|| ServiceError::PermissionDenied(format!("tenant {:?} does not exist", claims.tenant)))?;
         let (ttl, idle) = terms(&self.inner.limits, &tenant, &spec)?;
+        spec.emulation.check().map_err(ServiceError::InvalidArgument)?;
         let record_mode = self.record_mode(&tenant, spec.record)?;
 
         let started = Instant::now();
@@ -198,7 +199,8 @@ impl Sessions {
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
         // 0: the worker keeps the server's default limit, which every spare has.
         let memory = (tenant.max_memory_mb != 0).then_some((tenant.max_memory_mb as u64) << 20);
-        let wanted = LeaseSpec { wait: left, viewport, memory, record: record_mode != RecordMode::Off };
+        let emulation = spec.emulation.clone();
+        let wanted = LeaseSpec { wait: left, viewport, memory, record: record_mode != RecordMode::Off, emulation };
         let leased = self.inner.browsers.lease(&tenant.id, tenant.isolation, wanted).await;
         let lease = leased.map_err(|e| match e {
             PoolError::Exhausted(_) => waited(format!(
@@ -230,6 +232,7 @@ impl Sessions {
             end_reason: None,
             replica: self.inner.replica.clone(),
             artifacts: None,
+            emulation: spec.emulation,
         };
         // Recording and registering run in their own task: a caller that goes away now cannot
         // leave a READY row without a live session (an unclaimed session idles out instead).

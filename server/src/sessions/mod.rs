@@ -92,6 +92,8 @@ pub struct AcquireSpec {
     pub record: Option<RecordMode>,
     /// Where the call notes how its wait goes (`AcquireWatched`).
     pub watch: Option<AcquireWatch>,
+    /// How the browser presents itself (checked before the call queues).
+    pub emulation: browserpool_pool::Emulation,
 }
 
 /// One action as the client sent it.

@@ -369,6 +369,12 @@ where
             end_reason: self.get("end_reason")?,
             replica: self.get("replica")?,
             artifacts: self.get("artifacts")?,
+            emulation: match self.get::<Option<String>>("emulation")? {
+                Some(json) => {
+                    serde_json::from_str(&json).map_err(|e| StoreError::Corrupt(format!("emulation: {e}")))?
+                }
+                None => Default::default(),
+            },
         })
     }
 
@@ -482,6 +488,7 @@ mod tests {
             end_reason: None,
             replica: "r-1".into(),
             artifacts: None,
+            emulation: Default::default(),
         }
     }
 

@@ -7,11 +7,13 @@ impl Store {
     pub async fn insert_session(&self, s: &SessionRecord, reason: &str) -> Result<(), StoreError> {
         self.noted(async {
             let labels = serde_json::to_string(&s.labels).unwrap_or_else(|_| "{}".into());
+            let emulation = (!s.emulation.is_empty()).then(|| serde_json::to_string(&s.emulation).unwrap_or_default());
             with_pool!(self, pool => {
                 let mut tx = pool.begin().await?;
                 sqlx::query(
                     "INSERT INTO sessions (id, tenant, subject, worker_id, state, labels, created_at_ms, expires_at_ms, \
-                     idle_deadline_ms, queue_wait_ms, replica) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+                     idle_deadline_ms, queue_wait_ms, replica, emulation) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, \
+                     $11, $12)",
                 )
                 .bind(&s.id)
                 .bind(&s.tenant)
@@ -24,6 +26,7 @@ impl Store {
                 .bind(s.idle_deadline_ms)
                 .bind(s.queue_wait_ms as i64)
                 .bind(&s.replica)
+                .bind(emulation.as_deref())
                 .execute(&mut *tx)
                 .await?;
                 sqlx::query(TRANSITION).bind(&s.id).bind(s.state.as_str()).bind(s.created_at_ms).bind(reason).execute(&mut *tx).await?;

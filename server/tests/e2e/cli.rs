@@ -414,3 +414,45 @@ async fn cli_in_a_ci_log_says_it_waits_and_streams_a_session_s_events() {
     assert!(lines.iter().all(|l| l["session_id"] == id.as_str()));
     server.stop().await;
 }
+
+/// `session acquire`'s emulation flags reach the session (echoed in its JSON); a refused
+/// value is the server's precise error, a malformed one a usage error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acquire_takes_the_emulation_flags() {
+    let server = TestServer::start().await;
+    let cli = Cli::new(&server);
+    let flags = [
+        "session",
+        "acquire",
+        "--locale",
+        "de-DE",
+        "--timezone",
+        "Europe/Berlin",
+        "--color-scheme",
+        "dark",
+        "--geolocation",
+        "52.52,13.405",
+        "--header",
+        "X-Job=7",
+        "--user-agent",
+        "Mozilla/5.0 test",
+        "--json",
+    ];
+    let got = cli.run(&flags).await.expect(0).json();
+    assert_eq!((got["locale"].as_str(), got["timezone"].as_str()), (Some("de-DE"), Some("Europe/Berlin")));
+    assert_eq!(
+        (got["color_scheme"].as_str(), got["user_agent"].as_str()),
+        (Some("COLOR_SCHEME_DARK"), Some("Mozilla/5.0 test"))
+    );
+    assert_eq!(
+        (got["geolocation"]["latitude"].as_f64(), got["extra_headers"]["X-Job"].as_str()),
+        (Some(52.52), Some("7"))
+    );
+    let id = got["session_id"].as_str().unwrap().to_string();
+    let host = cli.run(&["session", "acquire", "--header", "Host=evil.test"]).await.expect(1);
+    assert!(host.stderr.contains("extra_headers: Host may not be set"), "{}", host.stderr);
+    let usage = cli.run(&["session", "acquire", "--geolocation", "52"]).await.expect(2);
+    assert!(usage.stderr.contains("is not LAT,LON"), "{}", usage.stderr);
+    cli.run(&["session", "release", &id]).await.expect(0);
+    server.stop().await;
+}

@@ -10,6 +10,7 @@ mod clients;
 mod context;
 mod dialogs;
 mod egress;
+mod emulation;
 mod errors;
 mod faults;
 mod fences;

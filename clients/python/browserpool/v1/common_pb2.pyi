@@ -11,6 +11,12 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class ColorScheme(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    COLOR_SCHEME_UNSPECIFIED: _ClassVar[ColorScheme]
+    COLOR_SCHEME_LIGHT: _ClassVar[ColorScheme]
+    COLOR_SCHEME_DARK: _ClassVar[ColorScheme]
+
 class Record(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     RECORD_UNSPECIFIED: _ClassVar[Record]
@@ -62,6 +68,9 @@ class DialogKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     DIALOG_KIND_BEFOREUNLOAD: _ClassVar[DialogKind]
     DIALOG_KIND_BASIC_AUTH: _ClassVar[DialogKind]
     DIALOG_KIND_PERMISSION: _ClassVar[DialogKind]
+COLOR_SCHEME_UNSPECIFIED: ColorScheme
+COLOR_SCHEME_LIGHT: ColorScheme
+COLOR_SCHEME_DARK: ColorScheme
 RECORD_UNSPECIFIED: Record
 RECORD_OFF: Record
 RECORD_ON: Record
@@ -101,8 +110,15 @@ DIALOG_KIND_BASIC_AUTH: DialogKind
 DIALOG_KIND_PERMISSION: DialogKind
 
 class Session(_message.Message):
-    __slots__ = ("session_id", "tenant", "subject", "state", "created_at", "expires_at", "idle_deadline", "worker_id", "queue_wait_ms", "cdp_url", "labels", "replica", "artifacts", "artifacts_refused")
+    __slots__ = ("session_id", "tenant", "subject", "state", "created_at", "expires_at", "idle_deadline", "worker_id", "queue_wait_ms", "cdp_url", "labels", "replica", "artifacts", "artifacts_refused", "locale", "timezone", "user_agent", "geolocation", "color_scheme", "extra_headers")
     class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    class ExtraHeadersEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
         VALUE_FIELD_NUMBER: _ClassVar[int]
@@ -123,6 +139,12 @@ class Session(_message.Message):
     REPLICA_FIELD_NUMBER: _ClassVar[int]
     ARTIFACTS_FIELD_NUMBER: _ClassVar[int]
     ARTIFACTS_REFUSED_FIELD_NUMBER: _ClassVar[int]
+    LOCALE_FIELD_NUMBER: _ClassVar[int]
+    TIMEZONE_FIELD_NUMBER: _ClassVar[int]
+    USER_AGENT_FIELD_NUMBER: _ClassVar[int]
+    GEOLOCATION_FIELD_NUMBER: _ClassVar[int]
+    COLOR_SCHEME_FIELD_NUMBER: _ClassVar[int]
+    EXTRA_HEADERS_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     tenant: str
     subject: str
@@ -137,7 +159,23 @@ class Session(_message.Message):
     replica: str
     artifacts: _containers.RepeatedCompositeFieldContainer[Artifact]
     artifacts_refused: str
-    def __init__(self, session_id: _Optional[str] = ..., tenant: _Optional[str] = ..., subject: _Optional[str] = ..., state: _Optional[_Union[SessionState, str]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., idle_deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., worker_id: _Optional[str] = ..., queue_wait_ms: _Optional[int] = ..., cdp_url: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., replica: _Optional[str] = ..., artifacts: _Optional[_Iterable[_Union[Artifact, _Mapping]]] = ..., artifacts_refused: _Optional[str] = ...) -> None: ...
+    locale: str
+    timezone: str
+    user_agent: str
+    geolocation: Geolocation
+    color_scheme: ColorScheme
+    extra_headers: _containers.ScalarMap[str, str]
+    def __init__(self, session_id: _Optional[str] = ..., tenant: _Optional[str] = ..., subject: _Optional[str] = ..., state: _Optional[_Union[SessionState, str]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., idle_deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., worker_id: _Optional[str] = ..., queue_wait_ms: _Optional[int] = ..., cdp_url: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., replica: _Optional[str] = ..., artifacts: _Optional[_Iterable[_Union[Artifact, _Mapping]]] = ..., artifacts_refused: _Optional[str] = ..., locale: _Optional[str] = ..., timezone: _Optional[str] = ..., user_agent: _Optional[str] = ..., geolocation: _Optional[_Union[Geolocation, _Mapping]] = ..., color_scheme: _Optional[_Union[ColorScheme, str]] = ..., extra_headers: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class Geolocation(_message.Message):
+    __slots__ = ("latitude", "longitude", "accuracy")
+    LATITUDE_FIELD_NUMBER: _ClassVar[int]
+    LONGITUDE_FIELD_NUMBER: _ClassVar[int]
+    ACCURACY_FIELD_NUMBER: _ClassVar[int]
+    latitude: float
+    longitude: float
+    accuracy: float
+    def __init__(self, latitude: _Optional[float] = ..., longitude: _Optional[float] = ..., accuracy: _Optional[float] = ...) -> None: ...
 
 class Artifact(_message.Message):
     __slots__ = ("name", "kind", "size", "mime_type", "sha256", "created_at", "expires_at")

@@ -21,8 +21,15 @@ VIEW: LiveViewMode
 CONTROL: LiveViewMode
 
 class AcquireRequest(_message.Message):
-    __slots__ = ("wait_ms", "ttl_ms", "idle_timeout_ms", "viewport", "labels", "context", "record")
+    __slots__ = ("wait_ms", "ttl_ms", "idle_timeout_ms", "viewport", "labels", "context", "record", "locale", "timezone", "user_agent", "geolocation", "color_scheme", "extra_headers")
     class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    class ExtraHeadersEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
         VALUE_FIELD_NUMBER: _ClassVar[int]
@@ -36,6 +43,12 @@ class AcquireRequest(_message.Message):
     LABELS_FIELD_NUMBER: _ClassVar[int]
     CONTEXT_FIELD_NUMBER: _ClassVar[int]
     RECORD_FIELD_NUMBER: _ClassVar[int]
+    LOCALE_FIELD_NUMBER: _ClassVar[int]
+    TIMEZONE_FIELD_NUMBER: _ClassVar[int]
+    USER_AGENT_FIELD_NUMBER: _ClassVar[int]
+    GEOLOCATION_FIELD_NUMBER: _ClassVar[int]
+    COLOR_SCHEME_FIELD_NUMBER: _ClassVar[int]
+    EXTRA_HEADERS_FIELD_NUMBER: _ClassVar[int]
     wait_ms: int
     ttl_ms: int
     idle_timeout_ms: int
@@ -43,7 +56,13 @@ class AcquireRequest(_message.Message):
     labels: _containers.ScalarMap[str, str]
     context: _common_pb2.ContextEnvelope
     record: _common_pb2.Record
-    def __init__(self, wait_ms: _Optional[int] = ..., ttl_ms: _Optional[int] = ..., idle_timeout_ms: _Optional[int] = ..., viewport: _Optional[_Union[_common_pb2.Viewport, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., context: _Optional[_Union[_common_pb2.ContextEnvelope, _Mapping]] = ..., record: _Optional[_Union[_common_pb2.Record, str]] = ...) -> None: ...
+    locale: str
+    timezone: str
+    user_agent: str
+    geolocation: _common_pb2.Geolocation
+    color_scheme: _common_pb2.ColorScheme
+    extra_headers: _containers.ScalarMap[str, str]
+    def __init__(self, wait_ms: _Optional[int] = ..., ttl_ms: _Optional[int] = ..., idle_timeout_ms: _Optional[int] = ..., viewport: _Optional[_Union[_common_pb2.Viewport, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., context: _Optional[_Union[_common_pb2.ContextEnvelope, _Mapping]] = ..., record: _Optional[_Union[_common_pb2.Record, str]] = ..., locale: _Optional[str] = ..., timezone: _Optional[str] = ..., user_agent: _Optional[str] = ..., geolocation: _Optional[_Union[_common_pb2.Geolocation, _Mapping]] = ..., color_scheme: _Optional[_Union[_common_pb2.ColorScheme, str]] = ..., extra_headers: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class AcquireProgress(_message.Message):
     __slots__ = ("waiting", "session")

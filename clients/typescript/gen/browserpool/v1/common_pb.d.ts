@@ -129,6 +129,39 @@ export declare type Session = Message<"browserpool.v1.Session"> & {
    * @generated from field: string artifacts_refused = 14;
    */
   artifactsRefused: string;
+
+  /**
+   * The emulation the session was acquired with (see AcquireRequest); unset fields are
+   * Chromium's own.
+   *
+   * @generated from field: string locale = 15;
+   */
+  locale: string;
+
+  /**
+   * @generated from field: string timezone = 16;
+   */
+  timezone: string;
+
+  /**
+   * @generated from field: string user_agent = 17;
+   */
+  userAgent: string;
+
+  /**
+   * @generated from field: browserpool.v1.Geolocation geolocation = 18;
+   */
+  geolocation?: Geolocation | undefined;
+
+  /**
+   * @generated from field: browserpool.v1.ColorScheme color_scheme = 19;
+   */
+  colorScheme: ColorScheme;
+
+  /**
+   * @generated from field: map<string, string> extra_headers = 20;
+   */
+  extraHeaders: { [key: string]: string };
 };
 
 /**
@@ -136,6 +169,40 @@ export declare type Session = Message<"browserpool.v1.Session"> & {
  * Use `create(SessionSchema)` to create a new message.
  */
 export declare const SessionSchema: GenMessage<Session>;
+
+/**
+ * A position for the Geolocation API.
+ *
+ * @generated from message browserpool.v1.Geolocation
+ */
+export declare type Geolocation = Message<"browserpool.v1.Geolocation"> & {
+  /**
+   * Degrees, -90 to 90.
+   *
+   * @generated from field: double latitude = 1;
+   */
+  latitude: number;
+
+  /**
+   * Degrees, -180 to 180.
+   *
+   * @generated from field: double longitude = 2;
+   */
+  longitude: number;
+
+  /**
+   * Metres; 0 is taken as 1.
+   *
+   * @generated from field: double accuracy = 3;
+   */
+  accuracy: number;
+};
+
+/**
+ * Describes the message browserpool.v1.Geolocation.
+ * Use `create(GeolocationSchema)` to create a new message.
+ */
+export declare const GeolocationSchema: GenMessage<Geolocation>;
 
 /**
  * One file of a session.
@@ -976,6 +1043,35 @@ export declare type SessionEnded = Message<"browserpool.v1.SessionEnded"> & {
  * Use `create(SessionEndedSchema)` to create a new message.
  */
 export declare const SessionEndedSchema: GenMessage<SessionEnded>;
+
+/**
+ * `prefers-color-scheme` as a session's pages see it.
+ *
+ * @generated from enum browserpool.v1.ColorScheme
+ */
+export enum ColorScheme {
+  /**
+   * Unset: Chromium's own (light).
+   *
+   * @generated from enum value: COLOR_SCHEME_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * @generated from enum value: COLOR_SCHEME_LIGHT = 1;
+   */
+  LIGHT = 1,
+
+  /**
+   * @generated from enum value: COLOR_SCHEME_DARK = 2;
+   */
+  DARK = 2,
+}
+
+/**
+ * Describes the enum browserpool.v1.ColorScheme.
+ */
+export declare const ColorSchemeSchema: GenEnum<ColorScheme>;
 
 /**
  * Whether a session is recorded as a video (WebM, VP8, at its viewport's size, with real

@@ -12,7 +12,7 @@ import { file_google_protobuf_struct, file_google_protobuf_timestamp } from "@bu
  * Describes the file browserpool/v1/common.proto.
  */
 export const file_browserpool_v1_common = /*@__PURE__*/
-  fileDesc("Chticm93c2VycG9vbC92MS9jb21tb24ucHJvdG8SDmJyb3dzZXJwb29sLnYxIvYDCgdTZXNzaW9uEhIKCnNlc3Npb25faWQYASABKAkSDgoGdGVuYW50GAIgASgJEg8KB3N1YmplY3QYAyABKAkSKwoFc3RhdGUYBCABKA4yHC5icm93c2VycG9vbC52MS5TZXNzaW9uU3RhdGUSLgoKY3JlYXRlZF9hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKZXhwaXJlc19hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMQoNaWRsZV9kZWFkbGluZRgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEQoJd29ya2VyX2lkGAggASgJEhUKDXF1ZXVlX3dhaXRfbXMYCSABKA0SDwoHY2RwX3VybBgKIAEoCRIzCgZsYWJlbHMYCyADKAsyIy5icm93c2VycG9vbC52MS5TZXNzaW9uLkxhYmVsc0VudHJ5Eg8KB3JlcGxpY2EYDCABKAkSKwoJYXJ0aWZhY3RzGA0gAygLMhguYnJvd3NlcnBvb2wudjEuQXJ0aWZhY3QSGQoRYXJ0aWZhY3RzX3JlZnVzZWQYDiABKAkaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASLVAQoIQXJ0aWZhY3QSDAoEbmFtZRgBIAEoCRIqCgRraW5kGAIgASgOMhwuYnJvd3NlcnBvb2wudjEuQXJ0aWZhY3RLaW5kEgwKBHNpemUYAyABKAQSEQoJbWltZV90eXBlGAQgASgJEg4KBnNoYTI1NhgFIAEoCRIuCgpjcmVhdGVkX2F0GAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpleHBpcmVzX2F0GAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJICghWaWV3cG9ydBINCgV3aWR0aBgBIAEoDRIOCgZoZWlnaHQYAiABKA0SDQoFc2NhbGUYAyABKAESDgoGbW9iaWxlGAQgASgIIpkBCgZBY3Rpb24SDgoGYWN0aW9uGAEgASgJEhAKCHNlbGVjdG9yGAIgASgJEicKB3BheWxvYWQYAyABKAsyFi5nb29nbGUucHJvdG9idWYuVmFsdWUSEgoKdGltZW91dF9tcxgEIAEoDRIWCgl0YWJfaW5kZXgYBSABKAVIAIgBARIKCgJpZBgGIAEoCUIMCgpfdGFiX2luZGV4IuQBCgxBY3Rpb25SZXN1bHQSCgoCaWQYASABKAkSDgoGYWN0aW9uGAIgASgJEhAKCGFsaWFzX29mGAMgASgJEgoKAm9rGAQgASgIEiUKBXZhbHVlGAUgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlEgwKBGRhdGEYBiABKAwSEQoJbWltZV90eXBlGAcgASgJEioKBWVycm9yGAggASgLMhsuYnJvd3NlcnBvb2wudjEuQWN0aW9uRXJyb3ISEwoLZHVyYXRpb25fbXMYCSABKA0SEQoJdGFiX2luZGV4GAogASgFIoUBCgtBY3Rpb25FcnJvchInCgRjb2RlGAEgASgOMhkuYnJvd3NlcnBvb2wudjEuRXJyb3JDb2RlEg8KB21lc3NhZ2UYAiABKAkSFAoMZGlkX3lvdV9tZWFuGAMgAygJEiYKBmRpYWxvZxgEIAEoCzIWLmJyb3dzZXJwb29sLnYxLkRpYWxvZyJ5CgZEaWFsb2cSKAoEa2luZBgBIAEoDjIaLmJyb3dzZXJwb29sLnYxLkRpYWxvZ0tpbmQSDwoHbWVzc2FnZRgCIAEoCRILCgN1cmwYAyABKAkSFgoOZGVmYXVsdF9wcm9tcHQYBCABKAkSDwoHZ3JhbW1hchgFIAMoCSKKAQoGQ29va2llEgwKBG5hbWUYASABKAkSDQoFdmFsdWUYAiABKAkSDgoGZG9tYWluGAMgASgJEgwKBHBhdGgYBCABKAkSDwoHZXhwaXJlcxgFIAEoARIRCglodHRwX29ubHkYBiABKAgSDgoGc2VjdXJlGAcgASgIEhEKCXNhbWVfc2l0ZRgIIAEoCSIuCghIdHRwQXV0aBIQCgh1c2VybmFtZRgBIAEoCRIQCghwYXNzd29yZBgCIAEoCSL3AwoPQ29udGV4dEVudmVsb3BlEg8KB3ZlcnNpb24YASABKA0SDgoGb3JpZ2luGAIgASgJEhYKDmNhcHR1cmVkX2F0X21zGAMgASgDEhIKCnVzZXJfYWdlbnQYBCABKAkSKgoIdmlld3BvcnQYBSABKAsyGC5icm93c2VycG9vbC52MS5WaWV3cG9ydBInCgdjb29raWVzGAYgAygLMhYuYnJvd3NlcnBvb2wudjEuQ29va2llEkgKDWxvY2FsX3N0b3JhZ2UYByADKAsyMS5icm93c2VycG9vbC52MS5Db250ZXh0RW52ZWxvcGUuTG9jYWxTdG9yYWdlRW50cnkSTAoPc2Vzc2lvbl9zdG9yYWdlGAggAygLMjMuYnJvd3NlcnBvb2wudjEuQ29udGV4dEVudmVsb3BlLlNlc3Npb25TdG9yYWdlRW50cnkSKwoJaHR0cF9hdXRoGAkgASgLMhguYnJvd3NlcnBvb2wudjEuSHR0cEF1dGgSEQoJaW50ZWdyaXR5GAogASgJGjMKEUxvY2FsU3RvcmFnZUVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEaNQoTU2Vzc2lvblN0b3JhZ2VFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIokECgVFdmVudBImCgJhdBgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEgoKc2Vzc2lvbl9pZBgCIAEoCRI1Cg1kaWFsb2dfb3BlbmVkGAMgASgLMhwuYnJvd3NlcnBvb2wudjEuRGlhbG9nT3BlbmVkSAASNQoNZGlhbG9nX2Nsb3NlZBgEIAEoCzIcLmJyb3dzZXJwb29sLnYxLkRpYWxvZ0Nsb3NlZEgAEjEKB2NvbnNvbGUYBSABKAsyHi5icm93c2VycG9vbC52MS5Db25zb2xlTWVzc2FnZUgAEjIKCW5hdmlnYXRlZBgGIAEoCzIdLmJyb3dzZXJwb29sLnYxLlBhZ2VOYXZpZ2F0ZWRIABIvCgp0YWJfb3BlbmVkGAcgASgLMhkuYnJvd3NlcnBvb2wudjEuVGFiT3BlbmVkSAASLwoKdGFiX2Nsb3NlZBgIIAEoCzIZLmJyb3dzZXJwb29sLnYxLlRhYkNsb3NlZEgAEjUKDXNlc3Npb25fZW5kZWQYCSABKAsyHC5icm93c2VycG9vbC52MS5TZXNzaW9uRW5kZWRIABI9ChFhcnRpZmFjdHNfcmVmdXNlZBgLIAEoCzIgLmJyb3dzZXJwb29sLnYxLkFydGlmYWN0c1JlZnVzZWRIABIPCgdkcm9wcGVkGAogASgEQgYKBGtpbmQiIgoQQXJ0aWZhY3RzUmVmdXNlZBIOCgZyZWFzb24YASABKAkiSQoMRGlhbG9nT3BlbmVkEiYKBmRpYWxvZxgBIAEoCzIWLmJyb3dzZXJwb29sLnYxLkRpYWxvZxIRCgl0YWJfaW5kZXgYAiABKAUiXQoMRGlhbG9nQ2xvc2VkEigKBGtpbmQYASABKA4yGi5icm93c2VycG9vbC52MS5EaWFsb2dLaW5kEhAKCGFjY2VwdGVkGAIgASgIEhEKCXRhYl9pbmRleBgDIAEoBSJACg5Db25zb2xlTWVzc2FnZRINCgVsZXZlbBgBIAEoCRIMCgR0ZXh0GAIgASgJEhEKCXRhYl9pbmRleBgDIAEoBSIvCg1QYWdlTmF2aWdhdGVkEgsKA3VybBgBIAEoCRIRCgl0YWJfaW5kZXgYAiABKAUiKwoJVGFiT3BlbmVkEhEKCXRhYl9pbmRleBgBIAEoBRILCgN1cmwYAiABKAkiHgoJVGFiQ2xvc2VkEhEKCXRhYl9pbmRleBgBIAEoBSJLCgxTZXNzaW9uRW5kZWQSKwoFc3RhdGUYASABKA4yHC5icm93c2VycG9vbC52MS5TZXNzaW9uU3RhdGUSDgoGcmVhc29uGAIgASgJKl0KBlJlY29yZBIWChJSRUNPUkRfVU5TUEVDSUZJRUQQABIOCgpSRUNPUkRfT0ZGEAESDQoJUkVDT1JEX09OEAISHAoYUkVDT1JEX1JFVEFJTl9PTl9GQUlMVVJFEAMqVgoMQXJ0aWZhY3RLaW5kEh0KGUFSVElGQUNUX0tJTkRfVU5TUEVDSUZJRUQQABIMCghET1dOTE9BRBABEgoKBlVQTE9BRBACEg0KCVJFQ09SRElORxADKsoBCgxTZXNzaW9uU3RhdGUSHQoZU0VTU0lPTl9TVEFURV9VTlNQRUNJRklFRBAAEhgKFFNFU1NJT05fU1RBVEVfUVVFVUVEEAESFwoTU0VTU0lPTl9TVEFURV9SRUFEWRACEhgKFFNFU1NJT05fU1RBVEVfQ0xPU0VEEAMSGQoVU0VTU0lPTl9TVEFURV9DUkFTSEVEEAQSGQoVU0VTU0lPTl9TVEFURV9FWFBJUkVEEAUSGAoUU0VTU0lPTl9TVEFURV9LSUxMRUQQBirWAwoJRXJyb3JDb2RlEhoKFkVSUk9SX0NPREVfVU5TUEVDSUZJRUQQABIfChtFUlJPUl9DT0RFX0lOVkFMSURfQVJHVU1FTlQQARIdChlFUlJPUl9DT0RFX1VOS05PV05fQUNUSU9OEAISIAocRVJST1JfQ09ERV9FTEVNRU5UX05PVF9GT1VORBADEhYKEkVSUk9SX0NPREVfVElNRU9VVBAEEhoKFkVSUk9SX0NPREVfRElBTE9HX09QRU4QBRIgChxFUlJPUl9DT0RFX05BVklHQVRJT05fRkFJTEVEEAYSIAocRVJST1JfQ09ERV9CTE9DS0VEX0JZX1BPTElDWRAHEiAKHEVSUk9SX0NPREVfUEVSTUlTU0lPTl9ERU5JRUQQCBIgChxFUlJPUl9DT0RFX1BBWUxPQURfVE9PX0xBUkdFEAkSGwoXRVJST1JfQ09ERV9KU19FWENFUFRJT04QChIdChlFUlJPUl9DT0RFX1NFU1NJT05fQ0xPU0VEEAsSHgoaRVJST1JfQ09ERV9TRVNTSU9OX0NSQVNIRUQQDBIXChNFUlJPUl9DT0RFX0lOVEVSTkFMEA0SGgoWRVJST1JfQ09ERV9UQUJfQ1JBU0hFRBAOKscBCgpEaWFsb2dLaW5kEhsKF0RJQUxPR19LSU5EX1VOU1BFQ0lGSUVEEAASFQoRRElBTE9HX0tJTkRfQUxFUlQQARIXChNESUFMT0dfS0lORF9DT05GSVJNEAISFgoSRElBTE9HX0tJTkRfUFJPTVBUEAMSHAoYRElBTE9HX0tJTkRfQkVGT1JFVU5MT0FEEAQSGgoWRElBTE9HX0tJTkRfQkFTSUNfQVVUSBAFEhoKFkRJQUxPR19LSU5EX1BFUk1JU1NJT04QBmIGcHJvdG8z", [file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("Chticm93c2VycG9vbC92MS9jb21tb24ucHJvdG8SDmJyb3dzZXJwb29sLnYxIogGCgdTZXNzaW9uEhIKCnNlc3Npb25faWQYASABKAkSDgoGdGVuYW50GAIgASgJEg8KB3N1YmplY3QYAyABKAkSKwoFc3RhdGUYBCABKA4yHC5icm93c2VycG9vbC52MS5TZXNzaW9uU3RhdGUSLgoKY3JlYXRlZF9hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKZXhwaXJlc19hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMQoNaWRsZV9kZWFkbGluZRgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEQoJd29ya2VyX2lkGAggASgJEhUKDXF1ZXVlX3dhaXRfbXMYCSABKA0SDwoHY2RwX3VybBgKIAEoCRIzCgZsYWJlbHMYCyADKAsyIy5icm93c2VycG9vbC52MS5TZXNzaW9uLkxhYmVsc0VudHJ5Eg8KB3JlcGxpY2EYDCABKAkSKwoJYXJ0aWZhY3RzGA0gAygLMhguYnJvd3NlcnBvb2wudjEuQXJ0aWZhY3QSGQoRYXJ0aWZhY3RzX3JlZnVzZWQYDiABKAkSDgoGbG9jYWxlGA8gASgJEhAKCHRpbWV6b25lGBAgASgJEhIKCnVzZXJfYWdlbnQYESABKAkSMAoLZ2VvbG9jYXRpb24YEiABKAsyGy5icm93c2VycG9vbC52MS5HZW9sb2NhdGlvbhIxCgxjb2xvcl9zY2hlbWUYEyABKA4yGy5icm93c2VycG9vbC52MS5Db2xvclNjaGVtZRJACg1leHRyYV9oZWFkZXJzGBQgAygLMikuYnJvd3NlcnBvb2wudjEuU2Vzc2lvbi5FeHRyYUhlYWRlcnNFbnRyeRotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBGjMKEUV4dHJhSGVhZGVyc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiRAoLR2VvbG9jYXRpb24SEAoIbGF0aXR1ZGUYASABKAESEQoJbG9uZ2l0dWRlGAIgASgBEhAKCGFjY3VyYWN5GAMgASgBItUBCghBcnRpZmFjdBIMCgRuYW1lGAEgASgJEioKBGtpbmQYAiABKA4yHC5icm93c2VycG9vbC52MS5BcnRpZmFjdEtpbmQSDAoEc2l6ZRgDIAEoBBIRCgltaW1lX3R5cGUYBCABKAkSDgoGc2hhMjU2GAUgASgJEi4KCmNyZWF0ZWRfYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCmV4cGlyZXNfYXQYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIkgKCFZpZXdwb3J0Eg0KBXdpZHRoGAEgASgNEg4KBmhlaWdodBgCIAEoDRINCgVzY2FsZRgDIAEoARIOCgZtb2JpbGUYBCABKAgimQEKBkFjdGlvbhIOCgZhY3Rpb24YASABKAkSEAoIc2VsZWN0b3IYAiABKAkSJwoHcGF5bG9hZBgDIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZRISCgp0aW1lb3V0X21zGAQgASgNEhYKCXRhYl9pbmRleBgFIAEoBUgAiAEBEgoKAmlkGAYgASgJQgwKCl90YWJfaW5kZXgi5AEKDEFjdGlvblJlc3VsdBIKCgJpZBgBIAEoCRIOCgZhY3Rpb24YAiABKAkSEAoIYWxpYXNfb2YYAyABKAkSCgoCb2sYBCABKAgSJQoFdmFsdWUYBSABKAsyFi5nb29nbGUucHJvdG9idWYuVmFsdWUSDAoEZGF0YRgGIAEoDBIRCgltaW1lX3R5cGUYByABKAkSKgoFZXJyb3IYCCABKAsyGy5icm93c2VycG9vbC52MS5BY3Rpb25FcnJvchITCgtkdXJhdGlvbl9tcxgJIAEoDRIRCgl0YWJfaW5kZXgYCiABKAUihQEKC0FjdGlvbkVycm9yEicKBGNvZGUYASABKA4yGS5icm93c2VycG9vbC52MS5FcnJvckNvZGUSDwoHbWVzc2FnZRgCIAEoCRIUCgxkaWRfeW91X21lYW4YAyADKAkSJgoGZGlhbG9nGAQgASgLMhYuYnJvd3NlcnBvb2wudjEuRGlhbG9nInkKBkRpYWxvZxIoCgRraW5kGAEgASgOMhouYnJvd3NlcnBvb2wudjEuRGlhbG9nS2luZBIPCgdtZXNzYWdlGAIgASgJEgsKA3VybBgDIAEoCRIWCg5kZWZhdWx0X3Byb21wdBgEIAEoCRIPCgdncmFtbWFyGAUgAygJIooBCgZDb29raWUSDAoEbmFtZRgBIAEoCRINCgV2YWx1ZRgCIAEoCRIOCgZkb21haW4YAyABKAkSDAoEcGF0aBgEIAEoCRIPCgdleHBpcmVzGAUgASgBEhEKCWh0dHBfb25seRgGIAEoCBIOCgZzZWN1cmUYByABKAgSEQoJc2FtZV9zaXRlGAggASgJIi4KCEh0dHBBdXRoEhAKCHVzZXJuYW1lGAEgASgJEhAKCHBhc3N3b3JkGAIgASgJIvcDCg9Db250ZXh0RW52ZWxvcGUSDwoHdmVyc2lvbhgBIAEoDRIOCgZvcmlnaW4YAiABKAkSFgoOY2FwdHVyZWRfYXRfbXMYAyABKAMSEgoKdXNlcl9hZ2VudBgEIAEoCRIqCgh2aWV3cG9ydBgFIAEoCzIYLmJyb3dzZXJwb29sLnYxLlZpZXdwb3J0EicKB2Nvb2tpZXMYBiADKAsyFi5icm93c2VycG9vbC52MS5Db29raWUSSAoNbG9jYWxfc3RvcmFnZRgHIAMoCzIxLmJyb3dzZXJwb29sLnYxLkNvbnRleHRFbnZlbG9wZS5Mb2NhbFN0b3JhZ2VFbnRyeRJMCg9zZXNzaW9uX3N0b3JhZ2UYCCADKAsyMy5icm93c2VycG9vbC52MS5Db250ZXh0RW52ZWxvcGUuU2Vzc2lvblN0b3JhZ2VFbnRyeRIrCglodHRwX2F1dGgYCSABKAsyGC5icm93c2VycG9vbC52MS5IdHRwQXV0aBIRCglpbnRlZ3JpdHkYCiABKAkaMwoRTG9jYWxTdG9yYWdlRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ARo1ChNTZXNzaW9uU3RvcmFnZUVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiiQQKBUV2ZW50EiYKAmF0GAEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBISCgpzZXNzaW9uX2lkGAIgASgJEjUKDWRpYWxvZ19vcGVuZWQYAyABKAsyHC5icm93c2VycG9vbC52MS5EaWFsb2dPcGVuZWRIABI1Cg1kaWFsb2dfY2xvc2VkGAQgASgLMhwuYnJvd3NlcnBvb2wudjEuRGlhbG9nQ2xvc2VkSAASMQoHY29uc29sZRgFIAEoCzIeLmJyb3dzZXJwb29sLnYxLkNvbnNvbGVNZXNzYWdlSAASMgoJbmF2aWdhdGVkGAYgASgLMh0uYnJvd3NlcnBvb2wudjEuUGFnZU5hdmlnYXRlZEgAEi8KCnRhYl9vcGVuZWQYByABKAsyGS5icm93c2VycG9vbC52MS5UYWJPcGVuZWRIABIvCgp0YWJfY2xvc2VkGAggASgLMhkuYnJvd3NlcnBvb2wudjEuVGFiQ2xvc2VkSAASNQoNc2Vzc2lvbl9lbmRlZBgJIAEoCzIcLmJyb3dzZXJwb29sLnYxLlNlc3Npb25FbmRlZEgAEj0KEWFydGlmYWN0c19yZWZ1c2VkGAsgASgLMiAuYnJvd3NlcnBvb2wudjEuQXJ0aWZhY3RzUmVmdXNlZEgAEg8KB2Ryb3BwZWQYCiABKARCBgoEa2luZCIiChBBcnRpZmFjdHNSZWZ1c2VkEg4KBnJlYXNvbhgBIAEoCSJJCgxEaWFsb2dPcGVuZWQSJgoGZGlhbG9nGAEgASgLMhYuYnJvd3NlcnBvb2wudjEuRGlhbG9nEhEKCXRhYl9pbmRleBgCIAEoBSJdCgxEaWFsb2dDbG9zZWQSKAoEa2luZBgBIAEoDjIaLmJyb3dzZXJwb29sLnYxLkRpYWxvZ0tpbmQSEAoIYWNjZXB0ZWQYAiABKAgSEQoJdGFiX2luZGV4GAMgASgFIkAKDkNvbnNvbGVNZXNzYWdlEg0KBWxldmVsGAEgASgJEgwKBHRleHQYAiABKAkSEQoJdGFiX2luZGV4GAMgASgFIi8KDVBhZ2VOYXZpZ2F0ZWQSCwoDdXJsGAEgASgJEhEKCXRhYl9pbmRleBgCIAEoBSIrCglUYWJPcGVuZWQSEQoJdGFiX2luZGV4GAEgASgFEgsKA3VybBgCIAEoCSIeCglUYWJDbG9zZWQSEQoJdGFiX2luZGV4GAEgASgFIksKDFNlc3Npb25FbmRlZBIrCgVzdGF0ZRgBIAEoDjIcLmJyb3dzZXJwb29sLnYxLlNlc3Npb25TdGF0ZRIOCgZyZWFzb24YAiABKAkqWgoLQ29sb3JTY2hlbWUSHAoYQ09MT1JfU0NIRU1FX1VOU1BFQ0lGSUVEEAASFgoSQ09MT1JfU0NIRU1FX0xJR0hUEAESFQoRQ09MT1JfU0NIRU1FX0RBUksQAipdCgZSZWNvcmQSFgoSUkVDT1JEX1VOU1BFQ0lGSUVEEAASDgoKUkVDT1JEX09GRhABEg0KCVJFQ09SRF9PThACEhwKGFJFQ09SRF9SRVRBSU5fT05fRkFJTFVSRRADKlYKDEFydGlmYWN0S2luZBIdChlBUlRJRkFDVF9LSU5EX1VOU1BFQ0lGSUVEEAASDAoIRE9XTkxPQUQQARIKCgZVUExPQUQQAhINCglSRUNPUkRJTkcQAyrKAQoMU2Vzc2lvblN0YXRlEh0KGVNFU1NJT05fU1RBVEVfVU5TUEVDSUZJRUQQABIYChRTRVNTSU9OX1NUQVRFX1FVRVVFRBABEhcKE1NFU1NJT05fU1RBVEVfUkVBRFkQAhIYChRTRVNTSU9OX1NUQVRFX0NMT1NFRBADEhkKFVNFU1NJT05fU1RBVEVfQ1JBU0hFRBAEEhkKFVNFU1NJT05fU1RBVEVfRVhQSVJFRBAFEhgKFFNFU1NJT05fU1RBVEVfS0lMTEVEEAYq1gMKCUVycm9yQ29kZRIaChZFUlJPUl9DT0RFX1VOU1BFQ0lGSUVEEAASHwobRVJST1JfQ09ERV9JTlZBTElEX0FSR1VNRU5UEAESHQoZRVJST1JfQ09ERV9VTktOT1dOX0FDVElPThACEiAKHEVSUk9SX0NPREVfRUxFTUVOVF9OT1RfRk9VTkQQAxIWChJFUlJPUl9DT0RFX1RJTUVPVVQQBBIaChZFUlJPUl9DT0RFX0RJQUxPR19PUEVOEAUSIAocRVJST1JfQ09ERV9OQVZJR0FUSU9OX0ZBSUxFRBAGEiAKHEVSUk9SX0NPREVfQkxPQ0tFRF9CWV9QT0xJQ1kQBxIgChxFUlJPUl9DT0RFX1BFUk1JU1NJT05fREVOSUVEEAgSIAocRVJST1JfQ09ERV9QQVlMT0FEX1RPT19MQVJHRRAJEhsKF0VSUk9SX0NPREVfSlNfRVhDRVBUSU9OEAoSHQoZRVJST1JfQ09ERV9TRVNTSU9OX0NMT1NFRBALEh4KGkVSUk9SX0NPREVfU0VTU0lPTl9DUkFTSEVEEAwSFwoTRVJST1JfQ09ERV9JTlRFUk5BTBANEhoKFkVSUk9SX0NPREVfVEFCX0NSQVNIRUQQDirHAQoKRGlhbG9nS2luZBIbChdESUFMT0dfS0lORF9VTlNQRUNJRklFRBAAEhUKEURJQUxPR19LSU5EX0FMRVJUEAESFwoTRElBTE9HX0tJTkRfQ09ORklSTRACEhYKEkRJQUxPR19LSU5EX1BST01QVBADEhwKGERJQUxPR19LSU5EX0JFRk9SRVVOTE9BRBAEEhoKFkRJQUxPR19LSU5EX0JBU0lDX0FVVEgQBRIaChZESUFMT0dfS0lORF9QRVJNSVNTSU9OEAZiBnByb3RvMw", [file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * Describes the message browserpool.v1.Session.
@@ -22,136 +22,157 @@ export const SessionSchema = /*@__PURE__*/
   messageDesc(file_browserpool_v1_common, 0);
 
 /**
+ * Describes the message browserpool.v1.Geolocation.
+ * Use `create(GeolocationSchema)` to create a new message.
+ */
+export const GeolocationSchema = /*@__PURE__*/
+  messageDesc(file_browserpool_v1_common, 1);
+
+/**
  * Describes the message browserpool.v1.Artifact.
  * Use `create(ArtifactSchema)` to create a new message.
  */
 export const ArtifactSchema = /*@__PURE__*/
-  messageDesc(file_browserpool_v1_common, 1);
+  messageDesc(file_browserpool_v1_common, 2);
 
 /**
  * Describes the message browserpool.v1.Viewport.
  * Use `create(ViewportSchema)` to create a new message.
  */
 export const ViewportSchema = /*@__PURE__*/
-  messageDesc(file_browserpool_v1_common, 2);
+  messageDesc(file_browserpool_v1_common, 3);
 
 /**
  * Describes the message browserpool.v1.Action.
  * Use `create(ActionSchema)` to create a new message.
  */
 export const ActionSchema = /*@__PURE__*/
-  messageDesc(file_browserpool_v1_common, 3);
+  messageDesc(file_browserpool_v1_common, 4);
 
 /**
  * Describes the message browserpool.v1.ActionResult.
  * Use `create(ActionResultSchema)` to create a new message.
  */
 export const ActionResultSchema = /*@__PURE__*/
-  messageDesc(file_browserpool_v1_common, 4);
+  messageDesc(file_browserpool_v1_common, 5);
 
 /**
  * Describes the message browserpool.v1.ActionError.
  * Use `create(ActionErrorSchema)` to create a new message.
  */
 export const ActionErrorSchema = /*@__PURE__*/
-  messageDesc(file_browserpool_v1_common, 5);
+  messageDesc(file_browserpool_v1_common, 6);
 
 /**
  * Describes the message browserpool.v1.Dialog.
  * Use `create(DialogSchema)` to create a new message.
  */
 export const DialogSchema = /*@__PURE__*/
-  messageDesc(file_browserpool_v1_common, 6);
+  messageDesc(file_browserpool_v1_common, 7);
 
 /**
  * Describes the message browserpool.v1.Cookie.
  * Use `create(CookieSchema)` to create a new message.
  */
 export const CookieSchema = /*@__PURE__*/
-  messageDesc(file_browserpool_v1_common, 7);
+  messageDesc(file_browserpool_v1_common, 8);
 
 /**
  * Describes the message browserpool.v1.HttpAuth.
  * Use `create(HttpAuthSchema)` to create a new message.
  */
 export const HttpAuthSchema = /*@__PURE__*/
-  messageDesc(file_browserpool_v1_common, 8);
+  messageDesc(file_browserpool_v1_common, 9);
 
 /**
  * Describes the message browserpool.v1.ContextEnvelope.
  * Use `create(ContextEnvelopeSchema)` to create a new message.
  */
 export const ContextEnvelopeSchema = /*@__PURE__*/
-  messageDesc(file_browserpool_v1_common, 9);
+  messageDesc(file_browserpool_v1_common, 10);
 
 /**
  * Describes the message browserpool.v1.Event.
  * Use `create(EventSchema)` to create a new message.
  */
 export const EventSchema = /*@__PURE__*/
-  messageDesc(file_browserpool_v1_common, 10);
+  messageDesc(file_browserpool_v1_common, 11);
 
 /**
  * Describes the message browserpool.v1.ArtifactsRefused.
  * Use `create(ArtifactsRefusedSchema)` to create a new message.
  */
 export const ArtifactsRefusedSchema = /*@__PURE__*/
-  messageDesc(file_browserpool_v1_common, 11);
+  messageDesc(file_browserpool_v1_common, 12);
 
 /**
  * Describes the message browserpool.v1.DialogOpened.
  * Use `create(DialogOpenedSchema)` to create a new message.
  */
 export const DialogOpenedSchema = /*@__PURE__*/
-  messageDesc(file_browserpool_v1_common, 12);
+  messageDesc(file_browserpool_v1_common, 13);
 
 /**
  * Describes the message browserpool.v1.DialogClosed.
  * Use `create(DialogClosedSchema)` to create a new message.
  */
 export const DialogClosedSchema = /*@__PURE__*/
-  messageDesc(file_browserpool_v1_common, 13);
+  messageDesc(file_browserpool_v1_common, 14);
 
 /**
  * Describes the message browserpool.v1.ConsoleMessage.
  * Use `create(ConsoleMessageSchema)` to create a new message.
  */
 export const ConsoleMessageSchema = /*@__PURE__*/
-  messageDesc(file_browserpool_v1_common, 14);
+  messageDesc(file_browserpool_v1_common, 15);
 
 /**
  * Describes the message browserpool.v1.PageNavigated.
  * Use `create(PageNavigatedSchema)` to create a new message.
  */
 export const PageNavigatedSchema = /*@__PURE__*/
-  messageDesc(file_browserpool_v1_common, 15);
+  messageDesc(file_browserpool_v1_common, 16);
 
 /**
  * Describes the message browserpool.v1.TabOpened.
  * Use `create(TabOpenedSchema)` to create a new message.
  */
 export const TabOpenedSchema = /*@__PURE__*/
-  messageDesc(file_browserpool_v1_common, 16);
+  messageDesc(file_browserpool_v1_common, 17);
 
 /**
  * Describes the message browserpool.v1.TabClosed.
  * Use `create(TabClosedSchema)` to create a new message.
  */
 export const TabClosedSchema = /*@__PURE__*/
-  messageDesc(file_browserpool_v1_common, 17);
+  messageDesc(file_browserpool_v1_common, 18);
 
 /**
  * Describes the message browserpool.v1.SessionEnded.
  * Use `create(SessionEndedSchema)` to create a new message.
  */
 export const SessionEndedSchema = /*@__PURE__*/
-  messageDesc(file_browserpool_v1_common, 18);
+  messageDesc(file_browserpool_v1_common, 19);
+
+/**
+ * Describes the enum browserpool.v1.ColorScheme.
+ */
+export const ColorSchemeSchema = /*@__PURE__*/
+  enumDesc(file_browserpool_v1_common, 0);
+
+/**
+ * `prefers-color-scheme` as a session's pages see it.
+ *
+ * @generated from enum browserpool.v1.ColorScheme
+ */
+export const ColorScheme = /*@__PURE__*/
+  tsEnum(ColorSchemeSchema);
 
 /**
  * Describes the enum browserpool.v1.Record.
  */
 export const RecordSchema = /*@__PURE__*/
-  enumDesc(file_browserpool_v1_common, 0);
+  enumDesc(file_browserpool_v1_common, 1);
 
 /**
  * Whether a session is recorded as a video (WebM, VP8, at its viewport's size, with real
@@ -167,7 +188,7 @@ export const Record = /*@__PURE__*/
  * Describes the enum browserpool.v1.ArtifactKind.
  */
 export const ArtifactKindSchema = /*@__PURE__*/
-  enumDesc(file_browserpool_v1_common, 1);
+  enumDesc(file_browserpool_v1_common, 2);
 
 /**
  * Where a session's file came from.
@@ -181,7 +202,7 @@ export const ArtifactKind = /*@__PURE__*/
  * Describes the enum browserpool.v1.SessionState.
  */
 export const SessionStateSchema = /*@__PURE__*/
-  enumDesc(file_browserpool_v1_common, 2);
+  enumDesc(file_browserpool_v1_common, 3);
 
 /**
  * Lifecycle of a session. QUEUED -> READY -> one of the terminal states.
@@ -195,7 +216,7 @@ export const SessionState = /*@__PURE__*/
  * Describes the enum browserpool.v1.ErrorCode.
  */
 export const ErrorCodeSchema = /*@__PURE__*/
-  enumDesc(file_browserpool_v1_common, 3);
+  enumDesc(file_browserpool_v1_common, 4);
 
 /**
  * Cause of a failed action.
@@ -209,7 +230,7 @@ export const ErrorCode = /*@__PURE__*/
  * Describes the enum browserpool.v1.DialogKind.
  */
 export const DialogKindSchema = /*@__PURE__*/
-  enumDesc(file_browserpool_v1_common, 4);
+  enumDesc(file_browserpool_v1_common, 5);
 
 /**
  * Kind of a blocking dialog.

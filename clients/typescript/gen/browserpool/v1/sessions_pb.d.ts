@@ -7,7 +7,7 @@
 
 import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import type { Message } from "@bufbuild/protobuf";
-import type { Action, ActionResult, ActionResultSchema, Artifact, ArtifactKind, ArtifactSchema, ContextEnvelope, ContextEnvelopeSchema, Event, EventSchema, Record, Session, SessionSchema, SessionState, Viewport } from "./common_pb.js";
+import type { Action, ActionResult, ActionResultSchema, Artifact, ArtifactKind, ArtifactSchema, ColorScheme, ContextEnvelope, ContextEnvelopeSchema, Event, EventSchema, Geolocation, Record, Session, SessionSchema, SessionState, Viewport } from "./common_pb.js";
 import type { Timestamp } from "@bufbuild/protobuf/wkt";
 
 /**
@@ -74,6 +74,53 @@ export declare type AcquireRequest = Message<"browserpool.v1.AcquireRequest"> & 
    * @generated from field: browserpool.v1.Record record = 7;
    */
   record: Record;
+
+  /**
+   * How the browser presents itself, set before its first page loads and kept for every tab
+   * of the session (new tabs and popups are set up before they run). Each is checked:
+   * INVALID_ARGUMENT names the field. Unset: Chromium's own.
+   * BCP 47 tag (de-DE): navigator.language, Intl, and Accept-Language.
+   *
+   * @generated from field: string locale = 8;
+   */
+  locale: string;
+
+  /**
+   * IANA time zone id (Europe/Berlin), for Date and Intl.
+   *
+   * @generated from field: string timezone = 9;
+   */
+  timezone: string;
+
+  /**
+   * The User-Agent header and navigator.userAgent; a Chrome-like one sets matching client
+   * hints (Sec-CH-UA, navigator.userAgentData). At most 512 bytes.
+   *
+   * @generated from field: string user_agent = 10;
+   */
+  userAgent: string;
+
+  /**
+   * Where the Geolocation API says the pages are; granted to them without a prompt.
+   *
+   * @generated from field: browserpool.v1.Geolocation geolocation = 11;
+   */
+  geolocation?: Geolocation | undefined;
+
+  /**
+   * prefers-color-scheme.
+   *
+   * @generated from field: browserpool.v1.ColorScheme color_scheme = 12;
+   */
+  colorScheme: ColorScheme;
+
+  /**
+   * Added to every request of the session's pages (at most 32; never Host, Cookie, Proxy-*
+   * or a hop-by-hop header).
+   *
+   * @generated from field: map<string, string> extra_headers = 13;
+   */
+  extraHeaders: { [key: string]: string };
 };
 
 /**

@@ -1,0 +1,186 @@
+//! Emulation at acquire: locale, time zone, user agent (and its client hints), geolocation,
+//! colour scheme and extra headers, as a page served by the test sees them, on the first tab,
+//! a new tab and a popup, in both isolations; echoed on the session; bad values refused.
+
+use std::time::Duration;
+
+use axum::http::HeaderMap;
+use axum::response::Html;
+use axum::routing::get;
+use browserpool_client::{action, pb, Client};
+use serde_json::{json, Value};
+
+use crate::helpers::{act, eventually, ok, TestServer};
+use crate::isolation::context_tenant;
+
+const UA: &str = "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) \
+                  Chrome/120.0.0.0 Safari/537.36";
+
+/// What the page reads at parse time, kept in `window.seen` (a popup's first document too).
+const PAGE: &str = r#"<title>Seen</title><script>
+window.seen = {
+  lang: navigator.language,
+  tz: Intl.DateTimeFormat().resolvedOptions().timeZone,
+  dark: matchMedia('(prefers-color-scheme: dark)').matches,
+  ua: navigator.userAgent,
+  platform: navigator.userAgentData ? navigator.userAgentData.platform : null,
+};
+</script><p>seen</p>"#;
+
+/// `/seen` (the page above, its request's headers in `window.headers`) and `/popup` (a
+/// link that opens `/seen` in a new window).
+async fn site() -> String {
+    let seen = |headers: HeaderMap| async move {
+        let pick = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+        let got = json!({
+            "accept_language": pick("accept-language"),
+            "user_agent": pick("user-agent"),
+            "x_job": pick("x-job"),
+            "ch_platform": pick("sec-ch-ua-platform"),
+        });
+        Html(format!("{PAGE}<script>window.headers = {got};</script>"))
+    };
+    let app = axum::Router::new()
+        .route("/seen", get(seen))
+        .route("/popup", get(|| async { Html("<title>Opener</title><a id=open href=/seen target=_blank>open</a>") }));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    format!("http://{addr}")
+}
+
+fn emulated() -> pb::AcquireRequest {
+    pb::AcquireRequest {
+        wait_ms: 30_000,
+        locale: "de-DE".into(),
+        timezone: "Asia/Tokyo".into(),
+        user_agent: UA.into(),
+        geolocation: Some(pb::Geolocation { latitude: 52.52, longitude: 13.405, accuracy: 10.0 }),
+        color_scheme: pb::ColorScheme::Dark as i32,
+        extra_headers: [("X-Job".to_string(), "1234".to_string())].into(),
+        ..Default::default()
+    }
+}
+
+/// What the active tab's page saw, and its request's headers.
+async fn seen_by(client: &Client, id: &str) -> (Value, Value) {
+    let seen = ok(&act(client, id, action("evaluate", "", "JSON.stringify(window.seen)")).await);
+    let headers = ok(&act(client, id, action("evaluate", "", "JSON.stringify(window.headers)")).await);
+    let parse = |v: Value| serde_json::from_str::<Value>(v.as_str().unwrap_or("null")).unwrap();
+    (parse(seen), parse(headers))
+}
+
+fn assert_emulated(what: &str, (seen, headers): (Value, Value)) {
+    assert_eq!(seen["lang"], "de-DE", "{what}: {seen}");
+    assert_eq!(seen["tz"], "Asia/Tokyo", "{what}: {seen}");
+    assert_eq!(seen["dark"], true, "{what}: {seen}");
+    assert_eq!(seen["ua"], UA, "{what}: {seen}");
+    assert_eq!(seen["platform"], "Windows", "{what}: the client hints follow the user agent: {seen}");
+    assert_eq!(headers["accept_language"], "de-DE,de;q=0.9", "{what}: {headers}");
+    assert_eq!(headers["user_agent"], UA, "{what}: {headers}");
+    assert_eq!(headers["x_job"], "1234", "{what}: {headers}");
+    assert_eq!(headers["ch_platform"], "\"Windows\"", "{what}: {headers}");
+}
+
+async fn first_tab_new_tab_and_popup(client: &Client, site: &str, what: &str) {
+    let session = client.acquire_with(emulated()).await.unwrap();
+    let id = session.session_id.clone();
+    ok(&act(client, &id, action("navigate", "", format!("{site}/seen"))).await);
+    assert_emulated(&format!("{what}: first tab"), seen_by(client, &id).await);
+    // Geolocation is granted: no permission dialog, the position given.
+    let position = "new Promise(r => navigator.geolocation.getCurrentPosition(p => r([p.coords.latitude, \
+                    p.coords.longitude, p.coords.accuracy]), e => r('error: ' + e.message)))";
+    assert_eq!(ok(&act(client, &id, action("evaluate", "", position)).await), json!([52.52, 13.405, 10]), "{what}");
+
+    ok(&act(client, &id, action("new_tab", "", format!("{site}/seen"))).await);
+    assert_emulated(&format!("{what}: new tab"), seen_by(client, &id).await);
+
+    ok(&act(client, &id, action("navigate", "", format!("{site}/popup"))).await);
+    ok(&act(client, &id, action("click", "#open", json!(null))).await);
+    eventually("the popup to be a tab", Duration::from_secs(10), || async {
+        let tabs = ok(&act(client, &id, action("list_tabs", "", json!(null))).await);
+        (tabs.as_array().map(Vec::len) == Some(3)).then_some(())
+    })
+    .await;
+    ok(&act(client, &id, action("switch_tab", "", 2)).await);
+    ok(&act(client, &id, action("wait_for", "", json!({"url": "/seen"}))).await);
+    // Its first document already: the popup was set up before it ran.
+    assert_emulated(&format!("{what}: popup"), seen_by(client, &id).await);
+
+    // A page a CDP client opens (Playwright over cdp_url) is emulated too.
+    let seen = crate::cdp::node("playwright_emulated.mjs", &session.cdp_url, None, site).await;
+    // Playwright sets its pages' colour scheme itself (light unless told): the client's own
+    // emulation wins, as it would on any browser.
+    let mut page_seen = seen["seen"].clone();
+    assert_eq!(page_seen["dark"], false, "{what}: {seen}");
+    page_seen["dark"] = json!(true);
+    assert_emulated(&format!("{what}: Playwright's page"), (page_seen, seen["headers"].clone()));
+
+    // Echoed on the session.
+    let got = client.get(&id).await.unwrap();
+    assert_eq!((got.locale.as_str(), got.timezone.as_str(), got.user_agent.as_str()), ("de-DE", "Asia/Tokyo", UA));
+    assert_eq!(got.color_scheme, pb::ColorScheme::Dark as i32);
+    assert_eq!(got.extra_headers.get("X-Job").map(String::as_str), Some("1234"));
+    assert_eq!(got.geolocation.map(|g| (g.latitude, g.longitude)), Some((52.52, 13.405)));
+    client.release(&id).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_presents_itself_as_acquired_on_every_tab_in_both_isolations() {
+    let server = TestServer::start_with(|a| a.max_workers = 3).await;
+    let site = site().await;
+    let admin = server.admin().await;
+    first_tab_new_tab_and_popup(&admin, &site, "process isolation").await;
+    let dense = context_tenant(&server, &admin, &[]).await;
+    first_tab_new_tab_and_popup(&dense, &site, "context isolation").await;
+    // A session without emulation in the same shared browser is Chromium's own.
+    let plain = dense.acquire(30_000).await.unwrap().session_id;
+    ok(&act(&dense, &plain, action("navigate", "", format!("{site}/seen"))).await);
+    let (seen, headers) = seen_by(&dense, &plain).await;
+    assert_ne!(seen["ua"], UA, "{seen}");
+    assert_eq!(seen["dark"], false, "{seen}");
+    assert_eq!(headers["x_job"], "", "{headers}");
+    dense.release(&plain).await.unwrap();
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_emulation_is_refused_naming_the_field() {
+    let server = TestServer::start().await;
+    let admin = server.admin().await;
+    let refused = |req: pb::AcquireRequest| {
+        let admin = admin.clone();
+        async move {
+            match admin.acquire_with(pb::AcquireRequest { wait_ms: 30_000, ..req }).await {
+                Err(browserpool_client::Error::Status(s)) => {
+                    assert_eq!(s.code(), tonic::Code::InvalidArgument, "{s:?}");
+                    s.message().to_string()
+                }
+                other => panic!("expected INVALID_ARGUMENT, got {other:?}"),
+            }
+        }
+    };
+    let host = [("Host".to_string(), "evil.test".to_string())].into();
+    assert!(refused(pb::AcquireRequest { extra_headers: host, ..Default::default() })
+        .await
+        .starts_with("extra_headers: Host"));
+    let said = refused(pb::AcquireRequest { locale: "not a locale".into(), ..Default::default() }).await;
+    assert!(said.starts_with("locale: "), "{said}");
+    let said = refused(pb::AcquireRequest { color_scheme: 9, ..Default::default() }).await;
+    assert!(said.starts_with("color_scheme: 9"), "{said}");
+    let far = Some(pb::Geolocation { latitude: 100.0, longitude: 0.0, accuracy: 0.0 });
+    assert!(refused(pb::AcquireRequest { geolocation: far, ..Default::default() }).await.starts_with("geolocation: "));
+    // Well formed but unknown to Chromium: refused when its browser is set up, which is then
+    // not handed out; the next session is served.
+    let said = refused(pb::AcquireRequest { timezone: "Mars/Olympus_Mons".into(), ..Default::default() }).await;
+    assert!(said.starts_with("timezone: \"Mars/Olympus_Mons\""), "{said}");
+    // The next session is served; through the Rust SDK's builder this time.
+    let berlin = pb::AcquireRequest { timezone: "Europe/Berlin".into(), ..Default::default() };
+    let next = admin.session().emulate(berlin).await.unwrap();
+    assert_eq!(next.info().timezone, "Europe/Berlin");
+    let tz =
+        ok(&act(&admin, next.id(), action("evaluate", "", "Intl.DateTimeFormat().resolvedOptions().timeZone")).await);
+    assert_eq!(tz, json!("Europe/Berlin"));
+    admin.release(next.id()).await.unwrap();
+    server.stop().await;
+}
