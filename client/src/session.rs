@@ -266,6 +266,8 @@ impl<'c> AcquireBuilder<'c> {
         r.geolocation = e.geolocation.or(r.geolocation);
         r.color_scheme = if e.color_scheme != 0 { e.color_scheme } else { r.color_scheme };
         r.extra_headers.extend(e.extra_headers);
+        r.offline |= e.offline;
+        r.network = e.network.or(r.network);
         self
     }
 

@@ -48,7 +48,24 @@ pub struct Emulation {
     /// Sent on every request of the session, names as given.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub extra_headers: Vec<(String, String)>,
+    /// Every request fails as with no network.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub offline: bool,
+    /// A slower network than the host's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<Throttle>,
 }
+
+/// A network's latency and throughput, as the pages see it; 0 throughput: not limited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Throttle {
+    pub latency_ms: u32,
+    pub download_bytes_per_s: u64,
+    pub upload_bytes_per_s: u64,
+}
+
+/// The longest latency a throttle may add.
+pub const MAX_LATENCY_MS: u32 = 60_000;
 
 /// Headers a session may not set: the ones that route or authenticate (`Host`, `Cookie`,
 /// `Proxy-*`), and the hop-by-hop ones the egress proxy rewrites.
@@ -114,6 +131,11 @@ impl Emulation {
                     "geolocation: latitude {} and longitude {} must be within ±90 and ±180, accuracy ({}) 0 or more metres",
                     g.latitude, g.longitude, g.accuracy
                 ));
+            }
+        }
+        if let Some(t) = &self.network {
+            if t.latency_ms > MAX_LATENCY_MS {
+                return Err(format!("network: latency_ms {} is over {MAX_LATENCY_MS}; give less", t.latency_ms));
             }
         }
         if self.extra_headers.len() > MAX_HEADERS {
@@ -213,6 +235,18 @@ fn commands(e: &Emulation, default_ua: &str) -> Vec<(&'static str, &'static str,
     if let Some(g) = e.geolocation {
         let params = json!({ "latitude": g.latitude, "longitude": g.longitude, "accuracy": g.accuracy.max(1.0) });
         out.push(("geolocation", "Emulation.setGeolocationOverride", params));
+    }
+    if e.offline || e.network.is_some() {
+        let t = e.network.unwrap_or(Throttle { latency_ms: 0, download_bytes_per_s: 0, upload_bytes_per_s: 0 });
+        // -1: not limited, as Chromium reads it.
+        let rate = |r: u64| if r == 0 { -1.0 } else { r as f64 };
+        let params = json!({
+            "offline": e.offline,
+            "latency": t.latency_ms,
+            "downloadThroughput": rate(t.download_bytes_per_s),
+            "uploadThroughput": rate(t.upload_bytes_per_s),
+        });
+        out.push(("network", "Network.emulateNetworkConditions", params));
     }
     out
 }

@@ -32,7 +32,7 @@ pub use context::{CaptureOptions, ContextState, CookieRecord, MAX_COOKIES};
 pub use driver::live::{dialog_kind, Dialogs, LiveFrame, LiveInput, Screen, TabInfo, Watching};
 pub use driver::{ActionCall, Driver, DriverConfig};
 pub use egress::{Egress, EgressConfig};
-pub use emulation::{ColorScheme, Emulation, Geolocation};
+pub use emulation::{ColorScheme, Emulation, Geolocation, Throttle};
 pub use error::PoolError;
 pub use events::{DialogInfo, DialogKind, Event, EventKind, EventReader};
 pub use launcher::{find_chrome, reap_orphans, LaunchConfig};

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use browserpool_pool::{
-    ColorScheme, DialogInfo, DialogKind, Emulation, Event, EventKind, FailureCode, Geolocation, Viewport,
+    ColorScheme, DialogInfo, DialogKind, Emulation, Event, EventKind, FailureCode, Geolocation, Throttle, Viewport,
 };
 pub use browserpool_proto::json::{from_json, to_json};
 use browserpool_proto::prost_types::Timestamp;
@@ -98,6 +98,12 @@ fn emulation_to_pb(e: &Emulation) -> pb::Session {
             Some(ColorScheme::Dark) => pb::ColorScheme::Dark,
         } as i32,
         extra_headers: e.extra_headers.iter().cloned().collect(),
+        offline: e.offline,
+        network: e.network.map(|t| pb::NetworkConditions {
+            latency_ms: t.latency_ms,
+            download_bytes_per_s: t.download_bytes_per_s,
+            upload_bytes_per_s: t.upload_bytes_per_s,
+        }),
         ..Default::default()
     }
 }
@@ -125,6 +131,12 @@ pub fn emulation_from_pb(r: &pb::AcquireRequest) -> Result<Emulation, String> {
         }),
         color_scheme,
         extra_headers,
+        offline: r.offline,
+        network: r.network.map(|n| Throttle {
+            latency_ms: n.latency_ms,
+            download_bytes_per_s: n.download_bytes_per_s,
+            upload_bytes_per_s: n.upload_bytes_per_s,
+        }),
     })
 }
 

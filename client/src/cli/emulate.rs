@@ -25,6 +25,18 @@ pub struct EmulationArgs {
     /// A header sent on every request, NAME=VALUE (repeat for more).
     #[arg(long = "header", value_parser = super::session::parse_label)]
     headers: Vec<(String, String)>,
+    /// Every request fails as with no network.
+    #[arg(long)]
+    offline: bool,
+    /// Latency added to every request (e.g. 300ms).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    latency: Option<std::time::Duration>,
+    /// Download throughput cap, bytes a second.
+    #[arg(long)]
+    download_bps: Option<u64>,
+    /// Upload throughput cap, bytes a second.
+    #[arg(long)]
+    upload_bps: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -47,6 +59,14 @@ impl EmulationArgs {
                 Some(SchemeArg::Dark) => pb::ColorScheme::Dark,
             } as i32,
             extra_headers: self.headers.into_iter().collect(),
+            offline: self.offline,
+            network: (self.latency.is_some() || self.download_bps.is_some() || self.upload_bps.is_some()).then(|| {
+                pb::NetworkConditions {
+                    latency_ms: self.latency.map_or(0, |d| d.as_millis().min(u32::MAX as u128) as u32),
+                    download_bytes_per_s: self.download_bps.unwrap_or(0),
+                    upload_bytes_per_s: self.upload_bps.unwrap_or(0),
+                }
+            }),
             ..req
         }
     }

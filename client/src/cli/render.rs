@@ -118,6 +118,12 @@ pub fn session_json(s: &pb::Session) -> Value {
         "geolocation": s.geolocation.map(|g| json!({"latitude": g.latitude, "longitude": g.longitude, "accuracy": g.accuracy})),
         "color_scheme": color_scheme_name(s.color_scheme),
         "extra_headers": s.extra_headers.iter().collect::<std::collections::BTreeMap<_, _>>(),
+        "offline": s.offline,
+        "network": s.network.map(|n| json!({
+            "latency_ms": n.latency_ms,
+            "download_bytes_per_s": n.download_bytes_per_s,
+            "upload_bytes_per_s": n.upload_bytes_per_s,
+        })),
     })
 }
 
@@ -151,6 +157,18 @@ pub fn session_fields(s: &pb::Session) -> String {
             },
         ),
         ("headers", labels_text(&s.extra_headers)),
+        ("offline", if s.offline { "yes".into() } else { String::new() }),
+        (
+            "network",
+            s.network
+                .map(|n| {
+                    format!(
+                        "+{} ms, down {} B/s, up {} B/s",
+                        n.latency_ms, n.download_bytes_per_s, n.upload_bytes_per_s
+                    )
+                })
+                .unwrap_or_default(),
+        ),
         ("cdp_url", s.cdp_url.clone()),
     ])
 }

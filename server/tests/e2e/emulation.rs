@@ -144,6 +144,33 @@ async fn a_session_presents_itself_as_acquired_on_every_tab_in_both_isolations()
     server.stop().await;
 }
 
+/// An offline session's pages reach nothing and know it; a throttled one waits its latency.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn offline_and_a_slow_network_are_what_the_pages_get() {
+    let server = TestServer::start().await;
+    let site = site().await;
+    let admin = server.admin().await;
+    let offline = admin.acquire_with(pb::AcquireRequest { wait_ms: 30_000, offline: true, ..Default::default() }).await;
+    let id = offline.unwrap().session_id;
+    let r = act(&admin, &id, action("navigate", "", format!("{site}/seen"))).await;
+    let e = r.error.expect("offline: the navigation fails");
+    assert!(e.message.contains("ERR_INTERNET_DISCONNECTED"), "{}", e.message);
+    assert_eq!(ok(&act(&admin, &id, action("evaluate", "", "navigator.onLine")).await), json!(false));
+    assert!(admin.get(&id).await.unwrap().offline);
+    admin.release(&id).await.unwrap();
+
+    let slow = pb::NetworkConditions { latency_ms: 1500, download_bytes_per_s: 0, upload_bytes_per_s: 0 };
+    let req = pb::AcquireRequest { wait_ms: 30_000, network: Some(slow), ..Default::default() };
+    let id = admin.acquire_with(req).await.unwrap().session_id;
+    let started = std::time::Instant::now();
+    ok(&act(&admin, &id, action("navigate", "", format!("{site}/seen"))).await);
+    // A lower bound (what the emulation adds), not a speed target.
+    assert!(started.elapsed() >= Duration::from_millis(1500), "{:?}", started.elapsed());
+    assert_eq!(admin.get(&id).await.unwrap().network.map(|n| n.latency_ms), Some(1500));
+    admin.release(&id).await.unwrap();
+    server.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_emulation_is_refused_naming_the_field() {
     let server = TestServer::start().await;
@@ -168,6 +195,10 @@ async fn bad_emulation_is_refused_naming_the_field() {
     assert!(said.starts_with("locale: "), "{said}");
     let said = refused(pb::AcquireRequest { color_scheme: 9, ..Default::default() }).await;
     assert!(said.starts_with("color_scheme: 9"), "{said}");
+    let slow = Some(pb::NetworkConditions { latency_ms: 600_000, ..Default::default() });
+    assert!(refused(pb::AcquireRequest { network: slow, ..Default::default() })
+        .await
+        .starts_with("network: latency_ms"));
     let far = Some(pb::Geolocation { latitude: 100.0, longitude: 0.0, accuracy: 0.0 });
     assert!(refused(pb::AcquireRequest { geolocation: far, ..Default::default() }).await.starts_with("geolocation: "));
     // Well formed but unknown to Chromium: refused when its browser is set up, which is then

@@ -162,6 +162,16 @@ export declare type Session = Message<"browserpool.v1.Session"> & {
    * @generated from field: map<string, string> extra_headers = 20;
    */
   extraHeaders: { [key: string]: string };
+
+  /**
+   * @generated from field: bool offline = 21;
+   */
+  offline: boolean;
+
+  /**
+   * @generated from field: browserpool.v1.NetworkConditions network = 22;
+   */
+  network?: NetworkConditions | undefined;
 };
 
 /**
@@ -169,6 +179,38 @@ export declare type Session = Message<"browserpool.v1.Session"> & {
  * Use `create(SessionSchema)` to create a new message.
  */
 export declare const SessionSchema: GenMessage<Session>;
+
+/**
+ * A network as a session's pages see it.
+ *
+ * @generated from message browserpool.v1.NetworkConditions
+ */
+export declare type NetworkConditions = Message<"browserpool.v1.NetworkConditions"> & {
+  /**
+   * Added to every request, at most 60000.
+   *
+   * @generated from field: uint32 latency_ms = 1;
+   */
+  latencyMs: number;
+
+  /**
+   * Throughput caps; 0: not limited.
+   *
+   * @generated from field: uint64 download_bytes_per_s = 2;
+   */
+  downloadBytesPerS: bigint;
+
+  /**
+   * @generated from field: uint64 upload_bytes_per_s = 3;
+   */
+  uploadBytesPerS: bigint;
+};
+
+/**
+ * Describes the message browserpool.v1.NetworkConditions.
+ * Use `create(NetworkConditionsSchema)` to create a new message.
+ */
+export declare const NetworkConditionsSchema: GenMessage<NetworkConditions>;
 
 /**
  * A position for the Geolocation API.

@@ -7,7 +7,7 @@
 
 import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import type { Message } from "@bufbuild/protobuf";
-import type { Action, ActionResult, ActionResultSchema, Artifact, ArtifactKind, ArtifactSchema, ColorScheme, ContextEnvelope, ContextEnvelopeSchema, Event, EventSchema, Geolocation, Record, Session, SessionSchema, SessionState, Viewport } from "./common_pb.js";
+import type { Action, ActionResult, ActionResultSchema, Artifact, ArtifactKind, ArtifactSchema, ColorScheme, ContextEnvelope, ContextEnvelopeSchema, Event, EventSchema, Geolocation, NetworkConditions, Record, Session, SessionSchema, SessionState, Viewport } from "./common_pb.js";
 import type { Timestamp } from "@bufbuild/protobuf/wkt";
 
 /**
@@ -121,6 +121,20 @@ export declare type AcquireRequest = Message<"browserpool.v1.AcquireRequest"> & 
    * @generated from field: map<string, string> extra_headers = 13;
    */
   extraHeaders: { [key: string]: string };
+
+  /**
+   * Every request of the pages fails as with no network (net::ERR_INTERNET_DISCONNECTED).
+   *
+   * @generated from field: bool offline = 14;
+   */
+  offline: boolean;
+
+  /**
+   * A slower network: added latency and capped throughput.
+   *
+   * @generated from field: browserpool.v1.NetworkConditions network = 15;
+   */
+  network?: NetworkConditions | undefined;
 };
 
 /**
