@@ -215,3 +215,39 @@ async fn bad_emulation_is_refused_naming_the_field() {
     admin.release(next.id()).await.unwrap();
     server.stop().await;
 }
+
+/// Sessions sharing one browser (context isolation) each get their own emulation on their
+/// popups, and a session without one gets none: holding new pages paused for one session
+/// never gives its set-up to another's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_sharing_a_browser_keep_their_own_emulation_on_popups() {
+    let server = TestServer::start_with(|a| a.max_workers = 3).await;
+    let site = site().await;
+    let admin = server.admin().await;
+    let dense = context_tenant(&server, &admin, &[]).await;
+    let with_locale =
+        |locale: &str| pb::AcquireRequest { wait_ms: 30_000, locale: locale.into(), ..Default::default() };
+    let german = dense.acquire_with(with_locale("de-DE")).await.unwrap();
+    let french = dense.acquire_with(with_locale("fr-FR")).await.unwrap();
+    let plain = dense.acquire(30_000).await.unwrap();
+    assert!(german.worker_id == french.worker_id && french.worker_id == plain.worker_id, "one shared browser");
+    for (session, want) in [(&german, "de-DE"), (&french, "fr-FR"), (&plain, "en-US")] {
+        let id = &session.session_id;
+        ok(&act(&dense, id, action("navigate", "", format!("{site}/popup"))).await);
+        ok(&act(&dense, id, action("click", "#open", json!(null))).await);
+        eventually("the popup to be a tab", Duration::from_secs(10), || async {
+            let tabs = ok(&act(&dense, id, action("list_tabs", "", json!(null))).await);
+            (tabs.as_array().map(Vec::len) == Some(2)).then_some(())
+        })
+        .await;
+        ok(&act(&dense, id, action("switch_tab", "", 1)).await);
+        ok(&act(&dense, id, action("wait_for", "", json!({"url": "/seen"}))).await);
+        let (seen, headers) = seen_by(&dense, id).await;
+        assert_eq!(seen["lang"], want, "{want}: {seen}");
+        assert!(headers["accept_language"].as_str().unwrap().starts_with(want), "{want}: {headers}");
+    }
+    for s in [german, french, plain] {
+        dense.release(&s.session_id).await.unwrap();
+    }
+    server.stop().await;
+}
