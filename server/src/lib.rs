@@ -24,6 +24,7 @@ pub mod metrics;
 pub mod model;
 pub mod objects;
 pub mod redact;
+pub mod secrets;
 pub mod server;
 pub mod sessions;
 pub mod shutdown;
