@@ -83,6 +83,7 @@ const LAYERS: &[&[&str]] = &[
         "model",
         "objects",
         "redact",
+        "secrets",
         "throttle",
         "tls",
     ],

@@ -34,14 +34,20 @@ impl Sealer {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 let mut fresh = [0u8; 32];
                 getrandom::fill(&mut fresh).map_err(|e| format!("no randomness for {}: {e}", path.display()))?;
-                crate::auth::write_private(&path, &fresh).map_err(|e| format!("write {}: {e}", path.display()))?;
-                fresh.to_vec()
+                match write_new_private(&path, &fresh) {
+                    Ok(()) => fresh.to_vec(),
+                    // Another server made it first: that one is the key.
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                        std::fs::read(&path).map_err(|e| format!("read {}: {e}", path.display()))?
+                    }
+                    Err(e) => return Err(format!("write {}: {e}", path.display())),
+                }
             }
             Err(e) => return Err(format!("read {}: {e}", path.display())),
         };
-        let key: [u8; 32] = bytes
-            .try_into()
-            .map_err(|b: Vec<u8>| format!("{} holds {} bytes, not 32: restore it or remove it", path.display(), b.len()))?;
+        let key: [u8; 32] = bytes.try_into().map_err(|b: Vec<u8>| {
+            format!("{} holds {} bytes, not 32: restore it or remove it", path.display(), b.len())
+        })?;
         Ok(Sealer::from_key(&key))
     }
 
@@ -66,7 +72,8 @@ impl Sealer {
     /// The plain text of a value [`Sealer::seal`] made for `owner` under this key; an error
     /// (never the value) for anything else.
     pub fn open(&self, sealed: &str, owner: &str) -> Result<String, String> {
-        let not_ours = || format!("a secret of {owner} does not open with this data dir's {KEY_FILE}: was it replaced?");
+        let not_ours =
+            || format!("a secret of {owner} does not open with this data dir's {KEY_FILE}: was it replaced?");
         let raw = sealed
             .strip_prefix(PREFIX)
             .and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok())
@@ -78,6 +85,16 @@ impl Sealer {
         let plain = self.key.open_in_place(nonce, Aad::from(owner.as_bytes()), &mut buf).map_err(|_| not_ours())?;
         String::from_utf8(plain.to_vec()).map_err(|_| not_ours())
     }
+}
+
+/// Creates `path` owner-only (0600) with `bytes`; an existing file is an error (two servers
+/// starting at once: the second reads the first's key).
+fn write_new_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path)?;
+    file.write_all(bytes)?;
+    file.sync_all()
 }
 
 #[cfg(test)]
