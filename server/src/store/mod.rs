@@ -140,9 +140,12 @@ macro_rules! with_pool {
 }
 
 mod audit;
+mod proxies;
 mod replicas;
 mod sessions;
 mod tenants;
+
+pub use proxies::ProxyRecord;
 
 /// Creates the SQLite file owner-only (0600) before SQLite opens it, or narrows an existing
 /// one: whatever the data dir's mode and the umask, sessions, tenants and the audit trail are
@@ -464,7 +467,7 @@ mod tests {
 
     /// One store per backend: a SQLite file always, and a scratch PostgreSQL database when
     /// `BROWSERPOOL_TEST_POSTGRES` names a server (the README test command sets it).
-    async fn backends(dir: &std::path::Path) -> Vec<String> {
+    pub(super) async fn backends(dir: &std::path::Path) -> Vec<String> {
         let mut urls = vec![format!("sqlite://{}", dir.join("t.db").display())];
         if let Some(admin) = std::env::var("BROWSERPOOL_TEST_POSTGRES").ok().filter(|u| !u.is_empty()) {
             urls.push(scratch_postgres(&admin).await.expect("scratch postgres database"));
