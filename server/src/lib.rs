@@ -23,6 +23,7 @@ pub mod jcs;
 pub mod metrics;
 pub mod model;
 pub mod objects;
+pub mod proxies;
 pub mod redact;
 pub mod secrets;
 pub mod server;
@@ -94,7 +95,7 @@ const LAYERS: &[&[&str]] = &[
     &["auth", "envelope"],
     &["sessions"],
     &["app"],
-    &["forward", "shutdown", "tenants"],
+    &["forward", "proxies", "shutdown", "tenants"],
     &["convert", "grpc", "http"],
     &["server"],
     &["cli", "run", "bind", "Bound"],
