@@ -27,6 +27,8 @@ pub struct App {
     /// The service's counters and histograms (the sessions record into the same ones).
     pub metrics: Arc<Metrics>,
     pub keys: Arc<Keys>,
+    /// Seals and opens secrets at rest (proxy passwords).
+    pub sealer: Arc<crate::secrets::Sealer>,
     /// The token deny-list and the tenant epochs, refreshed in the background.
     pub revoked: Revocations,
     pub epochs: Epochs,

@@ -33,6 +33,8 @@ pub struct AdminApi {
     tenants: Tenants,
     /// The other replicas, for the whole-service calls.
     peers: Peers,
+    /// The upstream proxies.
+    proxies: crate::proxies::Proxies,
 }
 
 impl AdminApi {
@@ -46,6 +48,7 @@ impl AdminApi {
             revoked: app.revoked.clone(),
             tenants,
             peers,
+            proxies: crate::proxies::Proxies::new(app.store.clone(), app.sealer.clone()),
         }
     }
 
@@ -352,5 +355,51 @@ impl pb::admin_server::Admin for AdminApi {
                 pb::VerifyAuditResponse { ok: false, records_checked: checked, first_bad_seq: seq, message: why }
             }
         }))
+    }
+
+    async fn put_proxy(&self, req: Request<pb::PutProxyRequest>) -> Result<Response<pb::PutProxyResponse>, Status> {
+        let p = req
+            .into_inner()
+            .proxy
+            .ok_or_else(|| Status::from(ServiceError::InvalidArgument("proxy: required".into())))?;
+        let spec = crate::proxies::ProxySpec {
+            id: p.id,
+            url: p.url,
+            username: p.username,
+            password: p.password,
+            direct_hosts: p.direct_hosts,
+            tenants: p.tenants,
+        };
+        let (record, created) = self.proxies.put(spec).await?;
+        Ok(Response::new(pb::PutProxyResponse { proxy: Some(proxy_to_pb(record)), created }))
+    }
+
+    async fn list_proxies(
+        &self,
+        _req: Request<pb::ListProxiesRequest>,
+    ) -> Result<Response<pb::ListProxiesResponse>, Status> {
+        let proxies = self.proxies.list().await?.into_iter().map(proxy_to_pb).collect();
+        Ok(Response::new(pb::ListProxiesResponse { proxies }))
+    }
+
+    async fn delete_proxy(
+        &self,
+        req: Request<pb::DeleteProxyRequest>,
+    ) -> Result<Response<pb::DeleteProxyResponse>, Status> {
+        let deleted = self.proxies.delete(&req.get_ref().id).await?;
+        Ok(Response::new(pb::DeleteProxyResponse { deleted }))
+    }
+}
+
+/// A proxy on the wire: never its password, only whether one is stored.
+fn proxy_to_pb(r: crate::store::ProxyRecord) -> pb::Proxy {
+    pb::Proxy {
+        has_password: r.password_sealed.is_some(),
+        id: r.id,
+        url: r.url,
+        username: r.username,
+        password: String::new(),
+        direct_hosts: r.direct_hosts,
+        tenants: r.tenants,
     }
 }

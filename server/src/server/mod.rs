@@ -83,6 +83,8 @@ pub struct Bound {
     /// `<data-dir>/admin.token`.
     pub admin_token_path: PathBuf,
     keys: Arc<Keys>,
+    /// Seals and opens secrets at rest with the data dir's `secrets.key`.
+    sealer: Arc<crate::secrets::Sealer>,
     store: Store,
     sessions: Sessions,
     metrics: Arc<Metrics>,
@@ -142,6 +144,7 @@ pub async fn bind(args: ServeArgs) -> anyhow::Result<Bound> {
     apply_given_to_default_tenant(&store, &args).await?;
     let keys = Arc::new(Keys::load_or_create(&data_dir, args.jwt_alg)?);
     keys.set_leeway(args.token_leeway);
+    let sealer = Arc::new(crate::secrets::Sealer::load_or_create(&data_dir).map_err(anyhow::Error::msg)?);
     let admin_token_path = write_admin_token(&keys, &data_dir, DEFAULT_TENANT, &default_epoch)?;
     tracing::info!(path = %admin_token_path.display(), "admin token written");
 
@@ -193,6 +196,7 @@ pub async fn bind(args: ServeArgs) -> anyhow::Result<Bound> {
         http_addr,
         admin_token_path,
         keys,
+        sealer,
         store,
         sessions,
         metrics,

@@ -40,6 +40,7 @@ impl Bound {
             grpc,
             http,
             keys,
+            sealer,
             store,
             sessions,
             metrics,
@@ -57,7 +58,20 @@ impl Bound {
         epochs.replace(store.tenant_epochs().await?);
         let tokens = TokenCheck::new(keys.clone(), revoked.clone(), epochs.clone());
         let throttle = Default::default();
-        let app = App { sessions, pool, store, audit, metrics, keys, revoked, epochs, tokens, throttle, tls: tls_mode };
+        let app = App {
+            sessions,
+            pool,
+            store,
+            audit,
+            metrics,
+            keys,
+            sealer,
+            revoked,
+            epochs,
+            tokens,
+            throttle,
+            tls: tls_mode,
+        };
 
         // Every background task is tracked, and all are joined before this returns.
         let tasks = TaskTracker::new();

@@ -22,6 +22,7 @@ mod isolation;
 mod lifecycle;
 mod live;
 mod ops;
+mod proxies;
 mod recording;
 mod replicas;
 mod sdk;

@@ -35,6 +35,60 @@ WORKER_STATE_LEASED: WorkerState
 WORKER_STATE_RECYCLING: WorkerState
 WORKER_STATE_DEAD: WorkerState
 
+class Proxy(_message.Message):
+    __slots__ = ("id", "url", "username", "password", "direct_hosts", "tenants", "has_password")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    URL_FIELD_NUMBER: _ClassVar[int]
+    USERNAME_FIELD_NUMBER: _ClassVar[int]
+    PASSWORD_FIELD_NUMBER: _ClassVar[int]
+    DIRECT_HOSTS_FIELD_NUMBER: _ClassVar[int]
+    TENANTS_FIELD_NUMBER: _ClassVar[int]
+    HAS_PASSWORD_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    url: str
+    username: str
+    password: str
+    direct_hosts: _containers.RepeatedScalarFieldContainer[str]
+    tenants: _containers.RepeatedScalarFieldContainer[str]
+    has_password: bool
+    def __init__(self, id: _Optional[str] = ..., url: _Optional[str] = ..., username: _Optional[str] = ..., password: _Optional[str] = ..., direct_hosts: _Optional[_Iterable[str]] = ..., tenants: _Optional[_Iterable[str]] = ..., has_password: _Optional[bool] = ...) -> None: ...
+
+class PutProxyRequest(_message.Message):
+    __slots__ = ("proxy",)
+    PROXY_FIELD_NUMBER: _ClassVar[int]
+    proxy: Proxy
+    def __init__(self, proxy: _Optional[_Union[Proxy, _Mapping]] = ...) -> None: ...
+
+class PutProxyResponse(_message.Message):
+    __slots__ = ("proxy", "created")
+    PROXY_FIELD_NUMBER: _ClassVar[int]
+    CREATED_FIELD_NUMBER: _ClassVar[int]
+    proxy: Proxy
+    created: bool
+    def __init__(self, proxy: _Optional[_Union[Proxy, _Mapping]] = ..., created: _Optional[bool] = ...) -> None: ...
+
+class ListProxiesRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListProxiesResponse(_message.Message):
+    __slots__ = ("proxies",)
+    PROXIES_FIELD_NUMBER: _ClassVar[int]
+    proxies: _containers.RepeatedCompositeFieldContainer[Proxy]
+    def __init__(self, proxies: _Optional[_Iterable[_Union[Proxy, _Mapping]]] = ...) -> None: ...
+
+class DeleteProxyRequest(_message.Message):
+    __slots__ = ("id",)
+    ID_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    def __init__(self, id: _Optional[str] = ...) -> None: ...
+
+class DeleteProxyResponse(_message.Message):
+    __slots__ = ("deleted",)
+    DELETED_FIELD_NUMBER: _ClassVar[int]
+    deleted: bool
+    def __init__(self, deleted: _Optional[bool] = ...) -> None: ...
+
 class Tenant(_message.Message):
     __slots__ = ("id", "max_slots", "max_queue", "max_session_ttl_ms", "idle_timeout_ms", "allow_hosts", "allow_private_networks", "isolation", "max_memory_mb", "default_record", "max_file_mb", "max_artifact_mb", "artifact_ttl_s")
     ID_FIELD_NUMBER: _ClassVar[int]

@@ -93,6 +93,21 @@ class AdminStub:
                 request_serializer=browserpool_dot_v1_dot_admin__pb2.VerifyAuditRequest.SerializeToString,
                 response_deserializer=browserpool_dot_v1_dot_admin__pb2.VerifyAuditResponse.FromString,
                 _registered_method=True)
+        self.PutProxy = channel.unary_unary(
+                '/browserpool.v1.Admin/PutProxy',
+                request_serializer=browserpool_dot_v1_dot_admin__pb2.PutProxyRequest.SerializeToString,
+                response_deserializer=browserpool_dot_v1_dot_admin__pb2.PutProxyResponse.FromString,
+                _registered_method=True)
+        self.ListProxies = channel.unary_unary(
+                '/browserpool.v1.Admin/ListProxies',
+                request_serializer=browserpool_dot_v1_dot_admin__pb2.ListProxiesRequest.SerializeToString,
+                response_deserializer=browserpool_dot_v1_dot_admin__pb2.ListProxiesResponse.FromString,
+                _registered_method=True)
+        self.DeleteProxy = channel.unary_unary(
+                '/browserpool.v1.Admin/DeleteProxy',
+                request_serializer=browserpool_dot_v1_dot_admin__pb2.DeleteProxyRequest.SerializeToString,
+                response_deserializer=browserpool_dot_v1_dot_admin__pb2.DeleteProxyResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
@@ -185,6 +200,31 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PutProxy(self, request, context):
+        """Create or replace an upstream proxy (upsert by id). Its password is stored sealed with
+        the data dir's secrets.key and never returned, logged or audited; an empty password keeps
+        the stored one. INVALID_ARGUMENT names the bad field. Sessions cannot use proxies yet.
+        Scope admin.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListProxies(self, request, context):
+        """List the upstream proxies, passwords left out (has_password says whether one is stored).
+        Scope admin.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteProxy(self, request, context):
+        """Delete an upstream proxy. Idempotent. Scope admin.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -242,6 +282,21 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.VerifyAudit,
                     request_deserializer=browserpool_dot_v1_dot_admin__pb2.VerifyAuditRequest.FromString,
                     response_serializer=browserpool_dot_v1_dot_admin__pb2.VerifyAuditResponse.SerializeToString,
+            ),
+            'PutProxy': grpc.unary_unary_rpc_method_handler(
+                    servicer.PutProxy,
+                    request_deserializer=browserpool_dot_v1_dot_admin__pb2.PutProxyRequest.FromString,
+                    response_serializer=browserpool_dot_v1_dot_admin__pb2.PutProxyResponse.SerializeToString,
+            ),
+            'ListProxies': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListProxies,
+                    request_deserializer=browserpool_dot_v1_dot_admin__pb2.ListProxiesRequest.FromString,
+                    response_serializer=browserpool_dot_v1_dot_admin__pb2.ListProxiesResponse.SerializeToString,
+            ),
+            'DeleteProxy': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteProxy,
+                    request_deserializer=browserpool_dot_v1_dot_admin__pb2.DeleteProxyRequest.FromString,
+                    response_serializer=browserpool_dot_v1_dot_admin__pb2.DeleteProxyResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -545,6 +600,87 @@ class Admin:
             '/browserpool.v1.Admin/VerifyAudit',
             browserpool_dot_v1_dot_admin__pb2.VerifyAuditRequest.SerializeToString,
             browserpool_dot_v1_dot_admin__pb2.VerifyAuditResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PutProxy(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/browserpool.v1.Admin/PutProxy',
+            browserpool_dot_v1_dot_admin__pb2.PutProxyRequest.SerializeToString,
+            browserpool_dot_v1_dot_admin__pb2.PutProxyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListProxies(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/browserpool.v1.Admin/ListProxies',
+            browserpool_dot_v1_dot_admin__pb2.ListProxiesRequest.SerializeToString,
+            browserpool_dot_v1_dot_admin__pb2.ListProxiesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteProxy(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/browserpool.v1.Admin/DeleteProxy',
+            browserpool_dot_v1_dot_admin__pb2.DeleteProxyRequest.SerializeToString,
+            browserpool_dot_v1_dot_admin__pb2.DeleteProxyResponse.FromString,
             options,
             channel_credentials,
             insecure,

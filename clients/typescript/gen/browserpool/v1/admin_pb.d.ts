@@ -16,6 +16,165 @@ import type { Timestamp } from "@bufbuild/protobuf/wkt";
 export declare const file_browserpool_v1_admin: GenFile;
 
 /**
+ * An upstream proxy sessions may leave through.
+ *
+ * @generated from message browserpool.v1.Proxy
+ */
+export declare type Proxy = Message<"browserpool.v1.Proxy"> & {
+  /**
+   * 1-63 characters of a-z, 0-9, '-', '_', '.'.
+   *
+   * @generated from field: string id = 1;
+   */
+  id: string;
+
+  /**
+   * http://, https:// or socks5://host:port, nothing else (credentials go below).
+   *
+   * @generated from field: string url = 2;
+   */
+  url: string;
+
+  /**
+   * @generated from field: string username = 3;
+   */
+  username: string;
+
+  /**
+   * Write-only: taken by PutProxy, never in an answer.
+   *
+   * @generated from field: string password = 4;
+   */
+  password: string;
+
+  /**
+   * Hosts (or *.suffix) that go direct instead of through the proxy.
+   *
+   * @generated from field: repeated string direct_hosts = 5;
+   */
+  directHosts: string[];
+
+  /**
+   * Tenants that may use it.
+   *
+   * @generated from field: repeated string tenants = 6;
+   */
+  tenants: string[];
+
+  /**
+   * Whether a password is stored (answers only).
+   *
+   * @generated from field: bool has_password = 7;
+   */
+  hasPassword: boolean;
+};
+
+/**
+ * Describes the message browserpool.v1.Proxy.
+ * Use `create(ProxySchema)` to create a new message.
+ */
+export declare const ProxySchema: GenMessage<Proxy>;
+
+/**
+ * @generated from message browserpool.v1.PutProxyRequest
+ */
+export declare type PutProxyRequest = Message<"browserpool.v1.PutProxyRequest"> & {
+  /**
+   * @generated from field: browserpool.v1.Proxy proxy = 1;
+   */
+  proxy?: Proxy | undefined;
+};
+
+/**
+ * Describes the message browserpool.v1.PutProxyRequest.
+ * Use `create(PutProxyRequestSchema)` to create a new message.
+ */
+export declare const PutProxyRequestSchema: GenMessage<PutProxyRequest>;
+
+/**
+ * @generated from message browserpool.v1.PutProxyResponse
+ */
+export declare type PutProxyResponse = Message<"browserpool.v1.PutProxyResponse"> & {
+  /**
+   * As stored, without its password.
+   *
+   * @generated from field: browserpool.v1.Proxy proxy = 1;
+   */
+  proxy?: Proxy | undefined;
+
+  /**
+   * @generated from field: bool created = 2;
+   */
+  created: boolean;
+};
+
+/**
+ * Describes the message browserpool.v1.PutProxyResponse.
+ * Use `create(PutProxyResponseSchema)` to create a new message.
+ */
+export declare const PutProxyResponseSchema: GenMessage<PutProxyResponse>;
+
+/**
+ * @generated from message browserpool.v1.ListProxiesRequest
+ */
+export declare type ListProxiesRequest = Message<"browserpool.v1.ListProxiesRequest"> & {
+};
+
+/**
+ * Describes the message browserpool.v1.ListProxiesRequest.
+ * Use `create(ListProxiesRequestSchema)` to create a new message.
+ */
+export declare const ListProxiesRequestSchema: GenMessage<ListProxiesRequest>;
+
+/**
+ * @generated from message browserpool.v1.ListProxiesResponse
+ */
+export declare type ListProxiesResponse = Message<"browserpool.v1.ListProxiesResponse"> & {
+  /**
+   * @generated from field: repeated browserpool.v1.Proxy proxies = 1;
+   */
+  proxies: Proxy[];
+};
+
+/**
+ * Describes the message browserpool.v1.ListProxiesResponse.
+ * Use `create(ListProxiesResponseSchema)` to create a new message.
+ */
+export declare const ListProxiesResponseSchema: GenMessage<ListProxiesResponse>;
+
+/**
+ * @generated from message browserpool.v1.DeleteProxyRequest
+ */
+export declare type DeleteProxyRequest = Message<"browserpool.v1.DeleteProxyRequest"> & {
+  /**
+   * @generated from field: string id = 1;
+   */
+  id: string;
+};
+
+/**
+ * Describes the message browserpool.v1.DeleteProxyRequest.
+ * Use `create(DeleteProxyRequestSchema)` to create a new message.
+ */
+export declare const DeleteProxyRequestSchema: GenMessage<DeleteProxyRequest>;
+
+/**
+ * @generated from message browserpool.v1.DeleteProxyResponse
+ */
+export declare type DeleteProxyResponse = Message<"browserpool.v1.DeleteProxyResponse"> & {
+  /**
+   * @generated from field: bool deleted = 1;
+   */
+  deleted: boolean;
+};
+
+/**
+ * Describes the message browserpool.v1.DeleteProxyResponse.
+ * Use `create(DeleteProxyResponseSchema)` to create a new message.
+ */
+export declare const DeleteProxyResponseSchema: GenMessage<DeleteProxyResponse>;
+
+/**
  * A tenant: quotas and navigation policy shared by all its tokens and sessions.
  *
  * @generated from message browserpool.v1.Tenant
@@ -1297,6 +1456,40 @@ export declare const Admin: GenService<{
     methodKind: "unary";
     input: typeof VerifyAuditRequestSchema;
     output: typeof VerifyAuditResponseSchema;
+  },
+  /**
+   * Create or replace an upstream proxy (upsert by id). Its password is stored sealed with
+   * the data dir's secrets.key and never returned, logged or audited; an empty password keeps
+   * the stored one. INVALID_ARGUMENT names the bad field. Sessions cannot use proxies yet.
+   * Scope admin.
+   *
+   * @generated from rpc browserpool.v1.Admin.PutProxy
+   */
+  putProxy: {
+    methodKind: "unary";
+    input: typeof PutProxyRequestSchema;
+    output: typeof PutProxyResponseSchema;
+  },
+  /**
+   * List the upstream proxies, passwords left out (has_password says whether one is stored).
+   * Scope admin.
+   *
+   * @generated from rpc browserpool.v1.Admin.ListProxies
+   */
+  listProxies: {
+    methodKind: "unary";
+    input: typeof ListProxiesRequestSchema;
+    output: typeof ListProxiesResponseSchema;
+  },
+  /**
+   * Delete an upstream proxy. Idempotent. Scope admin.
+   *
+   * @generated from rpc browserpool.v1.Admin.DeleteProxy
+   */
+  deleteProxy: {
+    methodKind: "unary";
+    input: typeof DeleteProxyRequestSchema;
+    output: typeof DeleteProxyResponseSchema;
   },
 }>;
 

@@ -13,189 +13,238 @@ import { file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
  * Describes the file browserpool/v1/admin.proto.
  */
 export const file_browserpool_v1_admin = /*@__PURE__*/
-  fileDesc("Chpicm93c2VycG9vbC92MS9hZG1pbi5wcm90bxIOYnJvd3NlcnBvb2wudjEi3wIKBlRlbmFudBIKCgJpZBgBIAEoCRIRCgltYXhfc2xvdHMYAiABKA0SEQoJbWF4X3F1ZXVlGAMgASgNEhoKEm1heF9zZXNzaW9uX3R0bF9tcxgEIAEoDRIXCg9pZGxlX3RpbWVvdXRfbXMYBSABKA0SEwoLYWxsb3dfaG9zdHMYBiADKAkSHgoWYWxsb3dfcHJpdmF0ZV9uZXR3b3JrcxgHIAEoCBIsCglpc29sYXRpb24YCCABKA4yGS5icm93c2VycG9vbC52MS5Jc29sYXRpb24SFQoNbWF4X21lbW9yeV9tYhgJIAEoDRIuCg5kZWZhdWx0X3JlY29yZBgKIAEoDjIWLmJyb3dzZXJwb29sLnYxLlJlY29yZBITCgttYXhfZmlsZV9tYhgLIAEoDRIXCg9tYXhfYXJ0aWZhY3RfbWIYDCABKA0SFgoOYXJ0aWZhY3RfdHRsX3MYDSABKA0i8QEKBldvcmtlchIRCgl3b3JrZXJfaWQYASABKAkSKgoFc3RhdGUYAiABKA4yGy5icm93c2VycG9vbC52MS5Xb3JrZXJTdGF0ZRILCgNwaWQYAyABKA0SEAoIY2RwX3BvcnQYBCABKA0SDgoGdGVuYW50GAUgASgJEhIKCnNlc3Npb25faWQYBiABKAkSLgoKc3RhcnRlZF9hdBgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEQoJcnNzX2J5dGVzGAggASgEEhEKCXBzc19ieXRlcxgJIAEoBBIPCgdyZXBsaWNhGAogASgJIsIBCg1SZXBsaWNhU3RhdHVzEg8KB3JlcGxpY2EYASABKAkSEQoJZ3JwY19hZGRyGAIgASgJEhAKCGRyYWluaW5nGAMgASgIEgwKBHdhcm0YBCABKA0SDgoGbGVhc2VkGAUgASgNEhAKCGNhcGFjaXR5GAYgASgNEg0KBWVycm9yGAcgASgJEg8KB3NhbmRib3gYCCABKAkSEwoLdW5zYW5kYm94ZWQYCSABKAgSFgoOcmVzb3VyY2VfZmVuY2UYCiABKAkiUAoLVGVuYW50VXNhZ2USDgoGdGVuYW50GAEgASgJEg4KBmFjdGl2ZRgCIAEoDRIOCgZxdWV1ZWQYAyABKA0SEQoJbWF4X3Nsb3RzGAQgASgNIp0CCgtBdWRpdFJlY29yZBILCgNzZXEYASABKAQSJgoCYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg4KBnRlbmFudBgDIAEoCRIPCgdzdWJqZWN0GAQgASgJEhAKCGp0aV9oYXNoGAUgASgJEhIKCnNlc3Npb25faWQYBiABKAkSCwoDcnBjGAcgASgJEg4KBmFjdGlvbhgIIAEoCRIQCghhbGlhc19vZhgJIAEoCRIOCgZ0YXJnZXQYCiABKAkSDwoHb3V0Y29tZRgLIAEoCRIMCgRjb2RlGAwgASgJEhMKC2R1cmF0aW9uX21zGA0gASgNEhEKCXByZXZfaGFzaBgOIAEoCRIMCgRoYXNoGA8gASgJIhMKEVBvb2xTdGF0dXNSZXF1ZXN0IvMBChJQb29sU3RhdHVzUmVzcG9uc2USJwoHd29ya2VycxgBIAMoCzIWLmJyb3dzZXJwb29sLnYxLldvcmtlchIMCgR3YXJtGAIgASgNEg4KBmxlYXNlZBgDIAEoDRIQCghjYXBhY2l0eRgEIAEoDRIQCghkcmFpbmluZxgFIAEoCBIsCgd0ZW5hbnRzGAYgAygLMhsuYnJvd3NlcnBvb2wudjEuVGVuYW50VXNhZ2USLwoIcmVwbGljYXMYByADKAsyHS5icm93c2VycG9vbC52MS5SZXBsaWNhU3RhdHVzEhMKC3Vuc2FuZGJveGVkGAggASgIIn4KGEFkbWluTGlzdFNlc3Npb25zUmVxdWVzdBIOCgZ0ZW5hbnQYASABKAkSKwoFc3RhdGUYAiABKA4yHC5icm93c2VycG9vbC52MS5TZXNzaW9uU3RhdGUSEQoJcGFnZV9zaXplGAMgASgNEhIKCnBhZ2VfdG9rZW4YBCABKAkiXwoZQWRtaW5MaXN0U2Vzc2lvbnNSZXNwb25zZRIpCghzZXNzaW9ucxgBIAMoCzIXLmJyb3dzZXJwb29sLnYxLlNlc3Npb24SFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIjgKEktpbGxTZXNzaW9uUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEg4KBnJlYXNvbhgCIAEoCSJSChNLaWxsU2Vzc2lvblJlc3BvbnNlEg4KBmtpbGxlZBgBIAEoCBIrCgVzdGF0ZRgCIAEoDjIcLmJyb3dzZXJwb29sLnYxLlNlc3Npb25TdGF0ZSJECgxEcmFpblJlcXVlc3QSDQoFZHJhaW4YASABKAgSFAoMYWxsX3JlcGxpY2FzGAIgASgIEg8KB3JlcGxpY2EYAyABKAkiYgoNRHJhaW5SZXNwb25zZRIQCghkcmFpbmluZxgBIAEoCBIOCgZsZWFzZWQYAiABKA0SLwoIcmVwbGljYXMYAyADKAsyHS5icm93c2VycG9vbC52MS5SZXBsaWNhU3RhdHVzIhQKEkxpc3RUZW5hbnRzUmVxdWVzdCI+ChNMaXN0VGVuYW50c1Jlc3BvbnNlEicKB3RlbmFudHMYASADKAsyFi5icm93c2VycG9vbC52MS5UZW5hbnQiOgoQUHV0VGVuYW50UmVxdWVzdBImCgZ0ZW5hbnQYASABKAsyFi5icm93c2VycG9vbC52MS5UZW5hbnQiTAoRUHV0VGVuYW50UmVzcG9uc2USJgoGdGVuYW50GAEgASgLMhYuYnJvd3NlcnBvb2wudjEuVGVuYW50Eg8KB2NyZWF0ZWQYAiABKAgiMAoTRGVsZXRlVGVuYW50UmVxdWVzdBIKCgJpZBgBIAEoCRINCgVmb3JjZRgCIAEoCCInChREZWxldGVUZW5hbnRSZXNwb25zZRIPCgdkZWxldGVkGAEgASgIIlMKEUlzc3VlVG9rZW5SZXF1ZXN0Eg4KBnRlbmFudBgBIAEoCRIPCgdzdWJqZWN0GAIgASgJEg4KBnNjb3BlcxgDIAMoCRINCgV0dGxfcxgEIAEoDSJgChJJc3N1ZVRva2VuUmVzcG9uc2USDQoFdG9rZW4YASABKAkSCwoDanRpGAIgASgJEi4KCmV4cGlyZXNfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIiEKElJldm9rZVRva2VuUmVxdWVzdBILCgNqdGkYASABKAkiJgoTUmV2b2tlVG9rZW5SZXNwb25zZRIPCgdyZXZva2VkGAEgASgIIoEBChFRdWVyeUF1ZGl0UmVxdWVzdBIOCgZ0ZW5hbnQYASABKAkSEgoKc2Vzc2lvbl9pZBgCIAEoCRIOCgZhY3Rpb24YAyABKAkSKQoFc2luY2UYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg0KBWxpbWl0GAUgASgNIhQKElZlcmlmeUF1ZGl0UmVxdWVzdCJiChNWZXJpZnlBdWRpdFJlc3BvbnNlEgoKAm9rGAEgASgIEhcKD3JlY29yZHNfY2hlY2tlZBgCIAEoBBIVCg1maXJzdF9iYWRfc2VxGAMgASgEEg8KB21lc3NhZ2UYBCABKAkqVAoJSXNvbGF0aW9uEhkKFUlTT0xBVElPTl9VTlNQRUNJRklFRBAAEhUKEUlTT0xBVElPTl9QUk9DRVNTEAESFQoRSVNPTEFUSU9OX0NPTlRFWFQQAiqoAQoLV29ya2VyU3RhdGUSHAoYV09SS0VSX1NUQVRFX1VOU1BFQ0lGSUVEEAASGAoUV09SS0VSX1NUQVRFX0JPT1RJTkcQARIVChFXT1JLRVJfU1RBVEVfV0FSTRACEhcKE1dPUktFUl9TVEFURV9MRUFTRUQQAxIaChZXT1JLRVJfU1RBVEVfUkVDWUNMSU5HEAQSFQoRV09SS0VSX1NUQVRFX0RFQUQQBTK5BwoFQWRtaW4SUwoKUG9vbFN0YXR1cxIhLmJyb3dzZXJwb29sLnYxLlBvb2xTdGF0dXNSZXF1ZXN0GiIuYnJvd3NlcnBvb2wudjEuUG9vbFN0YXR1c1Jlc3BvbnNlEmMKDExpc3RTZXNzaW9ucxIoLmJyb3dzZXJwb29sLnYxLkFkbWluTGlzdFNlc3Npb25zUmVxdWVzdBopLmJyb3dzZXJwb29sLnYxLkFkbWluTGlzdFNlc3Npb25zUmVzcG9uc2USVgoLS2lsbFNlc3Npb24SIi5icm93c2VycG9vbC52MS5LaWxsU2Vzc2lvblJlcXVlc3QaIy5icm93c2VycG9vbC52MS5LaWxsU2Vzc2lvblJlc3BvbnNlEkQKBURyYWluEhwuYnJvd3NlcnBvb2wudjEuRHJhaW5SZXF1ZXN0Gh0uYnJvd3NlcnBvb2wudjEuRHJhaW5SZXNwb25zZRJWCgtMaXN0VGVuYW50cxIiLmJyb3dzZXJwb29sLnYxLkxpc3RUZW5hbnRzUmVxdWVzdBojLmJyb3dzZXJwb29sLnYxLkxpc3RUZW5hbnRzUmVzcG9uc2USUAoJUHV0VGVuYW50EiAuYnJvd3NlcnBvb2wudjEuUHV0VGVuYW50UmVxdWVzdBohLmJyb3dzZXJwb29sLnYxLlB1dFRlbmFudFJlc3BvbnNlElkKDERlbGV0ZVRlbmFudBIjLmJyb3dzZXJwb29sLnYxLkRlbGV0ZVRlbmFudFJlcXVlc3QaJC5icm93c2VycG9vbC52MS5EZWxldGVUZW5hbnRSZXNwb25zZRJTCgpJc3N1ZVRva2VuEiEuYnJvd3NlcnBvb2wudjEuSXNzdWVUb2tlblJlcXVlc3QaIi5icm93c2VycG9vbC52MS5Jc3N1ZVRva2VuUmVzcG9uc2USVgoLUmV2b2tlVG9rZW4SIi5icm93c2VycG9vbC52MS5SZXZva2VUb2tlblJlcXVlc3QaIy5icm93c2VycG9vbC52MS5SZXZva2VUb2tlblJlc3BvbnNlEk4KClF1ZXJ5QXVkaXQSIS5icm93c2VycG9vbC52MS5RdWVyeUF1ZGl0UmVxdWVzdBobLmJyb3dzZXJwb29sLnYxLkF1ZGl0UmVjb3JkMAESVgoLVmVyaWZ5QXVkaXQSIi5icm93c2VycG9vbC52MS5WZXJpZnlBdWRpdFJlcXVlc3QaIy5icm93c2VycG9vbC52MS5WZXJpZnlBdWRpdFJlc3BvbnNlYgZwcm90bzM", [file_browserpool_v1_common, file_google_protobuf_timestamp]);
+  fileDesc("Chpicm93c2VycG9vbC92MS9hZG1pbi5wcm90bxIOYnJvd3NlcnBvb2wudjEigQEKBVByb3h5EgoKAmlkGAEgASgJEgsKA3VybBgCIAEoCRIQCgh1c2VybmFtZRgDIAEoCRIQCghwYXNzd29yZBgEIAEoCRIUCgxkaXJlY3RfaG9zdHMYBSADKAkSDwoHdGVuYW50cxgGIAMoCRIUCgxoYXNfcGFzc3dvcmQYByABKAgiNwoPUHV0UHJveHlSZXF1ZXN0EiQKBXByb3h5GAEgASgLMhUuYnJvd3NlcnBvb2wudjEuUHJveHkiSQoQUHV0UHJveHlSZXNwb25zZRIkCgVwcm94eRgBIAEoCzIVLmJyb3dzZXJwb29sLnYxLlByb3h5Eg8KB2NyZWF0ZWQYAiABKAgiFAoSTGlzdFByb3hpZXNSZXF1ZXN0Ij0KE0xpc3RQcm94aWVzUmVzcG9uc2USJgoHcHJveGllcxgBIAMoCzIVLmJyb3dzZXJwb29sLnYxLlByb3h5IiAKEkRlbGV0ZVByb3h5UmVxdWVzdBIKCgJpZBgBIAEoCSImChNEZWxldGVQcm94eVJlc3BvbnNlEg8KB2RlbGV0ZWQYASABKAgi3wIKBlRlbmFudBIKCgJpZBgBIAEoCRIRCgltYXhfc2xvdHMYAiABKA0SEQoJbWF4X3F1ZXVlGAMgASgNEhoKEm1heF9zZXNzaW9uX3R0bF9tcxgEIAEoDRIXCg9pZGxlX3RpbWVvdXRfbXMYBSABKA0SEwoLYWxsb3dfaG9zdHMYBiADKAkSHgoWYWxsb3dfcHJpdmF0ZV9uZXR3b3JrcxgHIAEoCBIsCglpc29sYXRpb24YCCABKA4yGS5icm93c2VycG9vbC52MS5Jc29sYXRpb24SFQoNbWF4X21lbW9yeV9tYhgJIAEoDRIuCg5kZWZhdWx0X3JlY29yZBgKIAEoDjIWLmJyb3dzZXJwb29sLnYxLlJlY29yZBITCgttYXhfZmlsZV9tYhgLIAEoDRIXCg9tYXhfYXJ0aWZhY3RfbWIYDCABKA0SFgoOYXJ0aWZhY3RfdHRsX3MYDSABKA0i8QEKBldvcmtlchIRCgl3b3JrZXJfaWQYASABKAkSKgoFc3RhdGUYAiABKA4yGy5icm93c2VycG9vbC52MS5Xb3JrZXJTdGF0ZRILCgNwaWQYAyABKA0SEAoIY2RwX3BvcnQYBCABKA0SDgoGdGVuYW50GAUgASgJEhIKCnNlc3Npb25faWQYBiABKAkSLgoKc3RhcnRlZF9hdBgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEQoJcnNzX2J5dGVzGAggASgEEhEKCXBzc19ieXRlcxgJIAEoBBIPCgdyZXBsaWNhGAogASgJIsIBCg1SZXBsaWNhU3RhdHVzEg8KB3JlcGxpY2EYASABKAkSEQoJZ3JwY19hZGRyGAIgASgJEhAKCGRyYWluaW5nGAMgASgIEgwKBHdhcm0YBCABKA0SDgoGbGVhc2VkGAUgASgNEhAKCGNhcGFjaXR5GAYgASgNEg0KBWVycm9yGAcgASgJEg8KB3NhbmRib3gYCCABKAkSEwoLdW5zYW5kYm94ZWQYCSABKAgSFgoOcmVzb3VyY2VfZmVuY2UYCiABKAkiUAoLVGVuYW50VXNhZ2USDgoGdGVuYW50GAEgASgJEg4KBmFjdGl2ZRgCIAEoDRIOCgZxdWV1ZWQYAyABKA0SEQoJbWF4X3Nsb3RzGAQgASgNIp0CCgtBdWRpdFJlY29yZBILCgNzZXEYASABKAQSJgoCYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg4KBnRlbmFudBgDIAEoCRIPCgdzdWJqZWN0GAQgASgJEhAKCGp0aV9oYXNoGAUgASgJEhIKCnNlc3Npb25faWQYBiABKAkSCwoDcnBjGAcgASgJEg4KBmFjdGlvbhgIIAEoCRIQCghhbGlhc19vZhgJIAEoCRIOCgZ0YXJnZXQYCiABKAkSDwoHb3V0Y29tZRgLIAEoCRIMCgRjb2RlGAwgASgJEhMKC2R1cmF0aW9uX21zGA0gASgNEhEKCXByZXZfaGFzaBgOIAEoCRIMCgRoYXNoGA8gASgJIhMKEVBvb2xTdGF0dXNSZXF1ZXN0IvMBChJQb29sU3RhdHVzUmVzcG9uc2USJwoHd29ya2VycxgBIAMoCzIWLmJyb3dzZXJwb29sLnYxLldvcmtlchIMCgR3YXJtGAIgASgNEg4KBmxlYXNlZBgDIAEoDRIQCghjYXBhY2l0eRgEIAEoDRIQCghkcmFpbmluZxgFIAEoCBIsCgd0ZW5hbnRzGAYgAygLMhsuYnJvd3NlcnBvb2wudjEuVGVuYW50VXNhZ2USLwoIcmVwbGljYXMYByADKAsyHS5icm93c2VycG9vbC52MS5SZXBsaWNhU3RhdHVzEhMKC3Vuc2FuZGJveGVkGAggASgIIn4KGEFkbWluTGlzdFNlc3Npb25zUmVxdWVzdBIOCgZ0ZW5hbnQYASABKAkSKwoFc3RhdGUYAiABKA4yHC5icm93c2VycG9vbC52MS5TZXNzaW9uU3RhdGUSEQoJcGFnZV9zaXplGAMgASgNEhIKCnBhZ2VfdG9rZW4YBCABKAkiXwoZQWRtaW5MaXN0U2Vzc2lvbnNSZXNwb25zZRIpCghzZXNzaW9ucxgBIAMoCzIXLmJyb3dzZXJwb29sLnYxLlNlc3Npb24SFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIjgKEktpbGxTZXNzaW9uUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEg4KBnJlYXNvbhgCIAEoCSJSChNLaWxsU2Vzc2lvblJlc3BvbnNlEg4KBmtpbGxlZBgBIAEoCBIrCgVzdGF0ZRgCIAEoDjIcLmJyb3dzZXJwb29sLnYxLlNlc3Npb25TdGF0ZSJECgxEcmFpblJlcXVlc3QSDQoFZHJhaW4YASABKAgSFAoMYWxsX3JlcGxpY2FzGAIgASgIEg8KB3JlcGxpY2EYAyABKAkiYgoNRHJhaW5SZXNwb25zZRIQCghkcmFpbmluZxgBIAEoCBIOCgZsZWFzZWQYAiABKA0SLwoIcmVwbGljYXMYAyADKAsyHS5icm93c2VycG9vbC52MS5SZXBsaWNhU3RhdHVzIhQKEkxpc3RUZW5hbnRzUmVxdWVzdCI+ChNMaXN0VGVuYW50c1Jlc3BvbnNlEicKB3RlbmFudHMYASADKAsyFi5icm93c2VycG9vbC52MS5UZW5hbnQiOgoQUHV0VGVuYW50UmVxdWVzdBImCgZ0ZW5hbnQYASABKAsyFi5icm93c2VycG9vbC52MS5UZW5hbnQiTAoRUHV0VGVuYW50UmVzcG9uc2USJgoGdGVuYW50GAEgASgLMhYuYnJvd3NlcnBvb2wudjEuVGVuYW50Eg8KB2NyZWF0ZWQYAiABKAgiMAoTRGVsZXRlVGVuYW50UmVxdWVzdBIKCgJpZBgBIAEoCRINCgVmb3JjZRgCIAEoCCInChREZWxldGVUZW5hbnRSZXNwb25zZRIPCgdkZWxldGVkGAEgASgIIlMKEUlzc3VlVG9rZW5SZXF1ZXN0Eg4KBnRlbmFudBgBIAEoCRIPCgdzdWJqZWN0GAIgASgJEg4KBnNjb3BlcxgDIAMoCRINCgV0dGxfcxgEIAEoDSJgChJJc3N1ZVRva2VuUmVzcG9uc2USDQoFdG9rZW4YASABKAkSCwoDanRpGAIgASgJEi4KCmV4cGlyZXNfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIiEKElJldm9rZVRva2VuUmVxdWVzdBILCgNqdGkYASABKAkiJgoTUmV2b2tlVG9rZW5SZXNwb25zZRIPCgdyZXZva2VkGAEgASgIIoEBChFRdWVyeUF1ZGl0UmVxdWVzdBIOCgZ0ZW5hbnQYASABKAkSEgoKc2Vzc2lvbl9pZBgCIAEoCRIOCgZhY3Rpb24YAyABKAkSKQoFc2luY2UYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg0KBWxpbWl0GAUgASgNIhQKElZlcmlmeUF1ZGl0UmVxdWVzdCJiChNWZXJpZnlBdWRpdFJlc3BvbnNlEgoKAm9rGAEgASgIEhcKD3JlY29yZHNfY2hlY2tlZBgCIAEoBBIVCg1maXJzdF9iYWRfc2VxGAMgASgEEg8KB21lc3NhZ2UYBCABKAkqVAoJSXNvbGF0aW9uEhkKFUlTT0xBVElPTl9VTlNQRUNJRklFRBAAEhUKEUlTT0xBVElPTl9QUk9DRVNTEAESFQoRSVNPTEFUSU9OX0NPTlRFWFQQAiqoAQoLV29ya2VyU3RhdGUSHAoYV09SS0VSX1NUQVRFX1VOU1BFQ0lGSUVEEAASGAoUV09SS0VSX1NUQVRFX0JPT1RJTkcQARIVChFXT1JLRVJfU1RBVEVfV0FSTRACEhcKE1dPUktFUl9TVEFURV9MRUFTRUQQAxIaChZXT1JLRVJfU1RBVEVfUkVDWUNMSU5HEAQSFQoRV09SS0VSX1NUQVRFX0RFQUQQBTK4CQoFQWRtaW4SUwoKUG9vbFN0YXR1cxIhLmJyb3dzZXJwb29sLnYxLlBvb2xTdGF0dXNSZXF1ZXN0GiIuYnJvd3NlcnBvb2wudjEuUG9vbFN0YXR1c1Jlc3BvbnNlEmMKDExpc3RTZXNzaW9ucxIoLmJyb3dzZXJwb29sLnYxLkFkbWluTGlzdFNlc3Npb25zUmVxdWVzdBopLmJyb3dzZXJwb29sLnYxLkFkbWluTGlzdFNlc3Npb25zUmVzcG9uc2USVgoLS2lsbFNlc3Npb24SIi5icm93c2VycG9vbC52MS5LaWxsU2Vzc2lvblJlcXVlc3QaIy5icm93c2VycG9vbC52MS5LaWxsU2Vzc2lvblJlc3BvbnNlEkQKBURyYWluEhwuYnJvd3NlcnBvb2wudjEuRHJhaW5SZXF1ZXN0Gh0uYnJvd3NlcnBvb2wudjEuRHJhaW5SZXNwb25zZRJWCgtMaXN0VGVuYW50cxIiLmJyb3dzZXJwb29sLnYxLkxpc3RUZW5hbnRzUmVxdWVzdBojLmJyb3dzZXJwb29sLnYxLkxpc3RUZW5hbnRzUmVzcG9uc2USUAoJUHV0VGVuYW50EiAuYnJvd3NlcnBvb2wudjEuUHV0VGVuYW50UmVxdWVzdBohLmJyb3dzZXJwb29sLnYxLlB1dFRlbmFudFJlc3BvbnNlElkKDERlbGV0ZVRlbmFudBIjLmJyb3dzZXJwb29sLnYxLkRlbGV0ZVRlbmFudFJlcXVlc3QaJC5icm93c2VycG9vbC52MS5EZWxldGVUZW5hbnRSZXNwb25zZRJTCgpJc3N1ZVRva2VuEiEuYnJvd3NlcnBvb2wudjEuSXNzdWVUb2tlblJlcXVlc3QaIi5icm93c2VycG9vbC52MS5Jc3N1ZVRva2VuUmVzcG9uc2USVgoLUmV2b2tlVG9rZW4SIi5icm93c2VycG9vbC52MS5SZXZva2VUb2tlblJlcXVlc3QaIy5icm93c2VycG9vbC52MS5SZXZva2VUb2tlblJlc3BvbnNlEk4KClF1ZXJ5QXVkaXQSIS5icm93c2VycG9vbC52MS5RdWVyeUF1ZGl0UmVxdWVzdBobLmJyb3dzZXJwb29sLnYxLkF1ZGl0UmVjb3JkMAESVgoLVmVyaWZ5QXVkaXQSIi5icm93c2VycG9vbC52MS5WZXJpZnlBdWRpdFJlcXVlc3QaIy5icm93c2VycG9vbC52MS5WZXJpZnlBdWRpdFJlc3BvbnNlEk0KCFB1dFByb3h5Eh8uYnJvd3NlcnBvb2wudjEuUHV0UHJveHlSZXF1ZXN0GiAuYnJvd3NlcnBvb2wudjEuUHV0UHJveHlSZXNwb25zZRJWCgtMaXN0UHJveGllcxIiLmJyb3dzZXJwb29sLnYxLkxpc3RQcm94aWVzUmVxdWVzdBojLmJyb3dzZXJwb29sLnYxLkxpc3RQcm94aWVzUmVzcG9uc2USVgoLRGVsZXRlUHJveHkSIi5icm93c2VycG9vbC52MS5EZWxldGVQcm94eVJlcXVlc3QaIy5icm93c2VycG9vbC52MS5EZWxldGVQcm94eVJlc3BvbnNlYgZwcm90bzM", [file_browserpool_v1_common, file_google_protobuf_timestamp]);
+
+/**
+ * Describes the message browserpool.v1.Proxy.
+ * Use `create(ProxySchema)` to create a new message.
+ */
+export const ProxySchema = /*@__PURE__*/
+  messageDesc(file_browserpool_v1_admin, 0);
+
+/**
+ * Describes the message browserpool.v1.PutProxyRequest.
+ * Use `create(PutProxyRequestSchema)` to create a new message.
+ */
+export const PutProxyRequestSchema = /*@__PURE__*/
+  messageDesc(file_browserpool_v1_admin, 1);
+
+/**
+ * Describes the message browserpool.v1.PutProxyResponse.
+ * Use `create(PutProxyResponseSchema)` to create a new message.
+ */
+export const PutProxyResponseSchema = /*@__PURE__*/
+  messageDesc(file_browserpool_v1_admin, 2);
+
+/**
+ * Describes the message browserpool.v1.ListProxiesRequest.
+ * Use `create(ListProxiesRequestSchema)` to create a new message.
+ */
+export const ListProxiesRequestSchema = /*@__PURE__*/
+  messageDesc(file_browserpool_v1_admin, 3);
+
+/**
+ * Describes the message browserpool.v1.ListProxiesResponse.
+ * Use `create(ListProxiesResponseSchema)` to create a new message.
+ */
+export const ListProxiesResponseSchema = /*@__PURE__*/
+  messageDesc(file_browserpool_v1_admin, 4);
+
+/**
+ * Describes the message browserpool.v1.DeleteProxyRequest.
+ * Use `create(DeleteProxyRequestSchema)` to create a new message.
+ */
+export const DeleteProxyRequestSchema = /*@__PURE__*/
+  messageDesc(file_browserpool_v1_admin, 5);
+
+/**
+ * Describes the message browserpool.v1.DeleteProxyResponse.
+ * Use `create(DeleteProxyResponseSchema)` to create a new message.
+ */
+export const DeleteProxyResponseSchema = /*@__PURE__*/
+  messageDesc(file_browserpool_v1_admin, 6);
 
 /**
  * Describes the message browserpool.v1.Tenant.
  * Use `create(TenantSchema)` to create a new message.
  */
 export const TenantSchema = /*@__PURE__*/
-  messageDesc(file_browserpool_v1_admin, 0);
+  messageDesc(file_browserpool_v1_admin, 7);
 
 /**
  * Describes the message browserpool.v1.Worker.
  * Use `create(WorkerSchema)` to create a new message.
  */
 export const WorkerSchema = /*@__PURE__*/
-  messageDesc(file_browserpool_v1_admin, 1);
+  messageDesc(file_browserpool_v1_admin, 8);
 
 /**
  * Describes the message browserpool.v1.ReplicaStatus.
  * Use `create(ReplicaStatusSchema)` to create a new message.
  */
 export const ReplicaStatusSchema = /*@__PURE__*/
-  messageDesc(file_browserpool_v1_admin, 2);
+  messageDesc(file_browserpool_v1_admin, 9);
 
 /**
  * Describes the message browserpool.v1.TenantUsage.
  * Use `create(TenantUsageSchema)` to create a new message.
  */
 export const TenantUsageSchema = /*@__PURE__*/
-  messageDesc(file_browserpool_v1_admin, 3);
+  messageDesc(file_browserpool_v1_admin, 10);
 
 /**
  * Describes the message browserpool.v1.AuditRecord.
  * Use `create(AuditRecordSchema)` to create a new message.
  */
 export const AuditRecordSchema = /*@__PURE__*/
-  messageDesc(file_browserpool_v1_admin, 4);
+  messageDesc(file_browserpool_v1_admin, 11);
 
 /**
  * Describes the message browserpool.v1.PoolStatusRequest.
  * Use `create(PoolStatusRequestSchema)` to create a new message.
  */
 export const PoolStatusRequestSchema = /*@__PURE__*/
-  messageDesc(file_browserpool_v1_admin, 5);
+  messageDesc(file_browserpool_v1_admin, 12);
 
 /**
  * Describes the message browserpool.v1.PoolStatusResponse.
  * Use `create(PoolStatusResponseSchema)` to create a new message.
  */
 export const PoolStatusResponseSchema = /*@__PURE__*/
-  messageDesc(file_browserpool_v1_admin, 6);
+  messageDesc(file_browserpool_v1_admin, 13);
 
 /**
  * Describes the message browserpool.v1.AdminListSessionsRequest.
  * Use `create(AdminListSessionsRequestSchema)` to create a new message.
  */
 export const AdminListSessionsRequestSchema = /*@__PURE__*/
-  messageDesc(file_browserpool_v1_admin, 7);
+  messageDesc(file_browserpool_v1_admin, 14);
 
 /**
  * Describes the message browserpool.v1.AdminListSessionsResponse.
  * Use `create(AdminListSessionsResponseSchema)` to create a new message.
  */
 export const AdminListSessionsResponseSchema = /*@__PURE__*/
-  messageDesc(file_browserpool_v1_admin, 8);
+  messageDesc(file_browserpool_v1_admin, 15);
 
 /**
  * Describes the message browserpool.v1.KillSessionRequest.
  * Use `create(KillSessionRequestSchema)` to create a new message.
  */
 export const KillSessionRequestSchema = /*@__PURE__*/
-  messageDesc(file_browserpool_v1_admin, 9);
+  messageDesc(file_browserpool_v1_admin, 16);
 
 /**
  * Describes the message browserpool.v1.KillSessionResponse.
  * Use `create(KillSessionResponseSchema)` to create a new message.
  */
 export const KillSessionResponseSchema = /*@__PURE__*/
-  messageDesc(file_browserpool_v1_admin, 10);
+  messageDesc(file_browserpool_v1_admin, 17);
 
 /**
  * Describes the message browserpool.v1.DrainRequest.
  * Use `create(DrainRequestSchema)` to create a new message.
  */
 export const DrainRequestSchema = /*@__PURE__*/
-  messageDesc(file_browserpool_v1_admin, 11);
+  messageDesc(file_browserpool_v1_admin, 18);
 
 /**
  * Describes the message browserpool.v1.DrainResponse.
  * Use `create(DrainResponseSchema)` to create a new message.
  */
 export const DrainResponseSchema = /*@__PURE__*/
-  messageDesc(file_browserpool_v1_admin, 12);
+  messageDesc(file_browserpool_v1_admin, 19);
 
 /**
  * Describes the message browserpool.v1.ListTenantsRequest.
  * Use `create(ListTenantsRequestSchema)` to create a new message.
  */
 export const ListTenantsRequestSchema = /*@__PURE__*/
-  messageDesc(file_browserpool_v1_admin, 13);
+  messageDesc(file_browserpool_v1_admin, 20);
 
 /**
  * Describes the message browserpool.v1.ListTenantsResponse.
  * Use `create(ListTenantsResponseSchema)` to create a new message.
  */
 export const ListTenantsResponseSchema = /*@__PURE__*/
-  messageDesc(file_browserpool_v1_admin, 14);
+  messageDesc(file_browserpool_v1_admin, 21);
 
 /**
  * Describes the message browserpool.v1.PutTenantRequest.
  * Use `create(PutTenantRequestSchema)` to create a new message.
  */
 export const PutTenantRequestSchema = /*@__PURE__*/
-  messageDesc(file_browserpool_v1_admin, 15);
+  messageDesc(file_browserpool_v1_admin, 22);
 
 /**
  * Describes the message browserpool.v1.PutTenantResponse.
  * Use `create(PutTenantResponseSchema)` to create a new message.
  */
 export const PutTenantResponseSchema = /*@__PURE__*/
-  messageDesc(file_browserpool_v1_admin, 16);
+  messageDesc(file_browserpool_v1_admin, 23);
 
 /**
  * Describes the message browserpool.v1.DeleteTenantRequest.
  * Use `create(DeleteTenantRequestSchema)` to create a new message.
  */
 export const DeleteTenantRequestSchema = /*@__PURE__*/
-  messageDesc(file_browserpool_v1_admin, 17);
+  messageDesc(file_browserpool_v1_admin, 24);
 
 /**
  * Describes the message browserpool.v1.DeleteTenantResponse.
  * Use `create(DeleteTenantResponseSchema)` to create a new message.
  */
 export const DeleteTenantResponseSchema = /*@__PURE__*/
-  messageDesc(file_browserpool_v1_admin, 18);
+  messageDesc(file_browserpool_v1_admin, 25);
 
 /**
  * Describes the message browserpool.v1.IssueTokenRequest.
  * Use `create(IssueTokenRequestSchema)` to create a new message.
  */
 export const IssueTokenRequestSchema = /*@__PURE__*/
-  messageDesc(file_browserpool_v1_admin, 19);
+  messageDesc(file_browserpool_v1_admin, 26);
 
 /**
  * Describes the message browserpool.v1.IssueTokenResponse.
  * Use `create(IssueTokenResponseSchema)` to create a new message.
  */
 export const IssueTokenResponseSchema = /*@__PURE__*/
-  messageDesc(file_browserpool_v1_admin, 20);
+  messageDesc(file_browserpool_v1_admin, 27);
 
 /**
  * Describes the message browserpool.v1.RevokeTokenRequest.
  * Use `create(RevokeTokenRequestSchema)` to create a new message.
  */
 export const RevokeTokenRequestSchema = /*@__PURE__*/
-  messageDesc(file_browserpool_v1_admin, 21);
+  messageDesc(file_browserpool_v1_admin, 28);
 
 /**
  * Describes the message browserpool.v1.RevokeTokenResponse.
  * Use `create(RevokeTokenResponseSchema)` to create a new message.
  */
 export const RevokeTokenResponseSchema = /*@__PURE__*/
-  messageDesc(file_browserpool_v1_admin, 22);
+  messageDesc(file_browserpool_v1_admin, 29);
 
 /**
  * Describes the message browserpool.v1.QueryAuditRequest.
  * Use `create(QueryAuditRequestSchema)` to create a new message.
  */
 export const QueryAuditRequestSchema = /*@__PURE__*/
-  messageDesc(file_browserpool_v1_admin, 23);
+  messageDesc(file_browserpool_v1_admin, 30);
 
 /**
  * Describes the message browserpool.v1.VerifyAuditRequest.
  * Use `create(VerifyAuditRequestSchema)` to create a new message.
  */
 export const VerifyAuditRequestSchema = /*@__PURE__*/
-  messageDesc(file_browserpool_v1_admin, 24);
+  messageDesc(file_browserpool_v1_admin, 31);
 
 /**
  * Describes the message browserpool.v1.VerifyAuditResponse.
  * Use `create(VerifyAuditResponseSchema)` to create a new message.
  */
 export const VerifyAuditResponseSchema = /*@__PURE__*/
-  messageDesc(file_browserpool_v1_admin, 25);
+  messageDesc(file_browserpool_v1_admin, 32);
 
 /**
  * Describes the enum browserpool.v1.Isolation.
