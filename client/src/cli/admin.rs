@@ -44,6 +44,9 @@ pub enum AdminCommand {
         #[arg(long)]
         replica: Option<String>,
     },
+    /// Upstream proxies: list, put, delete (not yet used by sessions).
+    #[command(subcommand)]
+    Proxies(super::proxies::ProxiesCommand),
     /// Tenants: list (the default), put, delete.
     Tenants {
         #[command(subcommand)]
@@ -240,6 +243,7 @@ pub(super) async fn run(ctx: &Ctx, command: AdminCommand) -> Result<(), CliError
         }
         AdminCommand::Tenants { command } => tenants(ctx, command.unwrap_or(TenantsCommand::List)).await,
         AdminCommand::Tokens(command) => tokens(ctx, command).await,
+        AdminCommand::Proxies(command) => super::proxies::run(ctx, command).await,
         AdminCommand::Audit(args) => audit(ctx, args).await,
         AdminCommand::Verify => verify(ctx).await,
     }

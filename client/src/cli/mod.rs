@@ -11,6 +11,7 @@ mod events;
 mod evidence;
 mod files;
 mod live;
+mod proxies;
 mod render;
 mod session;
 mod steps;

@@ -456,3 +456,28 @@ async fn acquire_takes_the_emulation_flags() {
     cli.run(&["session", "release", &id]).await.expect(0);
     server.stop().await;
 }
+
+/// `admin proxies`: the password from stdin, never printed; list, replace, delete.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_proxies_put_list_and_delete() {
+    let server = TestServer::start().await;
+    let cli = Cli::new(&server);
+    let put = ["admin", "proxies", "put", "eu-1", "--url", "http://127.0.0.1:3128", "--username", "ci"];
+    let args: Vec<&str> = put.iter().copied().chain(["--password-file", "-", "--tenant", "default"]).collect();
+    let created = cli.run_with(&args, Some("pr0xy-pass\n")).await.expect(0);
+    assert!(
+        created.stdout.starts_with("created proxy eu-1\n") && !created.stdout.contains("pr0xy-pass"),
+        "{}",
+        created.stdout
+    );
+    let listed = cli.run(&["admin", "proxies", "list", "--json"]).await.expect(0).json();
+    assert_eq!((listed["id"].as_str(), listed["has_password"].as_bool()), (Some("eu-1"), Some(true)), "{listed}");
+    // Replaced without --password-file: the stored password stays.
+    let updated = cli.run(&put).await.expect(0);
+    assert!(updated.stdout.contains("updated proxy eu-1") && updated.stdout.contains("stored"), "{}", updated.stdout);
+    let bad = cli.run(&["admin", "proxies", "put", "eu-2", "--url", "ftp://127.0.0.1:21"]).await.expect(1);
+    assert!(bad.stderr.contains("proxy.url: scheme \"ftp\" is not http, https or socks5"), "{}", bad.stderr);
+    assert_eq!(cli.run(&["admin", "proxies", "delete", "eu-1"]).await.expect(0).stdout, "deleted proxy eu-1\n");
+    assert_eq!(cli.run(&["admin", "proxies", "delete", "eu-1"]).await.expect(0).stdout, "no proxy eu-1\n");
+    server.stop().await;
+}
