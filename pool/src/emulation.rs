@@ -251,32 +251,99 @@ fn commands(e: &Emulation, default_ua: &str) -> Vec<(&'static str, &'static str,
     out
 }
 
-/// Applies `e` to the tab of `session`, before its next document and to the one it has,
-/// each call answered: Chromium's refusal names the field (`timezone: "Mars/Base": ...`).
-pub(crate) async fn apply(raw: &RawCdp, session: &str, e: &Emulation, default_ua: &str) -> Result<(), String> {
-    for (field, method, params) in commands(e, default_ua) {
-        match raw.call(session, method, params).await {
-            Ok(_) => {}
-            // A page set up while paused (a popup) has its locale and time zone already, set
-            // by the session that paused it: Chromium takes each once per page.
-            Err(why) if why.contains("already in effect") => {}
-            Err(why) => return Err(format!("{field}: {:?}: {why}; {}", value_of(e, field), how(field))),
-        }
-    }
-    Ok(())
+/// A session's emulation as its tabs and requests take it, worked out once at its lease:
+/// the browser's own user agent (for a locale without one) and the client-hint headers its
+/// user agent implies (set on every request, so not derived per request).
+#[derive(Debug)]
+pub(crate) struct Applied {
+    pub(crate) emulation: Emulation,
+    default_ua: String,
+    /// `sec-ch-ua`, `sec-ch-ua-mobile`, `sec-ch-ua-platform` as a Chrome-like user agent's
+    /// client hints say; empty for none or another agent.
+    hint_headers: Vec<(&'static str, String)>,
 }
 
-/// Applies `e` to a page paused before its first request, then lets it run: the calls are
-/// sent in order without waiting for their answers (some answer only once the page runs),
-/// so they take effect before it does.
-pub(crate) fn apply_paused(raw: &RawCdp, session: &str, e: &Emulation, default_ua: &str) {
-    if !e.extra_headers.is_empty() || e.user_agent.is_some() {
-        raw.send(session, "Fetch.enable", json!({ "patterns": [{ "urlPattern": "*" }] }));
+impl Applied {
+    pub(crate) fn new(emulation: Emulation, default_ua: String) -> Applied {
+        let hint_headers = match emulation.user_agent.as_deref().and_then(client_hints) {
+            Some(hints) => {
+                let brands: Vec<String> = hints["brands"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|b| {
+                        format!(
+                            "\"{}\";v=\"{}\"",
+                            b["brand"].as_str().unwrap_or(""),
+                            b["version"].as_str().unwrap_or("")
+                        )
+                    })
+                    .collect();
+                let mobile = if hints["mobile"] == true { "?1" } else { "?0" };
+                let platform = format!("\"{}\"", hints["platform"].as_str().unwrap_or(""));
+                vec![
+                    ("sec-ch-ua", brands.join(", ")),
+                    ("sec-ch-ua-mobile", mobile.into()),
+                    ("sec-ch-ua-platform", platform),
+                ]
+            }
+            None => Vec::new(),
+        };
+        Applied { emulation, default_ua, hint_headers }
     }
-    for (_, method, params) in commands(e, default_ua) {
-        raw.send(session, method, params);
+
+    /// Applies it to the tab of `session`, before its next document and to the one it has,
+    /// each call answered: Chromium's refusal names the field (`timezone: "Mars/Base": ...`).
+    pub(crate) async fn apply(&self, raw: &RawCdp, session: &str) -> Result<(), String> {
+        let e = &self.emulation;
+        for (field, method, params) in commands(e, &self.default_ua) {
+            match raw.call(session, method, params).await {
+                Ok(_) => {}
+                // A page set up while paused (a popup) has its locale and time zone already,
+                // set by the session that paused it: Chromium takes each once per page.
+                Err(why) if why.contains("already in effect") => {}
+                Err(why) => return Err(format!("{field}: {:?}: {why}; {}", value_of(e, field), how(field))),
+            }
+        }
+        Ok(())
     }
-    raw.send(session, "Runtime.runIfWaitingForDebugger", json!({}));
+
+    /// Applies it to a page paused before its first request, then lets it run: the calls are
+    /// sent in order without waiting for their answers (some answer only once the page runs),
+    /// so they take effect before it does.
+    pub(crate) fn apply_paused(&self, raw: &RawCdp, session: &str) {
+        let e = &self.emulation;
+        if !e.extra_headers.is_empty() || e.user_agent.is_some() {
+            raw.send(session, "Fetch.enable", json!({ "patterns": [{ "urlPattern": "*" }] }));
+        }
+        for (_, method, params) in commands(e, &self.default_ua) {
+            raw.send(session, method, params);
+        }
+        raw.send(session, "Runtime.runIfWaitingForDebugger", json!({}));
+    }
+
+    /// `headers` (a `Fetch.requestPaused` request's, as an object) as `Fetch.continueRequest`
+    /// takes them, with the session's extra headers set and the client hints it sends made
+    /// those of its user agent (a popup's first request has Chromium's own); `None`: nothing
+    /// to change.
+    pub(crate) fn request_headers(&self, headers: &Value) -> Option<Value> {
+        let sent = |name: &str| headers.as_object().is_some_and(|h| h.keys().any(|k| k.eq_ignore_ascii_case(name)));
+        let extra = self.emulation.extra_headers.iter().map(|(n, v)| (n.as_str(), v.as_str()));
+        let hints = self.hint_headers.iter().filter(|(name, _)| sent(name)).map(|(n, v)| (*n, v.as_str()));
+        let set: Vec<(&str, &str)> = extra.chain(hints).collect();
+        if set.is_empty() {
+            return None;
+        }
+        let mut out: Vec<Value> = headers
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter(|(name, _)| !set.iter().any(|(n, _)| n.eq_ignore_ascii_case(name)))
+            .map(|(name, value)| json!({ "name": name, "value": value.as_str().unwrap_or_default() }))
+            .collect();
+        out.extend(set.iter().map(|(name, value)| json!({ "name": name, "value": value })));
+        Some(Value::Array(out))
+    }
 }
 
 /// The value of `field` as given, for an error about it.
@@ -307,43 +374,6 @@ fn accept_language(locale: &str) -> String {
         Some((language, _)) => format!("{locale},{language}"),
         None => locale.to_string(),
     }
-}
-
-/// `headers` (a `Fetch.requestPaused` request's, as an object) as `Fetch.continueRequest`
-/// takes them, with the session's extra headers set and the client hints it sends made those
-/// of its user agent (a popup's first request has Chromium's own); `None`: nothing to change.
-pub(crate) fn request_headers(e: &Emulation, headers: &Value) -> Option<Value> {
-    let mut set: Vec<(String, String)> = e.extra_headers.clone();
-    if let Some(hints) = e.user_agent.as_deref().and_then(client_hints) {
-        let sent = |name: &str| headers.as_object().is_some_and(|h| h.keys().any(|k| k.eq_ignore_ascii_case(name)));
-        let brands: Vec<String> = hints["brands"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|b| format!("\"{}\";v=\"{}\"", b["brand"].as_str().unwrap_or(""), b["version"].as_str().unwrap_or("")))
-            .collect();
-        let mobile = if hints["mobile"] == true { "?1" } else { "?0" };
-        let platform = format!("\"{}\"", hints["platform"].as_str().unwrap_or(""));
-        for (name, value) in
-            [("sec-ch-ua", brands.join(", ")), ("sec-ch-ua-mobile", mobile.into()), ("sec-ch-ua-platform", platform)]
-        {
-            if sent(name) {
-                set.push((name.to_string(), value));
-            }
-        }
-    }
-    if set.is_empty() {
-        return None;
-    }
-    let mut out: Vec<Value> = headers
-        .as_object()
-        .into_iter()
-        .flatten()
-        .filter(|(name, _)| !set.iter().any(|(n, _)| n.eq_ignore_ascii_case(name)))
-        .map(|(name, value)| json!({ "name": name, "value": value.as_str().unwrap_or_default() }))
-        .collect();
-    out.extend(set.iter().map(|(name, value)| json!({ "name": name, "value": value })));
-    Some(Value::Array(out))
 }
 
 #[cfg(test)]
@@ -410,17 +440,17 @@ mod tests {
         let headers = json!({"Accept": "*/*", "x-job": "old"});
         let extra = vec![("X-Job".to_string(), "new".to_string()), ("X-Run".to_string(), "7".to_string())];
         let e = Emulation { extra_headers: extra, ..Default::default() };
-        let got = request_headers(&e, &headers).unwrap();
+        let got = Applied::new(e, String::new()).request_headers(&headers).unwrap();
         assert_eq!(
             got,
             json!([{"name": "Accept", "value": "*/*"}, {"name": "X-Job", "value": "new"}, {"name": "X-Run", "value": "7"}])
         );
-        assert_eq!(request_headers(&Emulation::default(), &headers), None);
+        assert_eq!(Applied::new(Emulation::default(), String::new()).request_headers(&headers), None);
         // The client hints a request carries are its user agent's; none are added.
         let ua = "Mozilla/5.0 (Windows NT 10.0) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/120.0.0.0 Safari/537.36";
         let e = Emulation { user_agent: Some(ua.into()), ..Default::default() };
         let sent = json!({"sec-ch-ua-platform": "\"Linux\"", "sec-ch-ua-mobile": "?0"});
-        let got = request_headers(&e, &sent).unwrap();
+        let got = Applied::new(e, String::new()).request_headers(&sent).unwrap();
         assert_eq!(
             got,
             json!([{"name": "sec-ch-ua-mobile", "value": "?0"}, {"name": "sec-ch-ua-platform", "value": "\"Windows\""}])

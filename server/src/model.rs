@@ -47,6 +47,20 @@ impl SessionState {
     }
 }
 
+/// Whether `s` is an id of a tenant or a proxy: 1-63 characters of a-z, 0-9, '-', '_', '.'.
+pub fn is_id(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "-_.".contains(c))
+}
+
+/// Whether `host` is a host (`example.com`) or a `*.suffix`, as `allow_hosts` and a proxy's
+/// `direct_hosts` take them.
+pub fn is_host_pattern(host: &str) -> bool {
+    let bare = host.strip_prefix("*.").unwrap_or(host);
+    !bare.is_empty() && !bare.contains(['/', ':', ' ', '*'])
+}
+
 /// A session row.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SessionRecord {

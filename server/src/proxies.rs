@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use crate::clock::now_ms;
 use crate::error::{Result, ServiceError};
+use crate::model::{is_host_pattern, is_id};
 use crate::secrets::Sealer;
 use crate::store::{ProxyRecord, Store};
 
@@ -82,12 +83,7 @@ const MAX_CREDENTIAL: usize = 256;
 /// characters; each direct host a host or `*.suffix`; each tenant an id.
 pub fn validate(p: &ProxySpec) -> Result<()> {
     let bad = |field: &str, why: String| Err(ServiceError::InvalidArgument(format!("proxy.{field}: {why}")));
-    let id_like = |s: &str| {
-        !s.is_empty()
-            && s.len() <= 63
-            && s.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "-_.".contains(c))
-    };
-    if !id_like(&p.id) {
+    if !is_id(&p.id) {
         return bad("id", format!("{:?} must be 1-63 characters of a-z, 0-9, '-', '_', '.'", p.id));
     }
     let Ok(url) = url::Url::parse(&p.url) else {
@@ -114,13 +110,12 @@ pub fn validate(p: &ProxySpec) -> Result<()> {
         return bad("password", "given without a username".into());
     }
     for (i, host) in p.direct_hosts.iter().enumerate() {
-        let bare = host.strip_prefix("*.").unwrap_or(host);
-        if bare.is_empty() || bare.contains(['/', ':', ' ', '*']) {
+        if !is_host_pattern(host) {
             return bad(&format!("direct_hosts[{i}]"), format!("{host:?} is not a host or *.suffix"));
         }
     }
     for (i, tenant) in p.tenants.iter().enumerate() {
-        if !id_like(tenant) {
+        if !is_id(tenant) {
             return bad(&format!("tenants[{i}]"), format!("{tenant:?} is not a tenant id"));
         }
     }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use crate::auth::{Epochs, Keys};
 use crate::clock::now_ms;
 use crate::error::{Result, ServiceError};
-use crate::model::{SessionState, TenantRecord, DEFAULT_TENANT};
+use crate::model::{is_host_pattern, is_id, SessionState, TenantRecord, DEFAULT_TENANT};
 use crate::sessions::Sessions;
 use crate::store::Store;
 
@@ -111,10 +111,7 @@ pub const MAX_FILE_MB: u32 = 1024;
 /// A tenant id is 1-63 characters of a-z, 0-9, '-', '_', '.'; each `allow_hosts` entry a host
 /// or `*.suffix`; `max_memory_mb` 0 or within [`MEMORY_MB`].
 pub fn validate(t: &TenantRecord) -> Result<()> {
-    let id_ok = !t.id.is_empty()
-        && t.id.len() <= 63
-        && t.id.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "-_.".contains(c));
-    if !id_ok {
+    if !is_id(&t.id) {
         return Err(ServiceError::InvalidArgument(format!(
             "tenant.id: {:?} must be 1-63 characters of a-z, 0-9, '-', '_', '.'",
             t.id
@@ -135,8 +132,7 @@ pub fn validate(t: &TenantRecord) -> Result<()> {
         )));
     }
     for (i, host) in t.allow_hosts.iter().enumerate() {
-        let bare = host.strip_prefix("*.").unwrap_or(host);
-        if bare.is_empty() || bare.contains(['/', ':', ' ', '*']) {
+        if !is_host_pattern(host) {
             return Err(ServiceError::InvalidArgument(format!(
                 "tenant.allow_hosts[{i}]: {host:?} is not a host or *.suffix"
             )));

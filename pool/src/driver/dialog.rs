@@ -8,7 +8,7 @@ use chromiumoxide::cdp::browser_protocol::page::HandleJavaScriptDialogParams;
 use serde_json::json;
 use tokio::sync::{broadcast, watch};
 
-use super::state::{Answer, OpenDialog};
+use super::state::{settle_permission, Answer, OpenDialog};
 use super::{ActionCall, Driver};
 use crate::actions::ActionKind;
 use crate::events::{DialogInfo, DialogKind, EventKind};
@@ -82,10 +82,7 @@ impl Driver {
                 if accept {
                     self.grant(permission, origin).await;
                 }
-                let settle = json!({
-                    "expression": format!("window.__browserpoolPermission && window.__browserpoolPermission.settle({id}, {accept})"),
-                    "contextId": context,
-                });
+                let settle = settle_permission(*id, *context, accept);
                 self.raw.call(session, "Runtime.evaluate", settle).await.map_err(ActionFailure::raw)?;
                 self.shared.close_dialog(open.seq);
                 self.shared.events.emit(EventKind::DialogClosed {

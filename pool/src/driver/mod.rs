@@ -26,7 +26,7 @@ use tracing::Instrument;
 
 use crate::actions::{ActionKind, Canonical};
 use crate::egress::WorkerNet;
-use crate::emulation::{self, Emulation};
+use crate::emulation::{Applied, Emulation};
 use crate::error::PoolError;
 use crate::events::{EventHub, EventKind, EventReader};
 use crate::outcome::{ActResult, ActionFailure, ActionOutput, Deadline, FailureCode, Viewport};
@@ -345,15 +345,15 @@ impl Driver {
                 let grant = self.shared.scoped(json!({ "permissions": ["geolocation"] }));
                 self.raw.call("", "Browser.grantPermissions", grant).await.map_err(ActionFailure::raw)?;
             }
-            let both = Arc::new((e, default_ua));
-            *lock(&self.shared.emulation) = Some(both.clone());
+            let applied = Arc::new(Applied::new(e, default_ua));
+            *lock(&self.shared.emulation) = Some(applied.clone());
             // Every new page comes up paused until the watcher has set it up, so a popup's
             // first request already has the emulation (see `watchers::on_attached`).
             let attach = json!({ "autoAttach": true, "waitForDebuggerOnStart": true, "flatten": true });
             self.raw.call("", "Target.setAutoAttach", attach).await.map_err(ActionFailure::raw)?;
             let tabs: Vec<Tab> = lock(&self.shared.tabs).list.clone();
             for tab in &tabs {
-                emulation::apply(&self.raw, &tab.session, &both.0, &both.1).await.map_err(ActionFailure::invalid)?;
+                applied.apply(&self.raw, &tab.session).await.map_err(ActionFailure::invalid)?;
             }
             Ok(())
         })

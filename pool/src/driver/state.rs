@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::egress::WorkerNet;
-use crate::emulation::Emulation;
+use crate::emulation::Applied;
 use crate::events::{DialogInfo, DialogKind, EventHub, EventKind};
 use crate::outcome::{ActionFailure, FailureCode};
 use crate::sync::lock;
@@ -98,6 +98,15 @@ pub(crate) struct OpenDialog {
     pub(crate) prompt: Option<String>,
 }
 
+/// `Runtime.evaluate` params that settle the permission request `id` the page shim holds in
+/// execution context `context` (see `watchers::PERMISSION_SHIM`), granted or not.
+pub(crate) fn settle_permission(id: i64, context: i64, accept: bool) -> Value {
+    json!({
+        "expression": format!("window.__browserpoolPermission && window.__browserpoolPermission.settle({id}, {accept})"),
+        "contextId": context,
+    })
+}
+
 /// State shared with the watcher tasks.
 pub(crate) struct Shared {
     pub(crate) tabs: Mutex<Tabs>,
@@ -145,7 +154,7 @@ pub(crate) struct Shared {
     pub(crate) pace: Mutex<super::pacing::Pace>,
     /// The session's emulation and the browser's own user agent, once its lease set one:
     /// applied to every tab as it is registered.
-    pub(crate) emulation: Mutex<Option<Arc<(Emulation, String)>>>,
+    pub(crate) emulation: Mutex<Option<Arc<Applied>>>,
 }
 
 impl Shared {

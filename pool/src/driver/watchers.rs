@@ -20,7 +20,7 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
-use crate::driver::state::{grammar, Answer, Shared, Tab};
+use crate::driver::state::{grammar, settle_permission, Answer, Shared, Tab};
 use crate::egress::ERROR_HEADER;
 use crate::events::{DialogInfo, DialogKind, EventKind};
 use crate::rawcdp::{RawCdp, RawEvent};
@@ -173,8 +173,8 @@ async fn register_tab(
     raw.call(&session, "Runtime.addBinding", json!({ "name": PERMISSION_BINDING })).await?;
     raw.call(&session, "Page.addScriptToEvaluateOnNewDocument", json!({ "source": PERMISSION_SHIM })).await?;
     let emulated = lock(&shared.emulation).clone();
-    if let Some(both) = emulated {
-        crate::emulation::apply(raw, &session, &both.0, &both.1).await?;
+    if let Some(applied) = emulated {
+        applied.apply(raw, &session).await?;
     }
     let events = listen_tab(&page).await?;
     // A recorded session's new tab is recorded too (when it comes to the front).
@@ -327,9 +327,7 @@ pub(crate) async fn raw_events(shared: Arc<Shared>, raw: RawCdp, mut rx: mpsc::U
                         let mut go_on = json!({ "requestId": id });
                         let emulated = lock(&shared.emulation).clone();
                         let request = &ev.params["request"]["headers"];
-                        if let Some(headers) =
-                            emulated.and_then(|both| crate::emulation::request_headers(&both.0, request))
-                        {
+                        if let Some(headers) = emulated.and_then(|applied| applied.request_headers(request)) {
                             go_on["headers"] = headers;
                         }
                         raw.send(&ev.session_id, "Fetch.continueRequest", go_on)
@@ -428,12 +426,12 @@ fn on_attached(shared: &Arc<Shared>, raw: &RawCdp, ev: &RawEvent) {
     let info = &ev.params["targetInfo"];
     let ours = info["type"] == "page" && shared.owns(info["browserContextId"].as_str());
     let emulated = lock(&shared.emulation).clone();
-    let (true, Some(both)) = (ours, emulated) else {
+    let (true, Some(applied)) = (ours, emulated) else {
         raw.send(&session, "Runtime.runIfWaitingForDebugger", json!({}));
         return raw.send("", "Target.detachFromTarget", json!({ "sessionId": session }));
     };
     // Kept attached: an emulation lasts as long as the session that set it.
-    crate::emulation::apply_paused(raw, &session, &both.0, &both.1);
+    applied.apply_paused(raw, &session);
 }
 
 fn on_permission(shared: &Arc<Shared>, raw: &RawCdp, ev: &RawEvent) {
@@ -441,13 +439,10 @@ fn on_permission(shared: &Arc<Shared>, raw: &RawCdp, ev: &RawEvent) {
     let Some(tab) = shared.tab_by_session(&ev.session_id) else { return };
     let permission = ask["name"].as_str().unwrap_or("permission").to_string();
     // A session given a geolocation at acquire has it granted (at its lease): nobody is asked.
-    let located = lock(&shared.emulation).as_deref().is_some_and(|(e, _)| e.geolocation.is_some());
+    let located = lock(&shared.emulation).as_deref().is_some_and(|a| a.emulation.geolocation.is_some());
     if located && permission == "geolocation" {
-        let id = ask["id"].as_i64().unwrap_or(0);
-        let settle = json!({
-            "expression": format!("window.__browserpoolPermission && window.__browserpoolPermission.settle({id}, true)"),
-            "contextId": ev.params["executionContextId"].as_i64().unwrap_or(0),
-        });
+        let context = ev.params["executionContextId"].as_i64().unwrap_or(0);
+        let settle = settle_permission(ask["id"].as_i64().unwrap_or(0), context, true);
         return raw.send(&ev.session_id, "Runtime.evaluate", settle);
     }
     let origin = ask["origin"].as_str().unwrap_or_default().to_string();

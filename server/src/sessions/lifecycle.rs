@@ -1,7 +1,7 @@
 //! A session's life up to its end: acquire (a tenant slot, a lease, the record), the watch
 //! on its browser, get/list/renew/release (its end is `ending`, its CDP side `cdp_access`).
 
-use super::waiting::{note, Stage};
+use super::waiting::{note, quota_across_replicas, Stage};
 use super::*;
 
 /// What an acquired session holds until it is registered.
@@ -190,10 +190,7 @@ impl Sessions {
         let id = format!("s-{}", uuid::Uuid::new_v4().simple());
         note(watch, || Stage::Claiming { tenant: tenant.id.clone(), max_slots: tenant.max_slots });
         let Some(claim) = self.claim(&id, &tenant, deadline).await? else {
-            return Err(waited(format!(
-                "tenant {} is at its quota: its max_slots {} sessions are in use across the replicas sharing the database",
-                tenant.id, tenant.max_slots
-            )));
+            return Err(waited(quota_across_replicas(&tenant.id, tenant.max_slots)));
         };
         note(watch, || Stage::Leasing { tenant: tenant.id.clone() });
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());

@@ -70,6 +70,11 @@ impl AcquireWatch {
     }
 }
 
+/// Why a call waits while every slot of `tenant` is taken on some replica.
+pub(super) fn quota_across_replicas(tenant: &str, max_slots: u32) -> String {
+    format!("tenant {tenant} is at its quota: its max_slots {max_slots} sessions are in use across the replicas sharing the database")
+}
+
 /// Notes `stage` on the call's watch, if it has one.
 pub(super) fn note(watch: Option<&AcquireWatch>, stage: impl FnOnce() -> Stage) {
     if let Some(w) = watch {
@@ -90,9 +95,7 @@ impl Sessions {
                 (tenant, position, queued, reason)
             }
             Stage::Claiming { tenant, max_slots } => {
-                let reason = format!(
-                    "tenant {tenant} is at its quota: its max_slots {max_slots} sessions are in use across the replicas sharing the database"
-                );
+                let reason = quota_across_replicas(&tenant, max_slots);
                 let queued = admission.usage(&tenant).1;
                 (tenant, 0, queued, reason)
             }
