@@ -31,7 +31,7 @@ pub use cgroup::Cgroups;
 pub use context::{CaptureOptions, ContextState, CookieRecord, MAX_COOKIES};
 pub use driver::live::{dialog_kind, Dialogs, LiveFrame, LiveInput, Screen, TabInfo, Watching};
 pub use driver::{ActionCall, Driver, DriverConfig};
-pub use egress::{Egress, EgressConfig};
+pub use egress::{Credentials, Egress, EgressConfig, Upstream, UpstreamKind};
 pub use emulation::{ColorScheme, Emulation, Geolocation, Throttle};
 pub use error::PoolError;
 pub use events::{DialogInfo, DialogKind, Event, EventKind, EventReader};

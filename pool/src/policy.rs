@@ -78,7 +78,7 @@ fn with_path(url: &str) -> String {
     }
 }
 
-fn host_matches(pattern: &str, host: &str) -> bool {
+pub(crate) fn host_matches(pattern: &str, host: &str) -> bool {
     let pattern = pattern.to_ascii_lowercase();
     match pattern.strip_prefix("*.") {
         Some(suffix) => host.ends_with(&format!(".{suffix}")),

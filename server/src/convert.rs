@@ -77,6 +77,9 @@ pub fn session_to_pb(r: &SessionRecord) -> pb::Session {
         // Filled in by the Sessions adapter where asked (Get).
         artifacts: Vec::new(),
         artifacts_refused: String::new(),
+        proxy_id: r.proxy_id.clone(),
+        bytes_sent: r.bytes.0,
+        bytes_received: r.bytes.1,
         ..emulation_to_pb(&r.emulation)
     }
 }
@@ -270,6 +273,8 @@ pub fn tenant_to_pb(t: TenantRecord) -> pb::Tenant {
         max_file_mb: t.max_file_mb,
         max_artifact_mb: t.max_artifact_mb,
         artifact_ttl_s: t.artifact_ttl_s,
+        default_proxy: t.default_proxy,
+        max_session_bytes: t.max_session_bytes,
     }
 }
 
@@ -308,6 +313,8 @@ pub fn tenant_from_pb(t: pb::Tenant) -> Result<TenantRecord, ServiceError> {
         max_file_mb: t.max_file_mb,
         max_artifact_mb: t.max_artifact_mb,
         artifact_ttl_s: t.artifact_ttl_s,
+        default_proxy: t.default_proxy,
+        max_session_bytes: t.max_session_bytes,
     })
 }
 

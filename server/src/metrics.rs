@@ -51,6 +51,15 @@ struct RecordingLabels {
     outcome: &'static str,
 }
 
+/// Network bytes of ended sessions: their tenant, their upstream proxy (empty: straight out)
+/// and `sent` or `received`. Tenants and proxies are an admin's ids, never a client's string.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct NetworkLabels {
+    tenant: String,
+    proxy: String,
+    direction: &'static str,
+}
+
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
 #[allow(non_camel_case_types)]
 enum Outcome {
@@ -72,6 +81,7 @@ pub struct Metrics {
     live_viewers: prometheus_client::metrics::gauge::Gauge,
     live_frames: Counter,
     live_dropped: Counter,
+    network_bytes: Family<NetworkLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -87,6 +97,7 @@ impl Default for Metrics {
             live_viewers: Default::default(),
             live_frames: Counter::default(),
             live_dropped: Counter::default(),
+            network_bytes: Family::default(),
         }
     }
 }
@@ -136,6 +147,14 @@ impl Metrics {
         self.live_dropped.inc_by(n);
     }
 
+    /// A session ended having carried `bytes` (sent, received) over the network.
+    pub fn network_bytes(&self, tenant: &str, proxy: &str, bytes: (u64, u64)) {
+        for (direction, n) in [("sent", bytes.0), ("received", bytes.1)] {
+            let labels = NetworkLabels { tenant: tenant.to_string(), proxy: proxy.to_string(), direction };
+            self.network_bytes.get_or_create(&labels).inc_by(n);
+        }
+    }
+
     /// Puts the counters and histograms in `scrape`.
     pub fn scraped(&self, scrape: &mut Scrape) {
         scrape.add(
@@ -175,6 +194,11 @@ impl Metrics {
             "browserpool_live_frames_dropped",
             "Frames a slow live viewer skipped (it got a newer one instead)",
             self.live_dropped.clone(),
+        );
+        scrape.add(
+            "browserpool_network_bytes",
+            "Bytes ended sessions' pages sent and received over the network, by tenant, upstream proxy and direction",
+            self.network_bytes.clone(),
         );
     }
 }

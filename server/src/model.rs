@@ -82,6 +82,11 @@ pub struct SessionRecord {
     pub artifacts: Option<String>,
     /// How its browser presents itself, as acquired.
     pub emulation: browserpool_pool::Emulation,
+    /// The upstream proxy its pages leave through; empty: straight out.
+    pub proxy_id: String,
+    /// Network bytes (sent, received): final once it has ended, 0 while live in the store
+    /// (the holding replica reads its live count).
+    pub bytes: (u64, u64),
 }
 
 impl SessionRecord {
@@ -164,6 +169,10 @@ pub struct TenantRecord {
     pub max_artifact_mb: u32,
     /// How long artifacts are kept, in seconds; 0: the server's `--artifact-ttl`.
     pub artifact_ttl_s: u32,
+    /// The upstream proxy its sessions use when they name none; empty: none.
+    pub default_proxy: String,
+    /// Most network bytes (both ways) one session may carry; 0: no cap.
+    pub max_session_bytes: u64,
 }
 
 /// Whether a session is recorded as a video, and when its video is kept.

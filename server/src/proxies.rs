@@ -1,7 +1,6 @@
 //! Upstream proxies as objects an admin manages: what a valid one is, saving one with its
-//! password sealed (`secrets.rs`; never returned, logged or audited), listing and deleting.
-//! Not yet used by sessions: `AcquireRequest.proxy_id` and the egress proxy's forwarding to
-//! an upstream are still to come (issue 31).
+//! password sealed (`secrets.rs`; never returned, logged or audited), listing and deleting,
+//! and the upstream a session of a tenant leaves through (its password opened only then).
 
 use std::sync::Arc;
 
@@ -10,6 +9,7 @@ use crate::error::{Result, ServiceError};
 use crate::model::{is_host_pattern, is_id};
 use crate::secrets::Sealer;
 use crate::store::{ProxyRecord, Store};
+use browserpool_pool::{Credentials, Upstream};
 
 /// What a client asks to save. `password` empty keeps the stored one (a client never reads it
 /// back, so a put over a listed proxy must not lose it); `username` empty drops both.
@@ -67,6 +67,32 @@ impl Proxies {
         Ok(self.store.proxies().await?)
     }
 
+    /// The upstream `id` names, its password opened, for a session of `tenant`: NOT_FOUND
+    /// when there is no such proxy or the tenant is not among those that may use it (a tenant
+    /// does not learn the ids of proxies it may not use).
+    pub async fn upstream_for(&self, id: &str, tenant: &str, default: bool) -> Result<Upstream> {
+        let whose = if default { format!("tenant {tenant}'s default_proxy ") } else { String::new() };
+        let missing = || {
+            ServiceError::NotFound(format!(
+                "{whose}proxy {id:?} does not exist or may not be used by tenant {tenant}: see `browserpool admin proxies list`"
+            ))
+        };
+        let record = self.store.proxy(id).await?.ok_or_else(missing)?;
+        if !record.tenants.is_empty() && !record.tenants.iter().any(|t| t == tenant) {
+            return Err(missing());
+        }
+        let credentials = match &record.password_sealed {
+            Some(sealed) => Some(Credentials {
+                username: record.username.clone(),
+                password: self.sealer.open(sealed, &record.id).map_err(ServiceError::FailedPrecondition)?,
+            }),
+            None if record.username.is_empty() => None,
+            None => Some(Credentials { username: record.username.clone(), password: String::new() }),
+        };
+        Upstream::parse(&record.id, &record.url, credentials, record.direct_hosts)
+            .map_err(ServiceError::FailedPrecondition)
+    }
+
     /// Deletes a proxy; false when there was none.
     pub async fn delete(&self, id: &str) -> Result<bool> {
         let deleted = self.store.delete_proxy(id).await?;
@@ -89,8 +115,11 @@ pub fn validate(p: &ProxySpec) -> Result<()> {
     let Ok(url) = url::Url::parse(&p.url) else {
         return bad("url", format!("{:?} is not a url; give one like http://proxy.example:3128", p.url));
     };
-    if !["http", "https", "socks5"].contains(&url.scheme()) {
-        return bad("url", format!("scheme {:?} is not http, https or socks5", url.scheme()));
+    if !["http", "socks5"].contains(&url.scheme()) {
+        return bad(
+            "url",
+            format!("scheme {:?} is not http or socks5 (https proxies are not supported yet)", url.scheme()),
+        );
     }
     if url.host_str().is_none_or(str::is_empty) || url.port_or_known_default().is_none() {
         return bad("url", format!("{:?} needs a host and a port, like http://proxy.example:3128", p.url));
@@ -140,7 +169,7 @@ mod tests {
     #[test]
     fn a_proxy_is_checked_field_by_field() {
         assert!(validate(&spec()).is_ok());
-        for url in ["socks5://10.0.0.1:1080", "https://proxy.test:443"] {
+        for url in ["socks5://10.0.0.1:1080", "http://[::1]:3128"] {
             assert!(validate(&ProxySpec { url: url.into(), ..spec() }).is_ok(), "{url}");
         }
         let refused = |p: ProxySpec| match validate(&p) {
@@ -149,9 +178,7 @@ mod tests {
         };
         assert!(refused(ProxySpec { id: "EU 1".into(), ..spec() }).starts_with("proxy.id: "));
         assert!(refused(ProxySpec { url: "proxy.test:3128".into(), ..spec() }).starts_with("proxy.url: "));
-        assert!(
-            refused(ProxySpec { url: "ftp://proxy.test:21".into(), ..spec() }).contains("not http, https or socks5")
-        );
+        assert!(refused(ProxySpec { url: "ftp://proxy.test:21".into(), ..spec() }).contains("not http or socks5"));
         assert!(refused(ProxySpec { url: "socks5://proxy.test".into(), ..spec() }).contains("needs a host and a port"));
         let inline = refused(ProxySpec { url: "http://ci:hunter2@proxy.test:3128".into(), ..spec() });
         assert!(inline.contains("carries credentials") && !inline.contains("hunter2"), "{inline}");

@@ -178,6 +178,8 @@ mod tests {
             max_file_mb: 0,
             max_artifact_mb: 0,
             artifact_ttl_s: 0,
+            default_proxy: String::new(),
+            max_session_bytes: 0,
         }
     }
 

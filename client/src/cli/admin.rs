@@ -129,6 +129,14 @@ pub struct PutTenantArgs {
     /// which also caps it (new tenant: 0s).
     #[arg(long, value_parser = humantime::parse_duration)]
     artifact_ttl: Option<Duration>,
+    /// The upstream proxy its sessions leave through when `acquire` names none (an id from
+    /// `admin proxies list`); "" for none (new tenant: none).
+    #[arg(long)]
+    default_proxy: Option<String>,
+    /// Most bytes one of its sessions may send and receive over the network together; past
+    /// it, its pages' requests fail saying so; 0 for no cap (new tenant: 0).
+    #[arg(long)]
+    max_session_bytes: Option<u64>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -424,6 +432,12 @@ fn merge_tenant(current: Option<pb::Tenant>, args: PutTenantArgs) -> Result<pb::
     if let Some(d) = args.artifact_ttl {
         t.artifact_ttl_s = d.as_secs().min(u32::MAX as u64) as u32;
     }
+    if let Some(proxy) = args.default_proxy {
+        t.default_proxy = proxy;
+    }
+    if let Some(n) = args.max_session_bytes {
+        t.max_session_bytes = n;
+    }
     if let Some(isolation) = args.isolation {
         t.isolation = match isolation.as_str() {
             "context" => pb::Isolation::Context,
@@ -464,11 +478,16 @@ mod tests {
             max_file_mb: 0,
             max_artifact_mb: 0,
             artifact_ttl_s: 0,
+            default_proxy: String::new(),
+            max_session_bytes: 0,
         };
         let t = merge_tenant(Some(stored.clone()), put(&["ci", "--max-slots", "8"])).unwrap();
         assert_eq!(t, pb::Tenant { max_slots: 8, ..stored.clone() });
         let t = merge_tenant(Some(stored.clone()), put(&["ci", "--max-memory-mb", "512"])).unwrap();
         assert_eq!(t, pb::Tenant { max_memory_mb: 512, ..stored.clone() });
+        let network = ["ci", "--default-proxy", "eu-1", "--max-session-bytes", "1000000"];
+        let t = merge_tenant(Some(stored.clone()), put(&network)).unwrap();
+        assert_eq!(t, pb::Tenant { default_proxy: "eu-1".into(), max_session_bytes: 1_000_000, ..stored.clone() });
         let artifacts = ["ci", "--default-record", "on-failure", "--max-file-mb", "5", "--max-artifact-mb", "50"];
         let t = merge_tenant(Some(stored.clone()), put(&[&artifacts[..], &["--artifact-ttl", "2h"]].concat())).unwrap();
         let want = pb::Tenant {

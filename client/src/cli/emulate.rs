@@ -1,4 +1,5 @@
-//! `session acquire`'s emulation flags: how the browser presents itself.
+//! `session acquire`'s emulation flags: how the browser presents itself, and which upstream
+//! proxy its pages leave through.
 
 use clap::Args;
 
@@ -7,6 +8,10 @@ use crate::pb;
 /// How the session's browser presents itself; unset: Chromium's own.
 #[derive(Debug, Args, Default)]
 pub struct EmulationArgs {
+    /// The upstream proxy its pages leave through (an id from `admin proxies list`); unset:
+    /// the tenant's default_proxy, if any.
+    #[arg(long)]
+    proxy: Option<String>,
     /// Language of the pages (navigator.language, Intl, Accept-Language), a BCP 47 tag: de-DE.
     #[arg(long)]
     locale: Option<String>,
@@ -49,6 +54,7 @@ impl EmulationArgs {
     /// `req` with these fields set.
     pub(super) fn onto(self, req: pb::AcquireRequest) -> pb::AcquireRequest {
         pb::AcquireRequest {
+            proxy_id: self.proxy.unwrap_or_default(),
             locale: self.locale.unwrap_or_default(),
             timezone: self.timezone.unwrap_or_default(),
             user_agent: self.user_agent.unwrap_or_default(),

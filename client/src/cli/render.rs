@@ -124,6 +124,9 @@ pub fn session_json(s: &pb::Session) -> Value {
             "download_bytes_per_s": n.download_bytes_per_s,
             "upload_bytes_per_s": n.upload_bytes_per_s,
         })),
+        "proxy_id": s.proxy_id,
+        "bytes_sent": s.bytes_sent,
+        "bytes_received": s.bytes_received,
     })
 }
 
@@ -169,6 +172,8 @@ pub fn session_fields(s: &pb::Session) -> String {
                 })
                 .unwrap_or_default(),
         ),
+        ("proxy", s.proxy_id.clone()),
+        ("network bytes", format!("{} sent, {} received", s.bytes_sent, s.bytes_received)),
         ("cdp_url", s.cdp_url.clone()),
     ])
 }
@@ -385,6 +390,8 @@ pub fn tenant_json(t: &pb::Tenant) -> Value {
         "max_file_mb": t.max_file_mb,
         "max_artifact_mb": t.max_artifact_mb,
         "artifact_ttl_s": t.artifact_ttl_s,
+        "default_proxy": t.default_proxy,
+        "max_session_bytes": t.max_session_bytes,
     })
 }
 

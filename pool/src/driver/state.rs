@@ -123,9 +123,9 @@ pub(crate) struct Shared {
     pub(crate) loaded_html: Mutex<HashMap<TargetId, (String, String, String)>>,
     /// `Page.lifecycleEvent`s of our raw sessions: (session, loader id, name).
     pub(crate) lifecycle: broadcast::Sender<(String, String, String)>,
-    /// HTTP statuses of documents' responses, seen paused at their response stage: (session,
-    /// network request id, status). A main-frame navigation's request id is its loader id.
-    pub(crate) doc_status: broadcast::Sender<(String, String, u16)>,
+    /// What documents' requests were answered, seen paused at their response stage: (session,
+    /// network request id, answer). A main-frame navigation's request id is its loader id.
+    pub(crate) doc_status: broadcast::Sender<(String, String, DocAnswer)>,
     /// The tab Chromium shows in front, as far as we know: a new tab or popup comes up in
     /// front, and a tab in the background gets no frames, so input to it waits forever.
     pub(crate) front: Mutex<Option<TargetId>>,
@@ -266,4 +266,12 @@ mod tests {
         assert_eq!(tabs.refused.len(), REFUSED_KEPT);
         assert!(!tabs.refused.contains(&target(2)), "the oldest refusal is forgotten");
     }
+}
+
+/// How a document's request was answered: an HTTP status, or the egress proxy's refusal (why,
+/// in words: a navigation fails with the network error and says this).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum DocAnswer {
+    Status(u16),
+    Refused(String),
 }

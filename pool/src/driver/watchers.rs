@@ -20,7 +20,7 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
-use crate::driver::state::{grammar, settle_permission, Answer, Shared, Tab};
+use crate::driver::state::{grammar, settle_permission, Answer, DocAnswer, Shared, Tab};
 use crate::egress::ERROR_HEADER;
 use crate::events::{DialogInfo, DialogKind, EventKind};
 use crate::rawcdp::{RawCdp, RawEvent};
@@ -304,16 +304,22 @@ pub(crate) async fn raw_events(shared: Arc<Shared>, raw: RawCdp, mut rx: mpsc::U
                     })
                 });
                 let reason = reason.and_then(|value| shared.net.error_reason(value));
-                match reason.filter(|r| NETWORK_ERRORS.contains(r)) {
-                    Some(reason) => {
+                let network_id = ev.params["networkId"].as_str();
+                match reason.filter(|(r, _)| NETWORK_ERRORS.contains(r)) {
+                    Some((reason, why)) => {
+                        if let Some(request) = network_id.filter(|_| !why.is_empty()) {
+                            let refused = DocAnswer::Refused(why.to_string());
+                            let _ = shared.doc_status.send((ev.session_id.clone(), request.to_string(), refused));
+                        }
                         raw.send(&ev.session_id, "Fetch.failRequest", json!({ "requestId": id, "errorReason": reason }))
                     }
                     None => {
                         // Before the document may go on, so a navigation that waits for it
                         // finds its status already sent.
                         let status = ev.params["responseStatusCode"].as_u64().and_then(|s| u16::try_from(s).ok());
-                        if let (Some(status), Some(request)) = (status, ev.params["networkId"].as_str()) {
-                            let _ = shared.doc_status.send((ev.session_id.clone(), request.to_string(), status));
+                        if let (Some(status), Some(request)) = (status, network_id) {
+                            let answer = DocAnswer::Status(status);
+                            let _ = shared.doc_status.send((ev.session_id.clone(), request.to_string(), answer));
                         }
                         raw.send(&ev.session_id, "Fetch.continueRequest", json!({ "requestId": id }))
                     }

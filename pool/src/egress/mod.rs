@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
@@ -34,8 +34,13 @@ use crate::task::OwnedTask;
 use head::{read_any_head, request_body_len, rewrite, Head};
 
 mod head;
+mod meter;
+mod upstream;
 
 pub(crate) use head::read_head;
+pub use meter::{Meter, Metered};
+use upstream::Dialled;
+pub use upstream::{Credentials, Upstream, UpstreamKind};
 
 /// How long a client may take to send its request head, and an upstream its response head.
 const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
@@ -150,6 +155,10 @@ fn canonical(ip: IpAddr) -> IpAddr {
 pub struct WorkerNet {
     pub(crate) egress: Arc<Egress>,
     pub(crate) policy: RwLock<NavPolicy>,
+    /// The session's upstream proxy, if it has one (set at lease with the policy).
+    pub(crate) upstream: RwLock<Option<Arc<Upstream>>>,
+    /// Bytes to and from the network since the lease, and the session's budget.
+    pub meter: Arc<Meter>,
     lookups: Arc<Semaphore>,
     connections: Arc<Semaphore>,
 }
@@ -160,6 +169,8 @@ impl WorkerNet {
         Arc::new(WorkerNet {
             egress,
             policy: RwLock::new(NavPolicy::default()),
+            upstream: RwLock::new(None),
+            meter: Arc::new(Meter::default()),
             lookups: Arc::new(Semaphore::new(LOOKUPS_PER_WORKER)),
             connections: Arc::new(Semaphore::new(CONNECTIONS_PER_WORKER)),
         })
@@ -168,6 +179,19 @@ impl WorkerNet {
     /// A copy of the current policy, for judging across awaits.
     pub(crate) fn policy(&self) -> NavPolicy {
         self.policy.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Sets how the session's connections leave once its policy passed them (straight, or
+    /// through `upstream`) and its budget of bytes (0: none), counting from zero. Set at lease,
+    /// with the policy.
+    pub fn set_route(&self, upstream: Option<Upstream>, budget: u64) {
+        *self.upstream.write().unwrap_or_else(|e| e.into_inner()) = upstream.map(Arc::new);
+        self.meter.reset(budget);
+    }
+
+    /// The upstream proxy connections go through now, if any.
+    pub(crate) fn upstream(&self) -> Option<Arc<Upstream>> {
+        self.upstream.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// [`NavPolicy::check`] under the current policy, without copying it (the request hook
@@ -219,9 +243,10 @@ impl WorkerNet {
         self.egress.judge(&policy, host, &addrs).map(|_| ())
     }
 
-    /// The error reason an [`ERROR_HEADER`] value names, if this proxy wrote it.
-    pub(crate) fn error_reason<'a>(&self, header: &'a str) -> Option<&'a str> {
-        header.strip_prefix(self.egress.token.as_str())?.strip_prefix(' ')
+    /// The error reason an [`ERROR_HEADER`] value names and why, if this proxy wrote it.
+    pub(crate) fn error_reason<'a>(&self, header: &'a str) -> Option<(&'a str, &'a str)> {
+        let rest = header.strip_prefix(self.egress.token.as_str())?.strip_prefix(' ')?;
+        Some(rest.split_once(' ').unwrap_or((rest, "")))
     }
 }
 
@@ -291,8 +316,8 @@ impl Proxy {
                     Ok(_permit) => serve_conn(stream, &net).await,
                     Err(_) => {
                         let why = format!("more than {CONNECTIONS_PER_WORKER} connections at once");
-                        let token = &net.egress.token;
-                        refuse(&mut stream, "503 Service Unavailable", token, "ConnectionRefused", &why).await
+                        let refusal = Refusal::new("503 Service Unavailable", "ConnectionRefused", why);
+                        refusal.send(&mut stream, &net.egress.token).await
                     }
                 }
             }
@@ -314,35 +339,59 @@ impl Drop for Proxy {
     }
 }
 
-/// The header of the proxy's own answers: `<token> <reason>`, the reason being the network
-/// error Chromium would have seen without a proxy, as a CDP `Network.ErrorReason`
-/// (`BlockedByClient`, `ConnectionRefused`...). The request hook turns a document's answer
-/// back into that error; the token keeps a site from forging one.
+/// The header of the proxy's own answers: `<token> <reason> <why>`, the reason being the
+/// network error Chromium would have seen without a proxy, as a CDP `Network.ErrorReason`
+/// (`BlockedByClient`, `ConnectionRefused`...), and why in words (for the navigate error).
+/// The request hook turns a document's answer back into that error; the token keeps a site
+/// from forging one.
 pub(crate) const ERROR_HEADER: &str = "x-browserpool-egress";
 
-async fn refuse(stream: &mut TcpStream, status: &str, token: &str, reason: &str, why: &str) {
-    let body = format!("browserpool egress: {why}\n");
-    let resp = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\n{ERROR_HEADER}: {token} {reason}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    let _ = stream.write_all(resp.as_bytes()).await;
-    let _ = stream.shutdown().await;
+/// The proxy's own answer to a connection it will not carry.
+pub(crate) struct Refusal {
+    status: &'static str,
+    reason: &'static str,
+    why: String,
 }
 
-async fn blocked(client: &mut TcpStream, token: &str, host: &str, port: u16, why: &str) {
-    // Host and port only: paths and queries may carry secrets.
-    tracing::info!(%host, port, reason = %why, "connection blocked by policy");
-    refuse(client, "403 Forbidden", token, "BlockedByClient", why).await
+impl Refusal {
+    fn new(status: &'static str, reason: &'static str, why: impl Into<String>) -> Refusal {
+        Refusal { status, reason, why: why.into() }
+    }
+
+    fn bad_request(why: impl Into<String>) -> Refusal {
+        Refusal::new("400 Bad Request", "Failed", why)
+    }
+
+    fn blocked(host: &str, port: u16, why: String) -> Refusal {
+        // Host and port only: paths and queries may carry secrets.
+        tracing::info!(%host, port, reason = %why, "connection blocked by policy");
+        Refusal::new("403 Forbidden", "BlockedByClient", why)
+    }
+
+    async fn send(&self, stream: &mut (impl tokio::io::AsyncWrite + Unpin), token: &str) {
+        let body = format!("browserpool egress: {}\n", self.why);
+        // One line of printable ASCII: a header value cannot carry more.
+        let why: String =
+            self.why.chars().map(|c| if c.is_ascii() && !c.is_ascii_control() { c } else { '?' }).collect();
+        let resp = format!(
+            "HTTP/1.1 {}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\n{ERROR_HEADER}: {token} {} {why}\r\nConnection: close\r\n\r\n{body}",
+            self.status,
+            body.len(),
+            self.reason,
+        );
+        let _ = stream.write_all(resp.as_bytes()).await;
+        let _ = stream.shutdown().await;
+    }
 }
 
 /// Serves one client connection: a CONNECT tunnel (https, ws, wss) or one plain-HTTP request
-/// in absolute form, each only to an address the policy allows.
+/// in absolute form, each only to an address the policy allows, straight or through the
+/// session's upstream proxy.
 async fn serve_conn(mut client: TcpStream, net: &WorkerNet) {
     let token = net.egress.token.as_str();
     let head = match tokio::time::timeout(HEAD_TIMEOUT, read_head(&mut client)).await {
         Ok(Ok(head)) => head,
-        Ok(Err(why)) => return refuse(&mut client, "400 Bad Request", token, "Failed", &why).await,
+        Ok(Err(why)) => return Refusal::bad_request(why).send(&mut client, token).await,
         Err(_) => return,
     };
     let tunnel = head.method.eq_ignore_ascii_case("CONNECT");
@@ -352,15 +401,19 @@ async fn serve_conn(mut client: TcpStream, net: &WorkerNet) {
         Ok(u) if tunnel || u.scheme() == "http" => u,
         _ => {
             let why = "expected CONNECT host:port or an absolute http url";
-            return refuse(&mut client, "400 Bad Request", token, "Failed", why).await;
+            return Refusal::bad_request(why).send(&mut client, token).await;
         }
     };
-    let Some(mut upstream) = connect_upstream(&mut client, net, &url, &parsed).await else { return };
+    let (upstream, via) = match connect_upstream(net, &url, &parsed, tunnel).await {
+        Ok(connected) => connected,
+        Err(refusal) => return refusal.send(&mut client, token).await,
+    };
     // Relayed writes are small (request heads, websocket frames): never hold them back.
     let _ = client.set_nodelay(true);
     let _ = upstream.set_nodelay(true);
+    let mut upstream = Metered::new(upstream, net.meter.clone());
     if !tunnel {
-        return relay_request(client, upstream, &head, &parsed, token).await;
+        return relay_request(client, upstream, &head, &parsed, via.as_deref(), token).await;
     }
     if client.write_all(b"HTTP/1.1 200 Connection Established\r\n\r\n").await.is_err() {
         return;
@@ -371,69 +424,78 @@ async fn serve_conn(mut client: TcpStream, net: &WorkerNet) {
     let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
 }
 
-/// Connects to the host of `url` (`parsed`) at the one address the policy allows, resolved
-/// once; `None` once `client` has been told why not.
-async fn connect_upstream(client: &mut TcpStream, net: &WorkerNet, url: &str, parsed: &url::Url) -> Option<TcpStream> {
-    let token = net.egress.token.as_str();
+/// Connects to the host of `url` (`parsed`): judged by the policy at the one address it
+/// resolved to, then straight there or through the session's upstream proxy. Also answers
+/// the upstream a plain-http request must be forwarded to in absolute form, if any.
+async fn connect_upstream(
+    net: &WorkerNet,
+    url: &str,
+    parsed: &url::Url,
+    tunnel: bool,
+) -> Result<(TcpStream, Option<Arc<Upstream>>), Refusal> {
     let (Some(host), Some(port)) = (parsed.host_str().map(str::to_string), parsed.port_or_known_default()) else {
-        refuse(client, "400 Bad Request", token, "Failed", "no host in the request target").await;
-        return None;
+        return Err(Refusal::bad_request("no host in the request target"));
     };
-    let policy = net.policy();
-    if let Err(why) = policy.check(url) {
-        blocked(client, token, &host, port, &why).await;
-        return None;
+    if let Some(why) = net.meter.spent() {
+        return Err(Refusal::blocked(&host, port, why));
     }
-    let addrs = match net.resolve(&host, port).await {
-        Ok(addrs) => addrs,
-        Err(why) => {
-            refuse(client, "502 Bad Gateway", token, "NameNotResolved", &why).await;
-            return None;
-        }
-    };
-    let addr = match net.egress.judge(&policy, &host, &addrs) {
-        Ok(addr) => addr,
-        Err(why) => {
-            blocked(client, token, &host, port, &why).await;
-            return None;
-        }
-    };
+    let policy = net.policy();
+    policy.check(url).map_err(|why| Refusal::blocked(&host, port, why))?;
+    let addrs =
+        net.resolve(&host, port).await.map_err(|why| Refusal::new("502 Bad Gateway", "NameNotResolved", why))?;
+    let addr = net.egress.judge(&policy, &host, &addrs).map_err(|why| Refusal::blocked(&host, port, why))?;
+    if let Some(up) = net.upstream().filter(|up| !up.direct(&host)) {
+        return match upstream::dial(net, &policy, &up, &host, port, tunnel).await? {
+            Dialled::Tunnel(stream) => Ok((stream, None)),
+            Dialled::Forward(stream) => Ok((stream, Some(up))),
+        };
+    }
     match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await {
-        Ok(Ok(s)) => Some(s),
+        Ok(Ok(s)) => Ok((s, None)),
         Ok(Err(e)) => {
             let reason = match e.kind() {
                 std::io::ErrorKind::ConnectionRefused => "ConnectionRefused",
                 std::io::ErrorKind::ConnectionReset => "ConnectionReset",
                 _ => "ConnectionFailed",
             };
-            let why = format!("connect {host}:{port}: {e}");
-            refuse(client, "502 Bad Gateway", token, reason, &why).await;
-            None
+            Err(Refusal::new("502 Bad Gateway", reason, format!("connect {host}:{port}: {e}")))
         }
-        Err(_) => {
-            let why = format!("connect {host}:{port} timed out");
-            refuse(client, "504 Gateway Timeout", token, "TimedOut", &why).await;
-            None
-        }
+        Err(_) => Err(Refusal::new("504 Gateway Timeout", "TimedOut", format!("connect {host}:{port} timed out"))),
     }
 }
 
-/// Relays the plain-HTTP request `head` (its target `parsed`) to `upstream` in origin form,
-/// and the answer back, both to close.
-async fn relay_request(mut client: TcpStream, mut upstream: TcpStream, head: &Head, parsed: &url::Url, token: &str) {
-    let path = &parsed[url::Position::BeforePath..url::Position::AfterQuery];
-    let start = format!("{} {} HTTP/1.1\r\n", head.method, if path.is_empty() { "/" } else { path });
+/// Relays the plain-HTTP request `head` (its target `parsed`) to `upstream` in origin form
+/// (or in absolute form, with the proxy's credentials, to an HTTP proxy `via`), and the answer
+/// back, both to close.
+async fn relay_request(
+    mut client: TcpStream,
+    upstream: Metered,
+    head: &Head,
+    parsed: &url::Url,
+    via: Option<&Upstream>,
+    token: &str,
+) {
+    let start = match via {
+        Some(up) => {
+            let target = &parsed[..url::Position::AfterQuery];
+            format!("{} {target} HTTP/1.1\r\n{}", head.method, up.authorization())
+        }
+        None => {
+            let path = &parsed[url::Position::BeforePath..url::Position::AfterQuery];
+            format!("{} {} HTTP/1.1\r\n", head.method, if path.is_empty() { "/" } else { path })
+        }
+    };
     let Some(body_len) = request_body_len(head) else {
         let why = "a request body without a valid Content-Length";
-        return refuse(&mut client, "411 Length Required", token, "Failed", why).await;
+        return Refusal::new("411 Length Required", "Failed", why).send(&mut client, token).await;
     };
-    if upstream.write_all(&rewrite(&start, head, false)).await.is_err() {
+    let (mut from_up, mut to_up) = tokio::io::split(upstream);
+    if to_up.write_all(&rewrite(&start, head, false)).await.is_err() {
         return;
     }
     // Exactly one request goes upstream: its head and its body, nothing after. Chromium
     // pools proxy connections across sites, so bytes after the body could be its next
     // request, for another site, which this upstream must never see.
-    let (mut from_up, mut to_up) = upstream.into_split();
     let (mut from_client, mut to_client) = client.into_split();
     let early = head.rest.len().min(body_len as usize);
     let request_body = async {
@@ -451,18 +513,26 @@ async fn relay_request(mut client: TcpStream, mut upstream: TcpStream, head: &He
     // The answer says close, so Chromium never reuses the connection: the exchange ends
     // when the upstream has answered or the client has gone.
     tokio::select! {
-        _ = relay_response(&mut from_up, &mut to_client) => {}
+        _ = relay_response(&mut from_up, &mut to_client, via, token) => {}
         _ = request_body => {}
     }
 }
 
-/// Relays upstream's answer: its heads rewritten to close (an upstream 407 as a 502), then
-/// its body as it comes.
-async fn relay_response(from_up: &mut OwnedReadHalf, to_client: &mut OwnedWriteHalf) {
+/// Relays upstream's answer: its heads rewritten to close (a site's 407 as a 502; an
+/// upstream proxy's 407 as this proxy's refusal naming it), then its body as it comes.
+async fn relay_response(
+    from_up: &mut (impl tokio::io::AsyncRead + Unpin),
+    to_client: &mut OwnedWriteHalf,
+    via: Option<&Upstream>,
+    token: &str,
+) {
     loop {
         let resp = tokio::time::timeout(HEAD_TIMEOUT, read_any_head(from_up, false)).await;
         let Ok(Ok(resp)) = resp else { return };
-        // An upstream 407 would read as this proxy asking for credentials.
+        if let Some(refusal) = via.and_then(|up| up.refused_forward(resp.status)) {
+            return refusal.send(to_client, token).await;
+        }
+        // A site's 407 would read as this proxy asking for credentials.
         let start = if resp.status == 407 {
             "HTTP/1.1 502 Bad Gateway\r\n".to_string()
         } else {

@@ -43,6 +43,7 @@ pub(super) async fn acquire(
         record: crate::convert::record_from_pb(r.record),
         watch,
         emulation,
+        proxy_id: r.proxy_id.clone(),
     };
     let record = sessions.acquire(claims, spec).await?;
     target.set(&record.id);

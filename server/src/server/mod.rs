@@ -171,6 +171,7 @@ pub async fn bind(args: ServeArgs) -> anyhow::Result<Bound> {
         args.max_workers as u32,
         audit.clone(),
         metrics.clone(),
+        sealer.clone(),
     );
     // The previous run on this data dir is dead (we hold its lock): its sessions end now, as
     // CRASHED, rather than when its heartbeat goes stale.
@@ -310,6 +311,8 @@ pub async fn ensure_default_tenant(store: &Store, args: &ServeArgs) -> anyhow::R
         max_file_mb: 0,
         max_artifact_mb: 0,
         artifact_ttl_s: 0,
+        default_proxy: String::new(),
+        max_session_bytes: 0,
     };
     store.ensure_tenant(&default, now_ms()).await?;
     store.tenant_epoch(DEFAULT_TENANT).await?.context("the default tenant vanished right after it was ensured")

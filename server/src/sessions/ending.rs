@@ -20,6 +20,31 @@ fn ended(task: std::result::Result<Result<bool>, tokio::task::JoinError>) -> boo
 }
 
 impl Sessions {
+    /// The session's end in the audit trail: its state, its upstream proxy and the bytes its
+    /// pages carried (never a URL), and the same bytes on `/metrics`.
+    fn audit_end(&self, r: &SessionRecord) {
+        self.inner.metrics.network_bytes(&r.tenant, &r.proxy_id, r.bytes);
+        let target = format!(
+            "state={} proxy={} bytes_sent={} bytes_received={}",
+            r.state.as_str(),
+            if r.proxy_id.is_empty() { "none" } else { &r.proxy_id },
+            r.bytes.0,
+            r.bytes.1
+        );
+        match self.inner.audit.reserve_call() {
+            Ok(place) => place.record(crate::audit::Entry {
+                tenant: r.tenant.clone(),
+                subject: r.subject.clone(),
+                session_id: r.id.clone(),
+                rpc: "SESSION ENDED".into(),
+                target,
+                outcome: "ok".into(),
+                ..Default::default()
+            }),
+            Err(e) => tracing::warn!(session = %r.id, error = %e, "the session's end was not audited"),
+        }
+    }
+
     /// [`Sessions::end`] in its own task, so a caller that goes away cannot leave it half done.
     pub async fn end_detached(&self, id: &str, state: SessionState, reason: impl Into<String>) -> bool {
         let this = self.clone();
@@ -80,12 +105,16 @@ impl Sessions {
         // (the reaper's, say) and never return with a worker or profile still alive.
         let _ending = Ending::new(&self.inner, id, &live);
         let at = self.now();
-        {
+        let bytes = live.bytes();
+        let ended = {
             let mut rec = live.record.lock().unwrap_or_else(|e| e.into_inner());
+            rec.bytes = bytes;
             rec.state = state;
             rec.ended_at_ms = Some(at);
             rec.end_reason = Some(reason.to_string());
-        }
+            rec.clone()
+        };
+        self.audit_end(&ended);
         // A running action answers at once and lets go of the lease.
         *live.ended_as.lock().unwrap_or_else(|e| e.into_inner()) = Some(state);
         live.stop.cancel();
@@ -93,7 +122,7 @@ impl Sessions {
         // take a while, and a tenant's browser should not run on meanwhile.
         let began = std::time::Instant::now();
         let record = async {
-            let recorded = self.inner.store.end_session(id, state, at, reason).await;
+            let recorded = self.inner.store.end_session(id, state, at, reason, bytes).await;
             let took = began.elapsed();
             if let (Some(tx), Ok(_)) = (recorded_tx, &recorded) {
                 let _ = tx.send(true);

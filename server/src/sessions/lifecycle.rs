@@ -82,7 +82,7 @@ impl Sessions {
         // Live sessions carry fresher idle deadlines in memory.
         for row in rows.iter_mut() {
             if let Some(live) = self.live_map().get(&row.id) {
-                *row = live.record.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                *row = live.record_now();
             }
         }
         let next = if more { (offset + limit as u64).to_string() } else { String::new() };
@@ -130,6 +130,23 @@ impl Sessions {
         result
     }
 
+    /// The upstream proxy a session of `tenant` leaves through: the one it asked for, else the
+    /// tenant's default, if any. Not built for context isolation yet: refused there.
+    async fn upstream(&self, tenant: &TenantRecord, asked: &str) -> Result<Option<Upstream>> {
+        let (id, default) = if asked.is_empty() { (tenant.default_proxy.as_str(), true) } else { (asked, false) };
+        if id.is_empty() {
+            return Ok(None);
+        }
+        if tenant.isolation == Isolation::Context {
+            return Err(ServiceError::FailedPrecondition(format!(
+                "proxy {id:?}: upstream proxies are not supported for ISOLATION_CONTEXT tenants yet, and tenant {} is \
+                 one: acquire without a proxy, or ask an admin for a tenant with ISOLATION_PROCESS",
+                tenant.id
+            )));
+        }
+        self.inner.proxies.upstream_for(id, &tenant.id, default).await.map(Some)
+    }
+
     /// How the session is recorded: as asked, else the tenant's default; refused when this
     /// server cannot record.
     fn record_mode(&self, tenant: &TenantRecord, asked: Option<RecordMode>) -> Result<RecordMode> {
@@ -158,6 +175,7 @@ impl Sessions {
             .ok_or_else(|| ServiceError::PermissionDenied(format!("tenant {:?} does not exist", claims.tenant)))?;
         let (ttl, idle) = terms(&self.inner.limits, &tenant, &spec)?;
         spec.emulation.check().map_err(ServiceError::InvalidArgument)?;
+        let upstream = self.upstream(&tenant, &spec.proxy_id).await?;
         let record_mode = self.record_mode(&tenant, spec.record)?;
 
         let started = Instant::now();
@@ -207,11 +225,7 @@ impl Sessions {
             PoolError::NotBooted(bound) => waited(format!("no worker finished booting within {bound:?}")),
             other => ServiceError::Pool(other),
         })?;
-        // The tenant's navigation policy holds for every request the session's pages make.
-        lease.set_policy(NavPolicy {
-            allow_private_networks: tenant.allow_private_networks,
-            allow_hosts: tenant.allow_hosts.clone(),
-        });
+        let proxy_id = set_network(lease.as_ref(), &tenant, upstream);
         let queue_wait_ms = started.elapsed().as_millis().min(u32::MAX as u128) as u32;
         let now = self.now();
         let record = SessionRecord {
@@ -230,6 +244,8 @@ impl Sessions {
             replica: self.inner.replica.clone(),
             artifacts: None,
             emulation: spec.emulation,
+            proxy_id,
+            bytes: (0, 0),
         };
         // Recording and registering run in their own task: a caller that goes away now cannot
         // leave a READY row without a live session (an unclaimed session idles out instead).
@@ -322,7 +338,7 @@ impl Sessions {
     pub async fn get(&self, claims: &Claims, id: &str) -> Result<SessionRecord> {
         let live = self.live_map().get(id).cloned().or_else(|| self.ending_map().get(id).cloned());
         let record = match live {
-            Some(live) => live.record.lock().unwrap_or_else(|e| e.into_inner()).clone(),
+            Some(live) => live.record_now(),
             None => self.inner.store.session(id).await?.ok_or_else(|| ServiceError::SessionNotFound(id.into()))?,
         };
         if !may_use(claims, &record) {
@@ -420,4 +436,19 @@ impl Drop for Claim {
             });
         }
     }
+}
+
+/// The tenant's navigation policy for every request the session's pages make; its upstream
+/// proxy, if any, and its byte budget (a context session's egress is its shared browser's:
+/// neither applies there). Answers the proxy's id.
+fn set_network(lease: &dyn Leased, tenant: &TenantRecord, upstream: Option<Upstream>) -> String {
+    lease.set_policy(NavPolicy {
+        allow_private_networks: tenant.allow_private_networks,
+        allow_hosts: tenant.allow_hosts.clone(),
+    });
+    let proxy_id = upstream.as_ref().map(|up| up.id.clone()).unwrap_or_default();
+    if lease.context().is_none() {
+        lease.net().set_route(upstream, tenant.max_session_bytes);
+    }
+    proxy_id
 }

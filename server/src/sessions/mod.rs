@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use browserpool_pool::{
     canonicalize, Access, ActionCall, ActionFailure, ActionOutput, CaptureOptions, ContextState, EventKind,
-    EventReader, FailureCode, LeaseSpec, NavPolicy, PoolError, Viewport,
+    EventReader, FailureCode, LeaseSpec, NavPolicy, PoolError, Upstream, Viewport,
 };
 use serde_json::Value;
 use tokio::sync::watch;
@@ -28,7 +28,7 @@ use crate::clock::{now_ms, Clock};
 use crate::deadlines::{self, Deadlines};
 use crate::error::{Result, ServiceError};
 pub use crate::model::SessionState;
-use crate::model::{RecordMode, ReplicaAddrs, SessionRecord, TenantRecord};
+use crate::model::{Isolation, RecordMode, ReplicaAddrs, SessionRecord, TenantRecord};
 use crate::store::{SessionFilter, Store};
 
 mod act;
@@ -94,6 +94,8 @@ pub struct AcquireSpec {
     pub watch: Option<AcquireWatch>,
     /// How the browser presents itself (checked before the call queues).
     pub emulation: browserpool_pool::Emulation,
+    /// The upstream proxy to leave through; empty: the tenant's default.
+    pub proxy_id: String,
 }
 
 /// One action as the client sent it.
@@ -167,6 +169,24 @@ struct CdpTarget {
 }
 
 impl Live {
+    /// Network bytes (sent, received) its pages carried so far. A context session shares its
+    /// browser's egress, which is not counted per session (yet): 0 there.
+    fn bytes(&self) -> (u64, u64) {
+        match self.cdp.context {
+            None => self.cdp.net.meter.totals(),
+            Some(_) => (0, 0),
+        }
+    }
+
+    /// Its record as of now: the live byte counts included.
+    fn record_now(&self) -> SessionRecord {
+        let mut record = self.record.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        if record.ended_at_ms.is_none() {
+            record.bytes = self.bytes();
+        }
+        record
+    }
+
     /// Why a running action was cut short: the session's end.
     fn interrupted(&self, id: &str) -> ActionFailure {
         match *self.ended_as.lock().unwrap_or_else(|e| e.into_inner()) {
@@ -226,6 +246,8 @@ struct Inner {
     /// terminal state here, and a second `end` waits for the first.
     ending_now: Mutex<HashMap<String, Arc<Live>>>,
     metrics: Arc<crate::metrics::Metrics>,
+    /// The upstream proxies sessions may leave through.
+    proxies: crate::proxies::Proxies,
     /// Where `cdp_url`s point (set once at start).
     cdp_base: std::sync::OnceLock<String>,
     /// Where the other replicas reach this one (set once at start, by [`Sessions::recover`]).
@@ -322,10 +344,12 @@ impl Sessions {
         capacity: u32,
         audit: AuditLog,
         metrics: Arc<crate::metrics::Metrics>,
+        sealer: Arc<crate::secrets::Sealer>,
     ) -> Sessions {
         let admission = Admission::new(capacity);
         Sessions {
             inner: Arc::new(Inner {
+                proxies: crate::proxies::Proxies::new(store.clone(), sealer),
                 store,
                 replica: format!("r-{}", uuid::Uuid::new_v4().simple()),
                 browsers,

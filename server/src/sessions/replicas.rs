@@ -61,7 +61,7 @@ impl Sessions {
         let stale_before = self.stale_before().unwrap_or(i64::MIN);
         let ids = self.inner.store.sweep_replicas(&self.inner.replica, stale_before).await?;
         for id in &ids {
-            self.inner.store.end_session(id, SessionState::Crashed, now_ms(), "its server is gone").await?;
+            self.inner.store.end_session(id, SessionState::Crashed, now_ms(), "its server is gone", (0, 0)).await?;
         }
         if !ids.is_empty() {
             tracing::warn!(count = ids.len(), "sessions of a server that is gone marked crashed");

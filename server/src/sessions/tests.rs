@@ -60,8 +60,16 @@ impl Harness {
             cannot_record: Some("not in these tests".into()),
         };
         let metrics = Arc::default();
-        let sessions =
-            Sessions::new(store.clone(), Arc::new(fake.clone()), limits, capacity as u32, audit.clone(), metrics);
+        let sealer = Arc::new(crate::secrets::Sealer::from_key(&[7; 32]));
+        let sessions = Sessions::new(
+            store.clone(),
+            Arc::new(fake.clone()),
+            limits,
+            capacity as u32,
+            audit.clone(),
+            metrics,
+            sealer,
+        );
         sessions.recover(None, ReplicaAddrs::default()).await.unwrap();
         let reaper = CancellationToken::new();
         tokio::spawn(sessions.clone().reap_loop(reaper.clone()));
@@ -108,6 +116,8 @@ fn tenant(id: &str, max_slots: u32) -> TenantRecord {
         max_file_mb: 0,
         max_artifact_mb: 0,
         artifact_ttl_s: 0,
+        default_proxy: String::new(),
+        max_session_bytes: 0,
     }
 }
 

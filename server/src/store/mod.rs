@@ -351,6 +351,8 @@ where
             max_file_mb: self.get::<i64>("max_file_mb")? as u32,
             max_artifact_mb: self.get::<i64>("max_artifact_mb")? as u32,
             artifact_ttl_s: self.get::<i64>("artifact_ttl_s")? as u32,
+            default_proxy: self.get("default_proxy")?,
+            max_session_bytes: self.get::<i64>("max_session_bytes")?.max(0) as u64,
             id,
         })
     }
@@ -378,6 +380,8 @@ where
                 }
                 None => Default::default(),
             },
+            proxy_id: self.get::<Option<String>>("proxy_id")?.unwrap_or_default(),
+            bytes: (self.get::<i64>("bytes_sent")?.max(0) as u64, self.get::<i64>("bytes_received")?.max(0) as u64),
         })
     }
 
@@ -492,6 +496,8 @@ mod tests {
             replica: "r-1".into(),
             artifacts: None,
             emulation: Default::default(),
+            proxy_id: String::new(),
+            bytes: (0, 0),
         }
     }
 
@@ -510,6 +516,8 @@ mod tests {
             max_file_mb: 7,
             max_artifact_mb: 9,
             artifact_ttl_s: 11,
+            default_proxy: String::new(),
+            max_session_bytes: 0,
         }
     }
 
@@ -520,8 +528,11 @@ mod tests {
             let store = Store::open(&url).await.unwrap();
             store.insert_session(&record("s-1", "a", 10), "acquired").await.unwrap();
             store.insert_session(&record("s-2", "b", 20), "acquired").await.unwrap();
-            assert!(store.end_session("s-1", SessionState::Closed, 30, "released").await.unwrap());
-            assert!(!store.end_session("s-1", SessionState::Expired, 40, "late").await.unwrap(), "terminal is final");
+            assert!(store.end_session("s-1", SessionState::Closed, 30, "released", (0, 0)).await.unwrap());
+            assert!(
+                !store.end_session("s-1", SessionState::Expired, 40, "late", (0, 0)).await.unwrap(),
+                "terminal is final"
+            );
             let (created, epoch) = store.put_tenant(&tenant("t", 2), 1).await.unwrap();
             assert!(created, "new");
             assert_eq!(store.put_tenant(&tenant("t", 3), 2).await.unwrap(), (false, epoch.clone()), "replaced");
@@ -646,7 +657,7 @@ mod tests {
             let live: Vec<String> = store.replicas(3_000).await.unwrap().into_iter().map(|r| r.id).collect();
             assert_eq!(live, vec!["r-2".to_string()], "{backend}");
             // Ended, or its replica gone: no owner to forward to.
-            store.end_session("s-1", SessionState::Closed, 30, "released").await.unwrap();
+            store.end_session("s-1", SessionState::Closed, 30, "released", (0, 0)).await.unwrap();
             assert_eq!(store.session_owner("s-1").await.unwrap(), None, "{backend}");
             assert!(store.live_sessions_of("a").await.unwrap().is_empty(), "{backend}");
             store.insert_session(&record("s-2", "a", 40), "acquired").await.unwrap();

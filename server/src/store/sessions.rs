@@ -12,8 +12,8 @@ impl Store {
                 let mut tx = pool.begin().await?;
                 sqlx::query(
                     "INSERT INTO sessions (id, tenant, subject, worker_id, state, labels, created_at_ms, expires_at_ms, \
-                     idle_deadline_ms, queue_wait_ms, replica, emulation) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, \
-                     $11, $12)",
+                     idle_deadline_ms, queue_wait_ms, replica, emulation, proxy_id) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, \
+                     $9, $10, $11, $12, $13)",
                 )
                 .bind(&s.id)
                 .bind(&s.tenant)
@@ -27,6 +27,7 @@ impl Store {
                 .bind(s.queue_wait_ms as i64)
                 .bind(&s.replica)
                 .bind(emulation.as_deref())
+                .bind((!s.proxy_id.is_empty()).then_some(s.proxy_id.as_str()))
                 .execute(&mut *tx)
                 .await?;
                 sqlx::query(TRANSITION).bind(&s.id).bind(s.state.as_str()).bind(s.created_at_ms).bind(reason).execute(&mut *tx).await?;
@@ -37,24 +38,29 @@ impl Store {
         .await)
     }
 
-    /// Moves a session to a terminal state (CLOSED, EXPIRED, CRASHED, KILLED) and records the
-    /// transition. Returns false, changing nothing, when it already was terminal.
+    /// Moves a session to a terminal state (CLOSED, EXPIRED, CRASHED, KILLED) with the network
+    /// bytes (sent, received) it carried, and records the transition. Returns false, changing
+    /// nothing, when it already was terminal.
     pub async fn end_session(
         &self,
         id: &str,
         state: SessionState,
         at_ms: i64,
         reason: &str,
+        bytes: (u64, u64),
     ) -> Result<bool, StoreError> {
         self.noted(async {
             with_pool!(self, pool => {
                 let mut tx = pool.begin().await?;
                 let changed = sqlx::query(
-                    "UPDATE sessions SET state = $1, ended_at_ms = $2, end_reason = $3 WHERE id = $4 AND ended_at_ms IS NULL",
+                    "UPDATE sessions SET state = $1, ended_at_ms = $2, end_reason = $3, bytes_sent = $4, bytes_received = $5 \
+                     WHERE id = $6 AND ended_at_ms IS NULL",
                 )
                 .bind(state.as_str())
                 .bind(at_ms)
                 .bind(reason)
+                .bind(bytes.0.min(i64::MAX as u64) as i64)
+                .bind(bytes.1.min(i64::MAX as u64) as i64)
                 .bind(id)
                 .execute(&mut *tx)
                 .await?

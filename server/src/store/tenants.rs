@@ -23,7 +23,8 @@ impl Store {
                  allow_hosts = excluded.allow_hosts, allow_private_networks = excluded.allow_private_networks, \
                  isolation = excluded.isolation, max_memory_mb = excluded.max_memory_mb, \
                  default_record = excluded.default_record, max_file_mb = excluded.max_file_mb, \
-                 max_artifact_mb = excluded.max_artifact_mb, artifact_ttl_s = excluded.artifact_ttl_s",
+                 max_artifact_mb = excluded.max_artifact_mb, artifact_ttl_s = excluded.artifact_ttl_s, \
+                 default_proxy = excluded.default_proxy, max_session_bytes = excluded.max_session_bytes",
             )
             .await?
             .ok_or_else(|| StoreError::Corrupt(format!("tenant {} upsert returned no row", t.id)))?;
@@ -55,8 +56,8 @@ impl Store {
                 let sql = format!(
                     "INSERT INTO tenants (id, max_slots, max_queue, max_session_ttl_ms, idle_timeout_ms, allow_hosts, \
                  allow_private_networks, created_at_ms, epoch, isolation, max_memory_mb, default_record, \
-                 max_file_mb, max_artifact_mb, artifact_ttl_s) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) \
+                 max_file_mb, max_artifact_mb, artifact_ttl_s, default_proxy, max_session_bytes) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17) \
                  ON CONFLICT (id) {on_conflict} RETURNING epoch"
                 );
                 let hosts = serde_json::to_string(&t.allow_hosts).unwrap_or_else(|_| "[]".into());
@@ -76,6 +77,8 @@ impl Store {
                 .bind(t.max_file_mb as i64)
                 .bind(t.max_artifact_mb as i64)
                 .bind(t.artifact_ttl_s as i64)
+                .bind(&t.default_proxy)
+                .bind(t.max_session_bytes.min(i64::MAX as u64) as i64)
                 .fetch_optional(pool)
                 .await?
                 .map(|r| r.try_get::<String, _>("epoch"))

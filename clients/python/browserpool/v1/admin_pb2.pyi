@@ -90,7 +90,7 @@ class DeleteProxyResponse(_message.Message):
     def __init__(self, deleted: _Optional[bool] = ...) -> None: ...
 
 class Tenant(_message.Message):
-    __slots__ = ("id", "max_slots", "max_queue", "max_session_ttl_ms", "idle_timeout_ms", "allow_hosts", "allow_private_networks", "isolation", "max_memory_mb", "default_record", "max_file_mb", "max_artifact_mb", "artifact_ttl_s")
+    __slots__ = ("id", "max_slots", "max_queue", "max_session_ttl_ms", "idle_timeout_ms", "allow_hosts", "allow_private_networks", "isolation", "max_memory_mb", "default_record", "max_file_mb", "max_artifact_mb", "artifact_ttl_s", "default_proxy", "max_session_bytes")
     ID_FIELD_NUMBER: _ClassVar[int]
     MAX_SLOTS_FIELD_NUMBER: _ClassVar[int]
     MAX_QUEUE_FIELD_NUMBER: _ClassVar[int]
@@ -104,6 +104,8 @@ class Tenant(_message.Message):
     MAX_FILE_MB_FIELD_NUMBER: _ClassVar[int]
     MAX_ARTIFACT_MB_FIELD_NUMBER: _ClassVar[int]
     ARTIFACT_TTL_S_FIELD_NUMBER: _ClassVar[int]
+    DEFAULT_PROXY_FIELD_NUMBER: _ClassVar[int]
+    MAX_SESSION_BYTES_FIELD_NUMBER: _ClassVar[int]
     id: str
     max_slots: int
     max_queue: int
@@ -117,7 +119,9 @@ class Tenant(_message.Message):
     max_file_mb: int
     max_artifact_mb: int
     artifact_ttl_s: int
-    def __init__(self, id: _Optional[str] = ..., max_slots: _Optional[int] = ..., max_queue: _Optional[int] = ..., max_session_ttl_ms: _Optional[int] = ..., idle_timeout_ms: _Optional[int] = ..., allow_hosts: _Optional[_Iterable[str]] = ..., allow_private_networks: _Optional[bool] = ..., isolation: _Optional[_Union[Isolation, str]] = ..., max_memory_mb: _Optional[int] = ..., default_record: _Optional[_Union[_common_pb2.Record, str]] = ..., max_file_mb: _Optional[int] = ..., max_artifact_mb: _Optional[int] = ..., artifact_ttl_s: _Optional[int] = ...) -> None: ...
+    default_proxy: str
+    max_session_bytes: int
+    def __init__(self, id: _Optional[str] = ..., max_slots: _Optional[int] = ..., max_queue: _Optional[int] = ..., max_session_ttl_ms: _Optional[int] = ..., idle_timeout_ms: _Optional[int] = ..., allow_hosts: _Optional[_Iterable[str]] = ..., allow_private_networks: _Optional[bool] = ..., isolation: _Optional[_Union[Isolation, str]] = ..., max_memory_mb: _Optional[int] = ..., default_record: _Optional[_Union[_common_pb2.Record, str]] = ..., max_file_mb: _Optional[int] = ..., max_artifact_mb: _Optional[int] = ..., artifact_ttl_s: _Optional[int] = ..., default_proxy: _Optional[str] = ..., max_session_bytes: _Optional[int] = ...) -> None: ...
 
 class Worker(_message.Message):
     __slots__ = ("worker_id", "state", "pid", "cdp_port", "tenant", "session_id", "started_at", "rss_bytes", "pss_bytes", "replica")

@@ -110,7 +110,7 @@ DIALOG_KIND_BASIC_AUTH: DialogKind
 DIALOG_KIND_PERMISSION: DialogKind
 
 class Session(_message.Message):
-    __slots__ = ("session_id", "tenant", "subject", "state", "created_at", "expires_at", "idle_deadline", "worker_id", "queue_wait_ms", "cdp_url", "labels", "replica", "artifacts", "artifacts_refused", "locale", "timezone", "user_agent", "geolocation", "color_scheme", "extra_headers", "offline", "network")
+    __slots__ = ("session_id", "tenant", "subject", "state", "created_at", "expires_at", "idle_deadline", "worker_id", "queue_wait_ms", "cdp_url", "labels", "replica", "artifacts", "artifacts_refused", "locale", "timezone", "user_agent", "geolocation", "color_scheme", "extra_headers", "offline", "network", "proxy_id", "bytes_sent", "bytes_received")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -147,6 +147,9 @@ class Session(_message.Message):
     EXTRA_HEADERS_FIELD_NUMBER: _ClassVar[int]
     OFFLINE_FIELD_NUMBER: _ClassVar[int]
     NETWORK_FIELD_NUMBER: _ClassVar[int]
+    PROXY_ID_FIELD_NUMBER: _ClassVar[int]
+    BYTES_SENT_FIELD_NUMBER: _ClassVar[int]
+    BYTES_RECEIVED_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     tenant: str
     subject: str
@@ -169,7 +172,10 @@ class Session(_message.Message):
     extra_headers: _containers.ScalarMap[str, str]
     offline: bool
     network: NetworkConditions
-    def __init__(self, session_id: _Optional[str] = ..., tenant: _Optional[str] = ..., subject: _Optional[str] = ..., state: _Optional[_Union[SessionState, str]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., idle_deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., worker_id: _Optional[str] = ..., queue_wait_ms: _Optional[int] = ..., cdp_url: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., replica: _Optional[str] = ..., artifacts: _Optional[_Iterable[_Union[Artifact, _Mapping]]] = ..., artifacts_refused: _Optional[str] = ..., locale: _Optional[str] = ..., timezone: _Optional[str] = ..., user_agent: _Optional[str] = ..., geolocation: _Optional[_Union[Geolocation, _Mapping]] = ..., color_scheme: _Optional[_Union[ColorScheme, str]] = ..., extra_headers: _Optional[_Mapping[str, str]] = ..., offline: _Optional[bool] = ..., network: _Optional[_Union[NetworkConditions, _Mapping]] = ...) -> None: ...
+    proxy_id: str
+    bytes_sent: int
+    bytes_received: int
+    def __init__(self, session_id: _Optional[str] = ..., tenant: _Optional[str] = ..., subject: _Optional[str] = ..., state: _Optional[_Union[SessionState, str]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., idle_deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., worker_id: _Optional[str] = ..., queue_wait_ms: _Optional[int] = ..., cdp_url: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., replica: _Optional[str] = ..., artifacts: _Optional[_Iterable[_Union[Artifact, _Mapping]]] = ..., artifacts_refused: _Optional[str] = ..., locale: _Optional[str] = ..., timezone: _Optional[str] = ..., user_agent: _Optional[str] = ..., geolocation: _Optional[_Union[Geolocation, _Mapping]] = ..., color_scheme: _Optional[_Union[ColorScheme, str]] = ..., extra_headers: _Optional[_Mapping[str, str]] = ..., offline: _Optional[bool] = ..., network: _Optional[_Union[NetworkConditions, _Mapping]] = ..., proxy_id: _Optional[str] = ..., bytes_sent: _Optional[int] = ..., bytes_received: _Optional[int] = ...) -> None: ...
 
 class NetworkConditions(_message.Message):
     __slots__ = ("latency_ms", "download_bytes_per_s", "upload_bytes_per_s")

@@ -21,7 +21,7 @@ VIEW: LiveViewMode
 CONTROL: LiveViewMode
 
 class AcquireRequest(_message.Message):
-    __slots__ = ("wait_ms", "ttl_ms", "idle_timeout_ms", "viewport", "labels", "context", "record", "locale", "timezone", "user_agent", "geolocation", "color_scheme", "extra_headers", "offline", "network")
+    __slots__ = ("wait_ms", "ttl_ms", "idle_timeout_ms", "viewport", "labels", "context", "record", "locale", "timezone", "user_agent", "geolocation", "color_scheme", "extra_headers", "offline", "network", "proxy_id")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -51,6 +51,7 @@ class AcquireRequest(_message.Message):
     EXTRA_HEADERS_FIELD_NUMBER: _ClassVar[int]
     OFFLINE_FIELD_NUMBER: _ClassVar[int]
     NETWORK_FIELD_NUMBER: _ClassVar[int]
+    PROXY_ID_FIELD_NUMBER: _ClassVar[int]
     wait_ms: int
     ttl_ms: int
     idle_timeout_ms: int
@@ -66,7 +67,8 @@ class AcquireRequest(_message.Message):
     extra_headers: _containers.ScalarMap[str, str]
     offline: bool
     network: _common_pb2.NetworkConditions
-    def __init__(self, wait_ms: _Optional[int] = ..., ttl_ms: _Optional[int] = ..., idle_timeout_ms: _Optional[int] = ..., viewport: _Optional[_Union[_common_pb2.Viewport, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., context: _Optional[_Union[_common_pb2.ContextEnvelope, _Mapping]] = ..., record: _Optional[_Union[_common_pb2.Record, str]] = ..., locale: _Optional[str] = ..., timezone: _Optional[str] = ..., user_agent: _Optional[str] = ..., geolocation: _Optional[_Union[_common_pb2.Geolocation, _Mapping]] = ..., color_scheme: _Optional[_Union[_common_pb2.ColorScheme, str]] = ..., extra_headers: _Optional[_Mapping[str, str]] = ..., offline: _Optional[bool] = ..., network: _Optional[_Union[_common_pb2.NetworkConditions, _Mapping]] = ...) -> None: ...
+    proxy_id: str
+    def __init__(self, wait_ms: _Optional[int] = ..., ttl_ms: _Optional[int] = ..., idle_timeout_ms: _Optional[int] = ..., viewport: _Optional[_Union[_common_pb2.Viewport, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., context: _Optional[_Union[_common_pb2.ContextEnvelope, _Mapping]] = ..., record: _Optional[_Union[_common_pb2.Record, str]] = ..., locale: _Optional[str] = ..., timezone: _Optional[str] = ..., user_agent: _Optional[str] = ..., geolocation: _Optional[_Union[_common_pb2.Geolocation, _Mapping]] = ..., color_scheme: _Optional[_Union[_common_pb2.ColorScheme, str]] = ..., extra_headers: _Optional[_Mapping[str, str]] = ..., offline: _Optional[bool] = ..., network: _Optional[_Union[_common_pb2.NetworkConditions, _Mapping]] = ..., proxy_id: _Optional[str] = ...) -> None: ...
 
 class AcquireProgress(_message.Message):
     __slots__ = ("waiting", "session")

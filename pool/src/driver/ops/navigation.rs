@@ -10,7 +10,7 @@ use tokio::sync::broadcast;
 
 use super::{poll, value, wait_lifecycle};
 use crate::actions::WaitUntil;
-use crate::driver::state::Tab;
+use crate::driver::state::{DocAnswer, Tab};
 use crate::driver::Driver;
 use crate::outcome::{ActResult, ActionFailure, ActionOutput, Deadline, FailureCode};
 use crate::sync::lock;
@@ -39,8 +39,10 @@ impl Driver {
                 FailureCode::NavigationFailed
             };
             let loader = nav.get("loaderId").and_then(Value::as_str).unwrap_or_default();
-            let message = match last_status(&mut statuses, &tab.session, loader) {
-                Some(status) => format!("{url}: HTTP status {status} ({text})"),
+            let message = match last_answer(&mut statuses, &tab.session, loader) {
+                Some(DocAnswer::Status(status)) => format!("{url}: HTTP status {status} ({text})"),
+                // The egress proxy's own words: a proxy that refused, a budget spent...
+                Some(DocAnswer::Refused(why)) => format!("{url}: {text}: {why}"),
                 None => format!("{url}: {text}"),
             };
             return Err(ActionFailure::new(code, message));
@@ -53,7 +55,10 @@ impl Driver {
         }
         // The browser's own view: the library's cached URL may still be the last page's.
         let now = current_url(&tab.page).await.ok().filter(|u| !u.is_empty()).unwrap_or_else(|| url.to_string());
-        let status = last_status(&mut statuses, &tab.session, &loader);
+        let status = match last_answer(&mut statuses, &tab.session, &loader) {
+            Some(DocAnswer::Status(status)) => Some(status),
+            _ => None,
+        };
         if let Some(code @ 400..=599) = status.filter(|_| fail_on_status) {
             return Err(ActionFailure::new(FailureCode::NavigationFailed, format!("{now}: HTTP status {code}")));
         }
@@ -116,13 +121,17 @@ impl Driver {
     }
 }
 
-/// The status of the last response seen for `loader`'s request on `session` (earlier ones
+/// The answer to the last response seen for `loader`'s request on `session` (earlier ones
 /// were redirects), from statuses sent before the document was let through.
-fn last_status(statuses: &mut broadcast::Receiver<(String, String, u16)>, session: &str, loader: &str) -> Option<u16> {
+fn last_answer(
+    statuses: &mut broadcast::Receiver<(String, String, DocAnswer)>,
+    session: &str,
+    loader: &str,
+) -> Option<DocAnswer> {
     let mut status = None;
     loop {
         match statuses.try_recv() {
-            Ok((s, request, code)) if s == session && request == loader => status = Some(code),
+            Ok((s, request, answer)) if s == session && request == loader => status = Some(answer),
             Ok(_) | Err(broadcast::error::TryRecvError::Lagged(_)) => {}
             Err(_) => return status,
         }

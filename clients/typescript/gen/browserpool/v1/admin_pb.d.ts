@@ -278,6 +278,21 @@ export declare type Tenant = Message<"browserpool.v1.Tenant"> & {
    * @generated from field: uint32 artifact_ttl_s = 13;
    */
   artifactTtlS: number;
+
+  /**
+   * The upstream proxy its sessions leave through when Acquire names none; empty = none.
+   *
+   * @generated from field: string default_proxy = 14;
+   */
+  defaultProxy: string;
+
+  /**
+   * Most bytes one of its sessions may send and receive over the network together; past it,
+   * its pages' requests fail, saying so. 0 = no cap.
+   *
+   * @generated from field: uint64 max_session_bytes = 15;
+   */
+  maxSessionBytes: bigint;
 };
 
 /**

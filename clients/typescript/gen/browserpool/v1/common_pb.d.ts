@@ -172,6 +172,28 @@ export declare type Session = Message<"browserpool.v1.Session"> & {
    * @generated from field: browserpool.v1.NetworkConditions network = 22;
    */
   network?: NetworkConditions | undefined;
+
+  /**
+   * The upstream proxy the session's pages leave through (AcquireRequest.proxy_id or the
+   * tenant's default_proxy); empty = straight out.
+   *
+   * @generated from field: string proxy_id = 23;
+   */
+  proxyId: string;
+
+  /**
+   * Bytes the session's pages sent to and received from the network (through the proxy or
+   * direct), as they left this host: TLS and HTTP heads included. Live on the replica that
+   * holds the session (Get from any replica asks it), final once it has ended.
+   *
+   * @generated from field: uint64 bytes_sent = 24;
+   */
+  bytesSent: bigint;
+
+  /**
+   * @generated from field: uint64 bytes_received = 25;
+   */
+  bytesReceived: bigint;
 };
 
 /**
