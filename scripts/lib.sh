@@ -51,6 +51,15 @@ ensure_ffmpeg() {
     apt_install ffmpeg
 }
 
+# Installs the upstream proxies the proxy tests route sessions through (tinyproxy for HTTP,
+# microsocks for SOCKS5) when missing. Neither is started here: each test runs its own.
+ensure_upstream_proxies() {
+    if command -v tinyproxy >/dev/null 2>&1 && command -v microsocks >/dev/null 2>&1; then
+        return
+    fi
+    apt_install tinyproxy microsocks
+}
+
 # Installs Node (Debian's nodejs and npm) when missing, then the CDP clients the tests drive
 # (puppeteer-core and playwright-core, pinned by server/tests/cdp/package-lock.json). Neither
 # downloads a browser: they attach to the pool's.

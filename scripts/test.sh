@@ -4,8 +4,8 @@
 # (a Python venv, npm ci in clients/typescript) and moto's S3 server (a venv), checks
 # formatting and lints (rustfmt, clippy -D warnings) and that the generated clients are
 # current (scripts/gen-clients.sh --check), runs every test (unit and end-to-end, real
-# Chromium/SQLite/gRPC), then the server's tests again on PostgreSQL (a local cluster is
-# started when stopped; the half is skipped, saying so, when none is installed), checks that
+# Chromium/SQLite/gRPC, tinyproxy and microsocks as upstream proxies), then the server's tests
+# again on PostgreSQL (a local cluster is started when stopped; the half is skipped, saying so, when none is installed), checks that
 # no Chromium process is left running, then lints and validates the Helm chart and the
 # manifests (scripts/check-deploy.sh), then builds the container image with podman and
 # smoke-tests it (scripts/check-image.sh).
@@ -15,6 +15,7 @@ cd "$(dirname "$0")/.."
 source scripts/lib.sh
 ensure_chromium
 ensure_ffmpeg
+ensure_upstream_proxies
 ensure_cdp_clients
 ensure_client_deps
 ensure_moto

@@ -383,6 +383,7 @@ const NETWORK_ERRORS: &[&str] = &[
     "ConnectionFailed",
     "NameNotResolved",
     "BlockedByClient",
+    "AccessDenied",
 ];
 
 /// The binding the permission shim calls with `{id, name, origin}`.

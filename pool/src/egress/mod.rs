@@ -159,6 +159,9 @@ pub struct WorkerNet {
     pub(crate) upstream: RwLock<Option<Arc<Upstream>>>,
     /// Bytes to and from the network since the lease, and the session's budget.
     pub meter: Arc<Meter>,
+    /// Why the last tunnels were refused, by `host:port` (a tunnel's refusal never reaches
+    /// the page: Chromium only says the tunnel failed), for the navigation that asked.
+    refused_tunnels: Mutex<HashMap<String, String>>,
     lookups: Arc<Semaphore>,
     connections: Arc<Semaphore>,
 }
@@ -171,6 +174,7 @@ impl WorkerNet {
             policy: RwLock::new(NavPolicy::default()),
             upstream: RwLock::new(None),
             meter: Arc::new(Meter::default()),
+            refused_tunnels: Mutex::new(HashMap::new()),
             lookups: Arc::new(Semaphore::new(LOOKUPS_PER_WORKER)),
             connections: Arc::new(Semaphore::new(CONNECTIONS_PER_WORKER)),
         })
@@ -187,6 +191,22 @@ impl WorkerNet {
     pub fn set_route(&self, upstream: Option<Upstream>, budget: u64) {
         *self.upstream.write().unwrap_or_else(|e| e.into_inner()) = upstream.map(Arc::new);
         self.meter.reset(budget);
+    }
+
+    /// Why the last tunnel to `url`'s host and port was refused, if it was (taken: asked once).
+    pub(crate) fn tunnel_refusal(&self, url: &str) -> Option<String> {
+        let parsed = url::Url::parse(url).ok()?;
+        let key = format!("{}:{}", parsed.host_str()?, parsed.port_or_known_default()?);
+        lock(&self.refused_tunnels).remove(&key)
+    }
+
+    fn note_tunnel_refusal(&self, target: &str, why: &str) {
+        let mut refused = lock(&self.refused_tunnels);
+        // A handful of recent ones is all a navigation needs.
+        if refused.len() >= 64 {
+            refused.clear();
+        }
+        refused.insert(target.to_ascii_lowercase(), why.to_string());
     }
 
     /// The upstream proxy connections go through now, if any.
@@ -406,7 +426,12 @@ async fn serve_conn(mut client: TcpStream, net: &WorkerNet) {
     };
     let (upstream, via) = match connect_upstream(net, &url, &parsed, tunnel).await {
         Ok(connected) => connected,
-        Err(refusal) => return refusal.send(&mut client, token).await,
+        Err(refusal) => {
+            if tunnel {
+                net.note_tunnel_refusal(&head.target, &refusal.why);
+            }
+            return refusal.send(&mut client, token).await;
+        }
     };
     // Relayed writes are small (request heads, websocket frames): never hold them back.
     let _ = client.set_nodelay(true);
@@ -719,6 +744,33 @@ mod tests {
         let (first, second) = server.await.unwrap();
         assert!(first.starts_with("GET /a HTTP/1.1\r\n"), "{first}");
         assert_eq!(second, "", "a second request reached the first upstream");
+    }
+
+    /// A plain-http request through an HTTP upstream goes in absolute form with the upstream's
+    /// credentials; the upstream's 407 comes back as this proxy's refusal naming it.
+    #[tokio::test]
+    async fn a_request_through_an_http_upstream_carries_its_credentials_and_a_407_names_it() {
+        let (up, server) =
+            upstream_once(b"HTTP/1.1 407 Proxy Authentication Required\r\nContent-Length: 0\r\n\r\n").await;
+        let net = WorkerNet::new(Arc::new(Egress::default()));
+        *net.policy.write().unwrap() = NavPolicy { allow_private_networks: true, allow_hosts: vec![] };
+        let creds = Some(Credentials { username: "ci".into(), password: "pw".into() });
+        net.set_route(Some(Upstream::parse("eu-1", &format!("http://127.0.0.1:{up}"), creds, vec![]).unwrap()), 0);
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let proxy = Proxy::start(net.clone(), listener, true, "test").unwrap();
+        let mut conn = TcpStream::connect(("127.0.0.1", proxy.port)).await.unwrap();
+        conn.write_all(b"GET http://127.0.0.1:9/p?q HTTP/1.1\r\nHost: 127.0.0.1:9\r\n\r\n").await.unwrap();
+        let mut answer = String::new();
+        let _ = tokio::time::timeout(Duration::from_secs(5), conn.read_to_string(&mut answer)).await;
+        let (seen, _) = server.await.unwrap();
+        assert!(seen.starts_with("GET http://127.0.0.1:9/p?q HTTP/1.1\r\n"), "{seen}");
+        assert!(seen.contains("Proxy-Authorization: Basic Y2k6cHc=\r\n"), "{seen}");
+        assert!(answer.starts_with("HTTP/1.1 502"), "{answer}");
+        let header = answer.lines().find(|l| l.starts_with(ERROR_HEADER)).unwrap();
+        let (reason, why) = net.error_reason(header.split_once(": ").unwrap().1).unwrap();
+        assert_eq!(reason, "AccessDenied");
+        assert!(why.starts_with("407 proxy authentication failed for proxy \"eu-1\""), "{why}");
+        assert!(!answer.contains("pw") && net.meter.totals().0 > 0, "{answer}");
     }
 
     #[tokio::test]

@@ -194,7 +194,9 @@ async fn http_connect(stream: &mut TcpStream, up: &Upstream, host: &str, port: u
     let head = read_any_head(&mut ByteReader(stream), false).await.map_err(broken)?;
     match head.status {
         200..=299 => Ok(()),
-        407 => Err(up.auth_failed("407")),
+        // A tunnel's answer is the proxy's own, never a site's: a 401 is its too (tinyproxy
+        // answers wrong credentials so).
+        status @ (401 | 407) => Err(up.auth_failed(&status.to_string())),
         status => {
             let line =
                 String::from_utf8_lossy(head.raw.split(|b| *b == b'\n').next().unwrap_or_default()).trim().to_string();

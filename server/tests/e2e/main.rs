@@ -31,3 +31,4 @@ mod stored;
 mod tenants;
 mod tls;
 mod traces;
+mod upstream;

@@ -43,7 +43,11 @@ impl Driver {
                 Some(DocAnswer::Status(status)) => format!("{url}: HTTP status {status} ({text})"),
                 // The egress proxy's own words: a proxy that refused, a budget spent...
                 Some(DocAnswer::Refused(why)) => format!("{url}: {text}: {why}"),
-                None => format!("{url}: {text}"),
+                // A tunnel (https, wss) the egress proxy refused: Chromium only says it failed.
+                None => match self.shared.net.tunnel_refusal(url) {
+                    Some(why) => format!("{url}: {text}: {why}"),
+                    None => format!("{url}: {text}"),
+                },
             };
             return Err(ActionFailure::new(code, message));
         }
