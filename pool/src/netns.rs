@@ -407,6 +407,8 @@ unsafe fn broker_main(sock: RawFd, uid_map: &[u8], gid_map: &[u8]) -> ! {
 #[derive(Debug)]
 pub(crate) struct Gate {
     port: u16,
+    /// The worker's namespace: a shared browser's contexts get egress listeners inside it.
+    ns: Arc<NetNs>,
     /// Holds the gate's port refused to every page while it lives.
     egress: Arc<Egress>,
     /// Dropping it ends the accept loop and every connection it carries.
@@ -428,11 +430,17 @@ impl Gate {
         egress.hold(port);
         let ns = Arc::new(ns);
         let span = tracing::debug_span!("devtools_gate", worker = %worker);
+        let inside = ns.clone();
         let task = accept_loop(listener, span, move |stream| {
-            let (ns, path) = (ns.clone(), path.clone());
+            let (ns, path) = (inside.clone(), path.clone());
             async move { forward(stream, &ns, cdp_port, &path).await }
         });
-        Ok(Gate { port, egress, _task: task })
+        Ok(Gate { port, ns, egress, _task: task })
+    }
+
+    /// The worker's network namespace.
+    pub(crate) fn netns(&self) -> Arc<NetNs> {
+        self.ns.clone()
     }
 
     /// The gate's port on the host's loopback.

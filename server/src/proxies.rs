@@ -34,17 +34,31 @@ impl Proxies {
         Proxies { store, sealer }
     }
 
-    /// Creates or replaces a proxy after [`validate`]; true when it was created.
-    pub async fn put(&self, spec: ProxySpec) -> Result<(ProxyRecord, bool)> {
+    /// Creates or replaces a proxy after [`validate`]; true when it was created. With an
+    /// `owner` (a tenant managing its own, `proxies:write`), the proxy is that tenant's alone,
+    /// and one of another's is not replaced.
+    pub async fn put(&self, mut spec: ProxySpec, owner: Option<&str>) -> Result<(ProxyRecord, bool)> {
         validate(&spec)?;
+        let old = self.store.proxy(&spec.id).await?;
+        if let Some(tenant) = owner {
+            if spec.tenants.iter().any(|t| t != tenant) {
+                return Err(ServiceError::PermissionDenied(format!(
+                    "proxy.tenants: a proxies:write token of tenant {tenant} may name only its own tenant; \
+                     ask an admin to share a proxy between tenants"
+                )));
+            }
+            spec.tenants = vec![tenant.to_string()];
+            if old.as_ref().is_some_and(|old| !owned_by(old, tenant)) {
+                return Err(ServiceError::PermissionDenied(format!(
+                    "proxy id {:?} is taken by a proxy that is not tenant {tenant}'s own: choose another id",
+                    spec.id
+                )));
+            }
+        }
         let password_sealed = if spec.username.is_empty() {
             None
         } else if spec.password.is_empty() {
-            self.store
-                .proxy(&spec.id)
-                .await?
-                .filter(|old| old.username == spec.username)
-                .and_then(|old| old.password_sealed)
+            old.filter(|old| old.username == spec.username).and_then(|old| old.password_sealed)
         } else {
             Some(self.sealer.seal(&spec.password, &spec.id).map_err(ServiceError::Internal)?)
         };
@@ -62,9 +76,10 @@ impl Proxies {
         Ok((record, created))
     }
 
-    /// Every proxy, by id (passwords still sealed).
-    pub async fn list(&self) -> Result<Vec<ProxyRecord>> {
-        Ok(self.store.proxies().await?)
+    /// Every proxy, by id (passwords still sealed); with an `owner`, that tenant's own.
+    pub async fn list(&self, owner: Option<&str>) -> Result<Vec<ProxyRecord>> {
+        let all = self.store.proxies().await?;
+        Ok(all.into_iter().filter(|p| owner.is_none_or(|tenant| owned_by(p, tenant))).collect())
     }
 
     /// The upstream `id` names, its password opened, for a session of `tenant`: NOT_FOUND
@@ -93,12 +108,28 @@ impl Proxies {
             .map_err(ServiceError::FailedPrecondition)
     }
 
-    /// Deletes a proxy; false when there was none.
-    pub async fn delete(&self, id: &str) -> Result<bool> {
+    /// Deletes a proxy; false when there was none. With an `owner`, only that tenant's own.
+    pub async fn delete(&self, id: &str, owner: Option<&str>) -> Result<bool> {
+        if let Some(tenant) = owner {
+            match self.store.proxy(id).await? {
+                None => return Ok(false),
+                Some(p) if !owned_by(&p, tenant) => {
+                    return Err(ServiceError::PermissionDenied(format!(
+                        "proxy {id:?} is not tenant {tenant}'s own: ask an admin to delete it"
+                    )))
+                }
+                Some(_) => {}
+            }
+        }
         let deleted = self.store.delete_proxy(id).await?;
         tracing::info!(proxy = %id, deleted, "proxy deleted");
         Ok(deleted)
     }
+}
+
+/// Whether `p` is `tenant`'s own: usable by it alone.
+fn owned_by(p: &ProxyRecord, tenant: &str) -> bool {
+    p.tenants.len() == 1 && p.tenants[0] == tenant
 }
 
 /// Longest user name or password taken.
@@ -195,20 +226,20 @@ mod tests {
         let store = Store::open(&format!("sqlite://{}", dir.path().join("t.db").display())).await.unwrap();
         let sealer = Arc::new(Sealer::from_key(&[3; 32]));
         let proxies = Proxies::new(store.clone(), sealer.clone());
-        let (saved, created) = proxies.put(spec()).await.unwrap();
+        let (saved, created) = proxies.put(spec(), None).await.unwrap();
         assert!(created);
         let sealed = saved.password_sealed.clone().unwrap();
         assert!(!sealed.contains("hunter2"));
         assert_eq!(sealer.open(&sealed, "eu-1").unwrap(), "hunter2");
         // Put again without the password (as over a listed proxy): the sealed one stays.
-        let (kept, created) = proxies.put(ProxySpec { password: String::new(), ..spec() }).await.unwrap();
+        let (kept, created) = proxies.put(ProxySpec { password: String::new(), ..spec() }, None).await.unwrap();
         assert_eq!((kept.password_sealed.as_deref(), created), (Some(sealed.as_str()), false));
         // Another user name without a password: the old password is not carried over.
         let (other, _) =
-            proxies.put(ProxySpec { username: "bot".into(), password: String::new(), ..spec() }).await.unwrap();
+            proxies.put(ProxySpec { username: "bot".into(), password: String::new(), ..spec() }, None).await.unwrap();
         assert_eq!(other.password_sealed, None);
         let (none, _) =
-            proxies.put(ProxySpec { username: String::new(), password: String::new(), ..spec() }).await.unwrap();
+            proxies.put(ProxySpec { username: String::new(), password: String::new(), ..spec() }, None).await.unwrap();
         assert_eq!(none.password_sealed, None);
         // Nothing in the database's files (the WAL included) holds the password in the clear.
         store.close().await;
@@ -216,5 +247,35 @@ mod tests {
             let bytes = std::fs::read(entry.path()).unwrap();
             assert!(!bytes.windows(7).any(|w| w == b"hunter2"), "{}", entry.path().display());
         }
+    }
+
+    #[tokio::test]
+    async fn a_tenant_with_proxies_write_manages_only_its_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&format!("sqlite://{}", dir.path().join("t.db").display())).await.unwrap();
+        let proxies = Proxies::new(store, Arc::new(Sealer::from_key(&[3; 32])));
+        // An admin's proxy shared by two tenants.
+        proxies.put(ProxySpec { tenants: vec!["team-a".into(), "team-b".into()], ..spec() }, None).await.unwrap();
+        fn denied<T: std::fmt::Debug>(r: Result<T>) -> String {
+            match r {
+                Err(ServiceError::PermissionDenied(m)) => m,
+                other => panic!("expected PERMISSION_DENIED, got {other:?}"),
+            }
+        }
+        let taken = denied(proxies.put(spec(), Some("team-a")).await);
+        assert!(taken.contains("is taken") && taken.contains("choose another id"), "{taken}");
+        let shared = ProxySpec { id: "mine".into(), tenants: vec!["team-b".into()], ..spec() };
+        assert!(denied(proxies.put(shared, Some("team-a")).await).starts_with("proxy.tenants: "));
+        // Its own: the tenants list is forced to it.
+        let own = ProxySpec { id: "mine".into(), tenants: vec![], ..spec() };
+        let (saved, created) = proxies.put(own, Some("team-a")).await.unwrap();
+        assert_eq!((saved.tenants, created), (vec!["team-a".to_string()], true));
+        let listed: Vec<String> = proxies.list(Some("team-a")).await.unwrap().into_iter().map(|p| p.id).collect();
+        assert_eq!(listed, ["mine"], "the shared proxy is the admin's, not listed");
+        assert_eq!(proxies.list(None).await.unwrap().len(), 2);
+        assert!(denied(proxies.delete("eu-1", Some("team-a")).await).contains("ask an admin"));
+        assert!(!proxies.delete("nope", Some("team-a")).await.unwrap());
+        assert!(denied(proxies.delete("mine", Some("team-b")).await).contains("not tenant team-b's own"));
+        assert!(proxies.delete("mine", Some("team-a")).await.unwrap());
     }
 }

@@ -90,6 +90,9 @@ pub struct Driver {
     viewport: Mutex<Option<Viewport>>,
     /// The session's files directory, where `set_input_files` finds its files.
     files: Mutex<Option<std::path::PathBuf>>,
+    /// A context session's own egress listener (its browser context's `proxyServer`): it
+    /// ends with the driver.
+    _egress: Option<crate::egress::Proxy>,
 }
 
 impl Drop for Driver {
@@ -151,10 +154,11 @@ impl Driver {
         ws_url: &str,
         context: String,
         cfg: DriverConfig,
-        net: Arc<WorkerNet>,
+        (net, egress): (Arc<WorkerNet>, crate::egress::Proxy),
     ) -> Result<Driver, PoolError> {
         let t = cfg.cdp_timeout;
-        let driver = Driver::start(browser, ws_url, cfg, net, Some(context.clone())).await?;
+        let mut driver = Driver::start(browser, ws_url, cfg, net, Some(context.clone())).await?;
+        driver._egress = Some(egress);
         let params = chromiumoxide::cdp::browser_protocol::target::CreateTargetParams::builder()
             .url("about:blank")
             .browser_context_id(chromiumoxide::cdp::browser_protocol::browser::BrowserContextId::from(context))
@@ -227,7 +231,7 @@ impl Driver {
             watch_targets(shared.clone(), raw.clone(), browser.clone(), created, destroyed, t)
                 .instrument(tracing::debug_span!("target_watcher")),
         );
-        Ok(Driver { browser, raw, cfg, shared, viewport: Mutex::new(None), files: Mutex::new(None) })
+        Ok(Driver { browser, raw, cfg, shared, viewport: Mutex::new(None), files: Mutex::new(None), _egress: None })
     }
 
     /// Ends the driver's watchers now, before it is dropped: a warm worker turned into a

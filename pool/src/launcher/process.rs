@@ -40,6 +40,11 @@ pub(crate) struct Process {
 }
 
 impl Process {
+    /// The worker's own network namespace, when it has one.
+    pub(crate) fn netns(&self) -> Option<std::sync::Arc<crate::netns::NetNs>> {
+        self.gate.as_ref().map(Gate::netns)
+    }
+
     /// The process of `child`, which leads its own group, holding the worker's port `lock`,
     /// its directories, uid and cgroup; its kill removes the directories on `cleanups`.
     pub(super) fn new(

@@ -22,7 +22,8 @@ pub(super) struct SharedBrowser {
     pub(super) devtools_url: String,
     pub(super) profile: std::path::PathBuf,
     pub(super) pid: u32,
-    pub(super) net: Arc<WorkerNet>,
+    /// Its network namespace, when it has one: each context's egress listener is made there.
+    pub(super) netns: Option<Arc<NetNs>>,
     pub(super) cgroup: Option<Arc<WorkerCgroup>>,
     pub(super) died: watch::Receiver<Option<String>>,
     /// Taken when it is killed.
@@ -127,7 +128,7 @@ impl Pool {
                         devtools_url: worker.devtools_url.clone(),
                         profile: worker.process.profile.clone(),
                         pid: worker.process.pid(),
-                        net: worker.driver.net(),
+                        netns: worker.process.netns(),
                         cgroup: worker.process.cgroup.clone(),
                         died: worker.died.clone(),
                         worker: Mutex::new(Some(worker)),
@@ -233,11 +234,33 @@ impl Pool {
         }
     }
 
-    /// A fresh browser context in `browser`, and a driver scoped to it.
+    /// A context's own egress: its policy, upstream and meter, and a listener where the
+    /// browser's other listeners are (inside its network namespace, if it has one).
+    async fn context_egress(&self, browser: &SharedBrowser) -> Result<(Arc<WorkerNet>, Proxy), PoolError> {
+        let ns = browser.netns.clone();
+        let on_host = ns.is_none();
+        let listener = tokio::task::spawn_blocking(move || match ns {
+            Some(ns) => ns.bind_loopback(),
+            None => std::net::TcpListener::bind(("127.0.0.1", 0)),
+        })
+        .await
+        .map_err(|e| PoolError::Launch(format!("context egress task: {e}")))??;
+        let net = WorkerNet::new(self.inner.egress.clone());
+        let proxy = Proxy::start(net.clone(), listener, on_host, &browser.id.0)?;
+        Ok((net, proxy))
+    }
+
+    /// A fresh browser context in `browser`, its connections through an egress listener of
+    /// its own (so its policy, upstream proxy and byte count are its session's alone), and a
+    /// driver scoped to it.
     pub(super) async fn open_context(&self, browser: &SharedBrowser) -> Result<(String, Driver), PoolError> {
         use chromiumoxide::cdp::browser_protocol::target::CreateBrowserContextParams;
         let t = self.inner.cfg.launch.cdp_timeout;
-        let created = tokio::time::timeout(t, browser.browser.execute(CreateBrowserContextParams::default()))
+        let (net, egress) = self.context_egress(browser).await?;
+        // Nothing bypassed, as for the browser's own `--proxy-server`.
+        let params =
+            CreateBrowserContextParams::builder().proxy_server(egress.url()).proxy_bypass_list("<-loopback>").build();
+        let created = tokio::time::timeout(t, browser.browser.execute(params))
             .await
             .map_err(|_| PoolError::CdpTimeout { what: "create browser context", after: t })?
             .map_err(|e| PoolError::Cdp(format!("create browser context: {e}")))?;
@@ -247,7 +270,7 @@ impl Pool {
             &browser.devtools_url,
             context.clone(),
             driver_config(&self.inner.cfg, browser.cgroup.clone()),
-            browser.net.clone(),
+            (net, egress),
         )
         .await
         {

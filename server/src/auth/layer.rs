@@ -89,12 +89,27 @@ pub(super) fn is_public(path: &str) -> bool {
     path.starts_with("/grpc.health.v1.") || path.starts_with("/grpc.reflection.")
 }
 
-/// Whether `path` is an rpc of the `Admin` service. Every one needs scope `admin`, checked
-/// here once for the whole service, so an rpc added later cannot forget it.
-pub(crate) fn is_admin_rpc(path: &str) -> bool {
+/// The method of an rpc of the `Admin` service, if `path` is one. Every one needs scope
+/// `admin`, checked here once for the whole service, so an rpc added later cannot forget it;
+/// the proxy rpcs also take `proxies:write` (see [`may_call`]).
+pub(crate) fn admin_method(path: &str) -> Option<&str> {
     path.strip_prefix('/')
         .and_then(|p| p.strip_prefix(browserpool_proto::v1::admin_server::SERVICE_NAME))
-        .is_some_and(|method| method.starts_with('/'))
+        .and_then(|method| method.strip_prefix('/'))
+}
+
+/// The Admin rpcs a tenant holding `proxies:write` may call, on its own proxies only (the
+/// handlers scope them to its tenant).
+const TENANT_PROXY_RPCS: [&str; 3] = ["PutProxy", "ListProxies", "DeleteProxy"];
+
+/// Whether `claims` may call `path` at all: anything but an Admin rpc; an Admin rpc with
+/// scope `admin`; a proxy rpc with `proxies:write`.
+pub(crate) fn may_call(path: &str, claims: &Claims) -> bool {
+    match admin_method(path) {
+        None => true,
+        Some(_) if claims.is_admin() => true,
+        Some(method) => TENANT_PROXY_RPCS.contains(&method) && claims.has(Scope::ProxiesWrite),
+    }
 }
 
 impl<S, ReqBody, ResBody> tower::Service<http::Request<ReqBody>> for AuthService<S>
@@ -124,7 +139,7 @@ where
         let header = req.headers().get(http::header::AUTHORIZATION).and_then(|v| v.to_str().ok());
         let verified = self.tokens.verify_header(header);
         match verified {
-            Ok(claims) if is_admin_rpc(req.uri().path()) && !claims.is_admin() => {
+            Ok(claims) if !may_call(req.uri().path(), &claims) => {
                 crate::telemetry::record_tenant(&claims.tenant);
                 let entry = crate::audit::Entry {
                     tenant: claims.tenant.clone(),

@@ -32,16 +32,20 @@ pub enum Scope {
     SessionsShared,
     ContextExport,
     ContextImport,
+    /// Manage the tenant's own upstream proxies (`Admin/PutProxy`, `ListProxies`,
+    /// `DeleteProxy`, scoped to the tenant).
+    ProxiesWrite,
     Admin,
 }
 
 impl Scope {
-    pub const ALL: [Scope; 6] = [
+    pub const ALL: [Scope; 7] = [
         Scope::SessionsRead,
         Scope::SessionsWrite,
         Scope::SessionsShared,
         Scope::ContextExport,
         Scope::ContextImport,
+        Scope::ProxiesWrite,
         Scope::Admin,
     ];
 
@@ -61,6 +65,7 @@ impl Scope {
             Scope::SessionsShared => "sessions:shared",
             Scope::ContextExport => "context:export",
             Scope::ContextImport => "context:import",
+            Scope::ProxiesWrite => "proxies:write",
             Scope::Admin => "admin",
         }
     }
@@ -322,6 +327,17 @@ mod tests {
             Scope::ALL.iter().filter(|s| **s != Scope::Admin).map(|s| s.as_str().to_string()).collect();
         let (user, _) = keys.issue("t", "e", "s", &everything_but_admin, Duration::from_secs(60)).unwrap();
         let (admin, _) = keys.issue("t", "e", "s", &["admin".into()], Duration::from_secs(60)).unwrap();
+        // proxies:write reaches the proxy rpcs (the handlers scope them to its tenant), and
+        // nothing else of the Admin service.
+        let (proxies, _) = keys.issue("t", "e", "s", &["proxies:write".into()], Duration::from_secs(60)).unwrap();
+        for path in
+            ["/browserpool.v1.Admin/PutProxy", "/browserpool.v1.Admin/ListProxies", "/browserpool.v1.Admin/DeleteProxy"]
+        {
+            assert!(call(proxies.clone(), path).await.is_none(), "proxies:write reaches {path}");
+        }
+        let (sessions, _) = keys.issue("t", "e", "s", &["sessions:write".into()], Duration::from_secs(60)).unwrap();
+        assert!(call(sessions, "/browserpool.v1.Admin/PutProxy").await.is_some());
+        assert!(call(proxies, "/browserpool.v1.Admin/PutTenant").await.is_some());
         // An rpc the service does not have yet is refused all the same.
         for path in ["/browserpool.v1.Admin/PoolStatus", "/browserpool.v1.Admin/SomeFutureRpc"] {
             let refused = call(user.clone(), path).await.expect("refused");
@@ -330,8 +346,8 @@ mod tests {
             assert!(call(admin.clone(), path).await.is_none(), "admin reaches {path}");
         }
         assert!(call(user, "/browserpool.v1.Sessions/List").await.is_none(), "other services are not affected");
-        assert!(!is_admin_rpc("/browserpool.v1.AdminTools/PoolStatus"));
-        assert!(!is_admin_rpc("/other.Admin/PoolStatus"));
+        assert!(admin_method("/browserpool.v1.AdminTools/PoolStatus").is_none());
+        assert!(admin_method("/other.Admin/PoolStatus").is_none());
     }
 
     #[test]

@@ -235,7 +235,7 @@ impl Peers {
     fn forwardable(&self, headers: &http::HeaderMap, path: &str) -> Option<Claims> {
         let header = headers.get(http::header::AUTHORIZATION).and_then(|v| v.to_str().ok());
         let claims = self.inner.tokens.verify_header(header).ok()?;
-        (!crate::auth::is_admin_rpc(path) || claims.is_admin()).then_some(claims)
+        crate::auth::may_call(path, &claims).then_some(claims)
     }
 }
 

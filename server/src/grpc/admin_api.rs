@@ -358,6 +358,7 @@ impl pb::admin_server::Admin for AdminApi {
     }
 
     async fn put_proxy(&self, req: Request<pb::PutProxyRequest>) -> Result<Response<pb::PutProxyResponse>, Status> {
+        let caller = claims(&req)?;
         let p = req
             .into_inner()
             .proxy
@@ -370,15 +371,16 @@ impl pb::admin_server::Admin for AdminApi {
             direct_hosts: p.direct_hosts,
             tenants: p.tenants,
         };
-        let (record, created) = self.proxies.put(spec).await?;
+        let (record, created) = self.proxies.put(spec, owner(&caller)).await?;
         Ok(Response::new(pb::PutProxyResponse { proxy: Some(proxy_to_pb(record)), created }))
     }
 
     async fn list_proxies(
         &self,
-        _req: Request<pb::ListProxiesRequest>,
+        req: Request<pb::ListProxiesRequest>,
     ) -> Result<Response<pb::ListProxiesResponse>, Status> {
-        let proxies = self.proxies.list().await?.into_iter().map(proxy_to_pb).collect();
+        let caller = claims(&req)?;
+        let proxies = self.proxies.list(owner(&caller)).await?.into_iter().map(proxy_to_pb).collect();
         Ok(Response::new(pb::ListProxiesResponse { proxies }))
     }
 
@@ -386,9 +388,16 @@ impl pb::admin_server::Admin for AdminApi {
         &self,
         req: Request<pb::DeleteProxyRequest>,
     ) -> Result<Response<pb::DeleteProxyResponse>, Status> {
-        let deleted = self.proxies.delete(&req.get_ref().id).await?;
+        let caller = claims(&req)?;
+        let deleted = self.proxies.delete(&req.get_ref().id, owner(&caller)).await?;
         Ok(Response::new(pb::DeleteProxyResponse { deleted }))
     }
+}
+
+/// The tenant a proxy call is scoped to: none for an admin, the caller's own for a
+/// `proxies:write` token.
+fn owner(caller: &crate::auth::Claims) -> Option<&str> {
+    (!caller.is_admin()).then_some(caller.tenant.as_str())
 }
 
 /// A proxy on the wire: never its password, only whether one is stored.

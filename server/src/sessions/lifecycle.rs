@@ -131,18 +131,11 @@ impl Sessions {
     }
 
     /// The upstream proxy a session of `tenant` leaves through: the one it asked for, else the
-    /// tenant's default, if any. Not built for context isolation yet: refused there.
+    /// tenant's default, if any.
     async fn upstream(&self, tenant: &TenantRecord, asked: &str) -> Result<Option<Upstream>> {
         let (id, default) = if asked.is_empty() { (tenant.default_proxy.as_str(), true) } else { (asked, false) };
         if id.is_empty() {
             return Ok(None);
-        }
-        if tenant.isolation == Isolation::Context {
-            return Err(ServiceError::FailedPrecondition(format!(
-                "proxy {id:?}: upstream proxies are not supported for ISOLATION_CONTEXT tenants yet, and tenant {} is \
-                 one: acquire without a proxy, or ask an admin for a tenant with ISOLATION_PROCESS",
-                tenant.id
-            )));
         }
         self.inner.proxies.upstream_for(id, &tenant.id, default).await.map(Some)
     }
@@ -438,17 +431,15 @@ impl Drop for Claim {
     }
 }
 
-/// The tenant's navigation policy for every request the session's pages make; its upstream
-/// proxy, if any, and its byte budget (a context session's egress is its shared browser's:
-/// neither applies there). Answers the proxy's id.
+/// The tenant's navigation policy for every request the session's pages make, its upstream
+/// proxy, if any, and its byte budget, on the session's own egress (a context session has
+/// one too). Answers the proxy's id.
 fn set_network(lease: &dyn Leased, tenant: &TenantRecord, upstream: Option<Upstream>) -> String {
     lease.set_policy(NavPolicy {
         allow_private_networks: tenant.allow_private_networks,
         allow_hosts: tenant.allow_hosts.clone(),
     });
     let proxy_id = upstream.as_ref().map(|up| up.id.clone()).unwrap_or_default();
-    if lease.context().is_none() {
-        lease.net().set_route(upstream, tenant.max_session_bytes);
-    }
+    lease.net().set_route(upstream, tenant.max_session_bytes);
     proxy_id
 }

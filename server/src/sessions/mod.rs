@@ -28,7 +28,7 @@ use crate::clock::{now_ms, Clock};
 use crate::deadlines::{self, Deadlines};
 use crate::error::{Result, ServiceError};
 pub use crate::model::SessionState;
-use crate::model::{Isolation, RecordMode, ReplicaAddrs, SessionRecord, TenantRecord};
+use crate::model::{RecordMode, ReplicaAddrs, SessionRecord, TenantRecord};
 use crate::store::{SessionFilter, Store};
 
 mod act;
@@ -169,13 +169,10 @@ struct CdpTarget {
 }
 
 impl Live {
-    /// Network bytes (sent, received) its pages carried so far. A context session shares its
-    /// browser's egress, which is not counted per session (yet): 0 there.
+    /// Network bytes (sent, received) its pages carried so far (a context session's egress is
+    /// its own too).
     fn bytes(&self) -> (u64, u64) {
-        match self.cdp.context {
-            None => self.cdp.net.meter.totals(),
-            Some(_) => (0, 0),
-        }
+        self.cdp.net.meter.totals()
     }
 
     /// Its record as of now: the live byte counts included.

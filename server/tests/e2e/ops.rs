@@ -140,17 +140,19 @@ async fn audit_records_every_call_and_detects_tampering() {
         while let Some(r) = stream.message().await.unwrap() {
             got.push(r);
         }
-        if got.len() >= 6 || std::time::Instant::now() > deadline {
+        if got.len() >= 7 || std::time::Instant::now() > deadline {
             break got;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    // RPC-level records name the session too (Acquire the one it created), newest first.
+    // RPC-level records name the session too (Acquire the one it created), newest first; its
+    // end is recorded as it ends, within Release.
     let calls: Vec<_> = records.iter().filter(|r| r.action.is_empty()).map(|r| r.rpc.as_str()).collect();
     assert_eq!(
         calls,
         [
             "/browserpool.v1.Sessions/Release",
+            "SESSION ENDED",
             "/browserpool.v1.Sessions/Act",
             "/browserpool.v1.Sessions/Act",
             "/browserpool.v1.Sessions/Acquire"

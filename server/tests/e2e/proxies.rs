@@ -63,6 +63,38 @@ async fn proxies_are_admin_objects_whose_password_never_comes_back() {
     let denied = ci.admin().list_proxies(pb::ListProxiesRequest {}).await.unwrap_err();
     assert_eq!(denied.code(), tonic::Code::PermissionDenied);
 
+    // A tenant with proxies:write manages its own proxies, and nothing else of Admin.
+    let team = pb::Tenant { id: "team".into(), max_slots: 1, max_queue: 1, ..Default::default() };
+    admin.admin().put_tenant(pb::PutTenantRequest { tenant: Some(team.clone()) }).await.unwrap();
+    let token = admin
+        .admin()
+        .issue_token(pb::IssueTokenRequest {
+            tenant: "team".into(),
+            subject: "lead".into(),
+            scopes: vec!["proxies:write".into()],
+            ttl_s: 600,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .token;
+    let lead = browserpool_client::Client::connect(format!("http://{}", server.grpc), &token).await.unwrap();
+    let own = pb::Proxy { id: "team-1".into(), tenants: vec![], ..eu(SECRET) };
+    let saved = lead.admin().put_proxy(pb::PutProxyRequest { proxy: Some(own) }).await.unwrap().into_inner();
+    assert_eq!(saved.proxy.unwrap().tenants, ["team"], "its own: usable by it alone");
+    let listed = lead.admin().list_proxies(pb::ListProxiesRequest {}).await.unwrap().into_inner().proxies;
+    assert_eq!(listed.iter().map(|p| p.id.as_str()).collect::<Vec<_>>(), ["team-1"]);
+    let theirs = lead.admin().delete_proxy(pb::DeleteProxyRequest { id: "eu-1".into() }).await.unwrap_err();
+    assert_eq!(theirs.code(), tonic::Code::PermissionDenied);
+    assert!(theirs.message().contains("ask an admin"), "{theirs:?}");
+    let taken = lead.admin().put_proxy(pb::PutProxyRequest { proxy: Some(eu(SECRET)) }).await.unwrap_err();
+    assert_eq!(taken.code(), tonic::Code::PermissionDenied, "{taken:?}");
+    let tenant = lead.admin().put_tenant(pb::PutTenantRequest { tenant: Some(team) }).await.unwrap_err();
+    assert_eq!(tenant.code(), tonic::Code::PermissionDenied, "no other Admin rpc");
+    assert!(
+        lead.admin().delete_proxy(pb::DeleteProxyRequest { id: "team-1".into() }).await.unwrap().into_inner().deleted
+    );
+
     // Nowhere in the audit trail (written behind the calls: read once the puts are in) or the
     // metrics.
     let records = crate::helpers::eventually("the puts' audit records", std::time::Duration::from_secs(10), || async {

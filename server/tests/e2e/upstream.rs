@@ -302,7 +302,7 @@ async fn a_session_leaves_through_a_socks5_proxy_and_a_spent_budget_stops_its_re
     let admin = server.admin().await;
     let (port, seen) = site().await;
     let up = format!("socks5://127.0.0.1:{}", socks.port);
-    put_proxy(&admin, "socks", up.clone(), SECRET, &["default", "capped"]).await;
+    put_proxy(&admin, "socks", up.clone(), SECRET, &["default", "capped", "dense"]).await;
     put_proxy(&admin, "socks-bad", up, "wrong", &[]).await;
 
     let s = through(&admin, "socks").await;
@@ -350,4 +350,24 @@ async fn a_session_leaves_through_a_socks5_proxy_and_a_spent_budget_stops_its_re
     let total = got.bytes_sent + got.bytes_received;
     assert!((200_000..BIG as u64).contains(&total), "stopped past the budget, well before the page's end: {total}");
     tenant.release(&s.session_id).await.unwrap();
+
+    // Context isolation: two sessions sharing the tenant's browser, one through the proxy and
+    // one straight out; each context has its own egress, so each counts its own bytes.
+    let dense = crate::isolation::context_tenant(&server, &admin, &[]).await;
+    let a = through(&dense, "socks").await;
+    let b = dense.acquire(30_000).await.unwrap();
+    assert_eq!(a.worker_id, b.worker_id, "one shared browser");
+    for (s, from) in [(&a, UPSTREAM_SOURCE), (&b, "127.0.0.1")] {
+        seen.lock().unwrap().clear();
+        ok(&act(&dense, &s.session_id, action("navigate", "", format!("http://127.0.0.1:{port}/page"))).await);
+        assert_eq!(peers(&seen, "/page"), vec![from.parse::<IpAddr>().unwrap()], "{}", s.session_id);
+    }
+    let (a_bytes, b_bytes) = (dense.get(&a.session_id).await.unwrap(), dense.get(&b.session_id).await.unwrap());
+    assert!(a_bytes.bytes_received > 0 && b_bytes.bytes_received > 0, "{a_bytes:?} {b_bytes:?}");
+    ok(&act(&dense, &b.session_id, action("navigate", "", format!("http://127.0.0.1:{port}/big"))).await);
+    let a_after = dense.get(&a.session_id).await.unwrap().bytes_received;
+    assert_eq!(a_after, a_bytes.bytes_received, "b's page is not counted on a");
+    for s in [&a, &b] {
+        dense.release(&s.session_id).await.unwrap();
+    }
 }

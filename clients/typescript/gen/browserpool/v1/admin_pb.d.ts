@@ -29,7 +29,8 @@ export declare type Proxy = Message<"browserpool.v1.Proxy"> & {
   id: string;
 
   /**
-   * http://, https:// or socks5://host:port, nothing else (credentials go below).
+   * http:// or socks5://host:port, nothing else (credentials go below). https:// (TLS to the
+   * proxy) is not supported yet.
    *
    * @generated from field: string url = 2;
    */
@@ -55,7 +56,7 @@ export declare type Proxy = Message<"browserpool.v1.Proxy"> & {
   directHosts: string[];
 
   /**
-   * Tenants that may use it.
+   * Tenants that may use it; empty = every tenant.
    *
    * @generated from field: repeated string tenants = 6;
    */

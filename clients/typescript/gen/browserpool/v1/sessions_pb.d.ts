@@ -139,8 +139,7 @@ export declare type AcquireRequest = Message<"browserpool.v1.AcquireRequest"> & 
   /**
    * The upstream proxy (Admin/PutProxy) the session's pages leave through, after the tenant's
    * policy passed each connection; empty = the tenant's default_proxy, if any. NOT_FOUND when
-   * there is no such proxy or the tenant may not use it. Not built for ISOLATION_CONTEXT yet
-   * (FAILED_PRECONDITION).
+   * there is no such proxy or the tenant may not use it.
    *
    * @generated from field: string proxy_id = 16;
    */
