@@ -177,6 +177,32 @@ overlay_equals_chart() {
         >"$out/chart-postgres.yaml" && same chart-postgres postgres
 }
 
+# The init container's script (from the postgres rendering), run against a Secret's files in
+# a temporary dir: the signing keys and secrets.key land in the data dir owner-only, retired
+# keys under retired-keys/, anything else is ignored; without secrets.key it warns.
+init_copies_keys() {
+    local t
+    t="$(mktemp -d)"
+    "$venv/bin/python" - "$out/chart-postgres.yaml" "$t/init.sh" <<'PY'
+import sys, yaml
+for doc in yaml.safe_load_all(open(sys.argv[1])):
+    if doc and doc.get("kind") == "Deployment":
+        init = doc["spec"]["template"]["spec"]["initContainers"][0]
+        open(sys.argv[2], "w").write(init["command"][-1])
+PY
+    sed -i "s|/var/lib/browserpool/data|$t/data|g; s|/etc/browserpool/signing-keys|$t/secret|g" "$t/init.sh"
+    mkdir -p "$t/secret" "$t/data"
+    echo k >"$t/secret/jwt-hs256.key"; echo r >"$t/secret/retired-keys.abc.hs256.key"; echo x >"$t/secret/junk.txt"
+    sh -ec "$(cat "$t/init.sh")" 2>"$t/warned" && grep -q "has no secrets.key" "$t/warned" || { cat "$t/warned"; return 1; }
+    head -c 32 /dev/urandom >"$t/secret/secrets.key"
+    rm -rf "$t/data" && mkdir -p "$t/data"
+    sh -ec "$(cat "$t/init.sh")" 2>"$t/warned" && ! grep -q "has no secrets.key" "$t/warned" \
+        && [ "$(stat -c %a "$t/data/secrets.key")" = 600 ] && [ "$(stat -c %a "$t/data/jwt-hs256.key")" = 600 ] \
+        && [ -f "$t/data/retired-keys/abc.hs256.key" ] && [ ! -e "$t/data/junk.txt" ] && grep -q "ignoring junk.txt" "$t/warned" \
+        || { cat "$t/warned"; ls -lR "$t/data"; return 1; }
+    rm -rf "$t"
+}
+
 run "helm lint helm/browserpool" "$helm" lint --quiet helm/browserpool
 run "values.yaml, the README and NOTES.txt agree with values.schema.json" \
     "$venv/bin/python" scripts/check-chart-docs.py
@@ -206,5 +232,7 @@ run "kubectl kustomize deploy/overlays/postgres | kubernetes-validate --strict" 
 run "deploy/base equals helm template (default values)" same default base
 run "deploy/overlays/postgres equals helm template (3 replicas, database and keys Secrets)" \
     overlay_equals_chart
+run "the init container copies the keys Secret (signing keys, secrets.key) into the data dir, 0600" \
+    init_copies_keys
 
 exit "$failed"

@@ -99,7 +99,13 @@ impl Proxies {
         let credentials = match &record.password_sealed {
             Some(sealed) => Some(Credentials {
                 username: record.username.clone(),
-                password: self.sealer.open(sealed, &record.id).map_err(ServiceError::FailedPrecondition)?,
+                password: self.sealer.open(sealed, &record.id).map_err(|e| {
+                    ServiceError::FailedPrecondition(format!(
+                        "{e}; give this replica the secrets.key the others have, or save the proxy's password again \
+                         (browserpool admin proxies put {} --password-file F)",
+                        record.id
+                    ))
+                })?,
             }),
             None if record.username.is_empty() => None,
             None => Some(Credentials { username: record.username.clone(), password: String::new() }),
