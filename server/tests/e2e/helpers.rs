@@ -236,7 +236,8 @@ impl BinaryServer {
         BinaryServer::spawn_full(dir, self.database_url.clone(), extra, None, env)
     }
 
-    /// A second replica of `first`: the same database and signing key, its own data dir.
+    /// A second replica of `first`: the same database, signing key and `secrets.key` (as the
+    /// chart's keys Secret gives every replica), its own data dir.
     pub fn replica_of(first: &BinaryServer) -> BinaryServer {
         BinaryServer::replica_of_with(first, &[])
     }
@@ -245,7 +246,8 @@ impl BinaryServer {
     pub fn replica_of_with(first: &BinaryServer, extra: &[&str]) -> BinaryServer {
         let dir = tempfile::tempdir().unwrap();
         for key in std::fs::read_dir(first.dir.path()).unwrap().flatten() {
-            if key.file_name().to_string_lossy().starts_with("jwt-") {
+            let name = key.file_name().to_string_lossy().into_owned();
+            if name.starts_with("jwt-") || name == "secrets.key" {
                 std::fs::copy(key.path(), dir.path().join(key.file_name())).unwrap();
             }
         }

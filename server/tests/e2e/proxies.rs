@@ -137,7 +137,7 @@ async fn proxies_are_admin_objects_whose_password_never_comes_back() {
 }
 
 /// Whether `file` holds `needle`, read a window at a time (a profile's files can be large).
-fn holds(mut file: std::fs::File, needle: &[u8]) -> bool {
+pub(crate) fn holds(mut file: std::fs::File, needle: &[u8]) -> bool {
     use std::io::Read;
     let mut window = vec![0u8; 64 << 10];
     let mut kept = 0;

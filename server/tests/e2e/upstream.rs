@@ -371,3 +371,66 @@ async fn a_session_leaves_through_a_socks5_proxy_and_a_spent_budget_stops_its_re
         dense.release(&s.session_id).await.unwrap();
     }
 }
+
+/// Replicas sharing a database and `secrets.key` (as the chart's keys Secret gives them): a
+/// proxy saved through one carries a session on another; a replica with a key of its own says
+/// what to do. The password, and its Basic encoding, appear in no log line (at debug) and no
+/// file of either data dir.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_proxy_saved_through_one_replica_carries_a_session_on_another_and_is_never_logged() {
+    const TEST: &str = "upstream::a_proxy_saved_through_one_replica_carries_a_session_on_another_and_is_never_logged";
+    let Some(tiny) = tinyproxy(TEST).await else { return };
+    let (port, seen) = site().await;
+    let mut first = crate::helpers::BinaryServer::spawn_env(&[], &[("RUST_LOG", "debug")]).await;
+    put_proxy(&first.client().await, "eu-1", format!("http://127.0.0.1:{}", tiny.port), SECRET, &[]).await;
+    let mut second = crate::helpers::BinaryServer::replica_of(&first);
+    let client = browserpool_client::Client::connect(format!("http://{}", second.grpc), &first.token).await.unwrap();
+    let session = through(&client, "eu-1").await;
+    assert_eq!(session.replica, client.get(&session.session_id).await.unwrap().replica);
+    ok(&act(&client, &session.session_id, action("navigate", "", format!("http://127.0.0.1:{port}/page"))).await);
+    assert_eq!(peers(&seen, "/page"), vec![UPSTREAM_SOURCE.parse::<IpAddr>().unwrap()]);
+    client.release(&session.session_id).await.unwrap();
+
+    // A replica whose data dir has the signing key but a secrets.key of its own.
+    let dir = tempfile::tempdir().unwrap();
+    for key in std::fs::read_dir(first.dir.path()).unwrap().flatten() {
+        if key.file_name().to_string_lossy().starts_with("jwt-") {
+            std::fs::copy(key.path(), dir.path().join(key.file_name())).unwrap();
+        }
+    }
+    let mut third = crate::helpers::BinaryServer::spawn_in(dir, first.database_url.clone(), vec![]);
+    let stranger = browserpool_client::Client::connect(format!("http://{}", third.grpc), &first.token).await.unwrap();
+    let req = pb::AcquireRequest { wait_ms: 1_000, proxy_id: "eu-1".into(), ..Default::default() };
+    let refused = stranger.sessions().acquire(req).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::FailedPrecondition, "{refused:?}");
+    assert!(refused.message().contains("give this replica the secrets.key the others have"), "{refused:?}");
+    assert!(!refused.message().contains(SECRET));
+
+    use base64::Engine;
+    let basic = base64::engine::general_purpose::STANDARD.encode(format!("ci:{SECRET}"));
+    let mut read = 0;
+    for server in [&mut first, &mut second, &mut third] {
+        let (_, mut lines) = server.terminate();
+        lines.extend(server.startup_log.iter().cloned());
+        read += lines.len();
+        for line in &lines {
+            assert!(!line.contains(SECRET) && !line.contains(&basic), "the password in the log: {line}");
+        }
+        let mut files = vec![server.dir.path().to_path_buf()];
+        while let Some(path) = files.pop() {
+            if path.is_dir() {
+                files.extend(std::fs::read_dir(&path).unwrap().flatten().map(|e| e.path()));
+            } else {
+                for needle in [SECRET.as_bytes(), basic.as_bytes()] {
+                    let file = std::fs::File::open(&path);
+                    assert!(
+                        !file.is_ok_and(|f| crate::proxies::holds(f, needle)),
+                        "the password in {}",
+                        path.display()
+                    );
+                }
+            }
+        }
+    }
+    assert!(read > 50, "the logs were read ({read} lines at debug)");
+}
