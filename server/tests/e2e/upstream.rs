@@ -186,6 +186,7 @@ async fn a_session_leaves_through_its_http_proxy_with_the_servers_credentials() 
     assert_eq!(peers(&seen, "/big"), vec![UPSTREAM_SOURCE.parse::<IpAddr>().unwrap()]);
     assert!(tiny.log().contains(&format!("GET {big}")), "tinyproxy's log: {}", tiny.log());
     let got = admin.get(&id).await.unwrap();
+    eprintln!("http: {} bytes received, {} sent, for {BIG} served", got.bytes_received, got.bytes_sent);
     let within = |n: u64, of: usize| (n as f64 - of as f64).abs() <= of as f64 * 0.05;
     assert!(within(got.bytes_received, BIG), "received {} of {BIG} served", got.bytes_received);
     assert!(got.bytes_sent > 100 && got.bytes_sent < 10_000, "sent {}", got.bytes_sent);
@@ -433,4 +434,79 @@ async fn a_proxy_saved_through_one_replica_carries_a_session_on_another_and_is_n
         }
     }
     assert!(read > 50, "the logs were read ({read} lines at debug)");
+}
+
+/// An https site on 127.0.0.1 (a certificate of its own, which the browser does not trust)
+/// serving [`BIG`] bytes to every request, each connection's peer recorded; answers its port.
+async fn tls_site(seen: Seen) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let key = rcgen::KeyPair::generate().unwrap();
+    let params = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()]).unwrap();
+    let cert = params.self_signed(&key).unwrap();
+    let config =
+        rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(
+                vec![cert.der().clone()],
+                rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+            )
+            .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((tcp, peer)) = listener.accept().await {
+            let (acceptor, seen) = (acceptor.clone(), seen.clone());
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(tcp).await else { return };
+                let mut head = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match tls.read(&mut buf).await {
+                        Ok(n) if n > 0 => head.extend_from_slice(&buf[..n]),
+                        _ => return,
+                    }
+                }
+                let path = String::from_utf8_lossy(&head).split(' ').nth(1).unwrap_or_default().to_string();
+                seen.lock().unwrap().push((peer.ip(), path));
+                let body = format!("<title>Big</title><pre>{}</pre>", "x".repeat(BIG - 30));
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = tls.write_all(head.as_bytes()).await;
+                let _ = tls.write_all(body.as_bytes()).await;
+                let _ = tls.shutdown().await;
+            });
+        }
+    });
+    port
+}
+
+/// Bytes of an https page through a CONNECT tunnel of the upstream are metered as the network
+/// carried them: within 5% of what the site served (its TLS records around the page).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_https_page_through_the_upstream_is_metered_within_five_percent() {
+    const TEST: &str = "upstream::an_https_page_through_the_upstream_is_metered_within_five_percent";
+    let Some(tiny) = tinyproxy(TEST).await else { return };
+    let server = TestServer::start().await;
+    let admin = server.admin().await;
+    let seen: Seen = Arc::default();
+    let port = tls_site(seen.clone()).await;
+    put_proxy(&admin, "eu-1", format!("http://127.0.0.1:{}", tiny.port), SECRET, &[]).await;
+    let session = through(&admin, "eu-1").await;
+    let url = format!("https://127.0.0.1:{port}/big");
+    let page = crate::cdp::node("https_page.mjs", &session.cdp_url, None, &url).await;
+    assert_eq!((page["status"].as_u64(), page["title"].as_str()), (Some(200), Some("Big")), "{page}");
+    assert!(page["length"].as_u64().unwrap() >= (BIG - 100) as u64, "{page}");
+    let big: Vec<IpAddr> = seen.lock().unwrap().iter().filter(|(_, p)| p == "/big").map(|(ip, _)| *ip).collect();
+    assert_eq!(big, vec![UPSTREAM_SOURCE.parse::<IpAddr>().unwrap()], "through the upstream's tunnel");
+    assert!(tiny.log().contains(&format!("CONNECT 127.0.0.1:{port}")), "{}", tiny.log());
+    let got = admin.get(&session.session_id).await.unwrap();
+    let off = (got.bytes_received as f64 - BIG as f64).abs() / BIG as f64;
+    eprintln!("https: {} bytes received, {} sent, for {BIG} served", got.bytes_received, got.bytes_sent);
+    assert!(off <= 0.05, "received {} for {BIG} served ({:.1}% off)", got.bytes_received, off * 100.0);
+    admin.release(&session.session_id).await.unwrap();
 }
