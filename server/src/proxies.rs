@@ -152,11 +152,8 @@ pub fn validate(p: &ProxySpec) -> Result<()> {
     let Ok(url) = url::Url::parse(&p.url) else {
         return bad("url", format!("{:?} is not a url; give one like http://proxy.example:3128", p.url));
     };
-    if !["http", "socks5"].contains(&url.scheme()) {
-        return bad(
-            "url",
-            format!("scheme {:?} is not http or socks5 (https proxies are not supported yet)", url.scheme()),
-        );
+    if !["http", "https", "socks5"].contains(&url.scheme()) {
+        return bad("url", format!("scheme {:?} is not http, https or socks5", url.scheme()));
     }
     if url.host_str().is_none_or(str::is_empty) || url.port_or_known_default().is_none() {
         return bad("url", format!("{:?} needs a host and a port, like http://proxy.example:3128", p.url));
@@ -206,7 +203,7 @@ mod tests {
     #[test]
     fn a_proxy_is_checked_field_by_field() {
         assert!(validate(&spec()).is_ok());
-        for url in ["socks5://10.0.0.1:1080", "http://[::1]:3128"] {
+        for url in ["socks5://10.0.0.1:1080", "http://[::1]:3128", "https://proxy.test:443"] {
             assert!(validate(&ProxySpec { url: url.into(), ..spec() }).is_ok(), "{url}");
         }
         let refused = |p: ProxySpec| match validate(&p) {
@@ -215,7 +212,9 @@ mod tests {
         };
         assert!(refused(ProxySpec { id: "EU 1".into(), ..spec() }).starts_with("proxy.id: "));
         assert!(refused(ProxySpec { url: "proxy.test:3128".into(), ..spec() }).starts_with("proxy.url: "));
-        assert!(refused(ProxySpec { url: "ftp://proxy.test:21".into(), ..spec() }).contains("not http or socks5"));
+        assert!(
+            refused(ProxySpec { url: "ftp://proxy.test:21".into(), ..spec() }).contains("not http, https or socks5")
+        );
         assert!(refused(ProxySpec { url: "socks5://proxy.test".into(), ..spec() }).contains("needs a host and a port"));
         let inline = refused(ProxySpec { url: "http://ci:hunter2@proxy.test:3128".into(), ..spec() });
         assert!(inline.contains("carries credentials") && !inline.contains("hunter2"), "{inline}");

@@ -25,7 +25,7 @@ pub enum ProxiesCommand {
 pub struct PutArgs {
     /// Its id: 1-63 characters of a-z, 0-9, '-', '_', '.'.
     id: String,
-    /// http:// or socks5://HOST:PORT.
+    /// http://, https:// or socks5://HOST:PORT.
     #[arg(long)]
     url: String,
     /// User name at the upstream.

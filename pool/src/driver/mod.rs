@@ -92,7 +92,7 @@ pub struct Driver {
     files: Mutex<Option<std::path::PathBuf>>,
     /// A context session's own egress listener (its browser context's `proxyServer`): it
     /// ends with the driver.
-    _egress: Option<crate::egress::Proxy>,
+    _egress: Option<Box<crate::egress::Proxy>>,
 }
 
 impl Drop for Driver {
@@ -158,7 +158,7 @@ impl Driver {
     ) -> Result<Driver, PoolError> {
         let t = cfg.cdp_timeout;
         let mut driver = Driver::start(browser, ws_url, cfg, net, Some(context.clone())).await?;
-        driver._egress = Some(egress);
+        driver._egress = Some(Box::new(egress));
         let params = chromiumoxide::cdp::browser_protocol::target::CreateTargetParams::builder()
             .url("about:blank")
             .browser_context_id(chromiumoxide::cdp::browser_protocol::browser::BrowserContextId::from(context))

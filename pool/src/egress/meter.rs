@@ -10,7 +10,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::TcpStream;
+
+use super::Conn;
 
 /// A session's byte counts and budget.
 #[derive(Debug, Default)]
@@ -49,12 +50,12 @@ impl Meter {
 
 /// A connection whose reads and writes count on a [`Meter`], cut once its budget is spent.
 pub struct Metered {
-    inner: TcpStream,
+    inner: Conn,
     meter: Arc<Meter>,
 }
 
 impl Metered {
-    pub fn new(inner: TcpStream, meter: Arc<Meter>) -> Metered {
+    pub fn new(inner: Conn, meter: Arc<Meter>) -> Metered {
         Metered { inner, meter }
     }
 
@@ -115,7 +116,8 @@ mod tests {
         });
         let meter = Arc::new(Meter::default());
         meter.reset(1200);
-        let mut conn = Metered::new(TcpStream::connect(("127.0.0.1", port)).await.unwrap(), meter.clone());
+        let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+        let mut conn = Metered::new(Box::new(tcp), meter.clone());
         conn.write_all(b"hello").await.unwrap();
         let mut answer = [0u8; 1000];
         conn.read_exact(&mut answer).await.unwrap();

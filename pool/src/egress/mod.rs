@@ -42,6 +42,11 @@ pub use meter::{Meter, Metered};
 use upstream::Dialled;
 pub use upstream::{Credentials, Upstream, UpstreamKind};
 
+/// A connection upstream: a TCP stream, or TLS over one (an https upstream proxy).
+pub trait AsyncStream: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> AsyncStream for T {}
+pub type Conn = Box<dyn AsyncStream>;
+
 /// How long a client may take to send its request head, and an upstream its response head.
 const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long resolving and connecting upstream may take.
@@ -433,9 +438,9 @@ async fn serve_conn(mut client: TcpStream, net: &WorkerNet) {
             return refusal.send(&mut client, token).await;
         }
     };
-    // Relayed writes are small (request heads, websocket frames): never hold them back.
+    // Relayed writes are small (request heads, websocket frames): never hold them back (the
+    // upstream side is set so where it is connected).
     let _ = client.set_nodelay(true);
-    let _ = upstream.set_nodelay(true);
     let mut upstream = Metered::new(upstream, net.meter.clone());
     if !tunnel {
         return relay_request(client, upstream, &head, &parsed, via.as_deref(), token).await;
@@ -457,7 +462,7 @@ async fn connect_upstream(
     url: &str,
     parsed: &url::Url,
     tunnel: bool,
-) -> Result<(TcpStream, Option<Arc<Upstream>>), Refusal> {
+) -> Result<(Conn, Option<Arc<Upstream>>), Refusal> {
     let (Some(host), Some(port)) = (parsed.host_str().map(str::to_string), parsed.port_or_known_default()) else {
         return Err(Refusal::bad_request("no host in the request target"));
     };
@@ -476,7 +481,10 @@ async fn connect_upstream(
         };
     }
     match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await {
-        Ok(Ok(s)) => Ok((s, None)),
+        Ok(Ok(s)) => {
+            let _ = s.set_nodelay(true);
+            Ok((Box::new(s), None))
+        }
         Ok(Err(e)) => {
             let reason = match e.kind() {
                 std::io::ErrorKind::ConnectionRefused => "ConnectionRefused",

@@ -1,7 +1,8 @@
 //! Upstream proxies: once a worker's egress proxy has judged a connection by the session's
 //! policy, it may leave through the session's upstream proxy instead of going straight to the
-//! site: a tunnel (`CONNECT`) or an absolute-form request through an HTTP proxy, or a SOCKS5
-//! tunnel, with the credentials the server adds (a page never sees them). The upstream's own
+//! site: a tunnel (`CONNECT`) or an absolute-form request through an HTTP proxy (over TLS for
+//! an `https://` one, verified against the system's roots), or a SOCKS5 tunnel, with the
+//! credentials the server adds (a page never sees them). The upstream's own
 //! address is judged by the same policy, so a tenant cannot reach a private address by naming
 //! it as its proxy.
 //!
@@ -9,14 +10,14 @@
 //! this host's, decides where the site is); the policy judged it by this host's resolution.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use base64::Engine;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::head::read_any_head;
-use super::{Refusal, WorkerNet, CONNECT_TIMEOUT, HEAD_TIMEOUT};
+use super::{Conn, Refusal, WorkerNet, CONNECT_TIMEOUT, HEAD_TIMEOUT};
 use crate::policy::{host_matches, NavPolicy};
 
 /// How a session's connections reach an upstream proxy.
@@ -24,6 +25,8 @@ use crate::policy::{host_matches, NavPolicy};
 pub enum UpstreamKind {
     /// An HTTP proxy: `CONNECT` for tunnels, absolute-form for plain http.
     Http,
+    /// The same, spoken over TLS to the proxy.
+    Https,
     /// A SOCKS5 proxy (RFC 1928), names resolved by the proxy.
     Socks5,
 }
@@ -65,8 +68,9 @@ impl Upstream {
         let parsed = url::Url::parse(url).map_err(|e| format!("proxy {id:?}: url {url:?}: {e}"))?;
         let kind = match parsed.scheme() {
             "http" => UpstreamKind::Http,
+            "https" => UpstreamKind::Https,
             "socks5" => UpstreamKind::Socks5,
-            other => return Err(format!("proxy {id:?}: scheme {other:?} is not supported (http or socks5)")),
+            other => return Err(format!("proxy {id:?}: scheme {other:?} is not supported (http, https or socks5)")),
         };
         let host = parsed.host_str().filter(|h| !h.is_empty()).ok_or_else(|| format!("proxy {id:?}: no host"))?;
         let port = parsed.port_or_known_default().ok_or_else(|| format!("proxy {id:?}: no port"))?;
@@ -83,6 +87,7 @@ impl Upstream {
     fn label(&self) -> String {
         let scheme = match self.kind {
             UpstreamKind::Http => "http",
+            UpstreamKind::Https => "https",
             UpstreamKind::Socks5 => "socks5",
         };
         format!("proxy {:?} ({scheme}://{}:{})", self.id, self.host, self.port)
@@ -122,9 +127,42 @@ impl Upstream {
 /// What a connection through an upstream is, once dialled.
 pub(super) enum Dialled {
     /// A tunnel to the destination: use it as a direct connection.
-    Tunnel(TcpStream),
+    Tunnel(Conn),
     /// A connection to an HTTP proxy that takes the plain-http request in absolute form.
-    Forward(TcpStream),
+    Forward(Conn),
+}
+
+/// How https upstreams are verified: the system's roots (`SSL_CERT_FILE`, `SSL_CERT_DIR`),
+/// loaded once.
+fn tls_roots() -> Result<Arc<rustls::ClientConfig>, String> {
+    static CONFIG: OnceLock<Result<Arc<rustls::ClientConfig>, String>> = OnceLock::new();
+    CONFIG
+        .get_or_init(|| {
+            let found = rustls_native_certs::load_native_certs();
+            let mut roots = rustls::RootCertStore::empty();
+            let (added, _) = roots.add_parsable_certificates(found.certs);
+            if added == 0 {
+                return Err(format!("no trusted root certificates on this host ({:?})", found.errors));
+            }
+            let provider = Arc::new(rustls::crypto::ring::default_provider());
+            let config = rustls::ClientConfig::builder_with_provider(provider)
+                .with_safe_default_protocol_versions()
+                .map_err(|e| e.to_string())?
+                .with_root_certificates(roots)
+                .with_no_client_auth();
+            Ok(Arc::new(config))
+        })
+        .clone()
+}
+
+/// TLS to an https upstream, its certificate checked for its host.
+async fn tls_to(up: &Upstream, stream: TcpStream) -> Result<Conn, String> {
+    let name =
+        rustls_pki_types::ServerName::try_from(up.host.trim_start_matches('[').trim_end_matches(']').to_string())
+            .map_err(|e| format!("{:?} is not a TLS server name: {e}", up.host))?;
+    let connector = tokio_rustls::TlsConnector::from(tls_roots()?);
+    let tls = connector.connect(name, stream).await.map_err(|e| format!("TLS: {e}"))?;
+    Ok(Box::new(tls))
 }
 
 /// Connects through `up` to `host:port` (a tunnel), or to `up` itself for a plain-http request
@@ -152,15 +190,20 @@ pub(super) async fn dial(
             format!("{} may not be used by this session: {why}", up.label()),
         )
     })?;
-    let mut stream = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await {
+    let tcp = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => return Err(unreachable(e.to_string())),
         Err(_) => return Err(unreachable(format!("no connection within {CONNECT_TIMEOUT:?}"))),
     };
+    let _ = tcp.set_nodelay(true);
     let handshake = async {
+        let mut stream: Conn = match up.kind {
+            UpstreamKind::Https => tls_to(up, tcp).await.map_err(unreachable)?,
+            UpstreamKind::Http | UpstreamKind::Socks5 => Box::new(tcp),
+        };
         match (up.kind, tunnel) {
-            (UpstreamKind::Http, false) => Ok(Dialled::Forward(stream)),
-            (UpstreamKind::Http, true) => {
+            (UpstreamKind::Http | UpstreamKind::Https, false) => Ok(Dialled::Forward(stream)),
+            (UpstreamKind::Http | UpstreamKind::Https, true) => {
                 http_connect(&mut stream, up, host, port).await?;
                 Ok(Dialled::Tunnel(stream))
             }
@@ -182,7 +225,7 @@ pub(super) async fn dial(
 
 /// Asks an HTTP proxy for a tunnel. Its answer is read a byte at a time up to the blank line,
 /// so nothing of the tunnel's first bytes is taken.
-async fn http_connect(stream: &mut TcpStream, up: &Upstream, host: &str, port: u16) -> Result<(), Refusal> {
+async fn http_connect(stream: &mut Conn, up: &Upstream, host: &str, port: u16) -> Result<(), Refusal> {
     let target = if host.contains(':') && !host.starts_with('[') {
         format!("[{host}]:{port}")
     } else {
@@ -206,9 +249,9 @@ async fn http_connect(stream: &mut TcpStream, up: &Upstream, host: &str, port: u
 }
 
 /// Reads one byte per read call, so a head reader never takes bytes past the head.
-struct ByteReader<'a>(&'a mut TcpStream);
+struct ByteReader<'a, S>(&'a mut S);
 
-impl tokio::io::AsyncRead for ByteReader<'_> {
+impl<S: AsyncRead + Unpin> AsyncRead for ByteReader<'_, S> {
     fn poll_read(
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
@@ -228,7 +271,12 @@ impl tokio::io::AsyncRead for ByteReader<'_> {
 
 /// The SOCKS5 handshake (RFC 1928; user name and password by RFC 1929) for a tunnel to
 /// `host:port`, the name resolved by the proxy.
-async fn socks5_connect(stream: &mut TcpStream, up: &Upstream, host: &str, port: u16) -> Result<(), Refusal> {
+async fn socks5_connect(
+    stream: &mut (impl AsyncRead + AsyncWrite + Unpin),
+    up: &Upstream,
+    host: &str,
+    port: u16,
+) -> Result<(), Refusal> {
     let broken = |why: String| Refusal::new("502 Bad Gateway", "ConnectionFailed", format!("{}: {why}", up.label()));
     let io = |e: std::io::Error| broken(format!("SOCKS5 handshake: {e}"));
     let method = if up.credentials.is_some() { 0x02 } else { 0x00 };
@@ -324,6 +372,7 @@ mod tests {
         assert!(!format!("{up:?}").contains("hunter2"));
         assert_eq!(Upstream::parse("x", "http://p.test", None, vec![]).unwrap().port, 80);
         assert!(Upstream::parse("x", "ftp://p.test:21", None, vec![]).unwrap_err().contains("not supported"));
+        assert_eq!(Upstream::parse("x", "https://p.test", None, vec![]).unwrap().kind, UpstreamKind::Https);
         let auth = up.authorization();
         assert!(auth.starts_with("Proxy-Authorization: Basic ") && !auth.contains("hunter2"), "{auth}");
     }

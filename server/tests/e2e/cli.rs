@@ -476,7 +476,7 @@ async fn admin_proxies_put_list_and_delete() {
     let updated = cli.run(&put).await.expect(0);
     assert!(updated.stdout.contains("updated proxy eu-1") && updated.stdout.contains("stored"), "{}", updated.stdout);
     let bad = cli.run(&["admin", "proxies", "put", "eu-2", "--url", "ftp://127.0.0.1:21"]).await.expect(1);
-    assert!(bad.stderr.contains("proxy.url: scheme \"ftp\" is not http or socks5"), "{}", bad.stderr);
+    assert!(bad.stderr.contains("proxy.url: scheme \"ftp\" is not http, https or socks5"), "{}", bad.stderr);
     assert_eq!(cli.run(&["admin", "proxies", "delete", "eu-1"]).await.expect(0).stdout, "deleted proxy eu-1\n");
     assert_eq!(cli.run(&["admin", "proxies", "delete", "eu-1"]).await.expect(0).stdout, "no proxy eu-1\n");
     server.stop().await;

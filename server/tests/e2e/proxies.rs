@@ -44,7 +44,7 @@ async fn proxies_are_admin_objects_whose_password_never_comes_back() {
     assert_eq!(refused.code(), tonic::Code::InvalidArgument);
     assert!(refused.message().starts_with("proxy.url: carries credentials") && !refused.message().contains(SECRET));
     let refused = put(pb::Proxy { url: "ftp://127.0.0.1:21".into(), ..eu(SECRET) }).await.unwrap_err();
-    assert!(refused.message().contains("not http or socks5"), "{refused:?}");
+    assert!(refused.message().contains("not http, https or socks5"), "{refused:?}");
     // Admin only.
     let reader = server.client().await;
     let token = reader

@@ -510,3 +510,62 @@ async fn an_https_page_through_the_upstream_is_metered_within_five_percent() {
     assert!(off <= 0.05, "received {} for {BIG} served ({:.1}% off)", got.bytes_received, off * 100.0);
     admin.release(&session.session_id).await.unwrap();
 }
+
+/// A TLS front on 127.0.0.1 for `to` (a proxy that speaks plain HTTP), serving `pair`.
+async fn tls_front(pair: &crate::tls::Pair, to: u16) -> u16 {
+    use rustls::pki_types::pem::PemObject;
+    let certs = rustls::pki_types::CertificateDer::pem_slice_iter(pair.cert.as_bytes()).map(Result::unwrap).collect();
+    let key = rustls::pki_types::PrivateKeyDer::from_pem_slice(pair.key.as_bytes()).unwrap();
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(tcp).await else { return };
+                let Ok(mut plain) = tokio::net::TcpStream::connect(("127.0.0.1", to)).await else { return };
+                let _ = tokio::io::copy_bidirectional(&mut tls, &mut plain).await;
+            });
+        }
+    });
+    port
+}
+
+/// An `https://` upstream is spoken to over TLS, its certificate verified against the
+/// server's roots (`SSL_CERT_FILE` here): one from a CA the server trusts carries the session,
+/// one from another CA is refused naming the proxy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_https_upstream_is_reached_over_tls_and_its_certificate_checked() {
+    const TEST: &str = "upstream::an_https_upstream_is_reached_over_tls_and_its_certificate_checked";
+    let Some(tiny) = tinyproxy(TEST).await else { return };
+    let (trusted, other) = (crate::tls::Ca::new("upstream ca"), crate::tls::Ca::new("someone else"));
+    let good = tls_front(&trusted.server("proxy"), tiny.port).await;
+    let bad = tls_front(&other.server("proxy"), tiny.port).await;
+    let roots = tempfile::tempdir().unwrap();
+    let ca_file = roots.path().join("ca.pem");
+    std::fs::write(&ca_file, trusted.pem()).unwrap();
+    let server = crate::helpers::BinaryServer::spawn_env(&[], &[("SSL_CERT_FILE", ca_file.to_str().unwrap())]).await;
+    let admin = server.client().await;
+    put_proxy(&admin, "tls-1", format!("https://127.0.0.1:{good}"), SECRET, &[]).await;
+    put_proxy(&admin, "tls-bad", format!("https://127.0.0.1:{bad}"), SECRET, &[]).await;
+    let (port, seen) = site().await;
+
+    let s = through(&admin, "tls-1").await;
+    ok(&act(&admin, &s.session_id, action("navigate", "", format!("http://127.0.0.1:{port}/page"))).await);
+    assert_eq!(peers(&seen, "/page"), vec![UPSTREAM_SOURCE.parse::<IpAddr>().unwrap()]);
+    assert!(tiny.log().contains(&format!("GET http://127.0.0.1:{port}/page")), "{}", tiny.log());
+    admin.release(&s.session_id).await.unwrap();
+
+    let s = through(&admin, "tls-bad").await;
+    let url = format!("http://127.0.0.1:{port}/page");
+    let why = navigate_fails(&admin, &s.session_id, &url, pb::ErrorCode::NavigationFailed).await;
+    assert!(why.contains("ERR_PROXY_CONNECTION_FAILED: proxy \"tls-bad\"") && why.contains("TLS"), "{why}");
+    admin.release(&s.session_id).await.unwrap();
+}

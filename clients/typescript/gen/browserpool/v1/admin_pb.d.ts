@@ -29,8 +29,8 @@ export declare type Proxy = Message<"browserpool.v1.Proxy"> & {
   id: string;
 
   /**
-   * http:// or socks5://host:port, nothing else (credentials go below). https:// (TLS to the
-   * proxy) is not supported yet.
+   * http://, https:// (TLS to the proxy, verified against the server's system roots) or
+   * socks5://host:port, nothing else (credentials go below).
    *
    * @generated from field: string url = 2;
    */
