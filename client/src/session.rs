@@ -271,6 +271,13 @@ impl<'c> AcquireBuilder<'c> {
         self
     }
 
+    /// The upstream proxy (an id from `ListProxies`) the session's pages leave through;
+    /// unset: the tenant's default_proxy, if any.
+    pub fn proxy(mut self, id: impl Into<String>) -> Self {
+        self.req.proxy_id = id.into();
+        self
+    }
+
     /// How a full or unreachable service is retried ([`Retry::default`] unless set).
     pub fn retry(mut self, retry: Retry) -> Self {
         self.retry = retry;

@@ -453,6 +453,13 @@ async fn acquire_takes_the_emulation_flags() {
     assert!(host.stderr.contains("extra_headers: Host may not be set"), "{}", host.stderr);
     let usage = cli.run(&["session", "acquire", "--geolocation", "52"]).await.expect(2);
     assert!(usage.stderr.contains("is not LAT,LON"), "{}", usage.stderr);
+    // --proxy: an unknown id is refused naming it; a known one is echoed with the bytes.
+    let unknown = cli.run(&["session", "acquire", "--proxy", "nope"]).await.expect(1);
+    assert!(unknown.stderr.contains("proxy \"nope\" does not exist"), "{}", unknown.stderr);
+    cli.run(&["admin", "proxies", "put", "eu-1", "--url", "http://127.0.0.1:9"]).await.expect(0);
+    let through = cli.run(&["session", "acquire", "--proxy", "eu-1", "--json"]).await.expect(0).json();
+    assert_eq!((through["proxy_id"].as_str(), through["bytes_received"].as_u64()), (Some("eu-1"), Some(0)));
+    cli.run(&["session", "release", through["session_id"].as_str().unwrap()]).await.expect(0);
     cli.run(&["session", "release", &id]).await.expect(0);
     server.stop().await;
 }

@@ -306,11 +306,14 @@ async fn a_session_leaves_through_a_socks5_proxy_and_a_spent_budget_stops_its_re
     put_proxy(&admin, "socks", up.clone(), SECRET, &["default", "capped", "dense"]).await;
     put_proxy(&admin, "socks-bad", up, "wrong", &[]).await;
 
-    let s = through(&admin, "socks").await;
+    // Through the Rust SDK's builder.
+    let leased = admin.session().proxy("socks").await.unwrap();
+    assert_eq!(leased.info().proxy_id, "socks");
+    let s = leased.info().clone();
     ok(&act(&admin, &s.session_id, action("navigate", "", format!("http://127.0.0.1:{port}/page"))).await);
     assert_eq!(peers(&seen, "/page"), vec![UPSTREAM_SOURCE.parse::<IpAddr>().unwrap()]);
     assert_eq!(ok(&act(&admin, &s.session_id, action("title", "", json!(null))).await), json!("Through"));
-    admin.release(&s.session_id).await.unwrap();
+    leased.release().await.unwrap();
 
     let bad = through(&admin, "socks-bad").await;
     let why = navigate_fails(
