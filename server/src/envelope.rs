@@ -4,7 +4,8 @@
 //! The canonical form is rebuilt from the protobuf alone, so anyone can recompute
 //! `integrity` with an off-the-shelf JCS library: keys camelCase, `capturedAt` in ms, cookie
 //! `expires` in seconds (-1 for a session cookie); `version`, `origin`, `capturedAt` and
-//! `cookies` always present; every other member omitted exactly when empty in the message.
+//! `cookies` always present; every other member omitted exactly when empty in the message
+//! (so envelopes made before the emulation members existed verify as they did).
 
 use std::collections::BTreeMap;
 
@@ -60,7 +61,55 @@ pub fn canonical_value(env: &pb::ContextEnvelope) -> Value {
     if let Some(a) = &env.http_auth {
         m.insert("httpAuth".into(), json!({ "username": a.username, "password": a.password }));
     }
+    for (key, value) in [("locale", &env.locale), ("timezone", &env.timezone)] {
+        if !value.is_empty() {
+            m.insert(key.into(), json!(value));
+        }
+    }
+    if let Some(g) = &env.geolocation {
+        m.insert(
+            "geolocation".into(),
+            json!({ "latitude": g.latitude, "longitude": g.longitude, "accuracy": g.accuracy }),
+        );
+    }
+    match pb::ColorScheme::try_from(env.color_scheme) {
+        Ok(pb::ColorScheme::Light) => _ = m.insert("colorScheme".into(), json!("light")),
+        Ok(pb::ColorScheme::Dark) => _ = m.insert("colorScheme".into(), json!("dark")),
+        // Unset; an unknown number keeps its number, so it still counts.
+        Ok(pb::ColorScheme::Unspecified) => {}
+        Err(_) => _ = m.insert("colorScheme".into(), json!(env.color_scheme)),
+    }
     Value::Object(m)
+}
+
+/// What of a session's emulation an envelope carries: who browses (locale, time zone,
+/// position, colour scheme), never its headers or network conditions.
+pub fn carry_emulation(env: &mut pb::ContextEnvelope, e: &browserpool_pool::Emulation) {
+    env.locale = e.locale.clone().unwrap_or_default();
+    env.timezone = e.timezone.clone().unwrap_or_default();
+    env.geolocation =
+        e.geolocation.map(|g| pb::Geolocation { latitude: g.latitude, longitude: g.longitude, accuracy: g.accuracy });
+    env.color_scheme = match e.color_scheme {
+        None => pb::ColorScheme::Unspecified,
+        Some(browserpool_pool::ColorScheme::Light) => pb::ColorScheme::Light,
+        Some(browserpool_pool::ColorScheme::Dark) => pb::ColorScheme::Dark,
+    } as i32;
+    env.integrity = integrity(env);
+}
+
+/// An Acquire's request with the envelope's emulation for each field it leaves unset.
+pub fn emulation_defaults(mut r: pb::AcquireRequest, env: &pb::ContextEnvelope) -> pb::AcquireRequest {
+    if r.locale.is_empty() {
+        r.locale = env.locale.clone();
+    }
+    if r.timezone.is_empty() {
+        r.timezone = env.timezone.clone();
+    }
+    r.geolocation = r.geolocation.or(env.geolocation);
+    if r.color_scheme == 0 {
+        r.color_scheme = env.color_scheme;
+    }
+    r
 }
 
 /// Lowercase hex SHA-256 of the canonical form.
@@ -132,6 +181,7 @@ pub fn seal(state: ContextState, captured_at_ms: i64) -> pb::ContextEnvelope {
         session_storage: state.session_storage.into_iter().collect(),
         http_auth: state.http_auth.map(|(username, password)| pb::HttpAuth { username, password }),
         integrity: String::new(),
+        ..Default::default()
     };
     env.integrity = integrity(&env);
     env
@@ -207,6 +257,33 @@ mod tests {
         let expected = r#"{"capturedAt":1795000000123,"cookies":[{"domain":"127.0.0.1","expires":-1,"httpOnly":false,"name":"session","path":"/","secure":false,"value":"abc123"},{"domain":"127.0.0.1","expires":1795003600.5,"httpOnly":true,"name":"user","path":"/","sameSite":"Lax","secure":false,"value":"alice"}],"localStorage":{"a":"é","k":"v"},"origin":"http://127.0.0.1:8080","version":1,"viewport":{"height":720,"mobile":false,"scale":2,"width":1280}}"#;
         assert_eq!(jcs(&canonical_value(&env)), expected);
         assert_eq!(integrity(&env), "4c3a8274102198fbe2906b43a4548657c623643816f63989bf99fe3b45dccbcf");
+    }
+
+    /// The emulation members, against a form and hash computed apart (Python's json with sorted
+    /// keys and hashlib); an envelope without them keeps the vector above.
+    #[test]
+    fn the_emulation_members_are_in_the_canonical_form_when_set() {
+        let mut env = vector();
+        let emulation = browserpool_pool::Emulation {
+            locale: Some("de-DE".into()),
+            timezone: Some("Europe/Berlin".into()),
+            geolocation: Some(browserpool_pool::Geolocation { latitude: 52.52, longitude: 13.405, accuracy: 10.5 }),
+            color_scheme: Some(browserpool_pool::ColorScheme::Dark),
+            extra_headers: vec![("Authorization".into(), "Bearer staging".into())],
+            offline: true,
+            ..Default::default()
+        };
+        carry_emulation(&mut env, &emulation);
+        let expected = r#"{"capturedAt":1795000000123,"colorScheme":"dark","cookies":[{"domain":"127.0.0.1","expires":-1,"httpOnly":false,"name":"session","path":"/","secure":false,"value":"abc123"},{"domain":"127.0.0.1","expires":1795003600.5,"httpOnly":true,"name":"user","path":"/","sameSite":"Lax","secure":false,"value":"alice"}],"geolocation":{"accuracy":10.5,"latitude":52.52,"longitude":13.405},"localStorage":{"a":"é","k":"v"},"locale":"de-DE","origin":"http://127.0.0.1:8080","timezone":"Europe/Berlin","version":1,"viewport":{"height":720,"mobile":false,"scale":2,"width":1280}}"#;
+        assert_eq!(jcs(&canonical_value(&env)), expected, "headers and network conditions are not carried");
+        assert_eq!(env.integrity, "87d0abaca6c80ba809c76975bb5038cd50b4f92d2937e2cbf30521cca07bc78d");
+        assert!(verify(&env).is_ok());
+        // An Acquire takes each one it leaves unset, and keeps its own.
+        let asked = pb::AcquireRequest { timezone: "Asia/Tokyo".into(), ..Default::default() };
+        let r = emulation_defaults(asked, &env);
+        assert_eq!((r.locale.as_str(), r.timezone.as_str()), ("de-DE", "Asia/Tokyo"));
+        assert_eq!((r.geolocation.map(|g| g.latitude), r.color_scheme), (Some(52.52), pb::ColorScheme::Dark as i32));
+        assert!(r.extra_headers.is_empty() && !r.offline);
     }
 
     #[test]

@@ -44,7 +44,49 @@ pub fn to_json(env: &pb::ContextEnvelope) -> Value {
         m.insert("httpAuth".into(), json!({"username": a.username, "password": a.password}));
     }
     m.insert("integrity".into(), json!(env.integrity));
+    // The emulation members only when set (a printer omits defaults).
+    for (key, value) in [("locale", &env.locale), ("timezone", &env.timezone)] {
+        if !value.is_empty() {
+            m.insert(key.into(), json!(value));
+        }
+    }
+    if let Some(g) = &env.geolocation {
+        m.insert(
+            "geolocation".into(),
+            json!({"latitude": g.latitude, "longitude": g.longitude, "accuracy": g.accuracy}),
+        );
+    }
+    if env.color_scheme != 0 {
+        let name = pb::ColorScheme::try_from(env.color_scheme).map(|c| json!(c.as_str_name()));
+        m.insert("colorScheme".into(), name.unwrap_or_else(|_| json!(env.color_scheme)));
+    }
     Value::Object(m)
+}
+
+/// The `geolocation` member, if there is one.
+fn geolocation(f: &Fields) -> Result<Option<pb::Geolocation>, String> {
+    f.get("geolocation", "geolocation")
+        .map(|g| {
+            let names = [("latitude", "latitude"), ("longitude", "longitude"), ("accuracy", "accuracy")];
+            let g = Fields::new("envelope.geolocation", g, &names)?;
+            Ok(pb::Geolocation {
+                latitude: g.double("latitude", "latitude")?,
+                longitude: g.double("longitude", "longitude")?,
+                accuracy: g.double("accuracy", "accuracy")?,
+            })
+        })
+        .transpose()
+}
+
+/// An enum field: its name (`COLOR_SCHEME_DARK`) or its number, as the mapping allows.
+fn color_scheme(f: &Fields) -> Result<i32, String> {
+    match f.get("colorScheme", "color_scheme") {
+        None => Ok(0),
+        Some(Value::String(name)) => pb::ColorScheme::from_str_name(name)
+            .map(|c| c as i32)
+            .ok_or_else(|| format!("envelope.colorScheme: {name:?} is not a ColorScheme")),
+        Some(_) => f.integer("colorScheme", "color_scheme"),
+    }
 }
 
 /// A JSON object's fields by JSON name or proto name; refuses any other key.
@@ -138,6 +180,10 @@ pub fn from_json(value: &Value) -> Result<pb::ContextEnvelope, String> {
             ("sessionStorage", "session_storage"),
             ("httpAuth", "http_auth"),
             ("integrity", "integrity"),
+            ("locale", "locale"),
+            ("timezone", "timezone"),
+            ("geolocation", "geolocation"),
+            ("colorScheme", "color_scheme"),
         ],
     )?;
     let viewport = f
@@ -210,6 +256,10 @@ pub fn from_json(value: &Value) -> Result<pb::ContextEnvelope, String> {
         session_storage: f.string_map("sessionStorage", "session_storage")?,
         http_auth,
         integrity: f.string("integrity", "integrity")?,
+        locale: f.string("locale", "locale")?,
+        timezone: f.string("timezone", "timezone")?,
+        geolocation: geolocation(&f)?,
+        color_scheme: color_scheme(&f)?,
     })
 }
 
@@ -248,6 +298,10 @@ mod tests {
             session_storage: [("tab".to_string(), "1".to_string())].into(),
             http_auth: Some(pb::HttpAuth { username: "alice".into(), password: "s3cr:et".into() }),
             integrity: "ab".repeat(32),
+            locale: "de-DE".into(),
+            timezone: "Europe/Berlin".into(),
+            geolocation: Some(pb::Geolocation { latitude: 52.52, longitude: 13.405, accuracy: 10.5 }),
+            color_scheme: pb::ColorScheme::Dark as i32,
         }
     }
 
@@ -264,6 +318,7 @@ mod tests {
     fn the_protobuf_json_mapping_is_what_is_written_and_read() {
         let v = to_json(&full());
         assert_eq!(v["capturedAtMs"], "1795000000123", "int64 is a string in the mapping");
+        assert_eq!(v["colorScheme"], "COLOR_SCHEME_DARK", "an enum by its name");
         assert_eq!(v["cookies"][1]["httpOnly"], true);
         assert_eq!(v["httpAuth"]["password"], "s3cr:et");
         // Proto names and int64 numbers are accepted too; absent fields are defaults.

@@ -27,11 +27,14 @@ pub(super) async fn acquire(
     r: pb::AcquireRequest,
     watch: Option<AcquireWatch>,
 ) -> Result<pb::Session, Status> {
-    // An envelope to import is checked before any browser is leased.
-    if let Some(env) = &r.context {
+    // An envelope to import is checked before any browser is leased; its emulation holds for
+    // each field the request leaves unset.
+    let mut r = r;
+    if let Some(env) = r.context.clone() {
         require(claims, Scope::ContextImport)?;
-        envelope::check_bounds(env)?;
-        envelope::verify(env).map_err(|e| ServiceError::InvalidArgument(format!("context: {e}")))?;
+        envelope::check_bounds(&env)?;
+        envelope::verify(&env).map_err(|e| ServiceError::InvalidArgument(format!("context: {e}")))?;
+        r = envelope::emulation_defaults(r, &env);
     }
     let emulation = crate::convert::emulation_from_pb(&r).map_err(ServiceError::InvalidArgument)?;
     let spec = AcquireSpec {

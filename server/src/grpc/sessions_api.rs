@@ -359,7 +359,9 @@ impl pb::sessions_server::Sessions for SessionsApi {
         };
         let place = audit_place(&self.app.audit)?;
         let state = self.sessions.export_context(&claims, &r.session_id, opts).await?;
-        let env = envelope::seal(state, now_ms());
+        let mut env = envelope::seal(state, now_ms());
+        let emulation = self.sessions.get(&claims, &r.session_id).await?.emulation;
+        envelope::carry_emulation(&mut env, &emulation);
         audit_context(place, &claims, "/browserpool.v1.Sessions/ExportContext", &r.session_id, &env, "ok");
         // Never the envelope itself: only what identifies it.
         tracing::info!(session = %r.session_id, origin = %env.origin, cookies = env.cookies.len(), integrity = %env.integrity, "context exported");

@@ -27,8 +27,8 @@ window.seen = {
 };
 </script><p>seen</p>"#;
 
-/// `/seen` (the page above, its request's headers in `window.headers`) and `/popup` (a
-/// link that opens `/seen` in a new window).
+/// `/seen` (the page above, its request's headers in `window.headers`), `/popup` (a link
+/// that opens `/seen` in a new window) and `/` (where an import lands).
 async fn site() -> String {
     let seen = |headers: HeaderMap| async move {
         let pick = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
@@ -41,6 +41,7 @@ async fn site() -> String {
         Html(format!("{PAGE}<script>window.headers = {got};</script>"))
     };
     let app = axum::Router::new()
+        .route("/", get(|| async { Html("<title>Home</title>") }))
         .route("/seen", get(seen))
         .route("/popup", get(|| async { Html("<title>Opener</title><a id=open href=/seen target=_blank>open</a>") }));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -249,5 +250,49 @@ async fn sessions_sharing_a_browser_keep_their_own_emulation_on_popups() {
     for s in [german, french, plain] {
         dense.release(&s.session_id).await.unwrap();
     }
+    server.stop().await;
+}
+
+/// An exported context carries who browses (locale, time zone, position, colour scheme; never
+/// the headers): a session acquired with it presents itself the same way before its first
+/// page, while a field the Acquire sets itself wins.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exported_context_carries_the_emulation_into_the_next_session() {
+    let server = TestServer::start().await;
+    let site = site().await;
+    let admin = server.admin().await;
+    let first = admin.acquire_with(emulated()).await.unwrap();
+    ok(&act(&admin, &first.session_id, action("navigate", "", format!("{site}/seen"))).await);
+    let req = pb::ExportContextRequest { session_id: first.session_id.clone(), ..Default::default() };
+    let env = admin.sessions().export_context(req).await.unwrap().into_inner();
+    assert_eq!((env.locale.as_str(), env.timezone.as_str()), ("de-DE", "Asia/Tokyo"));
+    assert_eq!((env.color_scheme, env.geolocation.map(|g| g.latitude)), (pb::ColorScheme::Dark as i32, Some(52.52)));
+    admin.release(&first.session_id).await.unwrap();
+
+    let next = pb::AcquireRequest { wait_ms: 30_000, context: Some(env.clone()), ..Default::default() };
+    let session = admin.acquire_with(next).await.unwrap();
+    assert_eq!((session.locale.as_str(), session.timezone.as_str()), ("de-DE", "Asia/Tokyo"), "echoed");
+    ok(&act(&admin, &session.session_id, action("navigate", "", format!("{site}/seen"))).await);
+    let (seen, headers) = seen_by(&admin, &session.session_id).await;
+    assert_eq!(
+        (seen["lang"].as_str(), seen["tz"].as_str(), seen["dark"].as_bool()),
+        (Some("de-DE"), Some("Asia/Tokyo"), Some(true))
+    );
+    assert_eq!(headers["x_job"], "", "extra headers are not carried: {headers}");
+    admin.release(&session.session_id).await.unwrap();
+
+    let own = pb::AcquireRequest {
+        wait_ms: 30_000,
+        context: Some(env),
+        timezone: "Europe/Berlin".into(),
+        ..Default::default()
+    };
+    let session = admin.acquire_with(own).await.unwrap();
+    assert_eq!(
+        (session.locale.as_str(), session.timezone.as_str()),
+        ("de-DE", "Europe/Berlin"),
+        "the Acquire's own wins"
+    );
+    admin.release(&session.session_id).await.unwrap();
     server.stop().await;
 }

@@ -322,7 +322,7 @@ class HttpAuth(_message.Message):
     def __init__(self, username: _Optional[str] = ..., password: _Optional[str] = ...) -> None: ...
 
 class ContextEnvelope(_message.Message):
-    __slots__ = ("version", "origin", "captured_at_ms", "user_agent", "viewport", "cookies", "local_storage", "session_storage", "http_auth", "integrity")
+    __slots__ = ("version", "origin", "captured_at_ms", "user_agent", "viewport", "cookies", "local_storage", "session_storage", "http_auth", "integrity", "locale", "timezone", "geolocation", "color_scheme")
     class LocalStorageEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -347,6 +347,10 @@ class ContextEnvelope(_message.Message):
     SESSION_STORAGE_FIELD_NUMBER: _ClassVar[int]
     HTTP_AUTH_FIELD_NUMBER: _ClassVar[int]
     INTEGRITY_FIELD_NUMBER: _ClassVar[int]
+    LOCALE_FIELD_NUMBER: _ClassVar[int]
+    TIMEZONE_FIELD_NUMBER: _ClassVar[int]
+    GEOLOCATION_FIELD_NUMBER: _ClassVar[int]
+    COLOR_SCHEME_FIELD_NUMBER: _ClassVar[int]
     version: int
     origin: str
     captured_at_ms: int
@@ -357,7 +361,11 @@ class ContextEnvelope(_message.Message):
     session_storage: _containers.ScalarMap[str, str]
     http_auth: HttpAuth
     integrity: str
-    def __init__(self, version: _Optional[int] = ..., origin: _Optional[str] = ..., captured_at_ms: _Optional[int] = ..., user_agent: _Optional[str] = ..., viewport: _Optional[_Union[Viewport, _Mapping]] = ..., cookies: _Optional[_Iterable[_Union[Cookie, _Mapping]]] = ..., local_storage: _Optional[_Mapping[str, str]] = ..., session_storage: _Optional[_Mapping[str, str]] = ..., http_auth: _Optional[_Union[HttpAuth, _Mapping]] = ..., integrity: _Optional[str] = ...) -> None: ...
+    locale: str
+    timezone: str
+    geolocation: Geolocation
+    color_scheme: ColorScheme
+    def __init__(self, version: _Optional[int] = ..., origin: _Optional[str] = ..., captured_at_ms: _Optional[int] = ..., user_agent: _Optional[str] = ..., viewport: _Optional[_Union[Viewport, _Mapping]] = ..., cookies: _Optional[_Iterable[_Union[Cookie, _Mapping]]] = ..., local_storage: _Optional[_Mapping[str, str]] = ..., session_storage: _Optional[_Mapping[str, str]] = ..., http_auth: _Optional[_Union[HttpAuth, _Mapping]] = ..., integrity: _Optional[str] = ..., locale: _Optional[str] = ..., timezone: _Optional[str] = ..., geolocation: _Optional[_Union[Geolocation, _Mapping]] = ..., color_scheme: _Optional[_Union[ColorScheme, str]] = ...) -> None: ...
 
 class Event(_message.Message):
     __slots__ = ("at", "session_id", "dialog_opened", "dialog_closed", "console", "navigated", "tab_opened", "tab_closed", "session_ended", "artifacts_refused", "dropped")

@@ -777,6 +777,31 @@ export declare type ContextEnvelope = Message<"browserpool.v1.ContextEnvelope"> 
    * @generated from field: string integrity = 10;
    */
   integrity: string;
+
+  /**
+   * The exporting session's emulation that belongs to who browses (AcquireRequest's fields of
+   * the same names), so a signed-in state goes on with the same locale, time zone, position
+   * and colour scheme; empty when the session set none. An Acquire carrying this envelope
+   * takes each one it does not set itself; ImportContext into a live session leaves them.
+   *
+   * @generated from field: string locale = 11;
+   */
+  locale: string;
+
+  /**
+   * @generated from field: string timezone = 12;
+   */
+  timezone: string;
+
+  /**
+   * @generated from field: browserpool.v1.Geolocation geolocation = 13;
+   */
+  geolocation?: Geolocation | undefined;
+
+  /**
+   * @generated from field: browserpool.v1.ColorScheme color_scheme = 14;
+   */
+  colorScheme: ColorScheme;
 };
 
 /**
