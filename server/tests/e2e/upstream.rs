@@ -105,6 +105,13 @@ async fn microsocks(test: &str) -> Option<Daemon> {
     daemon(test, "microsocks", &args, port, dir, log).await
 }
 
+/// A page of [`BIG`] bytes that asks for nothing else (no favicon: the metered bytes are
+/// the page's).
+fn big_page() -> String {
+    let head = "<link rel=icon href=\"data:,\"><title>Big</title><pre>";
+    format!("{head}{}</pre>", "x".repeat(BIG - head.len() - 6))
+}
+
 /// Who asked for what: (peer address, path).
 type Seen = Arc<Mutex<Vec<(IpAddr, String)>>>;
 
@@ -116,7 +123,7 @@ async fn site() -> (u16, Seen) {
             seen.lock().unwrap().push((peer.ip(), path.to_string()));
             async move {
                 match path {
-                    "/big" => Html(format!("<title>Big</title><pre>{}</pre>", "x".repeat(BIG - 30))),
+                    "/big" => Html(big_page()),
                     _ => Html("<title>Through</title><p>page</p>".to_string()),
                 }
             }
@@ -440,7 +447,8 @@ async fn a_proxy_saved_through_one_replica_carries_a_session_on_another_and_is_n
 }
 
 /// An https site on 127.0.0.1 (a certificate of its own, which the browser does not trust)
-/// serving [`BIG`] bytes to every request, each connection's peer recorded; answers its port.
+/// serving [`BIG`] bytes at `/big` and a 404 elsewhere, each request's peer recorded; answers
+/// its port.
 async fn tls_site(seen: Seen) -> u16 {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let key = rcgen::KeyPair::generate().unwrap();
@@ -473,10 +481,11 @@ async fn tls_site(seen: Seen) -> u16 {
                     }
                 }
                 let path = String::from_utf8_lossy(&head).split(' ').nth(1).unwrap_or_default().to_string();
+                let (status, body) =
+                    if path == "/big" { ("200 OK", big_page()) } else { ("404 Not Found", String::new()) };
                 seen.lock().unwrap().push((peer.ip(), path));
-                let body = format!("<title>Big</title><pre>{}</pre>", "x".repeat(BIG - 30));
                 let head = format!(
-                    "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    "HTTP/1.1 {status}\r\nContent-Type: text/html\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
                     body.len()
                 );
                 let _ = tls.write_all(head.as_bytes()).await;
