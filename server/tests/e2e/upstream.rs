@@ -300,6 +300,7 @@ async fn a_session_leaves_through_its_http_proxy_with_the_servers_credentials() 
     let ended = admin.get(&id).await.unwrap();
     assert!(ended.bytes_received >= got.bytes_received, "kept after the end: {ended:?}");
     assert!(!format!("{ended:?}").contains(SECRET));
+    server.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -381,6 +382,7 @@ async fn a_session_leaves_through_a_socks5_proxy_and_a_spent_budget_stops_its_re
     for s in [&a, &b] {
         dense.release(&s.session_id).await.unwrap();
     }
+    server.stop().await;
 }
 
 /// Replicas sharing a database and `secrets.key` (as the chart's keys Secret gives them): a
@@ -521,6 +523,7 @@ async fn an_https_page_through_the_upstream_is_metered_within_five_percent() {
     eprintln!("https: {} bytes received, {} sent, for {BIG} served", got.bytes_received, got.bytes_sent);
     assert!(off <= 0.05, "received {} for {BIG} served ({:.1}% off)", got.bytes_received, off * 100.0);
     admin.release(&session.session_id).await.unwrap();
+    server.stop().await;
 }
 
 /// A TLS front on 127.0.0.1 for `to` (a proxy that speaks plain HTTP), serving `pair`.
