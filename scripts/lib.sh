@@ -124,6 +124,14 @@ ensure_moto() {
     export BROWSERPOOL_TEST_MOTO="$BROWSERPOOL_MOTOVENV/bin/moto_server"
 }
 
+# The official MCP Python SDK in a venv, for server/tests/e2e/mcp.rs (pinned by
+# server/tests/mcp/requirements.txt); the tests find its python in BROWSERPOOL_TEST_MCP_PYTHON.
+BROWSERPOOL_MCPVENV="${BROWSERPOOL_MCPVENV:-/var/tmp/browserpool-tools$(own_suffix)/mcpvenv}"
+ensure_mcp_client() {
+    ensure_venv "$BROWSERPOOL_MCPVENV" server/tests/mcp/requirements.txt python "the MCP Python SDK"
+    export BROWSERPOOL_TEST_MCP_PYTHON="$BROWSERPOOL_MCPVENV/bin/python"
+}
+
 # Compiled dependencies are reused across clones when this directory survives; an empty one
 # just means a full build.
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/browserpool-target$(own_suffix)}"

@@ -22,6 +22,7 @@ ensure_upstream_proxies
 ensure_cdp_clients
 ensure_client_deps
 ensure_moto
+ensure_mcp_client
 
 # The host-wide port lock dir (--lock-dir, /tmp/browserpool-locks) is root's once a root
 # server made it: the suite's servers that are not root keep theirs apart.

@@ -20,6 +20,7 @@ pub mod grpc;
 pub mod grpc_status;
 pub mod http;
 pub mod jcs;
+pub mod mcp;
 pub mod metrics;
 pub mod model;
 pub mod objects;
@@ -96,7 +97,7 @@ const LAYERS: &[&[&str]] = &[
     &["sessions"],
     &["app"],
     &["forward", "shutdown", "tenants"],
-    &["convert", "grpc", "http"],
+    &["convert", "grpc", "mcp", "http"],
     &["server"],
     &["cli", "run", "bind", "Bound"],
 ];

@@ -1,7 +1,7 @@
 //! The HTTP side listener: `/healthz` (process up), `/readyz` (fit to take sessions: not
 //! draining, the database takes writes, the audit trail is written, workers boot),
 //! `/metrics` (Prometheus text), `/cdp/<session>`, the CDP proxy's WebSocket (see
-//! [`crate::cdp`]), and a session's files ([`files`]). Request paths are never logged: a
+//! [`crate::cdp`]), a session's files ([`files`]) and `/mcp`, MCP for agents ([`crate::mcp`]). Request paths are never logged: a
 //! `cdp_url` carries its ticket.
 
 mod files;
@@ -34,12 +34,18 @@ pub struct HttpState {
     pub cdp_stats: Arc<CdpStats>,
     /// Most live viewers a session may have at once.
     pub live_max_viewers: usize,
+    /// Ends the MCP sessions (and so their browsers) when the listener stops.
+    pub stop: tokio_util::sync::CancellationToken,
 }
 
 /// The router of the side listener.
 pub fn router(state: HttpState) -> Router {
     let gate = ClientCertGate { prefix: CDP_PREFIX, mode: state.app.tls };
+    let mcp = tower::ServiceBuilder::new()
+        .layer(axum::middleware::from_fn_with_state(state.app.clone(), crate::mcp::authenticate))
+        .service(crate::mcp::service(state.app.clone(), state.stop.child_token()));
     Router::new()
+        .route_service(crate::mcp::MCP_PATH, mcp)
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))

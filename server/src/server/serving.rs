@@ -157,6 +157,7 @@ fn http_listener(
         cdp_limits: settings.cdp_limits.clone(),
         live_max_viewers: settings.live_max_viewers,
         cdp_stats: Default::default(),
+        stop: stop.clone(),
     };
     crate::tls::serve_http(listener, crate::http::router(state), tls.map(Tls::http_acceptor), async move {
         stop.cancelled().await

@@ -21,6 +21,7 @@ mod image;
 mod isolation;
 mod lifecycle;
 mod live;
+mod mcp;
 mod ops;
 mod proxies;
 mod recording;
