@@ -130,11 +130,39 @@ BROWSERPOOL_MCPVENV="${BROWSERPOOL_MCPVENV:-/var/tmp/browserpool-tools$(own_suff
 ensure_mcp_client() {
     ensure_venv "$BROWSERPOOL_MCPVENV" server/tests/mcp/requirements.txt python "the MCP Python SDK"
     export BROWSERPOOL_TEST_MCP_PYTHON="$BROWSERPOOL_MCPVENV/bin/python"
+    # The TypeScript SDK and @playwright/mcp (pinned by server/tests/mcp/node/package-lock.json;
+    # neither downloads a browser: @playwright/mcp attaches to a session's cdp_url).
+    if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+        apt_install nodejs npm
+    fi
+    local dir=server/tests/mcp/node
+    if [ ! -d "$dir/node_modules/@modelcontextprotocol/sdk" ] || [ ! -d "$dir/node_modules/@playwright/mcp" ] \
+        || [ "$dir/package-lock.json" -nt "$dir/node_modules/.package-lock.json" ]; then
+        echo "installing the MCP clients for Node (npm ci in $dir)" >&2
+        (cd "$dir" && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+    fi
 }
 
 # Compiled dependencies are reused across clones when this directory survives; an empty one
 # just means a full build.
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/browserpool-target$(own_suffix)}"
+
+# Every clone builds its own crates into that directory (their paths are part of the hash), so
+# it grows by a few GB per clone, until the disk is full and the build fails. Empties it when it
+# holds more than BROWSERPOOL_TARGET_CACHE_MAX_GB (16) or its disk has less than
+# BROWSERPOOL_TARGET_MIN_FREE_GB (8) free: the next build starts from scratch (minutes).
+bound_target_cache() {
+    local dir="$CARGO_TARGET_DIR" max_gb="${BROWSERPOOL_TARGET_CACHE_MAX_GB:-16}"
+    local min_free_gb="${BROWSERPOOL_TARGET_MIN_FREE_GB:-8}" used_gb free_gb
+    [ -d "$dir" ] || return 0
+    used_gb=$(($(du -sk "$dir" | cut -f1) / 1048576))
+    free_gb=$(($(df -Pk "$dir" | awk 'NR==2 {print $4}') / 1048576))
+    if [ "$used_gb" -gt "$max_gb" ] || [ "$free_gb" -lt "$min_free_gb" ]; then
+        echo "emptying the build cache $dir (${used_gb} GB, ${free_gb} GB free on its disk;" \
+            "bounds ${max_gb} GB and ${min_free_gb} GB free): this build starts from scratch" >&2
+        rm -rf "$dir"
+    fi
+}
 
 # Runs a command as the postgres system user (peer authentication on the local socket).
 as_postgres() {

@@ -1,8 +1,10 @@
 //! browserpool v1 wire types, generated from `proto/browserpool/v1/*.proto`.
 //!
-//! Nothing but generated code (and the JSON mapping of `google.protobuf.Value`) lives here: domain logic and conversions belong to the crates
-//! that own the domain. `tonic` and `prost` are re-exported so dependents use the same versions.
+//! Nothing but generated code and two JSON mappings (`google.protobuf.Value`, and the context
+//! envelope's, shared by the CLI's files and the server's MCP tools) lives here: domain logic
+//! and conversions belong to the crates that own the domain. `tonic` and `prost` are re-exported so dependents use the same versions.
 
+pub mod envelope_json;
 pub mod json;
 
 pub use prost;

@@ -1,5 +1,6 @@
 //! Dispatch of the command line: `serve` (default), `token issue`, `migrate`, `key rotate`,
-//! and the client commands `session` and `admin` (in `browserpool_client::cli`), whose
+//! and the client commands `session` and `admin` (in `browserpool_client::cli`) and `mcp`
+//! (the stdio bridge, [`crate::bridge`]), whose
 //! failures are a `CliError` carrying the exit code.
 
 use std::future::Future;
@@ -37,6 +38,7 @@ pub async fn run(cli: Cli, shutdown: impl Future<Output = ()> + Send + 'static) 
         }
         Some(Command::Session(args)) => Ok(args.run().await?),
         Some(Command::Admin(args)) => Ok(args.run().await?),
+        Some(Command::Mcp(args)) => Ok(crate::bridge::run(args).await?),
         Some(Command::Migrate(store)) => {
             create_data_dir(&store.data_dir)?;
             let db = Store::open(&store.database_url()).await?;

@@ -44,6 +44,29 @@ pub enum Command {
     /// Operate a running server: status, sessions, kill, drain, tenants, tokens, audit,
     /// verify (a token with scope admin).
     Admin(browserpool_client::cli::AdminArgs),
+    /// MCP over stdio for agents' clients that spawn a local process: relays to a server's
+    /// /mcp with the token from the usual places (--token, BROWSERPOOL_TOKEN, ...). Nothing but
+    /// MCP on stdout.
+    Mcp(McpArgs),
+}
+
+/// The HTTP listener's default port (`--http-listen`), where `browserpool mcp` finds `/mcp`
+/// when given no `--url`.
+pub const DEFAULT_HTTP_PORT: u16 = 50052;
+
+/// `browserpool mcp`.
+#[derive(Debug, Args)]
+pub struct McpArgs {
+    /// The server's MCP endpoint, e.g. https://pool.example:50052/mcp. Default: --server's
+    /// scheme and host, the HTTP listener's default port 50052, /mcp.
+    #[arg(long, env = "BROWSERPOOL_MCP_URL")]
+    pub url: Option<String>,
+    /// Bind the MCP session to this session (one the token's subject owns) instead of leasing
+    /// a browser at the first call.
+    #[arg(long)]
+    pub session: Option<String>,
+    #[command(flatten)]
+    pub connect: browserpool_client::cli::ConnectArgs,
 }
 
 #[derive(Debug, Subcommand)]
@@ -464,7 +487,7 @@ impl Cli {
     /// Whether the command is a client of a running server (`session`, `admin`): it starts no
     /// telemetry and installs no signal handler.
     pub fn is_client(&self) -> bool {
-        matches!(self.command, Some(Command::Session(_) | Command::Admin(_)))
+        matches!(self.command, Some(Command::Session(_) | Command::Admin(_) | Command::Mcp(_)))
     }
 
     /// Where `serve` sends traces (see [`otlp_endpoint`]); `None` for the other commands. A

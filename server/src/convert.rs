@@ -18,6 +18,11 @@ pub fn timestamp(ms: i64) -> Timestamp {
     Timestamp { seconds: ms.div_euclid(1000), nanos: (ms.rem_euclid(1000) * 1_000_000) as i32 }
 }
 
+/// Milliseconds since the epoch of a wire timestamp.
+pub fn millis(t: &Timestamp) -> i64 {
+    t.seconds * 1000 + i64::from(t.nanos) / 1_000_000
+}
+
 /// A session's file; `expires_at` once its session has ended and it is kept.
 pub fn artifact_to_pb(f: &SessionFile) -> pb::Artifact {
     let kind = match f.kind {
@@ -325,5 +330,6 @@ mod tests {
     fn timestamps_split_millis() {
         let t = timestamp(1_795_000_000_123);
         assert_eq!((t.seconds, t.nanos), (1_795_000_000, 123_000_000));
+        assert_eq!(millis(&t), 1_795_000_000_123);
     }
 }

@@ -5,6 +5,7 @@ pub mod admission;
 pub mod app;
 pub mod audit;
 pub mod auth;
+pub mod bridge;
 pub mod browsers;
 pub mod cdp;
 pub mod cli;
@@ -36,7 +37,7 @@ pub mod tenants;
 pub mod throttle;
 pub mod tls;
 
-pub use server::{bind, run, Bound};
+pub use server::{bind, bind_with, run, Bound};
 
 /// This build's version and the git revision it was built from (see `build.rs`).
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -99,7 +100,7 @@ const LAYERS: &[&[&str]] = &[
     &["forward", "shutdown", "tenants"],
     &["convert", "grpc", "mcp", "http"],
     &["server"],
-    &["cli", "run", "bind", "Bound"],
+    &["bridge", "cli", "run", "bind", "Bound"],
 ];
 
 #[cfg(test)]

@@ -6,7 +6,6 @@
 
 mod admin;
 mod emulate;
-mod envelope;
 mod events;
 mod evidence;
 mod files;
@@ -218,7 +217,7 @@ impl Ctx {
 impl ConnectArgs {
     /// The token and where it came from: --token, --token-file, BROWSERPOOL_TOKEN, then
     /// <data-dir>/admin.token.
-    fn token(&self) -> Result<(String, String), CliError> {
+    pub fn token(&self) -> Result<(String, String), CliError> {
         if let Some(token) = &self.token {
             return Ok((token.clone(), "--token".into()));
         }
@@ -240,7 +239,7 @@ impl ConnectArgs {
     }
 
     /// The server's URL: http:// or https://, a bare HOST:PORT taken as http://.
-    fn server_url(&self) -> Result<String, CliError> {
+    pub fn server_url(&self) -> Result<String, CliError> {
         let server = self.server.trim().trim_end_matches('/');
         match server.split_once("://") {
             None => Ok(format!("http://{server}")),

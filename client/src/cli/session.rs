@@ -12,8 +12,9 @@ use serde_json::json;
 use super::render::{self, result_json, result_line, session_fields, session_json, sessions_table};
 use super::steps::{parse_steps, payload_arg};
 use super::wait::{self, Show};
-use super::{envelope, millis, read_file, CliError, Ctx, StateArg};
+use super::{millis, read_file, CliError, Ctx, StateArg};
 use crate::pb;
+use browserpool_proto::envelope_json as envelope;
 
 #[derive(Debug, Subcommand)]
 pub enum SessionCommand {

@@ -329,6 +329,11 @@ pub struct Writer<S = Store> {
 /// Records per transaction.
 const BATCH: usize = 256;
 
+/// How long a batch waits for more records after its first (measured with
+/// `examples/fleet_sim.rs`, 1000 clients on three replicas: 18 transactions per session
+/// without it, 10.3 with it, the audit lag p99 8 ms then 25 ms).
+const LINGER: Duration = Duration::from_millis(20);
+
 /// How long shutdown waits for the last records (and their retries) before giving up.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
@@ -393,10 +398,18 @@ impl<S: Sink> Writer<S> {
                     _ = shutdown.cancelled() => break,
                 }
             }
+            // Records arriving within `LINGER` of the first go in the same transaction: a
+            // busy replica writes its trail in a few transactions a second, not one per call.
+            let linger = tokio::time::sleep(LINGER);
+            tokio::pin!(linger);
             while pending.len() < BATCH {
-                match self.rx.try_recv() {
-                    Ok(e) => pending.push(e),
-                    Err(_) => break,
+                tokio::select! {
+                    biased;
+                    e = self.rx.recv() => match e {
+                        Some(e) => pending.push(e),
+                        None => break,
+                    },
+                    _ = &mut linger => break,
                 }
             }
             match self.put(&pending).await {

@@ -12,6 +12,23 @@ use super::*;
 /// calls when their response ends (streams included), with the final status. A call takes
 /// its place in the audit queue before it runs; when the queue is full it is refused
 /// (UNAVAILABLE).
+/// The metadata key the MCP tools' own calls name their MCP session with: the call's record
+/// carries it as its target (`mcp_session=<id>`). A client could set it on its own calls too;
+/// it only labels that client's own records.
+pub const MCP_SESSION_METADATA: &str = "x-browserpool-mcp-session";
+
+/// The target of a call's record: the MCP session it was made for, when it names one that
+/// reads as an id.
+fn call_target<B>(req: &http::Request<B>) -> String {
+    let named = req.headers().get(MCP_SESSION_METADATA).and_then(|v| v.to_str().ok());
+    match named {
+        Some(id) if id.len() <= 80 && id.bytes().all(|b| b.is_ascii_alphanumeric() || b"-._".contains(&b)) => {
+            format!("mcp_session={id}")
+        }
+        _ => String::new(),
+    }
+}
+
 #[derive(Clone)]
 pub struct AuthLayer {
     tokens: TokenCheck,
@@ -170,6 +187,7 @@ where
                     subject: claims.sub.clone(),
                     jti_hash: claims.jti_hash(),
                     rpc: path,
+                    target: call_target(&req),
                     ..Default::default()
                 };
                 req.extensions_mut().insert(claims);

@@ -26,7 +26,7 @@ mod relay;
 
 pub use layer::{ForwardLayer, ForwardService};
 pub use peers::Peers;
-pub use relay::session_forward;
+pub use relay::{mcp_forward, mcp_replica, session_forward, MCP_SESSION_HEADER};
 
 /// Set on every forwarded request, to the forwarding replica's id: its receiver never
 /// forwards it again.

@@ -3,6 +3,7 @@
 //! connect timeout).
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
@@ -19,7 +20,7 @@ use crate::app::App;
 use crate::auth::Claims;
 use crate::auth::TokenCheck;
 use crate::sessions::Sessions;
-use crate::store::{ReplicaRecord, SessionOwner, Store};
+use crate::store::{ReplicaRecord, SessionOwner, Store, StoreError};
 
 /// Where a call naming a session goes.
 pub(super) enum Route {
@@ -156,11 +157,22 @@ impl Peers {
         }
     }
 
+    /// Replica `id`, when it is registered and beating (judged as [`Peers::route`] judges).
+    pub(super) async fn replica(&self, id: &str) -> Result<Option<ReplicaRecord>, String> {
+        let since = self.inner.sessions.stale_before().unwrap_or(0);
+        let all = self.bounded(self.inner.store.replicas(since)).await?;
+        Ok(all.into_iter().find(|r| r.id == id && !r.http_addr.is_empty()))
+    }
+
     /// Which replica holds session `id`, from the database, within the forward timeout.
     pub(super) async fn owner_of(&self, id: &str) -> Result<Option<SessionOwner>, String> {
-        let lookup = self.inner.store.session_owner(id);
+        self.bounded(self.inner.store.session_owner(id)).await
+    }
+
+    /// A database lookup within the forward timeout; why not, in words.
+    async fn bounded<T>(&self, lookup: impl Future<Output = Result<T, StoreError>>) -> Result<T, String> {
         match tokio::time::timeout(self.inner.forward_timeout, lookup).await {
-            Ok(Ok(owner)) => Ok(owner),
+            Ok(Ok(found)) => Ok(found),
             Ok(Err(e)) => Err(format!("the database: {e}")),
             Err(_) => Err(format!("the database did not answer within {:?}", self.inner.forward_timeout)),
         }

@@ -59,10 +59,11 @@ impl Peers {
         }
     }
 
-    /// Relays a request about session `id` to `owner`'s HTTP listener: an answer that is not
-    /// an upgrade goes back as it streams; a `/cdp/{id}` upgrade, once both sides upgraded, is
+    /// Relays a request about session `id` to `owner`'s HTTP listener, its body streamed: an
+    /// answer that is not an upgrade goes back as it streams (an MCP answer's event stream too); a `/cdp/{id}` upgrade, once both sides upgraded, is
     /// spliced until either closes or this server stops.
     pub(super) async fn forward_http(&self, mut req: AxumRequest, owner: &ReplicaRecord, id: &str) -> AxumResponse {
+        // An MCP request's body goes with it; a GET's is empty.
         // Nothing checked the caller yet: the answer names no address; the log does.
         let unreachable = |e: &dyn std::fmt::Display| {
             tracing::warn!(session = %id, replica = %owner.id, addr = %owner.http_addr, error = %e, "could not relay a request to the replica holding its session");
@@ -95,12 +96,13 @@ impl Peers {
             }
         });
         let client_upgrade = hyper::upgrade::on(&mut req);
+        let (parts, body) = req.into_parts();
         let mut upstream = http::Request::builder()
-            .method(req.method())
-            .uri(req.uri().path_and_query().map(|p| p.as_str()).unwrap_or("/"))
-            .body(http_body_util::Empty::<Bytes>::new())
+            .method(parts.method)
+            .uri(parts.uri.path_and_query().map(|p| p.as_str()).unwrap_or("/"))
+            .body(body)
             .expect("method and path of a request we received");
-        *upstream.headers_mut() = req.headers().clone();
+        *upstream.headers_mut() = parts.headers;
         upstream.headers_mut().insert(HOP_HEADER, self.me());
         let mut answer = match sender.send_request(upstream).await {
             Ok(answer) => answer,
@@ -208,5 +210,43 @@ impl HttpBody for EndsUnavailable {
 
     fn is_end_stream(&self) -> bool {
         self.body.as_ref().is_none_or(HttpBody::is_end_stream)
+    }
+}
+
+/// The header naming an MCP session (the Streamable HTTP transport's).
+pub const MCP_SESSION_HEADER: &str = "mcp-session-id";
+
+/// The replica an MCP session id names: ids are `<replica>.<uuid>` (see `mcp`).
+pub fn mcp_replica(mcp_session: &str) -> Option<&str> {
+    let (replica, rest) = mcp_session.split_once('.')?;
+    (replica.starts_with("r-") && !rest.is_empty()).then_some(replica)
+}
+
+/// Axum middleware on `/mcp`: a request of an MCP session another replica keeps (in its
+/// memory, with the browser it leased) is relayed there; one of a replica that is gone is 404,
+/// which tells an MCP client to start a new session.
+pub async fn mcp_forward(State(peers): State<Peers>, req: AxumRequest, next: Next) -> AxumResponse {
+    let named = req.headers().get(MCP_SESSION_HEADER).and_then(|v| v.to_str().ok());
+    let Some((id, replica)) = named.and_then(|id| Some((id.to_string(), mcp_replica(id)?.to_string()))) else {
+        return next.run(req).await;
+    };
+    if replica == peers.inner.sessions.replica_id() || req.headers().contains_key(HOP_HEADER) {
+        return next.run(req).await;
+    }
+    match peers.replica(&replica).await {
+        Ok(Some(owner)) => peers.forward_http(req, &owner, &format!("(MCP) {id}")).await,
+        Ok(None) => (
+            http::StatusCode::NOT_FOUND,
+            format!("MCP session {id} ended with replica {replica}, which is gone: start a new MCP session\n"),
+        )
+            .into_response(),
+        Err(why) => {
+            tracing::warn!(replica = %replica, error = %why, "cannot look up the replica keeping an MCP session");
+            (
+                http::StatusCode::SERVICE_UNAVAILABLE,
+                format!("which replica keeps MCP session {id} cannot be found now; retry, or see the server log\n"),
+            )
+                .into_response()
+        }
     }
 }

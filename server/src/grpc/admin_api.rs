@@ -310,7 +310,7 @@ impl pb::admin_server::Admin for AdminApi {
         req: Request<pb::QueryAuditRequest>,
     ) -> Result<Response<Self::QueryAuditStream>, Status> {
         let r = req.into_inner();
-        let since = r.since.map(|t| t.seconds * 1000 + (t.nanos as i64) / 1_000_000);
+        let since = r.since.as_ref().map(crate::convert::millis);
         let filter = crate::audit::query_filter(&r.tenant, &r.session_id, &r.action, since, r.limit);
         let records = self.store.audit_query(&filter).await.map_err(ServiceError::from)?;
         let out: Vec<Result<pb::AuditRecord, Status>> = records

@@ -57,7 +57,7 @@ where
     F: FnOnce(Claims) -> Fut,
     Fut: std::future::Future<Output = Result<(std::fs::File, SessionFile), ServiceError>>,
 {
-    let source = source(peer);
+    let source = super::source(peer);
     let claims = match bearer(state, headers, &source, session, rpc) {
         Ok(claims) => claims,
         Err(refused) => return *refused,
@@ -90,7 +90,7 @@ pub(super) async fn zip(
     peer: Option<axum::Extension<crate::tls::PeerAddr>>,
     headers: HeaderMap,
 ) -> Response {
-    let source = source(peer);
+    let source = super::source(peer);
     let claims = match bearer(&state, &headers, &source, &session, ZIP_RPC) {
         Ok(claims) => claims,
         Err(refused) => return *refused,
@@ -142,10 +142,6 @@ fn write_zip(files: Vec<(std::fs::File, SessionFile)>) -> std::io::Result<(std::
     let size = out.stream_position()?;
     out.rewind()?;
     Ok((out, size))
-}
-
-fn source(peer: Option<axum::Extension<crate::tls::PeerAddr>>) -> String {
-    peer.map_or_else(|| "an unknown address".to_string(), |p| p.0 .0.ip().to_string())
 }
 
 /// The caller's claims from its `Authorization: Bearer` header; a missing or bad token is

@@ -55,7 +55,7 @@ pub async fn socket(
     peer: Option<axum::Extension<crate::tls::PeerAddr>>,
     upgrade: Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
 ) -> Response {
-    let source = peer.map_or_else(|| "an unknown address".to_string(), |p| p.0 .0.ip().to_string());
+    let source = super::source(peer);
     let Ok(upgrade) = upgrade else {
         return (StatusCode::BAD_REQUEST, "a live view's socket is a websocket\n").into_response();
     };

@@ -36,14 +36,24 @@ pub struct HttpState {
     pub live_max_viewers: usize,
     /// Ends the MCP sessions (and so their browsers) when the listener stops.
     pub stop: tokio_util::sync::CancellationToken,
+    /// Largest MCP request body; past it, 413.
+    pub mcp_max_body: usize,
 }
 
 /// The router of the side listener.
 pub fn router(state: HttpState) -> Router {
-    let gate = ClientCertGate { prefix: CDP_PREFIX, mode: state.app.tls };
+    let gate = ClientCertGate { prefixes: &[CDP_PREFIX, crate::mcp::MCP_PATH], mode: state.app.tls };
+    let sessions = crate::mcp::sessions(&state.app);
     let mcp = tower::ServiceBuilder::new()
-        .layer(axum::middleware::from_fn_with_state(state.app.clone(), crate::mcp::authenticate))
-        .service(crate::mcp::service(state.app.clone(), state.stop.child_token()));
+        .layer(axum::middleware::from_fn_with_state((state.clone(), sessions.clone()), mcp_auth))
+        .layer(axum::middleware::from_fn_with_state(state.peers.clone(), crate::forward::mcp_forward))
+        .service(crate::mcp::service(
+            state.app.clone(),
+            state.peers.clone(),
+            sessions,
+            state.stop.child_token(),
+            state.mcp_max_body,
+        ));
     Router::new()
         .route_service(crate::mcp::MCP_PATH, mcp)
         .route("/healthz", get(|| async { "ok\n" }))
@@ -99,7 +109,7 @@ async fn cdp(
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Response {
     let started = std::time::Instant::now();
-    let source = peer.map_or_else(|| "an unknown address".to_string(), |p| p.0 .0.ip().to_string());
+    let source = source(peer);
     let header = headers.get(axum::http::header::AUTHORIZATION).and_then(|v| v.to_str().ok());
     let claims = match header.map(|h| state.app.tokens.verify_header(Some(h))) {
         Some(Ok(claims)) => Some(claims),
@@ -210,6 +220,74 @@ fn relay_conn(
     }
 }
 
+/// The address a request came from, for its audit record and its address's budget.
+fn source(peer: Option<axum::Extension<crate::tls::PeerAddr>>) -> String {
+    peer.map_or_else(|| "an unknown address".to_string(), |p| p.0 .0.ip().to_string())
+}
+
+/// The `rpc` of an MCP request's refusal record.
+pub const MCP_RPC: &str = "MCP /mcp";
+
+/// Verifies the Bearer token before MCP sees the request (or another replica is asked to):
+/// the claims go on as an extension, which the tools read. Without a valid one: 401 with
+/// `WWW-Authenticate`, audited and counted against the address like a bad gRPC or CDP call.
+/// An MCP session answers only the tenant and subject that opened it: to anyone else it is
+/// 404, as one that does not exist (audited).
+async fn mcp_auth(
+    State((state, sessions)): State<(HttpState, Arc<crate::mcp::ReplicaSessions>)>,
+    peer: Option<axum::Extension<crate::tls::PeerAddr>>,
+    mut req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let header = req.headers().get(axum::http::header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+    match state.app.tokens.verify_header(header) {
+        Ok(claims) => {
+            let caller = crate::mcp::Opener { tenant: claims.tenant.clone(), subject: claims.sub.clone() };
+            let named = req.headers().get(crate::mcp::SESSION_HEADER).and_then(|v| v.to_str().ok()).map(str::to_string);
+            if let Some(id) = &named {
+                if sessions.access(id, &caller) == crate::mcp::Access::Foreign {
+                    tracing::info!(mcp_session = %id, tenant = %claims.tenant, "mcp session of another caller refused");
+                    let refusal = Refusal {
+                        source: &source(peer),
+                        claims: Some(&claims),
+                        session: "",
+                        rpc: MCP_RPC,
+                        unproven: false,
+                    };
+                    return refuse(
+                        &state,
+                        refusal,
+                        StatusCode::NOT_FOUND,
+                        format!("no MCP session {id}: start a new one"),
+                    );
+                }
+            }
+            req.extensions_mut().insert(claims);
+            let ending = req.method() == axum::http::Method::DELETE;
+            let mut response = next.run(req).await;
+            if named.is_none() {
+                // An initialize answered: the session it opened is its caller's.
+                let opened = response.headers().get(crate::mcp::SESSION_HEADER).and_then(|v| v.to_str().ok());
+                if let Some(id) = opened {
+                    sessions.opened(id, caller);
+                }
+            }
+            // The SDK answers an ended session 202; clients (the Python SDK) take only 200 or
+            // 204 for "ended" and warn otherwise, though it did end.
+            if ending && response.status() == StatusCode::ACCEPTED {
+                *response.status_mut() = StatusCode::NO_CONTENT;
+            }
+            response
+        }
+        Err(e) => {
+            let source = source(peer);
+            tracing::info!(reason = %e, "mcp request refused");
+            let refusal = Refusal { source: &source, claims: None, session: "", rpc: MCP_RPC, unproven: true };
+            refuse(&state, refusal, StatusCode::UNAUTHORIZED, e.to_string())
+        }
+    }
+}
+
 /// The `rpc` of a CDP connection's audit record.
 pub const CDP_RPC: &str = "CDP /cdp/{session}";
 
@@ -270,7 +348,9 @@ fn refuse(state: &HttpState, r: Refusal<'_>, status: StatusCode, message: String
         response.headers_mut().insert(axum::http::header::RETRY_AFTER, HeaderValue::from_str(&secs).expect("digits"));
     }
     if status == StatusCode::UNAUTHORIZED {
-        response.headers_mut().insert(axum::http::header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        response
+            .headers_mut()
+            .insert(axum::http::header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"browserpool\""));
     }
     response
 }

@@ -117,6 +117,13 @@ const REPLICA_FILE: &str = "replica.id";
 
 /// Opens the store, loads keys, writes the admin token, starts the pool and binds sockets.
 pub async fn bind(args: ServeArgs) -> anyhow::Result<Bound> {
+    bind_with(args, None).await
+}
+
+/// [`bind`], with the sessions leasing from `browsers` when given rather than from the
+/// Chromium pool (which then boots only what `--warm` asks: give 0). For the fleet
+/// simulation (`examples/fleet_sim.rs`), whose replicas lease in-memory fakes.
+pub async fn bind_with(args: ServeArgs, browsers: Option<Arc<dyn crate::browsers::Browsers>>) -> anyhow::Result<Bound> {
     // Bad TLS files or a bad artifact store stop the server before it takes the data dir or
     // starts a browser.
     let tls = Tls::from_files(args.tls_cert.as_deref(), args.tls_key.as_deref(), args.tls_client_ca.as_deref())?;
@@ -159,16 +166,18 @@ pub async fn bind(args: ServeArgs) -> anyhow::Result<Bound> {
     let spool = open_spool(&args, &data_dir)?;
     let (audit, audit_writer) = AuditLog::new(store.clone(), Some(spool));
     let metrics = Arc::new(Metrics::default());
+    let browsers = browsers.unwrap_or_else(|| Arc::new(pool.clone()));
+    let capacity = browsers.capacity() as u32;
     let sessions = Sessions::new(
         store.clone(),
-        Arc::new(pool.clone()),
+        browsers,
         Limits {
             max_session_ttl: args.max_session_ttl,
             idle_timeout: args.idle_timeout,
             keep_files,
             cannot_record: cannot_record(&args),
         },
-        args.max_workers as u32,
+        capacity,
         audit.clone(),
         metrics.clone(),
         sealer.clone(),

@@ -157,6 +157,9 @@ fn http_listener(
         cdp_limits: settings.cdp_limits.clone(),
         live_max_viewers: settings.live_max_viewers,
         cdp_stats: Default::default(),
+        // An MCP message carries what a gRPC one does, as JSON: a `load_html` document's
+        // quotes and newlines escaped may take twice its bytes.
+        mcp_max_body: 2 * (settings.max_html_bytes + (1 << 20)),
         stop: stop.clone(),
     };
     crate::tls::serve_http(listener, crate::http::router(state), tls.map(Tls::http_acceptor), async move {

@@ -280,6 +280,7 @@ impl Sessions {
             terms,
             failed: std::sync::atomic::AtomicBool::new(false),
             live_views: super::live_view::LiveViews::new(screen),
+            idle_written_ms: std::sync::atomic::AtomicI64::new(record.idle_deadline_ms),
         });
         self.spawn(self.clone().watch_browser(record.id.clone(), live.stop.clone(), died));
         self.live_map().insert(record.id.clone(), live);
@@ -373,6 +374,7 @@ impl Sessions {
             (rec.clone(), rec.idle_deadline_ms)
         };
         self.inner.store.touch(id, deadline).await?;
+        live.idle_written_ms.store(deadline, std::sync::atomic::Ordering::Relaxed);
         // A shorter idle timeout can move the deadline earlier than the scheduled look.
         self.schedule(id, deadline);
         Ok(record)

@@ -149,6 +149,8 @@ struct Live {
     failed: std::sync::atomic::AtomicBool,
     /// Its live view: screen, links, viewers.
     live_views: live_view::LiveViews,
+    /// The idle deadline the database has (see `touch`).
+    idle_written_ms: std::sync::atomic::AtomicI64,
 }
 
 /// A session's browser as the CDP proxy reaches it.

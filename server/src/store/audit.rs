@@ -3,6 +3,9 @@
 
 use super::*;
 
+/// Rows per `INSERT`: 15 values each, well under SQLite's and PostgreSQL's bind limits.
+const INSERT_ROWS: usize = 256;
+
 impl Store {
     /// Appends `entries` to the chain, in order, in one transaction: under the `audit` lock it
     /// reads the tail, so writers of several replicas extend one chain and never fork it.
@@ -31,30 +34,32 @@ impl Store {
                     }
                     records
                 });
-                for r in records.collect::<Vec<_>>() {
-                    let e = &r.entry;
-                    sqlx::query(
+                // One statement per chunk of rows, not one per row: the chain's lock is held
+                // (by one replica of the fleet at a time) for a round trip per chunk.
+                for chunk in records.collect::<Vec<_>>().chunks(INSERT_ROWS) {
+                    let mut insert = sqlx::QueryBuilder::new(
                         "INSERT INTO audit (seq, at_ms, tenant, subject, jti_hash, session_id, rpc, action, alias_of, \
-                         target, outcome, code, duration_ms, prev_hash, hash) \
-                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
-                    )
-                    .bind(r.seq as i64)
-                    .bind(r.at_ms)
-                    .bind(&e.tenant)
-                    .bind(&e.subject)
-                    .bind(&e.jti_hash)
-                    .bind(&e.session_id)
-                    .bind(&e.rpc)
-                    .bind(&e.action)
-                    .bind(&e.alias_of)
-                    .bind(&e.target)
-                    .bind(&e.outcome)
-                    .bind(&e.code)
-                    .bind(e.duration_ms as i64)
-                    .bind(&r.prev_hash)
-                    .bind(&r.hash)
-                    .execute(&mut *tx)
-                    .await?;
+                         target, outcome, code, duration_ms, prev_hash, hash) ",
+                    );
+                    insert.push_values(chunk, |mut row, r| {
+                        let e = &r.entry;
+                        row.push_bind(r.seq as i64)
+                            .push_bind(r.at_ms)
+                            .push_bind(&e.tenant)
+                            .push_bind(&e.subject)
+                            .push_bind(&e.jti_hash)
+                            .push_bind(&e.session_id)
+                            .push_bind(&e.rpc)
+                            .push_bind(&e.action)
+                            .push_bind(&e.alias_of)
+                            .push_bind(&e.target)
+                            .push_bind(&e.outcome)
+                            .push_bind(&e.code)
+                            .push_bind(e.duration_ms as i64)
+                            .push_bind(&r.prev_hash)
+                            .push_bind(&r.hash);
+                    });
+                    insert.build().execute(&mut *tx).await?;
                 }
                 tx.commit().await?;
             });

@@ -201,24 +201,29 @@ impl tower::Service<Request> for Tagged {
     }
 }
 
-/// Which requests [`client_cert_gate`] guards: those whose path starts with `prefix`, while
-/// `mode` is mutual TLS.
+/// Which requests [`client_cert_gate`] guards: those whose path starts with one of
+/// `prefixes`, while `mode` is mutual TLS.
 #[derive(Clone, Copy, Debug)]
 pub struct ClientCertGate {
-    pub prefix: &'static str,
+    pub prefixes: &'static [&'static str],
     pub mode: TlsMode,
 }
 
 impl ClientCertGate {
-    /// Whether a request for `path` with these extensions may go on.
-    pub fn allows(&self, path: &str, extensions: &axum::http::Extensions) -> bool {
-        !self.mode.client_cert_required() || !path.starts_with(self.prefix) || ClientCert::of(extensions).verified
+    /// The guarded prefix `path` is under, if any.
+    fn guarding(&self, path: &str) -> Option<&'static str> {
+        self.prefixes.iter().copied().find(|p| path.starts_with(p))
     }
 
-    /// The answer to a request the gate does not allow: 403, naming what is missing.
-    pub fn refusal(&self) -> Response {
-        (StatusCode::FORBIDDEN, format!("{} needs a verified client certificate (mutual TLS)\n", self.prefix))
-            .into_response()
+    /// Whether a request for `path` with these extensions may go on.
+    pub fn allows(&self, path: &str, extensions: &axum::http::Extensions) -> bool {
+        !self.mode.client_cert_required() || self.guarding(path).is_none() || ClientCert::of(extensions).verified
+    }
+
+    /// The answer to a request for `path` the gate does not allow: 403, naming what is missing.
+    pub fn refusal(&self, path: &str) -> Response {
+        let prefix = self.guarding(path).unwrap_or(path);
+        (StatusCode::FORBIDDEN, format!("{prefix} needs a verified client certificate (mutual TLS)\n")).into_response()
     }
 }
 
@@ -229,6 +234,6 @@ pub async fn client_cert_gate(State(gate): State<ClientCertGate>, req: Request, 
     if gate.allows(req.uri().path(), req.extensions()) {
         next.run(req).await
     } else {
-        gate.refusal()
+        gate.refusal(req.uri().path())
     }
 }

@@ -395,13 +395,15 @@ mod tests {
             e
         };
         let none = axum::http::Extensions::new();
-        let gate = ClientCertGate { prefix: "/cdp/", mode: TlsMode::Mutual };
+        let gate = ClientCertGate { prefixes: &["/cdp/", "/mcp"], mode: TlsMode::Mutual };
         assert!(!gate.allows("/cdp/abc", &none));
-        assert_eq!(gate.refusal().status(), StatusCode::FORBIDDEN);
+        assert!(!gate.allows("/mcp", &none));
+        assert_eq!(gate.refusal("/mcp").status(), StatusCode::FORBIDDEN);
         assert!(gate.allows("/cdp/abc", &verified));
+        assert!(gate.allows("/mcp", &verified));
         assert!(gate.allows("/healthz", &none));
         for mode in [TlsMode::Off, TlsMode::Tls] {
-            assert!(ClientCertGate { prefix: "/cdp/", mode }.allows("/cdp/abc", &none));
+            assert!(ClientCertGate { prefixes: &["/cdp/", "/mcp"], mode }.allows("/cdp/abc", &none));
         }
     }
 

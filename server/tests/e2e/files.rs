@@ -18,11 +18,17 @@ fn code(e: browserpool_client::Error) -> (tonic::Code, String) {
     }
 }
 
-/// The session's files directory, the only one while the server holds one session.
-fn files_dir(server: &TestServer) -> std::path::PathBuf {
-    let dirs: Vec<_> = std::fs::read_dir(server.profiles_dir().join("files")).unwrap().flatten().collect();
+/// The session's files directory: the one holding `file`, which the test put there (warm
+/// workers have theirs made ahead, empty).
+fn files_dir(server: &TestServer, file: &str) -> std::path::PathBuf {
+    let dirs: Vec<_> = std::fs::read_dir(server.profiles_dir().join("files"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|dir| dir.join(file).exists())
+        .collect();
     assert_eq!(dirs.len(), 1, "{dirs:?}");
-    dirs[0].path()
+    dirs[0].clone()
 }
 
 /// A file `name` of the session once a page's download of it is complete.
@@ -180,7 +186,7 @@ async fn another_tenant_s_or_a_reader_s_calls_and_planted_links_reach_nothing() 
 
     // What the browser's uid may put in its directory: a link to the server's signing key, a
     // hard link, a directory. Listed never, opened never.
-    let dir = files_dir(&server);
+    let dir = files_dir(&server, "mine.txt");
     let key = std::fs::read_dir(server.data_dir.path())
         .unwrap()
         .flatten()
@@ -241,7 +247,7 @@ async fn set_input_files_gives_a_page_the_session_s_files_and_nothing_else() {
 
     // Refused, each saying why: an unknown file, a planted link, not a file input, two files
     // for a single input, a path.
-    std::os::unix::fs::symlink("/etc/hostname", files_dir(&server).join("link.txt")).unwrap();
+    std::os::unix::fs::symlink("/etc/hostname", files_dir(&server, "note.txt").join("link.txt")).unwrap();
     for (selector, payload, why) in [
         ("#f", serde_json::json!("missing.txt"), "no file \"missing.txt\" among the session's files"),
         ("#f", serde_json::json!("link.txt"), "is not a plain file of the session"),

@@ -133,7 +133,11 @@ impl TestServer {
                 .expect("server task")
                 .expect("server exits cleanly");
         }
-        let left: Vec<_> = std::fs::read_dir(self.profiles_dir()).map(|d| d.flatten().collect()).unwrap_or_default();
+        // Each entry with what it holds one level down (whose files directory it was).
+        let list = |dir: &std::path::Path| -> Vec<PathBuf> {
+            std::fs::read_dir(dir).map(|d| d.flatten().map(|e| e.path()).collect()).unwrap_or_default()
+        };
+        let left: Vec<_> = list(&self.profiles_dir()).into_iter().map(|p| (list(&p), p)).collect();
         assert!(left.is_empty(), "profiles left behind: {left:?}");
         assert!(!self.profiles_dir().exists(), "the profiles dir is removed with its last profile");
     }

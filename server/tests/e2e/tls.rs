@@ -253,7 +253,7 @@ async fn the_sdk_drives_a_session_over_tls_and_plaintext_is_refused() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mutual_tls_requires_a_client_certificate_on_grpc_and_cdp_but_not_for_probes() {
+async fn mutual_tls_requires_a_client_certificate_on_grpc_cdp_and_mcp_but_not_for_probes() {
     let ca = Ca::new("server ca");
     let client_ca = Ca::new("client ca");
     let secret = SecretDir::new(&ca.server("browserpool"));
@@ -286,6 +286,11 @@ async fn mutual_tls_requires_a_client_certificate_on_grpc_and_cdp_but_not_for_pr
     assert!(refused.contains("client certificate"), "{refused}");
     let through = https_get(server.http, "/cdp/some-session", &ca, Some(&identity)).await.unwrap();
     assert!(!through.starts_with("HTTP/1.1 403"), "{through}");
+    // So does /mcp: 403 before the token is even read; with one, the token is what is missing.
+    let refused = https_get(server.http, "/mcp", &ca, None).await.unwrap();
+    assert!(refused.starts_with("HTTP/1.1 403") && refused.contains("/mcp needs a verified client"), "{refused}");
+    let through = https_get(server.http, "/mcp", &ca, Some(&identity)).await.unwrap();
+    assert!(through.starts_with("HTTP/1.1 401"), "{through}");
     // A certificate the client CA did not sign fails the handshake, even on the HTTP listener.
     let foreign_http = https_get(server.http, "/healthz", &ca, Some(&foreign)).await;
     assert!(foreign_http.is_err(), "{foreign_http:?}");
@@ -381,7 +386,7 @@ async fn wss_through_the_http_serving_code_and_the_cdp_gate() {
     assert_eq!(tls.mode().ws_scheme(), "wss");
 
     // The server's HTTP serving code and gate, with a test route where the proxy will be.
-    let gate = ClientCertGate { prefix: "/cdp/", mode: tls.mode() };
+    let gate = ClientCertGate { prefixes: &["/cdp/"], mode: tls.mode() };
     let router = axum::Router::new()
         .route("/cdp/echo", axum::routing::get(ws_echo))
         .route("/healthz", axum::routing::get(|| async { "ok\n" }))
@@ -562,4 +567,41 @@ async fn replicas_forward_to_each_other_over_tls_and_only_to_the_same_certificat
     c.stop().await;
     b.stop().await;
     a.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_drives_a_browser_over_mcp_on_https_directly_and_through_the_stdio_bridge() {
+    use crate::mcp::{agent, browser, ok};
+    use serde_json::{json, Value};
+    const TEST: &str = "tls::an_agent_drives_a_browser_over_mcp_on_https_directly_and_through_the_stdio_bridge";
+    let ca = Ca::new("mcp ca");
+    let secret = SecretDir::new(&ca.server("browserpool"));
+    std::fs::write(secret.path("ca.pem"), ca.pem()).unwrap();
+    let ca_file = secret.path("ca.pem").display().to_string();
+    let server = tls_server(&secret, None, 1).await;
+    let site = crate::helpers::fixture_site().await;
+    let admin = tls_client(&server, &ca, None).await.unwrap();
+    let issue = pb::IssueTokenRequest {
+        tenant: "default".into(),
+        subject: "agent".into(),
+        scopes: vec!["sessions:read".into(), "sessions:write".into()],
+        ttl_s: 600,
+    };
+    let token = admin.admin().issue_token(issue).await.unwrap().into_inner().token;
+    let url = format!("https://localhost:{}/mcp", server.http.port());
+    let steps =
+        || json!([browser("navigate", "", json!(format!("{site}/"))), browser("extract", "#greeting", Value::Null)]);
+    let scenario = json!({"url": url, "token": token, "ca_file": ca_file, "steps": steps()});
+    let Some(report) = agent(TEST, scenario).await else { return };
+    assert_eq!(ok(&report["steps"][1]), "\"Hello, nobody\"");
+    let scenario = json!({
+        "transport": "stdio",
+        "command": env!("CARGO_BIN_EXE_browserpool"),
+        "args": ["mcp", "--url", url, "--ca-file", ca_file],
+        "env": {"BROWSERPOOL_TOKEN": token},
+        "steps": steps(),
+    });
+    let Some(report) = agent(TEST, scenario).await else { return };
+    assert_eq!(ok(&report["steps"][1]), "\"Hello, nobody\"");
+    server.stop().await;
 }

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 
 use serde_json::{json, Map, Value};
 
-use crate::pb;
+use crate::v1 as pb;
 
 /// An envelope as its JSON object.
 pub fn to_json(env: &pb::ContextEnvelope) -> Value {
