@@ -16,6 +16,7 @@ source scripts/lib.sh
 # Each clone builds its own crates into the shared target dir (their paths differ), so their
 # incremental state is never reused there, only piled up (tens of GB over many clones).
 export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+bound_target_cache
 ensure_chromium
 ensure_ffmpeg
 ensure_upstream_proxies
