@@ -148,16 +148,24 @@ async fn dropped_lease_kills_its_worker() {
     pool.shutdown().await;
 }
 
-/// The scheduling policy of every thread of process group `pgid`, by thread id.
-fn policies(pgid: u32) -> Vec<(i32, i32)> {
+/// The processes of process group `pgid`.
+fn group_pids(pgid: u32) -> Vec<u32> {
     let mut found = Vec::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
         let Some(pid) = entry.file_name().to_str().and_then(|p| p.parse::<u32>().ok()) else { continue };
         let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
         let group = stat.rsplit_once(')').and_then(|(_, r)| r.split_whitespace().nth(2)?.parse::<u32>().ok());
-        if group != Some(pgid) {
-            continue;
+        if group == Some(pgid) {
+            found.push(pid);
         }
+    }
+    found
+}
+
+/// The scheduling policy of every thread of process group `pgid`, by thread id.
+fn policies(pgid: u32) -> Vec<(i32, i32)> {
+    let mut found = Vec::new();
+    for pid in group_pids(pgid) {
         let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { continue };
         for task in tasks.flatten() {
             let tid: i32 = task.file_name().to_str().unwrap().parse().unwrap();
@@ -235,6 +243,73 @@ async fn context_leases_of_one_tenant_share_one_browser_and_count_it_once() {
     assert_eq!(out.value, json!(3));
     a.release().await;
     b.release().await;
+    pool.shutdown().await;
+    stop.cancel();
+    assert_profiles_gone(dir.path());
+}
+
+/// The renderers of process group `pgid`.
+fn renderers(pgid: u32) -> Vec<u32> {
+    let mut found: Vec<u32> = group_pids(pgid)
+        .into_iter()
+        .filter(|pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            String::from_utf8_lossy(&cmdline).contains("--type=renderer")
+        })
+        .collect();
+    found.sort();
+    found
+}
+
+/// The renderers of process group `pgid` once their set has stayed the same for a second.
+async fn settled_renderers(pgid: u32) -> Vec<u32> {
+    let renderers = || renderers(pgid);
+    let (mut last, mut since) = (renderers(), tokio::time::Instant::now());
+    let deadline = since + Duration::from_secs(20);
+    while since.elapsed() < Duration::from_secs(1) {
+        assert!(tokio::time::Instant::now() < deadline, "the renderers of {pgid} never settled: {last:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let now = renderers();
+        if now != last {
+            (last, since) = (now, tokio::time::Instant::now());
+        }
+    }
+    last
+}
+
+/// Making a context starts a renderer (its blank tab's) on the browser's one UI thread: a lease
+/// that found the spare context made has the next one made once its first action ended (or
+/// 300 ms after it, for a session that runs none, driven over the CDP proxy), never beside
+/// that action; a lease that had to wait for its context has the next one made at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_next_context_is_made_after_the_first_action_of_a_lease_that_found_its_spare() {
+    let dir = tempfile::tempdir().unwrap();
+    let stop = tokio_util::sync::CancellationToken::new();
+    // Three sessions: each lease holds one of the pool's places.
+    let pool = Pool::start(config(dir.path(), 1, 3), stop.clone());
+    assert!(pool.wait_warm(1, Duration::from_secs(30)).await, "a worker must turn warm");
+    let wait = Duration::from_secs(30);
+    // The tenant's first lease makes its context itself, so the next one is made at once.
+    let first = pool.lease_context("t", spec(wait)).await.unwrap();
+    let pgid = pool.status().workers.into_iter().find(|w| &w.id == first.worker_id()).unwrap().pid;
+    // The browser's own blank tab, the first lease's and the spare's.
+    let with_spare = settled_renderers(pgid).await;
+    let second = pool.lease_context("t", spec(wait)).await.unwrap();
+    assert_eq!(second.worker_id(), first.worker_id(), "one shared browser");
+    // Its first action, 150 ms long: nothing is made beside it (a context made from the lease
+    // on would have started its tab's renderer within tens of ms).
+    let out = second.run(&call("evaluate", "", json!("new Promise(r => setTimeout(() => r(3), 150))"))).await.unwrap();
+    assert_eq!(out.value, json!(3));
+    assert_eq!(renderers(pgid), with_spare, "a context was made beside the lease's first action");
+    let after = settled_renderers(pgid).await;
+    assert_eq!(after.len(), with_spare.len() + 1, "the next spare's tab, made once the action ended: {after:?}");
+    // A session that runs no action here still has the next one made.
+    let third = pool.lease_context("t", spec(wait)).await.unwrap();
+    let later = settled_renderers(pgid).await;
+    assert_eq!(later.len(), after.len() + 1, "the next spare's tab, made without an action: {later:?}");
+    for lease in [first, second, third] {
+        lease.release().await;
+    }
     pool.shutdown().await;
     stop.cancel();
     assert_profiles_gone(dir.path());

@@ -1,19 +1,22 @@
 //! Acquire latency from a warm pool, measured over real gRPC against a real Chromium pool.
 //!
-//! `cargo run --release -p browserpool-server --example acquire_bench [-- ROUNDS]`
+//! `cargo run --release -p browserpool-server --example acquire_bench [-- ROUNDS [process]]`
 //!
-//! Starts a server in-process on 127.0.0.1:0 with a fresh data dir, waits until the pool is
+//! Starts a server in-process on 127.0.0.1:0 with a fresh data dir (with `process`: the
+//! `browserpool` binary beside this program's directory, `cargo build --release -p
+//! browserpool-server` first, as a process of its own), waits until the pool is
 //! warm before every round (so each acquire finds a booted browser), and prints the
 //! distribution of `Acquire` round-trip times as the client sees them, plus the first action,
 //! a navigation to a page served on loopback (through the worker's egress proxy), how long
-//! a `confirm()` opened by a click takes to end that click with DIALOG_OPEN, and `Release`.
+//! a `confirm()` opened by a click takes to end that click with DIALOG_OPEN, and `Release`;
+//! with `process`, also the server process's own PSS while idle, before and after the rounds.
 
 use std::time::{Duration, Instant};
 
 use browserpool_client::{action, pb, Client};
 
 mod common;
-use common::{serve_page, InProcess};
+use common::{ms, pss_kib, quantile, serve_page, InProcess, ServerProcess};
 
 const WARM: usize = 2;
 const SETTLE: Duration = Duration::from_millis(500);
@@ -21,15 +24,40 @@ const SETTLE: Duration = Duration::from_millis(500);
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let rounds: usize = std::env::args().nth(1).map(|s| s.parse()).transpose()?.unwrap_or(30);
-    let server = InProcess::start(WARM, WARM + 1).await?;
+    let server = match std::env::args().nth(2).as_deref() {
+        None => Server::InProcess(InProcess::start(WARM, WARM + 1).await?),
+        Some("process") => {
+            let (warm, max) = (WARM.to_string(), (WARM + 1).to_string());
+            Server::Process(ServerProcess::start(
+                tempfile::tempdir()?,
+                None,
+                &["--warm", &warm, "--max-workers", &max],
+            )?)
+        }
+        Some(other) => anyhow::bail!("unknown server kind {other:?}: omit it (in-process) or say `process`"),
+    };
     let page = format!("{}/", serve_page("<title>x</title>").await?);
+    let (endpoint, token) = server.endpoint_and_token();
+    println!(
+        "server: {}",
+        if matches!(server, Server::InProcess(_)) { "in this process" } else { "a process of its own" }
+    );
 
-    let client = Client::connect(server.endpoint.clone(), &server.token).await?;
+    let client = Client::connect(endpoint, &token).await?;
     let mut acquire = Vec::with_capacity(rounds);
     let mut first_action = Vec::with_capacity(rounds);
     let mut navigate = Vec::with_capacity(rounds);
     let mut dialog = Vec::with_capacity(rounds);
     let mut release = Vec::with_capacity(rounds);
+    // The server's own memory (Chromium's processes are not counted), idle with its warm
+    // workers booted, before any session and after them all.
+    let server_pss = || match &server {
+        Server::Process(p) => pss_kib(p.child.id()).map(|kib| format!("{:.1} MiB", kib as f64 / 1024.0)),
+        Server::InProcess(_) => None,
+    };
+    wait_warm(&client, WARM).await?;
+    tokio::time::sleep(SETTLE).await;
+    let idle_before = server_pss();
     for _ in 0..rounds {
         wait_warm(&client, WARM).await?;
         // A Chromium that just printed its endpoint keeps starting up for a moment; measure the
@@ -64,9 +92,43 @@ async fn main() -> anyhow::Result<()> {
     report("navigate to a loopback page (via the egress proxy)", &mut navigate);
     report("confirm() surfaced as DIALOG_OPEN (click)", &mut dialog);
     report("release (the worker killed after the answer)", &mut release);
+    wait_warm(&client, WARM).await?;
+    tokio::time::sleep(SETTLE).await;
+    if let (Some(before), Some(after)) = (idle_before, server_pss()) {
+        println!(
+            "server PSS, idle with {WARM} warm workers (its own process): {before} before the rounds, {after} after"
+        );
+    }
 
     server.stop().await?;
     Ok(())
+}
+
+enum Server {
+    InProcess(InProcess),
+    Process(ServerProcess),
+}
+
+impl Server {
+    fn endpoint_and_token(&self) -> (String, String) {
+        match self {
+            Server::InProcess(s) => (s.endpoint.clone(), s.token.clone()),
+            Server::Process(p) => (p.endpoint(), p.token.clone()),
+        }
+    }
+
+    async fn stop(self) -> anyhow::Result<()> {
+        match self {
+            Server::InProcess(s) => s.stop().await,
+            Server::Process(mut p) => {
+                // It kills its workers first, then exits 0.
+                p.signal(libc::SIGTERM);
+                let (code, _) = tokio::task::block_in_place(|| p.wait());
+                anyhow::ensure!(code == Some(0), "the server exited with {code:?}");
+                Ok(())
+            }
+        }
+    }
 }
 
 async fn wait_warm(client: &Client, n: usize) -> anyhow::Result<()> {
@@ -83,8 +145,7 @@ async fn wait_warm(client: &Client, n: usize) -> anyhow::Result<()> {
 
 fn report(what: &str, samples: &mut [Duration]) {
     samples.sort();
-    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
-    let at = |q: f64| samples[((samples.len() - 1) as f64 * q).round() as usize];
+    let at = |q: f64| quantile(samples, q);
     println!(
         "{what}: n={} min={:.2} ms median={:.2} ms p90={:.2} ms max={:.2} ms",
         samples.len(),

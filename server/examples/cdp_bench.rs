@@ -19,7 +19,7 @@ use async_tungstenite::tungstenite::Message;
 use browserpool_client::Client;
 
 mod common;
-use common::{serve_page, InProcess};
+use common::{ms, quantile, serve_page, InProcess};
 use futures::StreamExt;
 use serde_json::{json, Value};
 
@@ -43,8 +43,8 @@ async fn main() -> anyhow::Result<()> {
     println!("Runtime.evaluate(\"1+1\") round trips, {calls} calls after 100 to warm up");
     let proxied = evaluate_rtts(&session.cdp_url, calls).await?;
     let own = evaluate_rtts(&direct, calls).await?;
-    let (p50, p99) = (percentile(&proxied, 50.0), percentile(&proxied, 99.0));
-    let (d50, d99) = (percentile(&own, 50.0), percentile(&own, 99.0));
+    let (p50, p99) = (quantile(&proxied, 0.50), quantile(&proxied, 0.99));
+    let (d50, d99) = (quantile(&own, 0.50), quantile(&own, 0.99));
     println!("  through cdp_url:        p50 {:>7.3} ms  p99 {:>7.3} ms", ms(p50), ms(p99));
     println!("  Chromium's own socket:  p50 {:>7.3} ms  p99 {:>7.3} ms", ms(d50), ms(d99));
     println!("  added by the proxy:     p50 {:>7.3} ms  p99 {:>7.3} ms", ms(p50) - ms(d50), ms(p99) - ms(d99));
@@ -67,8 +67,8 @@ async fn main() -> anyhow::Result<()> {
             own.push(puppeteer_flow(&scripts, &chromium.ws_url, &site_url).await?);
         }
         drop(chromium);
-        println!("  through cdp_url:                 median {:>7.1} ms", ms(percentile(&through, 50.0)));
-        println!("  a Chromium launched by the bench: median {:>7.1} ms", ms(percentile(&own, 50.0)));
+        println!("  through cdp_url:                 median {:>7.1} ms", ms(quantile(&through, 0.50)));
+        println!("  a Chromium launched by the bench: median {:>7.1} ms", ms(quantile(&own, 0.50)));
     }
     client.release(&session.session_id).await?;
     server.stop().await?;
@@ -177,14 +177,4 @@ impl Drop for OwnChromium {
     fn drop(&mut self) {
         let _ = self.child.start_kill();
     }
-}
-
-fn percentile(samples: &[Duration], p: f64) -> Duration {
-    let mut sorted = samples.to_vec();
-    sorted.sort();
-    sorted[((sorted.len() as f64 - 1.0) * p / 100.0).round() as usize]
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
 }

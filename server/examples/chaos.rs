@@ -13,122 +13,25 @@
 //! all of them by default. Servers run from the `browserpool` binary next to this program's
 //! directory (`target/release/`), each on 127.0.0.1:0 with a data dir of its own.
 
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use browserpool_client::{action, pb, Client};
 
-/// A `browserpool serve` process.
-struct Server {
-    child: Child,
-    dir: tempfile::TempDir,
-    grpc: String,
-    http: String,
-    token: String,
-    database_url: String,
+mod common;
+use common::{copy_signing_keys, processes_naming, ServerProcess as Server};
+
+/// A `browserpool serve` process of its own, with one warm worker and up to three.
+fn start(dir: tempfile::TempDir, database_url: &str, extra: &[&str]) -> anyhow::Result<Server> {
+    let mut args = vec!["--warm", "1", "--max-workers", "3"];
+    args.extend_from_slice(extra);
+    Server::start(dir, Some(database_url), &args)
 }
 
-impl Server {
-    fn start(dir: tempfile::TempDir, database_url: &str, extra: &[&str]) -> anyhow::Result<Server> {
-        let mut child = Command::new(binary()?)
-            .args([
-                "serve",
-                "--listen",
-                "127.0.0.1:0",
-                "--http-listen",
-                "127.0.0.1:0",
-                "--warm",
-                "1",
-                "--max-workers",
-                "3",
-            ])
-            .arg("--data-dir")
-            .arg(dir.path())
-            .args(["--database-url", database_url])
-            .args(extra)
-            .env("BROWSERPOOL_LOG", "warn,browserpool_server::server=info")
-            .stderr(Stdio::piped())
-            .spawn()?;
-        let mut lines = BufReader::new(child.stderr.take().expect("piped")).lines();
-        let serving = loop {
-            match lines.next() {
-                Some(line) if line.as_ref().is_ok_and(|l| l.contains("serving")) => break line?,
-                Some(_) => continue,
-                None => anyhow::bail!("the server exited before serving"),
-            }
-        };
-        // Keep draining its log so it never blocks on a full pipe.
-        std::thread::spawn(move || lines.for_each(drop));
-        let field = |name: &str| {
-            serving
-                .split(&format!("{name}="))
-                .nth(1)
-                .and_then(|r| r.split_whitespace().next())
-                .unwrap_or("")
-                .to_string()
-        };
-        let token = std::fs::read_to_string(dir.path().join("admin.token"))?.trim().to_string();
-        Ok(Server {
-            grpc: field("grpc_addr"),
-            http: field("http_addr"),
-            child,
-            dir,
-            token,
-            database_url: database_url.into(),
-        })
-    }
-
-    fn sqlite() -> anyhow::Result<Server> {
-        let dir = tempfile::tempdir()?;
-        let url = format!("sqlite://{}", dir.path().join("browserpool.db").display());
-        Server::start(dir, &url, &[])
-    }
-
-    async fn client(&self) -> anyhow::Result<Client> {
-        Ok(Client::connect(format!("http://{}", self.grpc), &self.token).await?)
-    }
-
-    fn signal(&self, signal: libc::c_int) {
-        // SAFETY: signalling our own child.
-        unsafe { libc::kill(self.child.id() as i32, signal) };
-    }
-
-    /// Waits (at most a minute) for the exit: its code and how long it took.
-    fn wait(&mut self) -> (Option<i32>, Duration) {
-        let started = Instant::now();
-        while started.elapsed() < Duration::from_secs(60) {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                return (status.code(), started.elapsed());
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let _ = self.child.kill();
-        (None, started.elapsed())
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            self.signal(libc::SIGTERM);
-            self.wait();
-        }
-    }
-}
-
-/// `target/<profile>/browserpool`, next to this program's `examples/` directory.
-fn binary() -> anyhow::Result<PathBuf> {
-    let exe = std::env::current_exe()?;
-    let bin = exe.parent().and_then(Path::parent).map(|d| d.join("browserpool"));
-    match bin {
-        Some(bin) if bin.exists() => Ok(bin),
-        _ => anyhow::bail!(
-            "no browserpool binary next to {}: cargo build --release -p browserpool-server --bin browserpool",
-            exe.display()
-        ),
-    }
+/// A server on SQLite in its own data dir.
+fn sqlite() -> anyhow::Result<Server> {
+    let dir = tempfile::tempdir()?;
+    let url = format!("sqlite://{}", dir.path().join("browserpool.db").display());
+    start(dir, &url, &[])
 }
 
 /// A session on `server`: its client, its id and its browser's main process id.
@@ -172,25 +75,8 @@ async fn until_ended(client: &Client, id: &str, within: Duration) -> (String, Du
     }
 }
 
-/// Live processes (not zombies) whose command line names `needle`.
-fn processes_naming(needle: &str) -> usize {
-    std::fs::read_dir("/proc")
-        .map(|d| {
-            d.flatten()
-                .filter(|e| e.file_name().to_str().is_some_and(|n| n.chars().all(|c| c.is_ascii_digit())))
-                .filter(|e| {
-                    let live = std::fs::read_to_string(e.path().join("stat"))
-                        .is_ok_and(|s| s.rsplit_once(')').is_some_and(|(_, r)| !r.trim_start().starts_with('Z')));
-                    live && std::fs::read(e.path().join("cmdline"))
-                        .is_ok_and(|c| String::from_utf8_lossy(&c).contains(needle))
-                })
-                .count()
-        })
-        .unwrap_or(0)
-}
-
 async fn browser_stop() -> anyhow::Result<()> {
-    let server = Server::sqlite()?;
+    let server = sqlite()?;
     let (client, id, pid) = leased(&server).await?;
     // SAFETY: stopping a process group our server started.
     unsafe { libc::killpg(pid, libc::SIGSTOP) };
@@ -209,7 +95,7 @@ async fn browser_stop() -> anyhow::Result<()> {
 }
 
 async fn browser_kill() -> anyhow::Result<()> {
-    let server = Server::sqlite()?;
+    let server = sqlite()?;
     let (client, id, pid) = leased(&server).await?;
     // SAFETY: killing a process our server started.
     unsafe { libc::kill(pid, libc::SIGKILL) };
@@ -221,27 +107,27 @@ async fn browser_kill() -> anyhow::Result<()> {
 }
 
 async fn server_kill() -> anyhow::Result<()> {
-    let mut server = Server::sqlite()?;
+    let mut server = sqlite()?;
     let client = server.client().await?;
     let ids = [client.acquire(30_000).await?.session_id, client.acquire(30_000).await?.session_id];
     let profiles = browserpool_server::server::profiles_dir(server.dir.path()).display().to_string();
-    let before = processes_naming(&profiles);
+    let before = processes_naming(&profiles).len();
     server.signal(libc::SIGKILL);
     server.wait();
     let killed = Instant::now();
     let mut left = before;
     while left > 0 && killed.elapsed() < Duration::from_secs(2) {
         tokio::time::sleep(Duration::from_millis(10)).await;
-        left = processes_naming(&profiles);
+        left = processes_naming(&profiles).len();
     }
     println!(
         "  kill -9 with 2 sessions, no restart: {before} processes naming its profiles, {left} left after {:?}",
         killed.elapsed()
     );
     let dir = std::mem::replace(&mut server.dir, tempfile::tempdir()?);
-    let url = server.database_url.clone();
+    let url = server.database_url.clone().expect("chaos servers name their database");
     let restarted = Instant::now();
-    let again = Server::start(dir, &url, &[])?;
+    let again = start(dir, &url, &[])?;
     let client = again.client().await?;
     println!("  restarted on its data dir: serving after {:?}", restarted.elapsed());
     for id in &ids {
@@ -253,7 +139,7 @@ async fn server_kill() -> anyhow::Result<()> {
 async fn sigterm() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let url = format!("sqlite://{}", dir.path().join("browserpool.db").display());
-    let mut server = Server::start(dir, &url, &["--shutdown-grace", "2s"])?;
+    let mut server = start(dir, &url, &["--shutdown-grace", "2s"])?;
     let client = server.client().await?;
     let busy = client.acquire(30_000).await?.session_id;
     let idle = client.acquire(30_000).await?.session_id;
@@ -327,14 +213,10 @@ async fn store_outage(postgres: Option<&str>) -> anyhow::Result<()> {
     let (port, up) = gate(upstream).await?;
     url.set_host(Some("127.0.0.1"))?;
     let _ = url.set_port(Some(port));
-    let a = Server::start(tempfile::tempdir()?, url.as_str(), &[])?;
+    let a = start(tempfile::tempdir()?, url.as_str(), &[])?;
     let b_dir = tempfile::tempdir()?;
-    for key in std::fs::read_dir(a.dir.path())?.flatten() {
-        if key.file_name().to_string_lossy().starts_with("jwt-") {
-            std::fs::copy(key.path(), b_dir.path().join(key.file_name()))?;
-        }
-    }
-    let b = Server::start(b_dir, url.as_str(), &[])?;
+    copy_signing_keys(a.dir.path(), b_dir.path())?;
+    let b = start(b_dir, url.as_str(), &[])?;
     let (on_a, on_b) = (a.client().await?, b.client().await?);
     let (sa, sb) = (on_a.acquire(30_000).await?.session_id, on_b.acquire(30_000).await?.session_id);
     up.send_replace(false);

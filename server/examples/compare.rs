@@ -5,6 +5,13 @@
 //! [SYSTEM,...]]]` (defaults: 16 sessions per measurement, JSON written to `compare.json`,
 //! every system below).
 //!
+//! `cargo run --release -p browserpool-server --example compare -- lifecycle [SESSIONS
+//! [SYSTEM,... [PAUSE_MS]]]` (defaults: 50 sessions; both isolations, `direct/context-tuned`
+//! and `direct/launch`; no pause): the whole life of a session, one after another: acquire,
+//! navigate to the loopback page, read its title, release; p50, p95 and p99 of each step and
+//! of the whole. PAUSE_MS between sessions shows what a session costs when the work its
+//! predecessor left (a context or worker made ahead, a disposal) is done before it starts.
+//!
 //! The workload, one session: acquire a browser, navigate to a page served on loopback, type
 //! into a field, click a button, read the heading it changed, take a PNG screenshot, release.
 //! The systems:
@@ -43,6 +50,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use browserpool_client::Client;
 use chromiumoxide::browser::{Browser, BrowserConfig};
+use chromiumoxide::cdp::browser_protocol::browser::BrowserContextId;
 use chromiumoxide::cdp::browser_protocol::page::CaptureScreenshotFormat;
 use chromiumoxide::cdp::browser_protocol::target::{CreateBrowserContextParams, CreateTargetParams};
 use chromiumoxide::page::ScreenshotParams;
@@ -50,7 +58,7 @@ use futures::StreamExt;
 use serde_json::json;
 
 mod common;
-use common::{cpu_ms, serve_page, InProcess};
+use common::{cpu_ms, processes_naming, pss_kib, quantile, serve_page, InProcess};
 
 const FORM: &str = r#"<!doctype html><title>Compare</title><h1 id="h">Hello</h1>
 <input id="name"><button id="go" onclick="document.getElementById('h').textContent = 'Hello, ' + document.getElementById('name').value">Go</button>"#;
@@ -58,26 +66,27 @@ const FORM: &str = r#"<!doctype html><title>Compare</title><h1 id="h">Hello</h1>
 const STEPS: [&str; 7] = ["acquire", "navigate", "type", "click", "extract", "screenshot", "release"];
 const CLIENTS: [usize; 3] = [1, 4, 8];
 
-/// The time each step of one session took, in `STEPS` order.
-type Times = [Duration; 7];
+/// The steps of the lifecycle workload.
+const LIFECYCLE: [&str; 4] = ["acquire", "navigate", "title", "release"];
+
+/// The time each step of one session took, in `STEPS` (or `LIFECYCLE`) order.
+type Times = Vec<Duration>;
 
 /// A clock for the steps of one session.
 struct Lap {
     at: Instant,
     times: Times,
-    next: usize,
 }
 
 impl Lap {
     fn start() -> Lap {
-        Lap { at: Instant::now(), times: [Duration::ZERO; 7], next: 0 }
+        Lap { at: Instant::now(), times: Vec::with_capacity(STEPS.len()) }
     }
 
     fn step(&mut self) {
         let now = Instant::now();
-        self.times[self.next] = now - self.at;
+        self.times.push(now - self.at);
         self.at = now;
-        self.next += 1;
     }
 }
 
@@ -168,7 +177,8 @@ impl System {
     /// Where this system's Chromium profiles live: its processes name it on their command line.
     fn marker(&self) -> PathBuf {
         match self {
-            System::Pool { server, .. } => server.dir.path().to_path_buf(),
+            // The server's profiles dir (under TMPDIR, not its data dir).
+            System::Pool { server, .. } => browserpool_server::server::profiles_dir(server.dir.path()),
             System::Launch { dir, .. } => dir.path().to_path_buf(),
             System::Contexts { _dir, .. } => _dir.path().to_path_buf(),
         }
@@ -208,13 +218,7 @@ impl System {
                 lap.step();
             }
             System::Contexts { browser, .. } => {
-                let context = browser.create_browser_context(CreateBrowserContextParams::default()).await?;
-                let target = CreateTargetParams::builder()
-                    .url("about:blank")
-                    .browser_context_id(context.clone())
-                    .build()
-                    .map_err(anyhow::Error::msg)?;
-                let tab = browser.new_page(target).await?;
+                let (context, tab) = context_tab(browser).await?;
                 lap.step();
                 workload(&tab, page, &mut lap).await?;
                 tab.close().await?;
@@ -222,6 +226,46 @@ impl System {
                 lap.step();
             }
         }
+        Ok(lap.times)
+    }
+
+    /// The lifecycle workload: acquire, navigate, title, release.
+    async fn lifecycle(&self, page: &str, n: u64) -> anyhow::Result<Times> {
+        let mut lap = Lap::start();
+        let title = match self {
+            System::Pool { client, .. } => {
+                let session = client.session().await?;
+                lap.step();
+                session.navigate(page).await?;
+                lap.step();
+                let title = session.title().await?;
+                lap.step();
+                session.release().await?;
+                title
+            }
+            System::Launch { chrome, dir } => {
+                let profile = dir.path().join(format!("l{n}"));
+                let (mut browser, handler) = launch(chrome, &profile, false).await?;
+                let tab = browser.new_page("about:blank").await?;
+                lap.step();
+                let title = title_of(&tab, page, &mut lap).await?;
+                browser.close().await?;
+                browser.wait().await?;
+                handler.abort();
+                std::fs::remove_dir_all(&profile)?;
+                title
+            }
+            System::Contexts { browser, .. } => {
+                let (context, tab) = context_tab(browser).await?;
+                lap.step();
+                let title = title_of(&tab, page, &mut lap).await?;
+                tab.close().await?;
+                browser.dispose_browser_context(context).await?;
+                title
+            }
+        };
+        lap.step();
+        anyhow::ensure!(title == "Compare", "title {title:?}");
         Ok(lap.times)
     }
 
@@ -240,6 +284,17 @@ impl System {
     }
 }
 
+/// A fresh browser context in `browser`, and a blank tab in it.
+async fn context_tab(browser: &Browser) -> anyhow::Result<(BrowserContextId, chromiumoxide::Page)> {
+    let context = browser.create_browser_context(CreateBrowserContextParams::default()).await?;
+    let target = CreateTargetParams::builder()
+        .url("about:blank")
+        .browser_context_id(context.clone())
+        .build()
+        .map_err(anyhow::Error::msg)?;
+    Ok((context, browser.new_page(target).await?))
+}
+
 /// The workload's middle, on a chromiumoxide page, as a Puppeteer script would write it.
 async fn workload(tab: &chromiumoxide::Page, page: &str, lap: &mut Lap) -> anyhow::Result<()> {
     tab.goto(page).await?;
@@ -255,6 +310,15 @@ async fn workload(tab: &chromiumoxide::Page, page: &str, lap: &mut Lap) -> anyho
     check_png(&png)?;
     lap.step();
     Ok(())
+}
+
+/// Navigates `tab` to `page` and reads its title, a step each.
+async fn title_of(tab: &chromiumoxide::Page, page: &str, lap: &mut Lap) -> anyhow::Result<String> {
+    tab.goto(page).await?;
+    lap.step();
+    let title = tab.get_title().await?.unwrap_or_default();
+    lap.step();
+    Ok(title)
 }
 
 /// Every system's screenshot is a PNG of the same 1280x720 screen.
@@ -287,7 +351,7 @@ impl Sampler {
         let task = tokio::spawn(async move {
             let marker = marker.to_string_lossy().into_owned();
             loop {
-                o.fetch_max(pss_kib("self"), Ordering::Relaxed);
+                o.fetch_max(pss_kib("self").unwrap_or(0), Ordering::Relaxed);
                 c.fetch_max(chromium_pss_kib(&marker), Ordering::Relaxed);
                 tokio::time::sleep(Duration::from_millis(250)).await;
             }
@@ -301,37 +365,8 @@ impl Sampler {
     }
 }
 
-fn pss_kib(pid: &str) -> u64 {
-    let rollup = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).unwrap_or_default();
-    rollup
-        .lines()
-        .find_map(|l| l.strip_prefix("Pss:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
-}
-
 fn chromium_pss_kib(marker: &str) -> u64 {
-    let Ok(procs) = std::fs::read_dir("/proc") else { return 0 };
-    let mut total = 0;
-    for entry in procs.flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if !name.chars().all(|c| c.is_ascii_digit()) {
-            continue;
-        }
-        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
-        if String::from_utf8_lossy(&cmdline).contains(marker) {
-            total += pss_kib(&name);
-        }
-    }
-    total
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+    processes_naming(marker).into_iter().filter_map(pss_kib).sum()
 }
 
 fn ms(d: Duration) -> f64 {
@@ -380,7 +415,7 @@ async fn measure(name: &str, page: &str, sessions: usize) -> anyhow::Result<Figu
         .iter_mut()
         .map(|s| {
             s.sort();
-            percentile(s, 0.5)
+            quantile(s, 0.5)
         })
         .collect();
 
@@ -423,8 +458,8 @@ async fn measure(name: &str, page: &str, sessions: usize) -> anyhow::Result<Figu
         system.stop().await?;
     }
     Ok(Figures {
-        sequential_p50: percentile(&totals, 0.5),
-        sequential_p95: percentile(&totals, 0.95),
+        sequential_p50: quantile(&totals, 0.5),
+        sequential_p95: quantile(&totals, 0.95),
         steps_p50,
         per_second,
         peak_own_kib: own,
@@ -435,9 +470,55 @@ async fn measure(name: &str, page: &str, sessions: usize) -> anyhow::Result<Figu
     })
 }
 
+/// The lifecycle workload, `sessions` in a row on one system started for one client (after
+/// three not counted), `pause` between them; prints p50, p95 and p99 of each step and of the
+/// whole.
+async fn lifecycle(name: &str, page: &str, sessions: usize, pause: Duration) -> anyhow::Result<()> {
+    let system = System::start(name, 1).await?;
+    for n in 0..3 {
+        system.lifecycle(page, n).await?;
+    }
+    let mut steps: Vec<Vec<Duration>> = vec![Vec::new(); LIFECYCLE.len() + 1];
+    for n in 0..sessions as u64 {
+        tokio::time::sleep(pause).await;
+        let times = system.lifecycle(page, 10 + n).await?;
+        steps[LIFECYCLE.len()].push(times.iter().sum());
+        for (i, t) in times.into_iter().enumerate() {
+            steps[i].push(t);
+        }
+    }
+    system.stop().await?;
+    print!("{name:<20}");
+    for s in &mut steps {
+        s.sort();
+        print!("  {:>6.1} {:>6.1} {:>6.1}", ms(quantile(s, 0.5)), ms(quantile(s, 0.95)), ms(quantile(s, 0.99)));
+    }
+    println!();
+    Ok(())
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let mut argv = std::env::args().skip(1);
+    let mut argv = std::env::args().skip(1).peekable();
+    if argv.peek().map(String::as_str) == Some("lifecycle") {
+        argv.next();
+        let sessions: usize = argv.next().map(|s| s.parse()).transpose()?.unwrap_or(50).max(1);
+        let systems = argv
+            .next()
+            .unwrap_or_else(|| "browserpool/process,browserpool/context,direct/context-tuned,direct/launch".into());
+        let pause = Duration::from_millis(argv.next().map(|s| s.parse()).transpose()?.unwrap_or(0));
+        let page = format!("{}/", serve_page(FORM).await?);
+        println!("lifecycle: {sessions} sessions in a row per system, {pause:?} between; p50 p95 p99 in ms");
+        print!("{:<20}", "system");
+        for step in LIFECYCLE.iter().chain(&["whole"]) {
+            print!("  {step:>20}");
+        }
+        println!();
+        for name in systems.split(',') {
+            lifecycle(name, &page, sessions, pause).await?;
+        }
+        return Ok(());
+    }
     let sessions: usize = argv.next().map(|s| s.parse()).transpose()?.unwrap_or(16).max(1);
     let json_path = argv.next().unwrap_or_else(|| "compare.json".into());
     let page = format!("{}/", serve_page(FORM).await?);

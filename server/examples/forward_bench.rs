@@ -6,12 +6,12 @@
 //! Two servers in this process on 127.0.0.1:0 share one SQLite file and signing key, as
 //! replicas behind a Service do. Prints p50 and p99 of each path and their difference.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use browserpool_client::{action, Client};
 
 mod common;
-use common::InProcess;
+use common::{ms, quantile, InProcess};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -37,8 +37,8 @@ async fn main() -> anyhow::Result<()> {
         forwarded.push(t.elapsed());
     }
     owner.release(&session).await?;
-    let (d50, d99) = percentiles(&mut direct);
-    let (f50, f99) = percentiles(&mut forwarded);
+    let (d50, d99) = (quantile(&direct, 0.50), quantile(&direct, 0.99));
+    let (f50, f99) = (quantile(&forwarded, 0.50), quantile(&forwarded, 0.99));
     println!("Act(\"url\") x {rounds}, each path, alternating");
     println!("  to the owner:              p50 {:>7.3} ms  p99 {:>7.3} ms", ms(d50), ms(d99));
     println!("  through another replica:   p50 {:>7.3} ms  p99 {:>7.3} ms", ms(f50), ms(f99));
@@ -46,14 +46,4 @@ async fn main() -> anyhow::Result<()> {
     b.stop().await?;
     a.stop().await?;
     Ok(())
-}
-
-fn percentiles(samples: &mut [Duration]) -> (Duration, Duration) {
-    samples.sort();
-    let at = |q: f64| samples[((samples.len() as f64 - 1.0) * q).round() as usize];
-    (at(0.50), at(0.99))
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
 }

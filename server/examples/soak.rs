@@ -18,7 +18,7 @@ use std::time::Instant;
 use browserpool_client::{action, Client};
 
 mod common;
-use common::{serve_page, InProcess};
+use common::{processes_naming, serve_page, InProcess};
 
 const FORM: &str = r#"<!doctype html><title>Soak</title><h1 id="h">Hello</h1>
 <input id="name"><button id="go" onclick="document.getElementById('h').textContent = 'Hello, ' + document.getElementById('name').value">Go</button>"#;
@@ -75,7 +75,7 @@ async fn main() -> anyhow::Result<()> {
     let dir = server.stop_keeping_dir().await?;
     let dir = dir.path();
     let profiles = dir.join("profiles");
-    let chromiums = chromium_processes_naming(&profiles.display().to_string());
+    let chromiums = processes_naming(&profiles.display().to_string()).len();
     let dirs_left = std::fs::read_dir(&profiles).map(|d| d.count()).unwrap_or(0);
     let db_bytes: u64 = ["browserpool.db", "browserpool.db-wal", "browserpool.db-shm"]
         .iter()
@@ -135,14 +135,4 @@ fn rss_bytes() -> u64 {
 
 fn open_fds() -> usize {
     std::fs::read_dir("/proc/self/fd").map(|d| d.count()).unwrap_or(0)
-}
-
-fn chromium_processes_naming(dir: &str) -> usize {
-    std::fs::read_dir("/proc")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter(|e| e.file_name().to_str().is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit())))
-        .filter(|e| std::fs::read(e.path().join("cmdline")).is_ok_and(|c| String::from_utf8_lossy(&c).contains(dir)))
-        .count()
 }

@@ -3,7 +3,7 @@
 //! the pool (a lease, its capacity), [`Leased`] what it asks of one session's browser (run an
 //! action, watch for its death, release it). The Chromium pool implements both; the
 //! in-memory [`fake`] does too, so the lifecycle's races are unit-tested in milliseconds with
-//! no Chromium on the machine.
+//! no Chromium on the machine, and the fleet simulation runs thousands of sessions.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -18,8 +18,7 @@ use tokio::sync::watch;
 
 use crate::model::Isolation;
 
-#[cfg(test)]
-pub(crate) mod fake;
+pub mod fake;
 
 /// What an action on a session's browser answers.
 pub type Acted<T> = Result<T, ActionFailure>;
@@ -160,7 +159,7 @@ impl Leased for Lease {
     }
 
     fn run<'a>(&'a self, call: &'a ActionCall) -> BoxFuture<'a, Acted<ActionOutput>> {
-        Box::pin(self.driver().run(call))
+        Box::pin(Lease::run(self, call))
     }
 
     fn export_context<'a>(&'a self, opts: &'a CaptureOptions) -> BoxFuture<'a, Acted<ContextState>> {

@@ -43,6 +43,13 @@ impl Lease {
     /// session's downloads there (`Browser.setDownloadBehavior`, for its context alone when it
     /// shares a browser). A browser that refuses is not usable (the lease, dropped, ends).
     pub(super) async fn with_files(mut self) -> Result<Lease, PoolError> {
+        // A warm worker made its own while it booted: nothing left to do on the acquire's path.
+        if let Some(Held::Own(w)) = self.held.as_mut() {
+            if let Some(prepared) = w.files.take() {
+                self.files = prepared.take();
+                return Ok(self);
+            }
+        }
         let (name, profile, browser, context) = match self.held() {
             Held::Own(w) => (w.id.0.clone(), w.process.profile.clone(), w.driver.browser.clone(), None),
             Held::Context(c) => (
@@ -53,27 +60,10 @@ impl Lease {
             ),
         };
         let dir = root(&self.pool.inner.cfg.launch.profiles_dir).join(name);
-        let made = dir.clone();
-        tokio::task::spawn_blocking(move || make_dir(&made, &profile))
-            .await
-            .map_err(|e| PoolError::Launch(e.to_string()))?
-            .map_err(|e| PoolError::Launch(format!("files directory {}: {e}", dir.display())))?;
+        make_files_dir(&dir, &profile)?;
         self.files = dir.clone();
-        self.driver().set_files_dir(dir.clone());
-        let mut params = SetDownloadBehaviorParams::builder()
-            .behavior(SetDownloadBehaviorBehavior::Allow)
-            .download_path(dir.display().to_string())
-            .events_enabled(true);
-        if let Some(context) = context {
-            params = params.browser_context_id(BrowserContextId::from(context));
-        }
-        let params = params.build().map_err(PoolError::Cdp)?;
-        let timeout = self.pool.inner.cfg.launch.cdp_timeout;
-        match tokio::time::timeout(timeout, browser.execute(params)).await {
-            Ok(Ok(_)) => Ok(self),
-            Ok(Err(e)) => Err(PoolError::Cdp(format!("set download behavior: {e}"))),
-            Err(_) => Err(PoolError::Cdp(format!("set download behavior: no answer within {timeout:?}"))),
-        }
+        send_downloads(self.driver(), &browser, context, dir, self.pool.inner.cfg.launch.cdp_timeout).await?;
+        Ok(self)
     }
 
     /// Records the session when `record`: its frames go to a directory beside its files
@@ -86,10 +76,8 @@ impl Lease {
         let mut dir = self.files.clone().into_os_string();
         dir.push(".rec");
         let dir = PathBuf::from(dir);
-        let made = dir.clone();
-        tokio::task::spawn_blocking(move || crate::video::make_frames_dir(&made))
-            .await
-            .map_err(|e| PoolError::Launch(e.to_string()))?
+        // In place, as the files directory is (see `make_files_dir`): the lease owns it at once.
+        crate::video::make_frames_dir(&dir)
             .map_err(|e| PoolError::Launch(format!("recording directory {}: {e}", dir.display())))?;
         self.recording = Some(dir.clone());
         self.driver().start_recording(dir, viewport).await;
@@ -130,15 +118,94 @@ impl Lease {
             .filter(|dir| !dir.as_os_str().is_empty())
             .chain(self.recording.take())
             .collect();
-        (!dirs.is_empty()).then_some(move || {
-            for dir in dirs {
-                if let Err(e) = std::fs::remove_dir_all(&dir) {
-                    if e.kind() != std::io::ErrorKind::NotFound {
-                        tracing::warn!(dir = %dir.display(), error = %e, "a session's files directory could not be removed");
-                    }
-                }
+        (!dirs.is_empty()).then_some(move || remove_dirs(dirs))
+    }
+}
+
+/// A files directory made ahead for a warm worker: removed when dropped (the worker killed,
+/// dropped, or its boot abandoned), unless a lease took it.
+pub(super) struct Prepared(Option<PathBuf>);
+
+impl Prepared {
+    /// The directory, now the lease's to remove.
+    pub(super) fn take(mut self) -> PathBuf {
+        self.0.take().unwrap_or_default()
+    }
+}
+
+impl Drop for Prepared {
+    fn drop(&mut self) {
+        if let Some(dir) = self.0.take() {
+            remove_dirs(vec![dir]);
+        }
+    }
+}
+
+/// A warm worker's files directory, made while it boots and its downloads sent there, so
+/// that leasing it has nothing of this left to do; `None` (the lease makes it, as for a
+/// context) when that failed, which is logged.
+pub(super) async fn prepare(
+    profiles_dir: &Path,
+    id: &str,
+    profile: &Path,
+    driver: &crate::driver::Driver,
+    timeout: std::time::Duration,
+) -> Option<Prepared> {
+    let dir = root(profiles_dir).join(id);
+    let made = async {
+        make_files_dir(&dir, profile)?;
+        let prepared = Prepared(Some(dir.clone()));
+        send_downloads(driver, &driver.browser, None, dir.clone(), timeout).await?;
+        Ok::<_, PoolError>(prepared)
+    };
+    match made.await {
+        Ok(prepared) => Some(prepared),
+        Err(e) => {
+            tracing::warn!(worker = id, error = %e, "a warm worker's files directory could not be made ahead; its lease makes it");
+            None
+        }
+    }
+}
+
+/// Makes a session's files directory `dir`, owned as `profile` is. In place, not on a
+/// blocking thread (three metadata calls on a local disk): awaited there, a boot or acquire
+/// dropped meanwhile left the directory made after it, owned by nothing, past the stop.
+fn make_files_dir(dir: &Path, profile: &Path) -> Result<(), PoolError> {
+    make_dir(dir, profile).map_err(|e| PoolError::Launch(format!("files directory {}: {e}", dir.display())))
+}
+
+/// Points `driver` at `dir` and sends the downloads of `browser` (or of its `context`) there.
+async fn send_downloads(
+    driver: &crate::driver::Driver,
+    browser: &chromiumoxide::Browser,
+    context: Option<String>,
+    dir: PathBuf,
+    timeout: std::time::Duration,
+) -> Result<(), PoolError> {
+    driver.set_files_dir(dir.clone());
+    let mut params = SetDownloadBehaviorParams::builder()
+        .behavior(SetDownloadBehaviorBehavior::Allow)
+        .download_path(dir.display().to_string())
+        .events_enabled(true);
+    if let Some(context) = context {
+        params = params.browser_context_id(BrowserContextId::from(context));
+    }
+    let params = params.build().map_err(PoolError::Cdp)?;
+    match tokio::time::timeout(timeout, browser.execute(params)).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(PoolError::Cdp(format!("set download behavior: {e}"))),
+        Err(_) => Err(PoolError::Cdp(format!("set download behavior: no answer within {timeout:?}"))),
+    }
+}
+
+/// Removes `dirs` (links in them removed, never followed); a failure is logged.
+pub(super) fn remove_dirs(dirs: Vec<PathBuf>) {
+    for dir in dirs {
+        if let Err(e) = std::fs::remove_dir_all(&dir) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                tracing::warn!(dir = %dir.display(), error = %e, "a session's files directory could not be removed");
             }
-        })
+        }
     }
 }
 

@@ -52,6 +52,17 @@ impl Lease {
         Ok(self)
     }
 
+    /// Runs one action of the session (see [`Driver::run`]). Once it ended, in context
+    /// isolation, the next session's context is made if it is not there yet or being made
+    /// (see `Pool::prepare_spare`): after the first action, not beside it.
+    pub async fn run(&self, call: &crate::ActionCall) -> crate::outcome::ActResult<crate::outcome::ActionOutput> {
+        let acted = self.driver().run(call).await;
+        if let Some(Held::Context(c)) = &self.held {
+            self.pool.prepare_spare(&c.browser);
+        }
+        acted
+    }
+
     pub(super) fn held(&self) -> &Held {
         self.held.as_ref().expect("lease holds its worker until release")
     }

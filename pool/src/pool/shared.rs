@@ -6,6 +6,11 @@ use super::worker::{driver_config, MEMORY_READ_EVERY};
 use super::*;
 use crate::sync::lock;
 
+/// The latest a lease that found its context made has the next one made, when no action of
+/// its session ended first (a session driven over the CDP proxy alone): a first navigation
+/// usually ends well within it.
+const SPARE_AFTER: Duration = Duration::from_millis(300);
+
 /// Removes from the map a shared browser no session uses, if there is one.
 pub(super) fn take_idle_shared(state: &mut State) -> Option<Arc<SharedBrowser>> {
     let tenant = state.shared.iter().find(|(_, b)| b.usage().contexts == 0).map(|(t, _)| t.clone())?;
@@ -32,6 +37,8 @@ pub(super) struct SharedBrowser {
     /// A context made ahead, blank, with its driver attached: the next session takes it, so
     /// creating one is off the caller's path.
     pub(super) spare: Mutex<Option<(String, Driver)>>,
+    /// Told when the spare being made is there (or could not be made).
+    pub(super) spare_made: tokio::sync::Notify,
 }
 
 #[derive(Default)]
@@ -61,6 +68,23 @@ impl SharedBrowser {
 
     pub(super) fn take_spare(&self) -> Option<(String, Driver)> {
         lock(&self.spare).take()
+    }
+
+    /// The spare context, waiting up to `bound` for the one being made: a second context made
+    /// beside it would share the browser's one UI thread with it, and both come later.
+    pub(super) async fn spare_or_wait(&self, bound: std::time::Duration) -> Option<(String, Driver)> {
+        let deadline = tokio::time::Instant::now() + bound;
+        loop {
+            let made = self.spare_made.notified();
+            tokio::pin!(made);
+            made.as_mut().enable();
+            if let Some(spare) = self.take_spare() {
+                return Some(spare);
+            }
+            if !self.usage().preparing || tokio::time::timeout_at(deadline, made).await.is_err() {
+                return None;
+            }
+        }
     }
 
     pub(super) async fn kill(&self) {
@@ -101,7 +125,7 @@ impl Pool {
             None => {
                 // A warm worker becomes the tenant's browser; leasing it waits like any lease.
                 let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-                let worker = self.take_warm(left).await?;
+                let mut worker = self.take_warm(left).await?;
                 // Another session of the tenant may have made one meanwhile: use it, and give
                 // the worker back, no longer counted as leased.
                 if let Some(browser) = self.current_shared(tenant) {
@@ -121,6 +145,8 @@ impl Pool {
                         return Err(e);
                     }
                     worker.driver.stop();
+                    // Each context gets a files directory of its own; the worker's goes.
+                    drop(worker.files.take());
                     let browser = Arc::new(SharedBrowser {
                         tenant: tenant.to_string(),
                         id: worker.id.clone(),
@@ -134,6 +160,7 @@ impl Pool {
                         worker: Mutex::new(Some(worker)),
                         usage: Mutex::new(Usage { contexts: 1, served: 1, generation: 1, ..Usage::default() }),
                         spare: Mutex::new(None),
+                        spare_made: tokio::sync::Notify::new(),
                     });
                     self.inner.state().shared.insert(tenant.to_string(), browser.clone());
                     tracing::info!(tenant, worker = %browser.id, "a warm worker became the tenant's shared browser");
@@ -141,11 +168,7 @@ impl Pool {
                 }
             }
         };
-        let opened = match browser.take_spare() {
-            Some(spare) => Ok(spare),
-            None => self.open_context(&browser).await,
-        };
-        self.prepare_spare(&browser);
+        let opened = self.take_context(&browser).await;
         match opened {
             Ok((context, driver)) => {
                 let lease = Lease {
@@ -163,6 +186,33 @@ impl Pool {
                 Err(e)
             }
         }
+    }
+
+    /// The session's context: the spare, else the one being made, else one made now.
+    ///
+    /// Making a context takes the browser's UI thread and a renderer's start, about 100 ms
+    /// here, which the session's first action (its first navigation) would share. When the
+    /// spare was there at once (sessions come slower than contexts are made), the next one is
+    /// made once this session's first action ended (`Lease::run`), or after `SPARE_AFTER` for
+    /// a session driven over the CDP proxy alone; when this caller waited for it (sessions
+    /// back to back), at once, or the next caller waits longer.
+    async fn take_context(&self, browser: &Arc<SharedBrowser>) -> Result<(String, Driver), PoolError> {
+        if let Some(spare) = browser.take_spare() {
+            let (pool, browser, closing) = (self.clone(), browser.clone(), self.inner.closing.clone());
+            self.inner.tasks.spawn(async move {
+                tokio::select! {
+                    _ = tokio::time::sleep(SPARE_AFTER) => pool.prepare_spare(&browser),
+                    _ = closing.cancelled() => {}
+                }
+            });
+            return Ok(spare);
+        }
+        let opened = match browser.spare_or_wait(self.inner.cfg.launch.cdp_timeout).await {
+            Some(spare) => Ok(spare),
+            None => self.open_context(browser).await,
+        };
+        self.prepare_spare(browser);
+        opened
     }
 
     /// The tenant's current shared browser with one more session counted in it, if it has
@@ -190,11 +240,17 @@ impl Pool {
     }
 
     /// Makes the next session's context ahead, aside, unless one is there or being made, or
-    /// the browser is being replaced.
+    /// the browser is being replaced (or the pool stops). Called by a lease that waited for
+    /// its context, when a session's action ends, `SPARE_AFTER` after a lease that found its
+    /// context made, and when a session ends.
     pub(super) fn prepare_spare(&self, browser: &Arc<SharedBrowser>) {
         {
             let mut usage = browser.usage();
+            // Cheapest first: this runs after every action of a context session.
             if usage.preparing || usage.retiring || lock(&browser.spare).is_some() {
+                return;
+            }
+            if self.inner.closing.is_cancelled() || browser.dead() {
                 return;
             }
             usage.preparing = true;
@@ -202,18 +258,24 @@ impl Pool {
         let (pool, browser) = (self.clone(), browser.clone());
         self.inner.tasks.spawn(async move {
             let made = pool.open_context(&browser).await;
-            let keep = {
-                let mut usage = browser.usage();
-                usage.preparing = false;
-                !usage.retiring && !browser.dead()
-            };
-            match made {
-                Ok(spare) if keep => *lock(&browser.spare) = Some(spare),
-                Ok((context, driver)) => {
-                    drop(driver);
-                    let _ = pool.dispose(&browser, &context).await;
+            let keep = !browser.usage().retiring && !browser.dead();
+            // The spare is in place before `preparing` clears, so a caller never sees neither.
+            let unused = match made {
+                Ok(spare) if keep => {
+                    *lock(&browser.spare) = Some(spare);
+                    None
                 }
-                Err(e) => tracing::warn!(worker = %browser.id, error = %e, "a spare browser context could not be made"),
+                Ok(unused) => Some(unused),
+                Err(e) => {
+                    tracing::warn!(worker = %browser.id, error = %e, "a spare browser context could not be made");
+                    None
+                }
+            };
+            browser.usage().preparing = false;
+            browser.spare_made.notify_waiters();
+            if let Some((context, driver)) = unused {
+                drop(driver);
+                let _ = pool.dispose(&browser, &context).await;
             }
         });
     }
@@ -314,6 +376,8 @@ impl Pool {
             tracing::info!(worker = %browser.id, pss_mib = pss >> 20, ceiling_mib = ceiling >> 20, "shared browser past its memory ceiling; replacing it");
             browser.usage().retiring = true;
         }
+        // A session that ended without an action still leaves the next one its context.
+        self.prepare_spare(&browser);
         self.context_gone(&browser);
     }
 

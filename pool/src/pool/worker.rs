@@ -17,6 +17,9 @@ pub(super) struct Worker {
     pub(super) devtools_url: String,
     pub(super) driver: Driver,
     pub(super) started_at: SystemTime,
+    /// Its files directory, made while it booted (see `files::prepare`), until a lease takes
+    /// it; removed with the worker otherwise.
+    pub(super) files: Option<super::files::Prepared>,
 }
 
 impl Worker {
@@ -35,6 +38,7 @@ impl Worker {
         self.death_watch.abort();
         self.handler_task.abort();
         self.process.kill().await;
+        // Its files directory, if no lease took it, goes as `self.files` drops.
     }
 }
 
@@ -158,6 +162,14 @@ pub(super) async fn boot_worker(
             return Err(e);
         }
     };
+    let files = super::files::prepare(
+        &cfg.launch.profiles_dir,
+        &id.0,
+        &launched.process.profile,
+        &driver,
+        cfg.launch.cdp_timeout,
+    )
+    .await;
     let (died_tx, died) = watch::channel(None);
     let death_watch = OwnedTask::spawn(
         watch_death(
@@ -180,6 +192,7 @@ pub(super) async fn boot_worker(
         devtools_url,
         driver,
         started_at: SystemTime::now(),
+        files,
     })
 }
 

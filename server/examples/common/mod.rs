@@ -9,6 +9,8 @@ use browserpool_server::sessions::Sessions;
 /// A server running in this process until [`InProcess::stop`].
 pub struct InProcess {
     pub endpoint: String,
+    /// The HTTP listener, `host:port`.
+    pub http: String,
     pub token: String,
     pub sessions: Sessions,
     /// The Chromium pool under the sessions.
@@ -32,11 +34,7 @@ impl InProcess {
     /// Another replica of `first`: its database and signing key, a data dir of its own.
     pub async fn replica_of(first: &InProcess, warm: usize, max_workers: usize) -> anyhow::Result<InProcess> {
         let dir = tempfile::tempdir()?;
-        for key in std::fs::read_dir(first.dir.path())?.flatten() {
-            if key.file_name().to_string_lossy().starts_with("jwt-") {
-                std::fs::copy(key.path(), dir.path().join(key.file_name()))?;
-            }
-        }
+        copy_signing_keys(first.dir.path(), dir.path())?;
         let mut args = ServeArgs::for_tests(dir.path());
         args.warm = warm;
         args.max_workers = max_workers;
@@ -47,6 +45,7 @@ impl InProcess {
     async fn serve(dir: tempfile::TempDir, args: ServeArgs) -> anyhow::Result<InProcess> {
         let bound = browserpool_server::bind(args).await?;
         let endpoint = format!("http://{}", bound.grpc_addr);
+        let http = bound.http_addr.to_string();
         let token = std::fs::read_to_string(&bound.admin_token_path)?;
         let sessions = bound.sessions().clone();
         let pool = bound.pool().clone();
@@ -54,7 +53,7 @@ impl InProcess {
         let task = tokio::spawn(bound.serve(async move {
             let _ = stopped.await;
         }));
-        Ok(InProcess { endpoint, token, sessions, pool, dir, stop, task })
+        Ok(InProcess { endpoint, http, token, sessions, pool, dir, stop, task })
     }
 
     /// Stops the server and waits until it has (workers killed, profiles removed).
@@ -94,4 +93,164 @@ pub fn cpu_ms() -> (f64, f64) {
     let busy: f64 = ticks.iter().take(8).enumerate().filter(|(i, _)| *i != 3 && *i != 4).map(|(_, v)| v).sum();
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
     (own, busy * 1000.0 / hz)
+}
+
+/// The `q` quantile (0..=1) of `samples`, nearest rank; zero (the default) when there are
+/// none.
+pub fn quantile<T: Ord + Copy + Default>(samples: &[T], q: f64) -> T {
+    let mut sorted = samples.to_vec();
+    sorted.sort();
+    match sorted.len() {
+        0 => T::default(),
+        n => sorted[((n as f64 - 1.0) * q).round() as usize],
+    }
+}
+
+/// Copies the signing keys of data dir `from` into `to`: replicas behind one Service share
+/// them (and their database).
+pub fn copy_signing_keys(from: &std::path::Path, to: &std::path::Path) -> std::io::Result<()> {
+    for key in std::fs::read_dir(from)?.flatten() {
+        if key.file_name().to_string_lossy().starts_with("jwt-") {
+            std::fs::copy(key.path(), to.join(key.file_name()))?;
+        }
+    }
+    Ok(())
+}
+
+/// Milliseconds, as the benches print them.
+pub fn ms(d: std::time::Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// A `browserpool serve` process of its own: the binary next to this program's `examples/`
+/// directory (`cargo build --release -p browserpool-server --bin browserpool` first), on
+/// 127.0.0.1:0 for gRPC and HTTP (the addresses read from its `serving` log line), with data
+/// dir `dir`. Dropped while it runs, it gets SIGTERM and is waited for.
+pub struct ServerProcess {
+    pub child: std::process::Child,
+    pub dir: tempfile::TempDir,
+    /// The gRPC and HTTP listeners, `host:port`.
+    pub grpc: String,
+    pub http: String,
+    /// The admin token of the `default` tenant.
+    pub token: String,
+    /// `--database-url`, when one was given (else SQLite in `dir`).
+    pub database_url: Option<String>,
+}
+
+impl ServerProcess {
+    /// `browserpool serve` with `args` after the listeners and the data dir.
+    pub fn start(dir: tempfile::TempDir, database_url: Option<&str>, args: &[&str]) -> anyhow::Result<ServerProcess> {
+        use std::io::{BufRead, BufReader};
+        let mut command = std::process::Command::new(browserpool_binary()?);
+        command
+            .args(["serve", "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0"])
+            .arg("--data-dir")
+            .arg(dir.path());
+        if let Some(url) = database_url {
+            command.args(["--database-url", url]);
+        }
+        let mut child = command
+            .args(args)
+            .env("BROWSERPOOL_LOG", "warn,browserpool_server::server=info")
+            .stderr(std::process::Stdio::piped())
+            .spawn()?;
+        let mut lines = BufReader::new(child.stderr.take().expect("piped")).lines();
+        let serving = loop {
+            match lines.next() {
+                Some(line) if line.as_ref().is_ok_and(|l| l.contains("serving")) => break line?,
+                Some(_) => continue,
+                None => anyhow::bail!("the server exited before serving"),
+            }
+        };
+        // Keep draining its log so it never blocks on a full pipe.
+        std::thread::spawn(move || lines.for_each(drop));
+        let field = |name: &str| {
+            serving
+                .split(&format!("{name}="))
+                .nth(1)
+                .and_then(|r| r.split_whitespace().next())
+                .unwrap_or("")
+                .to_string()
+        };
+        let token = std::fs::read_to_string(dir.path().join("admin.token"))?.trim().to_string();
+        Ok(ServerProcess {
+            grpc: field("grpc_addr"),
+            http: field("http_addr"),
+            child,
+            dir,
+            token,
+            database_url: database_url.map(str::to_string),
+        })
+    }
+
+    pub fn endpoint(&self) -> String {
+        format!("http://{}", self.grpc)
+    }
+
+    pub async fn client(&self) -> anyhow::Result<browserpool_client::Client> {
+        Ok(browserpool_client::Client::connect(self.endpoint(), &self.token).await?)
+    }
+
+    pub fn signal(&self, signal: libc::c_int) {
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(self.child.id() as i32, signal) };
+    }
+
+    /// Waits (at most a minute, then SIGKILL) for the exit: its code and how long it took.
+    pub fn wait(&mut self) -> (Option<i32>, std::time::Duration) {
+        let started = std::time::Instant::now();
+        while started.elapsed() < std::time::Duration::from_secs(60) {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return (status.code(), started.elapsed());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let _ = self.child.kill();
+        (None, started.elapsed())
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            self.signal(libc::SIGTERM);
+            self.wait();
+        }
+    }
+}
+
+/// `target/<profile>/browserpool`, next to this program's `examples/` directory.
+pub fn browserpool_binary() -> anyhow::Result<std::path::PathBuf> {
+    let exe = std::env::current_exe()?;
+    let bin = exe.parent().and_then(std::path::Path::parent).map(|d| d.join("browserpool"));
+    match bin {
+        Some(bin) if bin.exists() => Ok(bin),
+        _ => anyhow::bail!(
+            "no browserpool binary next to {}: cargo build --release -p browserpool-server --bin browserpool",
+            exe.display()
+        ),
+    }
+}
+
+/// The proportional set size of process `pid` (a number, or `self`) alone, its threads but not
+/// its children, in KiB.
+pub fn pss_kib(pid: impl std::fmt::Display) -> Option<u64> {
+    let rollup = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?;
+    rollup.lines().find_map(|l| l.strip_prefix("Pss:")).and_then(|v| v.split_whitespace().next()?.parse().ok())
+}
+
+/// The live processes (not zombies) whose command line names `needle`, e.g. a profiles dir.
+pub fn processes_naming(needle: &str) -> Vec<u32> {
+    let Ok(procs) = std::fs::read_dir("/proc") else { return Vec::new() };
+    procs
+        .flatten()
+        .filter_map(|e| Some((e.file_name().to_str()?.parse::<u32>().ok()?, e.path())))
+        .filter(|(_, path)| {
+            let live = std::fs::read_to_string(path.join("stat"))
+                .is_ok_and(|s| s.rsplit_once(')').is_some_and(|(_, r)| !r.trim_start().starts_with('Z')));
+            live && std::fs::read(path.join("cmdline")).is_ok_and(|c| String::from_utf8_lossy(&c).contains(needle))
+        })
+        .map(|(pid, _)| pid)
+        .collect()
 }

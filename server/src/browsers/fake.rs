@@ -1,6 +1,7 @@
-//! An in-memory [`Browsers`] for the lifecycle's unit tests: a lease is a place among
-//! `capacity` (waited for in arrival order, as the pool's are), an action does what its
-//! payload says, and a browser dies when a test says so.
+//! An in-memory [`Browsers`] for the lifecycle's unit tests and the fleet simulation
+//! (`examples/fleet_sim.rs`): a lease is a place among `capacity` (waited for in arrival
+//! order, as the pool's are), an action does what its payload says, and a browser dies when a
+//! test says so.
 //!
 //! Payloads an action understands: `{"sleep_ms": N}` (answers after N ms, or `TIMEOUT` at
 //! its deadline), `{"die": "why"}` (the browser dies under the action, which fails as a
@@ -25,7 +26,7 @@ use crate::model::Isolation;
 
 /// The fake pool. Cheap to clone; clones share their browsers.
 #[derive(Clone)]
-pub(crate) struct FakeBrowsers {
+pub struct FakeBrowsers {
     shared: Arc<Shared>,
 }
 
@@ -34,25 +35,32 @@ struct Shared {
     slots: Arc<Semaphore>,
     state: Mutex<FakeState>,
     net: Arc<WorkerNet>,
+    name: String,
 }
 
 /// What the fake saw, for the tests to assert on.
 #[derive(Default, Debug)]
-pub(crate) struct FakeState {
+pub struct FakeState {
     next: u64,
     /// Browsers leased now: worker id -> its death signal.
-    pub(crate) leased: BTreeMap<String, watch::Sender<Option<String>>>,
+    pub leased: BTreeMap<String, watch::Sender<Option<String>>>,
     /// The most browsers leased at once.
-    pub(crate) most_at_once: usize,
+    pub most_at_once: usize,
     /// Worker ids in the order they were leased, and released.
-    pub(crate) lease_order: Vec<String>,
-    pub(crate) released: Vec<String>,
+    pub lease_order: Vec<String>,
+    pub released: Vec<String>,
     /// Policies set, by worker id.
-    pub(crate) policies: BTreeMap<String, NavPolicy>,
+    pub policies: BTreeMap<String, NavPolicy>,
 }
 
 impl FakeBrowsers {
-    pub(crate) fn new(capacity: usize) -> FakeBrowsers {
+    /// Fakes of at most `capacity` browsers at once, their worker ids `w-fake-<n>`.
+    pub fn new(capacity: usize) -> FakeBrowsers {
+        FakeBrowsers::named(capacity, "fake")
+    }
+
+    /// [`FakeBrowsers::new`] with worker ids `w-<name>-<n>` (one name per replica).
+    pub fn named(capacity: usize, name: &str) -> FakeBrowsers {
         let net = WorkerNet::new(Arc::new(Egress::new(EgressConfig::default())));
         FakeBrowsers {
             shared: Arc::new(Shared {
@@ -60,16 +68,17 @@ impl FakeBrowsers {
                 slots: Arc::new(Semaphore::new(capacity)),
                 state: Mutex::new(FakeState::default()),
                 net,
+                name: name.to_string(),
             }),
         }
     }
 
-    pub(crate) fn state(&self) -> MutexGuard<'_, FakeState> {
+    pub fn state(&self) -> MutexGuard<'_, FakeState> {
         self.shared.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The browser of worker `id` dies (a crash, an OOM kill) with nobody calling.
-    pub(crate) fn kill(&self, id: &str, why: &str) {
+    pub fn kill(&self, id: &str, why: &str) {
         if let Some(died) = self.state().leased.get(id) {
             died.send_replace(Some(why.to_string()));
         }
@@ -94,7 +103,7 @@ impl Browsers for FakeBrowsers {
             let id = {
                 let mut state = self.state();
                 state.next += 1;
-                let id = format!("w-fake-{}", state.next);
+                let id = format!("w-{}-{}", self.shared.name, state.next);
                 state.leased.insert(id.clone(), died_tx);
                 state.most_at_once = state.most_at_once.max(state.leased.len());
                 state.lease_order.push(id.clone());
