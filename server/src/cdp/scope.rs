@@ -99,11 +99,7 @@ pub const ROOT_EVENTS: &[(&str, RootEvent)] = &[
     ("Storage.cacheStorageListUpdated", RootEvent::NotAtRoot),
     ("Storage.indexedDBContentUpdated", RootEvent::NotAtRoot),
     ("Storage.indexedDBListUpdated", RootEvent::NotAtRoot),
-    ("Storage.interestGroupAccessed", RootEvent::NotAtRoot),
-    ("Storage.interestGroupAuctionEventOccurred", RootEvent::NotAtRoot),
-    ("Storage.interestGroupAuctionNetworkRequestCreated", RootEvent::NotAtRoot),
-    ("Storage.sharedStorageAccessed", RootEvent::NotAtRoot),
-    ("Storage.sharedStorageWorkletOperationExecutionFinished", RootEvent::NotAtRoot),
+    ("Storage.privateVerificationTokensUpdated", RootEvent::NotAtRoot),
     ("Storage.storageBucketCreatedOrUpdated", RootEvent::NotAtRoot),
     ("Storage.storageBucketDeleted", RootEvent::NotAtRoot),
 ];
