@@ -151,9 +151,17 @@ async fn sigterm() -> anyhow::Result<()> {
     };
     tokio::time::sleep(Duration::from_millis(500)).await;
     server.signal(libc::SIGTERM);
-    let readyz = readyz(&server.http).await;
+    // The server handles the signal a moment later: what /readyz says first after 200 (a 503
+    // while it drains, or refused once it stopped listening), and when.
+    let signalled = Instant::now();
+    let mut ready = readyz(&server.http).await;
+    while ready == "HTTP/1.1 200 OK" && signalled.elapsed() < Duration::from_secs(5) {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        ready = readyz(&server.http).await;
+    }
+    let not_ready = signalled.elapsed();
     let (code, took) = tokio::task::block_in_place(|| server.wait());
-    println!("  SIGTERM, --shutdown-grace 2s: /readyz {readyz} at once; exit {code:?} after {took:?}");
+    println!("  SIGTERM, --shutdown-grace 2s: /readyz {ready} after {not_ready:?}; exit {code:?} after {took:?}");
     println!("  the busy session's action: {}", said(&running.await?));
     let store = browserpool_server::store::Store::open(&url).await?;
     for (what, id) in [("busy", &busy), ("idle", &idle)] {
