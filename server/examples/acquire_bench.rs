@@ -9,14 +9,15 @@
 //! distribution of `Acquire` round-trip times as the client sees them, plus the first action,
 //! a navigation to a page served on loopback (through the worker's egress proxy), how long
 //! a `confirm()` opened by a click takes to end that click with DIALOG_OPEN, and `Release`;
-//! with `process`, also the server process's own PSS while idle, before and after the rounds.
+//! with `process`, also the server process's own PSS while idle, before and after the rounds,
+//! and how much of it is its own code paged in.
 
 use std::time::{Duration, Instant};
 
 use browserpool_client::{action, pb, Client};
 
 mod common;
-use common::{ms, pss_kib, quantile, serve_page, InProcess, ServerProcess};
+use common::{exe_pss_kib, ms, pss_kib, quantile, serve_page, InProcess, ServerProcess};
 
 const WARM: usize = 2;
 const SETTLE: Duration = Duration::from_millis(500);
@@ -52,7 +53,11 @@ async fn main() -> anyhow::Result<()> {
     // The server's own memory (Chromium's processes are not counted), idle with its warm
     // workers booted, before any session and after them all.
     let server_pss = || match &server {
-        Server::Process(p) => pss_kib(p.child.id()).map(|kib| format!("{:.1} MiB", kib as f64 / 1024.0)),
+        Server::Process(p) => {
+            let mib = |kib: u64| kib as f64 / 1024.0;
+            let (all, exe) = (pss_kib(p.child.id())?, exe_pss_kib(p.child.id()).unwrap_or(0));
+            Some(format!("{:.1} MiB ({:.1} its code)", mib(all), mib(exe)))
+        }
         Server::InProcess(_) => None,
     };
     wait_warm(&client, WARM).await?;

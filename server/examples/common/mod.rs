@@ -240,6 +240,25 @@ pub fn pss_kib(pid: impl std::fmt::Display) -> Option<u64> {
     rollup.lines().find_map(|l| l.strip_prefix("Pss:")).and_then(|v| v.split_whitespace().next()?.parse().ok())
 }
 
+/// Of [`pss_kib`], the part that is the process's own executable mapped (its code and
+/// read-only data paged in), in KiB: what it costs to have run code, not what it keeps.
+pub fn exe_pss_kib(pid: impl std::fmt::Display) -> Option<u64> {
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok()?;
+    let exe = exe.to_str()?;
+    let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps")).ok()?;
+    let (mut ours, mut total) = (false, 0);
+    for line in smaps.lines() {
+        let mut fields = line.split_whitespace();
+        match fields.next() {
+            Some("Pss:") if ours => total += fields.next()?.parse::<u64>().ok()?,
+            // A mapping's header: `start-end perms offset dev inode [path]`.
+            Some(range) if range.contains('-') && !range.ends_with(':') => ours = fields.nth(4) == Some(exe),
+            _ => {}
+        }
+    }
+    Some(total)
+}
+
 /// The live processes (not zombies) whose command line names `needle`, e.g. a profiles dir.
 pub fn processes_naming(needle: &str) -> Vec<u32> {
     let Ok(procs) = std::fs::read_dir("/proc") else { return Vec::new() };
