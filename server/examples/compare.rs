@@ -32,11 +32,13 @@
 //! the ones this machine needs.
 //!
 //! Each system runs SESSIONS sessions one after another (latency p50/p95 and each step's
-//! p50), then SESSIONS sessions at 1, 4 and 8 clients at once (sessions per second). While it
-//! runs, the proportional set size (PSS, shared pages split between the processes sharing
-//! them) of this process and of the Chromium processes it started is sampled every 250 ms (a
-//! read walks their page tables, so sampling more often takes CPU from the workload); the
-//! peaks are printed. At 8 clients, the CPU time per session is printed too (ms): this
+//! p50), then SESSIONS sessions at 1, 4 and 8 clients at once (sessions per second). The
+//! proportional set size (PSS, shared pages split between the processes sharing them) of
+//! this process and of the Chromium processes it started is sampled every 250 ms during the
+//! sequential sessions and during one more pass at 8 clients, never during the throughput
+//! passes (a read walks the page tables of every process read: there, its CPU was counted as
+//! the system's own, more for a system with more processes, such as a pool's warm workers);
+//! the peaks are printed. At 8 clients, the CPU time per session is printed too (ms): this
 //! process's (`own_cpu`: the server and its client, or chromiumoxide) and the whole host's
 //! (`host_cpu`: Chromium's processes included), the figure that bounds throughput on a busy
 //! host. A table goes to stdout, the same figures as JSON to JSON_PATH.
@@ -419,44 +421,29 @@ async fn measure(name: &str, page: &str, sessions: usize) -> anyhow::Result<Figu
         })
         .collect();
 
-    // Throughput: SESSIONS sessions split over `clients` at once.
+    // Throughput: SESSIONS sessions split over `clients` at once, not sampled: a PSS read
+    // walks the page tables of every process read, CPU the workload would not have.
     let mut per_second = BTreeMap::new();
     let (mut cpu_own_ms, mut cpu_host_ms) = (0.0, 0.0);
     for clients in CLIENTS {
         let system = Arc::new(System::start(name, clients).await?);
-        let sampler = Sampler::start(system.marker());
-        let next = Arc::new(AtomicU64::new(0));
         let cpu_before = cpu_ms();
         let started = Instant::now();
-        let mut workers = Vec::new();
-        for _ in 0..clients {
-            let (system, next, page) = (system.clone(), next.clone(), page.to_string());
-            workers.push(tokio::spawn(async move {
-                let mut failed = 0;
-                loop {
-                    let n = next.fetch_add(1, Ordering::SeqCst);
-                    if n >= sessions as u64 {
-                        return failed;
-                    }
-                    if let Err(e) = system.session(&page, 1_000 + n).await {
-                        eprintln!("{e:#}");
-                        failed += 1;
-                    }
-                }
-            }));
-        }
-        for w in workers {
-            errors += w.await?;
-        }
+        errors += at_once(&system, clients, sessions, page).await?;
         per_second.insert(clients, sessions as f64 / started.elapsed().as_secs_f64());
         let cpu_after = cpu_ms();
         (cpu_own_ms, cpu_host_ms) =
             ((cpu_after.0 - cpu_before.0) / sessions as f64, (cpu_after.1 - cpu_before.1) / sessions as f64);
-        let (o, c) = sampler.peaks();
-        (own, chromium) = (own.max(o), chromium.max(c));
-        let system = Arc::try_unwrap(system).map_err(|_| anyhow::anyhow!("system still shared"))?;
-        system.stop().await?;
+        stop_shared(system).await?;
     }
+    // The peak memory at the most clients, in a pass of its own.
+    let clients = CLIENTS[CLIENTS.len() - 1];
+    let system = Arc::new(System::start(name, clients).await?);
+    let sampler = Sampler::start(system.marker());
+    errors += at_once(&system, clients, sessions, page).await?;
+    let (o, c) = sampler.peaks();
+    (own, chromium) = (own.max(o), chromium.max(c));
+    stop_shared(system).await?;
     Ok(Figures {
         sequential_p50: quantile(&totals, 0.5),
         sequential_p95: quantile(&totals, 0.95),
@@ -468,6 +455,38 @@ async fn measure(name: &str, page: &str, sessions: usize) -> anyhow::Result<Figu
         cpu_host_ms,
         errors,
     })
+}
+
+/// Runs `sessions` sessions on `system` from `clients` clients at once; how many failed.
+async fn at_once(system: &Arc<System>, clients: usize, sessions: usize, page: &str) -> anyhow::Result<usize> {
+    let next = Arc::new(AtomicU64::new(0));
+    let mut workers = Vec::new();
+    for _ in 0..clients {
+        let (system, next, page) = (system.clone(), next.clone(), page.to_string());
+        workers.push(tokio::spawn(async move {
+            let mut failed = 0;
+            loop {
+                let n = next.fetch_add(1, Ordering::SeqCst);
+                if n >= sessions as u64 {
+                    return failed;
+                }
+                if let Err(e) = system.session(&page, 1_000 + n).await {
+                    eprintln!("{e:#}");
+                    failed += 1;
+                }
+            }
+        }));
+    }
+    let mut errors = 0;
+    for w in workers {
+        errors += w.await?;
+    }
+    Ok(errors)
+}
+
+async fn stop_shared(system: Arc<System>) -> anyhow::Result<()> {
+    let system = Arc::try_unwrap(system).map_err(|_| anyhow::anyhow!("system still shared"))?;
+    system.stop().await
 }
 
 /// The lifecycle workload, `sessions` in a row on one system started for one client (after
