@@ -139,6 +139,7 @@ async fn an_agent_drives_one_browser_through_every_tool() {
         // 20
         call("browser_nothing", json!({})),
         call("browser_session", json!({"op": "explode"})),
+        browser("evaluate", "", json!("'x'.repeat(40000)")),
     ];
     let Some(report) = agent(TEST, http(&server, &token, steps)).await else { return };
 
@@ -209,6 +210,11 @@ async fn an_agent_drives_one_browser_through_every_tool() {
     assert_eq!(err(&s[19]), "INVALID_ARGUMENT: selector: a string is required");
     assert!(s[20]["exception"].as_str().unwrap().contains("unknown tool \"browser_nothing\""), "{}", s[20]);
     assert!(err(&s[21]).starts_with("INVALID_ARGUMENT: op: \"explode\" is not status"), "{}", s[21]);
+    // Text sized for a model: 40,002 characters (the string's JSON) cut at 32 KiB, the cut said.
+    let long = ok(&s[22]);
+    let (kept, said) = long.split_once('\n').unwrap();
+    assert_eq!(kept.chars().count(), 32 * 1024, "{said}");
+    assert_eq!(said, "[cut at 32768 of 40002 characters: narrow the selector, or extract a part of the page]");
 
     // The import round trip, in a second MCP session: the envelope applied, a changed one
     // refused.
