@@ -3,15 +3,6 @@
 
 use super::*;
 
-/// Tower layer: validates the bearer token of every request except health and reflection and
-/// puts the [`Claims`] in the request extensions. A bad token (revoked, or its tenant deleted
-/// or re-created since) never reaches a handler, nor does a token without scope `admin` reach
-/// an `Admin` handler.
-///
-/// It also appends the RPC-level audit record of every call it sees: refusals at once, other
-/// calls when their response ends (streams included), with the final status. A call takes
-/// its place in the audit queue before it runs; when the queue is full it is refused
-/// (UNAVAILABLE).
 /// The metadata key the MCP tools' own calls name their MCP session with: the call's record
 /// carries it as its target (`mcp_session=<id>`). A client could set it on its own calls too;
 /// it only labels that client's own records.
@@ -29,6 +20,15 @@ fn call_target<B>(req: &http::Request<B>) -> String {
     }
 }
 
+/// Tower layer: validates the bearer token of every request except health and reflection and
+/// puts the [`Claims`] in the request extensions. A bad token (revoked, or its tenant deleted
+/// or re-created since) never reaches a handler, nor does a token without scope `admin` reach
+/// an `Admin` handler.
+///
+/// It also appends the RPC-level audit record of every call it sees: refusals at once, other
+/// calls when their response ends (streams included), with the final status. A call takes
+/// its place in the audit queue before it runs; when the queue is full it is refused
+/// (UNAVAILABLE).
 #[derive(Clone)]
 pub struct AuthLayer {
     tokens: TokenCheck,

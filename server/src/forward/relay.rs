@@ -59,11 +59,11 @@ impl Peers {
         }
     }
 
-    /// Relays a request about session `id` to `owner`'s HTTP listener, its body streamed: an
-    /// answer that is not an upgrade goes back as it streams (an MCP answer's event stream too); a `/cdp/{id}` upgrade, once both sides upgraded, is
-    /// spliced until either closes or this server stops.
+    /// Relays a request about session `id` to `owner`'s HTTP listener, its body streamed (an
+    /// MCP request's; a GET's is empty): an answer that is not an upgrade goes back as it
+    /// streams (an MCP answer's event stream too); a `/cdp/{id}` upgrade, once both sides
+    /// upgraded, is spliced until either closes or this server stops.
     pub(super) async fn forward_http(&self, mut req: AxumRequest, owner: &ReplicaRecord, id: &str) -> AxumResponse {
-        // An MCP request's body goes with it; a GET's is empty.
         // Nothing checked the caller yet: the answer names no address; the log does.
         let unreachable = |e: &dyn std::fmt::Display| {
             tracing::warn!(session = %id, replica = %owner.id, addr = %owner.http_addr, error = %e, "could not relay a request to the replica holding its session");
