@@ -51,6 +51,9 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "== the generated clients are up to date (scripts/gen-clients.sh --check)"
 bash scripts/gen-clients.sh --check
 
+# A failing test's message, not a backtrace of tokio's frames, is what ends a CI log's excerpt
+# (its file and line say where it failed).
+export RUST_BACKTRACE=0
 echo "== the whole suite on SQLite"
 BROWSERPOOL_TEST_POSTGRES= TMPDIR="$suite_tmp" cargo test --workspace --locked -- --test-threads=2 2>&1 | tee "$log"
 if ensure_postgres; then

@@ -12,7 +12,10 @@ use std::io;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use crate::sync::lock;
 
 /// Name of the directory, under the server's own cgroup, that holds the worker cgroups.
 const PARENT: &str = "browserpool";
@@ -27,14 +30,16 @@ pub const LEASED_WEIGHT: u32 = 100;
 /// CPU weight of the parent of all workers, against the server and the rest of the host
 /// (the default, written so a weight left by an older server does not linger).
 const PARENT_WEIGHT: u32 = 100;
-/// Name of the directory, beside [`PARENT`], where a worker's processes move just before
-/// they are killed (into a `w<port>` of their own under it).
-const DYING: &str = "browserpool-dying";
-/// CPU weight of the dying (the most there is): a killed process's exit (unmapping its
+/// CPU weight of the dying (the most there is), given to a worker about to be killed and,
+/// while any kill runs, to the parent of all workers: a killed process's exit (unmapping its
 /// memory) runs on its own cgroup's share, and a worker's is one process's among all the
 /// host's at most; on a busy host that left killed browsers exiting for seconds, holding
 /// their memory and their slot.
 const DYING_WEIGHT: u32 = 10_000;
+/// Where an older server moved the processes it killed (into a `w<port>` of their own): a
+/// move between cgroups waits for every fork and exit on the host to leave the kernel, and
+/// a spare's, at idle priority on a busy host, took seconds to. Removed at start when empty.
+const OLD_DYING: &str = "browserpool-dying";
 
 /// Which hierarchy the fences are written in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,8 +59,8 @@ pub struct Cgroups {
     pub default_memory: u64,
     /// Most tasks (processes and threads) a worker may have.
     pub pids_max: u64,
-    /// The cgroup of the dying (in the cpu hierarchy on v1), when it could be made.
-    dying: Option<PathBuf>,
+    /// The parent's CPU weight, raised while a kill runs.
+    boost: Arc<ParentBoost>,
 }
 
 /// One worker's cgroup (one per hierarchy on v1).
@@ -68,9 +73,47 @@ pub struct WorkerCgroup {
     limit: AtomicU64,
     /// OOM kills counted when the limit was last set: more since means the limit was reached.
     oom_base: AtomicU64,
-    /// Where its processes go to be killed ([`WorkerCgroup::condemn`]): its `w<port>` under
-    /// the cgroup of the dying, made when it is first needed.
-    dying: Option<PathBuf>,
+    /// The parent's weight, raised while this worker is killed ([`WorkerCgroup::condemn`]).
+    boost: Arc<ParentBoost>,
+}
+
+/// The workers' parent in the cpu hierarchy, at [`DYING_WEIGHT`] while any kill runs (one
+/// [`Condemned`] or more alive) and at [`PARENT_WEIGHT`] otherwise. Counted per server: two
+/// servers started in one cgroup share the parent, and the end of one's kills lowers it under
+/// the other's.
+#[derive(Debug)]
+struct ParentBoost {
+    dir: PathBuf,
+    version: Version,
+    kills: Mutex<usize>,
+}
+
+impl ParentBoost {
+    fn raise(self: &Arc<Self>) -> io::Result<Condemned> {
+        let mut kills = lock(&self.kills);
+        if *kills == 0 {
+            write_weight(&self.dir, self.version, DYING_WEIGHT)?;
+        }
+        *kills += 1;
+        Ok(Condemned(self.clone()))
+    }
+}
+
+/// A kill running: the workers' parent keeps the weight of the dying until the last is
+/// dropped. Dropping it writes a cgroup file (blocking).
+#[derive(Debug)]
+pub struct Condemned(Arc<ParentBoost>);
+
+impl Drop for Condemned {
+    fn drop(&mut self) {
+        let mut kills = lock(&self.0.kills);
+        *kills -= 1;
+        if *kills == 0 {
+            if let Err(e) = write_weight(&self.0.dir, self.0.version, PARENT_WEIGHT) {
+                tracing::warn!(error = %e, "could not lower the workers' cpu weight after a kill");
+            }
+        }
+    }
 }
 
 impl Cgroups {
@@ -99,12 +142,10 @@ impl Cgroups {
             std::fs::create_dir(&probe).map_err(|e| format!("{}: {e}", parent.display()))?;
             let _ = std::fs::remove_dir(&probe);
         }
-        let dying = make_dying(of(&parents, version, Controller::Cpu), version)
-            .inspect_err(
-                |e| tracing::warn!(error = %e, "no cgroup for the dying: a killed worker exits at its own weight"),
-            )
-            .ok();
-        let cgroups = Cgroups { version, parents, default_memory, pids_max, dying };
+        let cpu = of(&parents, version, Controller::Cpu).to_path_buf();
+        remove_old_dying(&cpu);
+        let boost = Arc::new(ParentBoost { dir: cpu, version, kills: Mutex::new(0) });
+        let cgroups = Cgroups { version, parents, default_memory, pids_max, boost };
         // Grouped, the workers together weigh as much as one ordinary process (on v1, one
         // thread of the server's cgroup), whatever a tenant spins in them: the server (its
         // gRPC, its egress proxies, its database) is served first. Measured: at ten times the
@@ -138,12 +179,14 @@ impl Cgroups {
         &self.parents[0]
     }
 
-    /// A fresh cgroup for the worker on `port`, with a spare's fences (default memory, low CPU
-    /// weight). Whatever a killed server left in it is killed first.
+    /// A fresh cgroup for the worker on `port`, with a spare's memory and task limits, at a
+    /// leased worker's CPU weight: its first process joins it at that weight (a move between
+    /// cgroups holds a lock every fork and exit on the host waits for, so it must not be
+    /// starved while it does), and the launcher lowers it to [`SPARE_WEIGHT`] once Chromium
+    /// runs. Whatever a killed server left in it is killed first.
     pub fn create(&self, port: u16) -> io::Result<WorkerCgroup> {
         let dirs: Vec<PathBuf> = self.parents.iter().map(|p| p.join(format!("w{port}"))).collect();
-        let dying = self.dying.as_ref().map(|d| d.join(format!("w{port}")));
-        for dir in dirs.iter().chain(&dying) {
+        for dir in &dirs {
             if dir.exists() {
                 empty(dir, self.version);
                 remove_dir(dir)?;
@@ -152,11 +195,16 @@ impl Cgroups {
         for dir in &dirs {
             std::fs::create_dir(dir)?;
         }
-        let cgroup =
-            WorkerCgroup { version: self.version, dirs, limit: AtomicU64::new(0), oom_base: AtomicU64::new(0), dying };
+        let cgroup = WorkerCgroup {
+            version: self.version,
+            dirs,
+            limit: AtomicU64::new(0),
+            oom_base: AtomicU64::new(0),
+            boost: self.boost.clone(),
+        };
         cgroup.set_memory(self.default_memory)?;
         cgroup.write(Controller::Pids, "pids.max", &self.pids_max.to_string())?;
-        cgroup.set_cpu_weight(SPARE_WEIGHT)?;
+        cgroup.set_cpu_weight(LEASED_WEIGHT)?;
         Ok(cgroup)
     }
 }
@@ -230,29 +278,15 @@ impl WorkerCgroup {
         (self.oom_kills() > self.oom_base.load(Ordering::SeqCst)).then(|| self.memory_limit())
     }
 
-    /// Moves every process in it to its cgroup under the dying's, where their exit is served
-    /// before the host's other work; call just before killing them (the kernel will not move
-    /// a process already exiting). Returns how many moved, or why none could. Blocking.
-    pub fn condemn(&self) -> io::Result<usize> {
-        let dying = self.dying.as_ref().ok_or_else(|| io::Error::other("no cgroup for the dying"))?;
-        match std::fs::create_dir(dying) {
-            Err(e) if e.kind() != io::ErrorKind::AlreadyExists => {
-                return Err(io::Error::new(e.kind(), format!("{}: {e}", dying.display())))
-            }
-            _ => {}
-        }
-        let path = dying.join("cgroup.procs");
-        let mut moved = 0;
-        for pid in procs(self.dir(Controller::Cpu)) {
-            // One write per process (the kernel takes one pid per write); a process gone
-            // meanwhile (ESRCH) is not an error.
-            match std::fs::write(&path, pid.to_string()) {
-                Ok(()) => moved += 1,
-                Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
-                Err(e) => return Err(io::Error::new(e.kind(), format!("{}: {e}", path.display()))),
-            }
-        }
-        Ok(moved)
+    /// Readies it for a kill: it and the workers' parent take the weight of the dying (the
+    /// parent until the returned guard and every other kill's are dropped), so the killed
+    /// processes' exit is served before the host's other work. Nothing moves between cgroups:
+    /// a move waits for every fork and exit on the host to leave the kernel, and on a busy host
+    /// a spare's, at idle priority, took seconds to. Blocking.
+    pub fn condemn(&self) -> io::Result<Condemned> {
+        let condemned = self.boost.raise()?;
+        self.set_cpu_weight(DYING_WEIGHT)?;
+        Ok(condemned)
     }
 
     /// SIGKILL to every process in it (condemned or not), then waits until none is left or
@@ -264,7 +298,7 @@ impl WorkerCgroup {
     pub fn kill_and_wait(&self, bound: Duration) -> usize {
         let deadline = std::time::Instant::now() + bound;
         loop {
-            let left: Vec<libc::pid_t> = self.dirs().flat_map(|d| procs(d)).collect();
+            let left: Vec<libc::pid_t> = self.dirs.iter().flat_map(|d| procs(d)).collect();
             if left.is_empty() {
                 return 0;
             }
@@ -280,14 +314,9 @@ impl WorkerCgroup {
         }
     }
 
-    /// Its dirs, the dying one last (where made).
-    fn dirs(&self) -> impl Iterator<Item = &PathBuf> {
-        self.dirs.iter().chain(self.dying.as_ref().filter(|d| d.exists()))
-    }
-
     /// Kills what is left in it and removes it; called once the worker's processes are gone.
     pub fn remove(&self) {
-        for dir in self.dirs() {
+        for dir in &self.dirs {
             empty(dir, self.version);
             if let Err(e) = remove_dir(dir) {
                 tracing::warn!(dir = %dir.display(), error = %e, "could not remove worker cgroup");
@@ -427,17 +456,14 @@ fn locate(own: &str, mountinfo: &str, root: &Path) -> Result<(Version, Vec<PathB
     Ok((Version::V1, dirs))
 }
 
-/// Makes the cgroup of the dying beside `parent` (the workers' parent in the cpu hierarchy),
-/// at the highest CPU weight; on v2 it passes the cpu controller down to the workers' dirs.
-fn make_dying(parent: &Path, version: Version) -> Result<PathBuf, String> {
-    let dir = parent.with_file_name(DYING);
-    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    write_weight(&dir, version, DYING_WEIGHT).map_err(|e| e.to_string())?;
-    if version == Version::V2 {
-        let control = dir.join("cgroup.subtree_control");
-        std::fs::write(&control, "+cpu").map_err(|e| format!("{}: {e}", control.display()))?;
+/// Removes what an older server left beside `parent` (the workers' parent in the cpu
+/// hierarchy) for its killed workers, where it is empty.
+fn remove_old_dying(parent: &Path) {
+    let dir = parent.with_file_name(OLD_DYING);
+    if let Ok(entries) = std::fs::read_dir(&dir) {
+        entries.flatten().filter(|e| e.path().is_dir()).for_each(|e| drop(std::fs::remove_dir(e.path())));
+        let _ = std::fs::remove_dir(&dir);
     }
-    Ok(dir)
 }
 
 /// Makes `<own>/browserpool` with the memory, pids and cpu controllers for its children. Where
@@ -522,8 +548,9 @@ mod tests {
             Version::V1 => ["memory", "pids", "cpu"].iter().map(|c| root.path().join(c).join("browserpool")).collect(),
         };
         parents.iter().for_each(|p| std::fs::create_dir_all(p).unwrap());
-        let dying = Some(make_dying(of(&parents, version, Controller::Cpu), version).unwrap());
-        let cgroups = Cgroups { version, parents, default_memory: 1536 << 20, pids_max: 4096, dying };
+        let boost =
+            Arc::new(ParentBoost { dir: of(&parents, version, Controller::Cpu).into(), version, kills: Mutex::new(0) });
+        let cgroups = Cgroups { version, parents, default_memory: 1536 << 20, pids_max: 4096, boost };
         (root, cgroups)
     }
 
@@ -538,15 +565,21 @@ mod tests {
                     assert_eq!(read("browserpool/w9301/memory.max"), (1536u64 << 20).to_string());
                     assert_eq!(read("browserpool/w9301/memory.swap.max"), "0");
                     assert_eq!(read("browserpool/w9301/pids.max"), "4096");
-                    assert_eq!(read("browserpool/w9301/cpu.weight"), "1");
+                    assert_eq!(read("browserpool/w9301/cpu.weight"), "100");
                 }
                 Version::V1 => {
                     assert_eq!(read("memory/browserpool/w9301/memory.limit_in_bytes"), (1536u64 << 20).to_string());
                     assert_eq!(read("pids/browserpool/w9301/pids.max"), "4096");
-                    assert_eq!(read("cpu/browserpool/w9301/cpu.shares"), "10");
+                    assert_eq!(read("cpu/browserpool/w9301/cpu.shares"), "1024");
                 }
             }
-            w.set_cpu_weight(LEASED_WEIGHT).unwrap();
+            // A spare, once its Chromium runs, at the lowest weight.
+            w.set_cpu_weight(SPARE_WEIGHT).unwrap();
+            let spare = match version {
+                Version::V2 => read("browserpool/w9301/cpu.weight"),
+                Version::V1 => read("cpu/browserpool/w9301/cpu.shares"),
+            };
+            assert_eq!(spare, if version == Version::V2 { "1" } else { "10" });
             let events = match version {
                 Version::V2 => "browserpool/w9301/memory.events",
                 Version::V1 => "memory/browserpool/w9301/memory.oom_control",
@@ -559,25 +592,21 @@ mod tests {
             // The kernel makes `cgroup.procs`; the fake tree must.
             w.dirs.iter().for_each(|d| std::fs::write(d.join("cgroup.procs"), "").unwrap());
             assert_eq!(w.open_procs().unwrap().len(), if version == Version::V2 { 1 } else { 3 });
-            // Condemned, its processes move beside the workers, at the highest weight.
-            let (cpu, dying) = match version {
-                Version::V2 => ("browserpool/w9301", "browserpool-dying"),
-                Version::V1 => ("cpu/browserpool/w9301", "cpu/browserpool-dying"),
+            // Condemned, it and the parent take the highest weight, the parent until the last
+            // kill running ends; no process moves.
+            let (cpu, parent, file) = match version {
+                Version::V2 => ("browserpool/w9301", "browserpool", "cpu.weight"),
+                Version::V1 => ("cpu/browserpool/w9301", "cpu/browserpool", "cpu.shares"),
             };
-            std::fs::write(root.path().join(cpu).join("cgroup.procs"), "41\n42\n").unwrap();
-            assert_eq!(w.condemn().unwrap(), 2);
-            // (A fake file keeps the last write; the kernel's takes one pid per write.)
-            assert_eq!(read(&format!("{dying}/w9301/cgroup.procs")), "42");
-            let weight = match version {
-                Version::V2 => {
-                    assert_eq!(read(&format!("{dying}/cgroup.subtree_control")), "+cpu");
-                    read(&format!("{dying}/cpu.weight"))
-                }
-                Version::V1 => read(&format!("{dying}/cpu.shares")),
-            };
-            assert_eq!(weight, if version == Version::V2 { "10000" } else { "102400" });
-            let lone = WorkerCgroup { dying: None, ..cgroups.create(9302).unwrap() };
-            assert!(lone.condemn().unwrap_err().to_string().contains("no cgroup for the dying"));
+            let (dying, default) = if version == Version::V2 { ("10000", "100") } else { ("102400", "1024") };
+            let weights = || (read(&format!("{cpu}/{file}")), read(&format!("{parent}/{file}")));
+            let first = w.condemn().unwrap();
+            assert_eq!(weights(), (dying.to_string(), dying.to_string()));
+            let other = cgroups.create(9302).unwrap().condemn().unwrap();
+            drop(first);
+            assert_eq!(weights().1, dying, "another kill still runs");
+            drop(other);
+            assert_eq!(weights().1, default);
         }
     }
 

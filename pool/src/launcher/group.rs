@@ -35,19 +35,17 @@ impl Spawned {
         }
     }
 
-    /// Readies the group for its kill: every process moves to the cgroup of the dying, or,
-    /// where there are no cgroups (or the move failed), every thread back to normal
-    /// scheduling. Blocking.
-    pub(crate) fn condemn(&self) {
-        let moved = self.cgroup.as_ref().map(|cgroup| cgroup.condemn());
-        match moved {
-            Some(Ok(_)) => {}
-            Some(Err(e)) => {
-                tracing::warn!(error = %e, "could not move a killed worker to the cgroup of the dying");
-                raise_priority(self.pgid);
-            }
-            None => raise_priority(self.pgid),
+    /// Readies the group for its kill: its cgroup (and, while the kill runs, the workers'
+    /// parent) at the weight of the dying until the returned guard is dropped, or, where there
+    /// are no cgroups (or that failed), every thread back at normal scheduling. Blocking.
+    pub(crate) fn condemn(&self) -> Option<crate::cgroup::Condemned> {
+        match self.cgroup.as_ref().map(|cgroup| cgroup.condemn()) {
+            Some(Ok(condemned)) => return Some(condemned),
+            Some(Err(e)) => tracing::warn!(error = %e, "could not give a killed worker the weight of the dying"),
+            None => {}
         }
+        raise_priority(self.pgid);
+        None
     }
 }
 

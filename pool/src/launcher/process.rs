@@ -103,9 +103,11 @@ impl Process {
         // blocking thread for all of it: on a busy host each hop waits for a turn.
         let spawned = self.spawned();
         let left = tokio::task::spawn_blocking(move || {
-            spawned.condemn();
+            let condemned = spawned.condemn();
             kill_group(spawned.pgid as libc::pid_t);
-            spawned.cgroup.map(|cgroup| cgroup.kill_and_wait(Duration::from_secs(5)))
+            let left = spawned.cgroup.map(|cgroup| cgroup.kill_and_wait(Duration::from_secs(5)));
+            drop(condemned);
+            left
         })
         .await;
         if let Ok(Some(left @ 1..)) = left {
@@ -162,29 +164,35 @@ impl Process {
         .await;
     }
 
-    fn signal_all(&self) {
-        if let Some(cgroup) = &self.cgroup {
-            let _ = cgroup.condemn();
-        }
+    /// SIGKILL to all of it, not waiting; the weight of the dying is kept until the returned
+    /// guard is dropped.
+    fn signal_all(&self) -> Option<crate::cgroup::Condemned> {
+        let condemned = self.cgroup.as_ref().and_then(|cgroup| cgroup.condemn().ok());
         kill_group(self.pgid);
         kill_strays(&self.profile);
         if let Some(uid) = self.uid {
             kill_uid(uid, false);
         }
+        condemned
     }
 }
 
 impl Drop for Process {
     fn drop(&mut self) {
         if !self.killed {
-            self.signal_all();
+            let condemned = self.signal_all();
             // The directories go once the killed processes stop writing into them, and the
             // cgroup once they have left it (each takes a moment): on another thread, as drop
             // may not wait. The port stays locked until then: the next boot on it makes
             // directories and a cgroup of the same names, which this removal would otherwise
             // empty and remove under it. On the cleanups the pool's shutdown waits for where
-            // there is a runtime (a boot ended where it stood), so no lock outlives it.
-            let remove = self.cleanup();
+            // there is a runtime (a boot ended where it stood), so no lock outlives it. The
+            // weight of the dying is kept until the cgroup is gone.
+            let cleanup = self.cleanup();
+            let remove = move || {
+                cleanup();
+                drop(condemned);
+            };
             match (&self.cleanups, tokio::runtime::Handle::try_current()) {
                 (Some(tracker), Ok(handle)) => drop(tracker.spawn_blocking_on(remove, &handle)),
                 _ => drop(std::thread::Builder::new().name("worker-cleanup".into()).spawn(remove)),

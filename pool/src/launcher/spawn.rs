@@ -1,5 +1,5 @@
-//! Forking Chromium into its fences: its cgroup, made first; between fork and exec, idle
-//! priority, the cgroup, the network namespace, the uid and a parent-death SIGKILL; every
+//! Forking Chromium into its fences: its cgroup, made first; between fork and exec, the
+//! cgroup, idle priority, the network namespace, the uid and a parent-death SIGKILL; every
 //! fork from one long-lived thread.
 
 use std::os::fd::OwnedFd;
@@ -45,15 +45,42 @@ pub(super) async fn spawn(
     confine(&mut cmd, &procs, netns, uid);
     let spawn = spawn_on_keeper(cmd).await;
     drop(procs);
+    if let (Ok(_), Some(cgroup)) = (&spawn, cgroup) {
+        // Chromium runs (the spawn returns after its exec): it joined its cgroup at a leased
+        // worker's weight, and a spare's is the lowest. Raised again when it is waited for.
+        let cgroup = cgroup.clone();
+        let lowered = tokio::task::spawn_blocking(move || cgroup.set_cpu_weight(crate::cgroup::SPARE_WEIGHT)).await;
+        if let Ok(Err(e)) = lowered {
+            tracing::warn!(error = %e, "could not lower a spare's cpu weight");
+        }
+    }
     // A failed spawn's cgroup and directories are removed by `launch`, the one place that
     // undoes a launch that never ran.
     spawn.map_err(|e| PoolError::Launch(format!("spawn {}: {e}", chrome.display())))
 }
 
-/// What the child does between fork and exec, in order: idle priority, joining its cgroup
-/// (by writing to `procs`, its cgroup's open process lists), its network namespace, then its
+/// What the child does between fork and exec, in order: joining its cgroup (by writing to
+/// `procs`, its cgroup's open process lists), idle priority, its network namespace, then its
 /// uid, and last the parent-death signal.
 fn confine(cmd: &mut Command, procs: &[OwnedFd], netns: Option<&NetNs>, uid: Option<u32>) {
+    if !procs.is_empty() {
+        let fds: Vec<std::os::fd::RawFd> = procs.iter().map(std::os::fd::AsRawFd::as_raw_fd).collect();
+        // First, at normal priority: joining is a move between cgroups, which holds a lock
+        // every fork and exit on the host waits for; at idle priority on a busy host the child
+        // could be kept off the CPU while it holds it.
+        // SAFETY: write is async-signal-safe; it runs in the child between fork and exec, on
+        // descriptors it inherited, while it is still root (joining needs it).
+        unsafe {
+            cmd.pre_exec(move || {
+                for &fd in &fds {
+                    if libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+                Ok(())
+            });
+        }
+    }
     // Every boot starts at idle priority (SCHED_IDLE, which every process and thread Chromium
     // starts inherits, and which its own nice values do not undo): a spare booting on a busy
     // host takes only CPU the sessions leave. The pool raises it when a caller waits for it,
@@ -66,21 +93,6 @@ fn confine(cmd: &mut Command, procs: &[OwnedFd], netns: Option<&NetNs>, uid: Opt
                 let param = libc::sched_param { sched_priority: 0 };
                 // Where the policy may not be set, the boot simply runs at normal priority.
                 let _ = libc::sched_setscheduler(0, libc::SCHED_IDLE, &param);
-                Ok(())
-            });
-        }
-    }
-    if !procs.is_empty() {
-        let fds: Vec<std::os::fd::RawFd> = procs.iter().map(std::os::fd::AsRawFd::as_raw_fd).collect();
-        // SAFETY: write is async-signal-safe; it runs in the child between fork and exec, on
-        // descriptors it inherited, while it is still root (joining needs it).
-        unsafe {
-            cmd.pre_exec(move || {
-                for &fd in &fds {
-                    if libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                }
                 Ok(())
             });
         }
