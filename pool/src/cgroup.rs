@@ -289,6 +289,11 @@ impl WorkerCgroup {
         Ok(condemned)
     }
 
+    /// The processes in it (its cpu hierarchy's list on v1); none where it cannot be read.
+    pub fn pids(&self) -> Vec<u32> {
+        procs(self.dir(Controller::Cpu)).into_iter().map(|pid| pid as u32).collect()
+    }
+
     /// SIGKILL to every process in it (condemned or not), then waits until none is left or
     /// `bound` passes (zero: signal once, wait not), signalling again what a fork slipped in
     /// meanwhile. Reads only the

@@ -27,7 +27,7 @@ pub(crate) struct Spawned {
 impl Spawned {
     /// Normal scheduling for every thread, and a leased worker's CPU weight. Blocking.
     pub(crate) fn raise(&self) {
-        raise_priority(self.pgid);
+        raise_priority(|| self.pids());
         if let Some(cgroup) = &self.cgroup {
             if let Err(e) = cgroup.set_cpu_weight(crate::cgroup::LEASED_WEIGHT) {
                 tracing::warn!(error = %e, "could not raise a worker's cpu weight");
@@ -44,8 +44,18 @@ impl Spawned {
             Some(Err(e)) => tracing::warn!(error = %e, "could not give a killed worker the weight of the dying"),
             None => {}
         }
-        raise_priority(self.pgid);
+        raise_priority(|| self.pids());
         None
+    }
+
+    /// Its processes: its cgroup's own list where it has one (every process Chromium started,
+    /// read from one file), else its process group's, found in `/proc` (every process's
+    /// `stat` read, which on a busy host costs the server milliseconds it then lacks).
+    fn pids(&self) -> Vec<u32> {
+        match self.cgroup.as_ref().map(|cgroup| cgroup.pids()) {
+            Some(pids) if !pids.is_empty() => pids,
+            _ => group_pids(self.pgid),
+        }
     }
 }
 
@@ -74,13 +84,13 @@ pub fn idle_boots() -> bool {
     })
 }
 
-/// Puts every thread of process group `pgid` back at normal priority (`SCHED_OTHER`; see
-/// [`launch`](super::launch)). Twice over `/proc`, for threads started while the first pass
-/// ran. Blocking.
-pub(crate) fn raise_priority(pgid: u32) {
+/// Puts every thread of the processes `pids` lists back at normal priority (`SCHED_OTHER`;
+/// see [`launch`](super::launch)). Twice, for threads started while the first pass ran.
+/// Blocking.
+fn raise_priority(pids: impl Fn() -> Vec<u32>) {
     let param = libc::sched_param { sched_priority: 0 };
     for _ in 0..2 {
-        for pid in group_pids(pgid) {
+        for pid in pids() {
             let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { continue };
             for task in tasks.flatten() {
                 if let Some(tid) = task.file_name().to_str().and_then(|t| t.parse::<libc::pid_t>().ok()) {

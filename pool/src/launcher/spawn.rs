@@ -84,7 +84,7 @@ fn confine(cmd: &mut Command, procs: &[OwnedFd], netns: Option<&NetNs>, uid: Opt
     // Every boot starts at idle priority (SCHED_IDLE, which every process and thread Chromium
     // starts inherits, and which its own nice values do not undo): a spare booting on a busy
     // host takes only CPU the sessions leave. The pool raises it when a caller waits for it,
-    // and when it is leased ([`raise_priority`](super::group::raise_priority)); where it could
+    // and when it is leased ([`Spawned::raise`](super::group::Spawned::raise)); where it could
     // not, boots run at normal priority ([`idle_boots`]).
     if idle_boots() {
         // SAFETY: sched_setscheduler is async-signal-safe; it runs in the child before exec.
