@@ -78,7 +78,8 @@ pub struct WorkerCgroup {
 }
 
 /// The workers' parent in the cpu hierarchy, at [`DYING_WEIGHT`] while any kill runs (one
-/// [`Condemned`] or more alive) and at [`PARENT_WEIGHT`] otherwise. Counted per server: two
+/// [`Condemned`] or more alive, each only while its processes exit: the raise lifts every
+/// worker against the server) and at [`PARENT_WEIGHT`] otherwise. Counted per server: two
 /// servers started in one cgroup share the parent, and the end of one's kills lowers it under
 /// the other's.
 #[derive(Debug)]

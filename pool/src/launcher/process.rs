@@ -16,6 +16,9 @@ use crate::netns::Gate;
 use crate::sandbox::kill_uid;
 use crate::task::OwnedTask;
 
+/// How long a kill waits for the killed processes to leave their cgroup.
+const EXIT_BOUND: Duration = Duration::from_secs(5);
+
 /// A running Chromium process: its group, its port lock and its profile. Dropping it kills
 /// the whole group and deletes the profile, so a worker can never outlive its owner's handle.
 #[derive(Debug)]
@@ -105,7 +108,7 @@ impl Process {
         let left = tokio::task::spawn_blocking(move || {
             let condemned = spawned.condemn();
             kill_group(spawned.pgid as libc::pid_t);
-            let left = spawned.cgroup.map(|cgroup| cgroup.kill_and_wait(Duration::from_secs(5)));
+            let left = spawned.cgroup.map(|cgroup| cgroup.kill_and_wait(EXIT_BOUND));
             drop(condemned);
             left
         })
@@ -187,11 +190,16 @@ impl Drop for Process {
             // directories and a cgroup of the same names, which this removal would otherwise
             // empty and remove under it. On the cleanups the pool's shutdown waits for where
             // there is a runtime (a boot ended where it stood), so no lock outlives it. The
-            // weight of the dying is kept until the cgroup is gone.
+            // weight of the dying is kept only while the killed processes exit (it lifts every
+            // worker's share against the server and the host).
+            let cgroup = self.cgroup.clone();
             let cleanup = self.cleanup();
             let remove = move || {
-                cleanup();
+                if let Some(cgroup) = cgroup {
+                    cgroup.kill_and_wait(EXIT_BOUND);
+                }
                 drop(condemned);
+                cleanup();
             };
             match (&self.cleanups, tokio::runtime::Handle::try_current()) {
                 (Some(tracker), Ok(handle)) => drop(tracker.spawn_blocking_on(remove, &handle)),

@@ -91,7 +91,8 @@ pub(crate) async fn reply_to(ws: &mut Ws, msg: Value) -> Value {
     let id = msg["id"].clone();
     ws.send(Message::text(msg.to_string())).await.unwrap();
     loop {
-        let frame = tokio::time::timeout(Duration::from_secs(10), ws.next()).await.unwrap().unwrap().unwrap();
+        let next = tokio::time::timeout(Duration::from_secs(10), ws.next()).await;
+        let frame = next.unwrap_or_else(|_| panic!("no answer to {} within 10 s", msg["method"])).unwrap().unwrap();
         let v: Value = serde_json::from_str(frame.to_text().unwrap()).unwrap();
         if v["id"] == id {
             return v;
