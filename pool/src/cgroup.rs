@@ -259,6 +259,18 @@ impl WorkerCgroup {
         self.limit.load(Ordering::SeqCst)
     }
 
+    /// The memory its processes hold that reclaim cannot drop (anonymous and shared memory,
+    /// the kind the limit ends in an OOM kill), in bytes: one small file read, where the sum
+    /// of every process's PSS walks all their page tables. `None` where it cannot be read.
+    pub fn memory_used(&self) -> Option<u64> {
+        let stat = std::fs::read_to_string(self.dir(Controller::Memory).join("memory.stat")).ok()?;
+        let anon = match self.version {
+            Version::V2 => "anon",
+            Version::V1 => "rss",
+        };
+        Some(counter(&stat, anon) + counter(&stat, "shmem"))
+    }
+
     /// Sets the CPU weight (v2 scale, 1-10000; v1 shares scaled from it).
     pub fn set_cpu_weight(&self, weight: u32) -> io::Result<()> {
         write_weight(self.dir(Controller::Cpu), self.version, weight)
@@ -595,6 +607,17 @@ mod tests {
             assert_eq!(w.limit_reached(), None, "kills before the limit was set are not this tenant's");
             std::fs::write(root.path().join(events), "oom 1\noom_kill 3\n").unwrap();
             assert_eq!(w.limit_reached(), Some(256 << 20));
+            // What it holds that reclaim cannot drop: anonymous and shared memory, not the
+            // page cache (each version's own `memory.stat` names).
+            let (stat, text) = match version {
+                Version::V2 => ("browserpool/w9301/memory.stat", "anon 3000\nfile 9000\nkernel 7\nshmem 200\n"),
+                Version::V1 => {
+                    ("memory/browserpool/w9301/memory.stat", "cache 9000\nrss 3000\nrss_huge 0\nshmem 200\n")
+                }
+            };
+            assert_eq!(w.memory_used(), None, "no memory.stat yet");
+            std::fs::write(root.path().join(stat), text).unwrap();
+            assert_eq!(w.memory_used(), Some(3200));
             // The kernel makes `cgroup.procs`; the fake tree must.
             w.dirs.iter().for_each(|d| std::fs::write(d.join("cgroup.procs"), "").unwrap());
             assert_eq!(w.open_procs().unwrap().len(), if version == Version::V2 { 1 } else { 3 });

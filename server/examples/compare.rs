@@ -160,9 +160,12 @@ impl System {
                 default.isolation = browserpool_client::pb::Isolation::Context as i32;
                 admin.put_tenant(browserpool_client::pb::PutTenantRequest { tenant: Some(default) }).await?;
                 // Measured with the tenant's browser up, as on a server that has been up a
-                // while: one session makes it.
+                // while: one session makes it (from the warm worker), and the spare booted in
+                // that worker's place is waited for, so its boot is not counted against the
+                // sessions measured.
                 wait_warm(&server, 1).await;
                 client.session().await?.release().await?;
+                wait_warm(&server, 1).await;
                 Ok(System::Pool { server, client })
             }
             "direct/launch" => Ok(System::Launch { chrome, dir: tempfile::tempdir()? }),

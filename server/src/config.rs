@@ -294,8 +294,9 @@ pub struct ServeArgs {
     /// its place (it is killed once its last session ends).
     #[arg(long, env = "BROWSERPOOL_CONTEXT_RECYCLE_AFTER", default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..))]
     pub context_recycle_after: u64,
-    /// Memory (PSS over its processes, in MiB) past which a context-isolated tenant's shared
-    /// Chromium is replaced; read as one of its sessions ends, at most once a second. Three
+    /// Memory (in MiB) past which a context-isolated tenant's shared Chromium is replaced: the
+    /// anonymous and shared memory its cgroup holds, read as each of its sessions ends (without
+    /// cgroups, the PSS of its processes, read at most once a second). Three
     /// quarters of its cgroup's memory limit, when that is lower, is the ceiling instead.
     #[arg(long, env = "BROWSERPOOL_CONTEXT_MEMORY_CEILING_MIB", default_value_t = 2048, value_parser = clap::value_parser!(u64).range(64..))]
     pub context_memory_ceiling_mib: u64,

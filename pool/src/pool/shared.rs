@@ -355,10 +355,25 @@ impl Pool {
             browser.usage().retiring = true;
         }
         let limit = browser.cgroup.as_ref().map(|c| c.memory_limit());
-        let (pid, ceiling) = (browser.pid, replace_past(self.inner.cfg.shared.memory_ceiling, limit));
-        // Reading PSS walks every page table of every process of the browser (about 10 ms of
-        // CPU for a busy one), so it is read at most once a second, not at every session end.
-        let read_memory = {
+        let ceiling = replace_past(self.inner.cfg.shared.memory_ceiling, limit);
+        let used = match browser.cgroup.as_ref().and_then(|c| c.memory_used()) {
+            Some(used) => used,
+            None => self.pss_at_most_every_second(&browser).await,
+        };
+        if used > ceiling {
+            tracing::info!(worker = %browser.id, used_mib = used >> 20, ceiling_mib = ceiling >> 20, "shared browser past its memory ceiling; replacing it");
+            browser.usage().retiring = true;
+        }
+        // A session that ended without an action still leaves the next one its context.
+        self.prepare_spare(&browser);
+        self.context_gone(&browser);
+    }
+
+    /// Without cgroups, the browser's memory is the PSS of its processes; reading it walks every
+    /// page table of every one (tens of milliseconds of CPU for a busy browser), so it is read
+    /// at most once a second, not at every session's end (0 when not due).
+    async fn pss_at_most_every_second(&self, browser: &SharedBrowser) -> u64 {
+        let due = {
             let mut usage = browser.usage();
             let due = usage.memory_read.is_none_or(|at| at.elapsed() >= MEMORY_READ_EVERY);
             if due {
@@ -366,19 +381,13 @@ impl Pool {
             }
             due
         };
-        let pss = match read_memory {
+        let pid = browser.pid;
+        match due {
             true => {
                 tokio::task::spawn_blocking(move || crate::launcher::group_memory(pid).pss_bytes).await.unwrap_or(0)
             }
             false => 0,
-        };
-        if pss > ceiling {
-            tracing::info!(worker = %browser.id, pss_mib = pss >> 20, ceiling_mib = ceiling >> 20, "shared browser past its memory ceiling; replacing it");
-            browser.usage().retiring = true;
         }
-        // A session that ended without an action still leaves the next one its context.
-        self.prepare_spare(&browser);
-        self.context_gone(&browser);
     }
 
     /// One session fewer in `browser`: a browser being replaced (or dead) goes with its last
