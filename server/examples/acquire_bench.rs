@@ -10,14 +10,14 @@
 //! a navigation to a page served on loopback (through the worker's egress proxy), how long
 //! a `confirm()` opened by a click takes to end that click with DIALOG_OPEN, and `Release`;
 //! with `process`, also the server process's own PSS while idle, before and after the rounds,
-//! and how much of it is its own code paged in.
+//! how much of it is its own code paged in and how much anonymous memory (heap, stacks).
 
 use std::time::{Duration, Instant};
 
 use browserpool_client::{action, pb, Client};
 
 mod common;
-use common::{exe_pss_kib, ms, pss_kib, quantile, serve_page, InProcess, ServerProcess};
+use common::{anon_pss_kib, exe_pss_kib, ms, pss_kib, quantile, serve_page, InProcess, ServerProcess};
 
 const WARM: usize = 2;
 const SETTLE: Duration = Duration::from_millis(500);
@@ -56,7 +56,8 @@ async fn main() -> anyhow::Result<()> {
         Server::Process(p) => {
             let mib = |kib: u64| kib as f64 / 1024.0;
             let (all, exe) = (pss_kib(p.child.id())?, exe_pss_kib(p.child.id()).unwrap_or(0));
-            Some(format!("{:.1} MiB ({:.1} its code)", mib(all), mib(exe)))
+            let anon = anon_pss_kib(p.child.id()).unwrap_or(0);
+            Some(format!("{:.1} MiB ({:.1} its code, {:.1} anonymous)", mib(all), mib(exe), mib(anon)))
         }
         Server::InProcess(_) => None,
     };

@@ -236,8 +236,17 @@ pub fn browserpool_binary() -> anyhow::Result<std::path::PathBuf> {
 /// The proportional set size of process `pid` (a number, or `self`) alone, its threads but not
 /// its children, in KiB.
 pub fn pss_kib(pid: impl std::fmt::Display) -> Option<u64> {
+    rollup_kib(pid, "Pss:")
+}
+
+/// Of [`pss_kib`], the anonymous part (heap, stacks), in KiB.
+pub fn anon_pss_kib(pid: impl std::fmt::Display) -> Option<u64> {
+    rollup_kib(pid, "Pss_Anon:")
+}
+
+fn rollup_kib(pid: impl std::fmt::Display, field: &str) -> Option<u64> {
     let rollup = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?;
-    rollup.lines().find_map(|l| l.strip_prefix("Pss:")).and_then(|v| v.split_whitespace().next()?.parse().ok())
+    rollup.lines().find_map(|l| l.strip_prefix(field)).and_then(|v| v.split_whitespace().next()?.parse().ok())
 }
 
 /// Of [`pss_kib`], the part that is the process's own executable mapped (its code and
