@@ -679,11 +679,13 @@ mod tests {
         assert!(log.fault().unwrap().contains("full"), "{:?}", log.fault());
         drop(log.reserve_call().expect("calls that run no action go on"));
         until(Duration::from_secs(5), || log.healthy()).await;
-        // Three refusals (100 + 200 + 400 ms of backoff), then one write with all of them.
+        // Three refusals (100 + 200 + 400 ms of backoff), then one write with all of them;
+        // each of the four attempts gathers for `LINGER` first.
         assert_eq!(sink.written(), ["/a", "/b", "/c"]);
         assert_eq!(sink.attempts.load(Ordering::SeqCst), 4);
         let waited = started.elapsed();
-        assert!(waited >= Duration::from_millis(700) && waited < Duration::from_millis(800), "{waited:?}");
+        let expected = Duration::from_millis(700) + 4 * LINGER;
+        assert!(waited >= expected && waited < expected + Duration::from_millis(100), "{waited:?}");
         log.reserve().expect("healthy again").record(entry("/d"));
         until(Duration::from_secs(1), || sink.written().len() == 4).await;
         stop.cancel();
