@@ -53,7 +53,7 @@ pub(super) struct Usage {
     pub(super) generation: u64,
     /// A spare context is being made.
     pub(super) preparing: bool,
-    /// When its memory was last read against the ceiling.
+    /// When its PSS was last read against the ceiling (without cgroups only).
     pub(super) memory_read: Option<Instant>,
 }
 
