@@ -82,6 +82,7 @@ async fn a_person_sees_the_page_and_drives_it_through_a_control_link() {
     assert_eq!(seen["mode"], "control", "{seen}");
     let rgb: Vec<u64> = seen["rgb"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect();
     assert!(rgb[0] > 200 && rgb[1] < 60 && rgb[2] < 60, "the session's red block is not in the viewer: {seen}");
+    eprintln!("the viewer showed the burst's last picture {} ms after the click", seen["settledMs"]);
     let settled: Vec<u64> = seen["settled"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect();
     assert!(
         settled[0] < 60 && settled[1] < 60 && settled[2] > 200,
