@@ -307,7 +307,8 @@ pub struct ServeArgs {
     /// How long a browser may leave the server's DevTools probe (sent every 2 s) unanswered
     /// before it counts as dead: its session ends CRASHED ("browser stopped answering"), its
     /// processes are killed and its slot freed. A frozen browser would otherwise hold its
-    /// session until the TTL.
+    /// session until the TTL. Time the server itself stood still (stopped, or a stalled host)
+    /// is not counted.
     #[arg(long, env = "BROWSERPOOL_BROWSER_UNRESPONSIVE_AFTER", default_value = "10s", value_parser = parse_unresponsive)]
     pub browser_unresponsive_after: Duration,
     /// How long Chromium may take to start.

@@ -88,16 +88,60 @@ pub(super) const PROBE_EVERY: Duration = Duration::from_secs(2);
 /// process itself, so a page spinning in its renderer does not delay it.
 pub(super) async fn unanswered(browser: &chromiumoxide::Browser, after: Duration) -> String {
     use chromiumoxide::cdp::browser_protocol::browser::GetVersionParams;
-    let mut answered = tokio::time::Instant::now();
+    let silent = silence(after, || async { browser.execute(GetVersionParams::default()).await.is_ok() }).await;
+    format!("browser stopped answering: no reply to a DevTools probe for {} s", silent.as_secs())
+}
+
+/// How often the death watch looks at its own clock while a probe is out (see [`silence`]).
+const TICK: Duration = Duration::from_millis(500);
+
+/// Asks `probe` every [`PROBE_EVERY`] (one at a time) and returns the silence, once no answer
+/// came for `after`. Time this process itself stood still is not the browser's silence: when
+/// the server (or the host under it) stalls, every browser's probe goes unanswered at once,
+/// and on waking each would look frozen. So the watch wakes every [`TICK`] and counts what its
+/// own timers were late by as time nobody could answer; a stall of the server is forgiven to
+/// within one tick, while a browser that is frozen and a server that runs are counted in full.
+async fn silence<F, Fut>(after: Duration, mut probe: F) -> Duration
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    use tokio::time::Instant;
+    let mut answered = Instant::now();
+    // Since the last answer, how long this process's own timers were late by.
+    let mut stood_still = Duration::ZERO;
+    let mut asked = Box::pin(None);
+    let mut next_probe = answered + PROBE_EVERY;
     loop {
-        tokio::time::sleep(PROBE_EVERY).await;
-        let left = after.saturating_sub(answered.elapsed()).max(PROBE_EVERY);
-        if let Ok(Ok(_)) = tokio::time::timeout(left, browser.execute(GetVersionParams::default())).await {
-            answered = tokio::time::Instant::now();
+        let tick = Instant::now();
+        let answer = {
+            let out = async {
+                match asked.as_mut().as_pin_mut() {
+                    Some(probe) => probe.await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                ok = out => Some(ok),
+                _ = tokio::time::sleep(TICK) => None,
+            }
+        };
+        match answer {
+            Some(ok) => {
+                asked.set(None);
+                if ok {
+                    (answered, stood_still) = (Instant::now(), Duration::ZERO);
+                }
+            }
+            None => stood_still += tick.elapsed().saturating_sub(TICK),
         }
-        let silent = answered.elapsed();
+        let silent = answered.elapsed().saturating_sub(stood_still);
         if silent >= after {
-            return format!("browser stopped answering: no reply to a DevTools probe for {} s", silent.as_secs());
+            return silent;
+        }
+        if asked.is_none() && Instant::now() >= next_probe {
+            asked.set(Some(probe()));
+            next_probe = Instant::now() + PROBE_EVERY;
         }
     }
 }
@@ -228,5 +272,66 @@ pub(super) fn driver_config(cfg: &PoolConfig, cgroup: Option<Arc<WorkerCgroup>>)
         max_html_bytes: cfg.max_html_bytes,
         max_tabs: cfg.max_tabs,
         cgroup,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::time::Instant;
+
+    const AFTER: Duration = Duration::from_secs(10);
+
+    #[tokio::test(start_paused = true)]
+    async fn a_browser_that_never_answers_is_silent_after_the_bound() {
+        let started = Instant::now();
+        let silent = silence(AFTER, std::future::pending::<bool>).await;
+        assert!(silent >= AFTER, "{silent:?}");
+        assert!(started.elapsed() < AFTER + TICK * 2, "declared {:?} after the start", started.elapsed());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_browser_that_answers_is_never_silent() {
+        let watch = silence(AFTER, || async { true });
+        assert!(tokio::time::timeout(AFTER * 10, watch).await.is_err(), "declared while it answered");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stall_of_this_process_is_not_the_browser_s_silence() {
+        let started = Instant::now();
+        let watch = tokio::spawn(silence(AFTER, std::future::pending::<bool>));
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        // The whole process stands still for 30 s (every timer fires late, at once).
+        tokio::time::advance(Duration::from_secs(30)).await;
+        let silent = watch.await.unwrap();
+        let took = started.elapsed();
+        // 3 s before the stall and the rest of the 10 s after it (one tick of the stall may
+        // count): never declared on waking.
+        assert!(
+            took >= Duration::from_secs(33) + AFTER - Duration::from_secs(3) - TICK,
+            "declared {took:?} after the start"
+        );
+        assert!(took <= Duration::from_secs(33) + AFTER, "{took:?}");
+        assert!(silent >= AFTER, "{silent:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn silence_counts_from_the_last_answer() {
+        let started = Instant::now();
+        // Answers until 7 s in, then never again.
+        let silent = silence(AFTER, || {
+            let answers = started.elapsed() < Duration::from_secs(7);
+            async move {
+                if !answers {
+                    std::future::pending::<()>().await;
+                }
+                answers
+            }
+        })
+        .await;
+        let took = started.elapsed();
+        assert!(silent >= AFTER);
+        // Last answered at 6 s (probes every 2 s): declared 10 s after, within a tick.
+        assert!(took >= Duration::from_secs(16) && took < Duration::from_secs(16) + TICK * 2, "{took:?}");
     }
 }

@@ -144,6 +144,39 @@ async fn a_frozen_browser_is_a_dead_browser_even_to_a_caller_that_keeps_retrying
     server.stop().await;
 }
 
+/// The server stands still (SIGSTOP, as a host stall or a debugger would), its browsers do not:
+/// on waking, each browser's probe has gone unanswered for three times the bound at once, and
+/// none of that silence is theirs, so no session ends for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_stood_still_keeps_its_sessions_when_it_wakes() {
+    let mut server = BinaryServer::spawn_with(&["--browser-unresponsive-after", "4s", "--warm", "2"]).await;
+    let client = server.client().await;
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let id = client.acquire(30_000).await.unwrap().session_id;
+        ok(&act(&client, &id, action("evaluate", "", "1 + 1")).await);
+        ids.push(id);
+    }
+    // SAFETY: signalling our own child, the server alone (its browsers run on).
+    unsafe { libc::kill(server.pid() as i32, libc::SIGSTOP) };
+    crate::helpers::until_stopped(server.pid()).await;
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    // SAFETY: as above.
+    unsafe { libc::kill(server.pid() as i32, libc::SIGCONT) };
+    // Past the bound again with the server running: the browsers answer, so nothing ends.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    for id in &ids {
+        let session = client.get(id).await.unwrap();
+        assert_eq!(pb::SessionState::try_from(session.state).unwrap(), pb::SessionState::Ready, "{id}");
+        assert_eq!(ok(&act(&client, id, action("evaluate", "", "2 + 2")).await), json!(4));
+        client.release(id).await.unwrap();
+    }
+    let (status, log) = tokio::task::spawn_blocking(move || server.terminate()).await.unwrap();
+    assert_eq!(status.code(), Some(0));
+    let died: Vec<_> = log.iter().filter(|l| l.contains("worker died")).collect();
+    assert!(died.is_empty(), "a browser was declared dead for the server's own stall: {died:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn timed_out_actions_do_not_hold_a_session_past_its_idle_timeout() {
     let server = TestServer::start().await;

@@ -355,21 +355,7 @@ async fn an_owner_that_froze_gives_unavailable_never_a_hang() {
     // once the connection's keepalive goes unanswered.
     // SAFETY: signalling our own child.
     unsafe { libc::kill(a.pid() as i32, libc::SIGSTOP) };
-    // Called only once the kernel says it stopped (every thread in state `T`), so no thread
-    // of A can still be answering.
-    let stopped = || {
-        std::fs::read_dir(format!("/proc/{}/task", a.pid())).is_ok_and(|tasks| {
-            tasks.flatten().all(|t| {
-                std::fs::read_to_string(t.path().join("stat"))
-                    .is_ok_and(|s| s.rsplit_once(')').is_some_and(|(_, r)| r.trim_start().starts_with('T')))
-            })
-        })
-    };
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !stopped() {
-        assert!(Instant::now() < deadline, "replica A did not stop within 5 s");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    crate::helpers::until_stopped(a.pid()).await;
     let started = Instant::now();
     let answer = tokio::time::timeout(Duration::from_secs(30), on_b.act(&id, action("evaluate", "", "2 + 2"))).await;
     let waited = started.elapsed();

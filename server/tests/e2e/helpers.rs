@@ -2,7 +2,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::response::Html;
 use axum::routing::get;
@@ -193,6 +193,24 @@ pub struct BinaryServer {
     extra: Vec<String>,
     /// Environment variables it was started with (kept for restarts and replicas).
     env: Vec<(String, String)>,
+}
+
+/// Returns once the kernel says every thread of `pid` is stopped (state `T`), so none of them
+/// can still be answering (at most 5 s).
+pub async fn until_stopped(pid: u32) {
+    let stopped = || {
+        std::fs::read_dir(format!("/proc/{pid}/task")).is_ok_and(|tasks| {
+            tasks.flatten().all(|t| {
+                std::fs::read_to_string(t.path().join("stat"))
+                    .is_ok_and(|s| s.rsplit_once(')').is_some_and(|(_, r)| r.trim_start().starts_with('T')))
+            })
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !stopped() {
+        assert!(Instant::now() < deadline, "process {pid} did not stop within 5 s");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
 }
 
 impl BinaryServer {
