@@ -133,7 +133,16 @@ where
                     (answered, stood_still) = (Instant::now(), Duration::ZERO);
                 }
             }
-            None => stood_still += tick.elapsed().saturating_sub(TICK),
+            None => {
+                let late = tick.elapsed().saturating_sub(TICK);
+                if late >= Duration::from_secs(1) {
+                    tracing::warn!(
+                        late_ms = late.as_millis() as u64,
+                        "the server stood still (its timers ran late): not counted as the browser's silence"
+                    );
+                }
+                stood_still += late;
+            }
         }
         let silent = answered.elapsed().saturating_sub(stood_still);
         if silent >= after {
