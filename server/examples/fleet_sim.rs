@@ -15,7 +15,8 @@
 //! For CLIENTS, twice and four times as many, each on a fresh database (the clients' starts
 //! spread over a session's length, SECONDS (30) measured once each is a session in), it prints: acquire p50/p99 (every tenant's slots and every replica's
 //! capacity above its clients: no queueing), `Act` p50/p99 on the owner and forwarded (what
-//! the control plane adds to the fake's ACTION_MS), store transactions and WAL bytes
+//! the control plane adds to the time the fake's sleep of ACTION_MS really took, which it
+//! reports: a timer fires up to a few ms late), store transactions and WAL bytes
 //! per session (PostgreSQL's own counters over the window), this process's CPU per session
 //! (replicas, front and clients together), and the audit lag p99 (from an action's answer to
 //! its record's write time in the database). Then the fleet idle (heartbeats and sweeps:
@@ -287,8 +288,17 @@ async fn client(
             let began = Instant::now();
             let answer = conns[through].act(req).await;
             let at = now_ms();
+            let took = began.elapsed();
+            // What the fake browser's sleep really took (its timer fires late by up to a few
+            // ms), else the time asked of it.
+            let slept = |r: &pb::ActionResult| {
+                let value = r.value.as_ref().map(browserpool_proto::json::to_json);
+                value.and_then(|v| v["slept_us"].as_u64()).map(Duration::from_micros)
+            };
+            let slept =
+                answer.as_ref().ok().and_then(|r| slept(r.get_ref())).unwrap_or(Duration::from_millis(action_ms));
             // What the control plane added to the browser's own time.
-            let took = began.elapsed().saturating_sub(Duration::from_millis(action_ms));
+            let took = took.saturating_sub(slept);
             let failed = match answer {
                 Ok(r) if r.get_ref().ok => None,
                 Ok(r) => Some(format!("act: {:?}", r.into_inner().error)),
@@ -418,7 +428,7 @@ async fn main() -> anyhow::Result<()> {
     println!(
         "fleet_sim: {replicas} replicas on one PostgreSQL, fake browsers, a round-robin front; {tenants} tenants; \
          acquire -> {ACTIONS} actions of {action_ms} ms each (half through a non-owner) -> release; {seconds} s measured once every client is a session in; \
-         Act: what the control plane added to the browser's {action_ms} ms"
+         Act: what the control plane added to the time the fake browser's {action_ms} ms sleep really took"
     );
     println!("{:>88}", "per session");
     println!(

@@ -3,8 +3,8 @@
 //! order, as the pool's are), an action does what its payload says, and a browser dies when a
 //! test says so.
 //!
-//! Payloads an action understands: `{"sleep_ms": N}` (answers after N ms, or `TIMEOUT` at
-//! its deadline), `{"die": "why"}` (the browser dies under the action, which fails as a
+//! Payloads an action understands: `{"sleep_ms": N}` (answers after N ms with the payload and
+//! `slept_us`, how long the sleep really took, or `TIMEOUT` at its deadline), `{"die": "why"}` (the browser dies under the action, which fails as a
 //! driver's would); anything else answers at once with the payload as its value.
 
 use std::collections::BTreeMap;
@@ -135,7 +135,13 @@ impl FakeLeased {
                 tokio::time::sleep(call.timeout).await;
                 return Err(ActionFailure::new(FailureCode::Timeout, "the fake's sleep outlasted the deadline"));
             }
+            let slept = std::time::Instant::now();
             tokio::time::sleep(wanted).await;
+            // What the sleep really took (a timer fires up to a few ms late): the fleet
+            // simulation subtracts it to show what the control plane alone added.
+            let mut value = call.payload.clone();
+            value["slept_us"] = (slept.elapsed().as_micros() as u64).into();
+            return Ok(ActionOutput { value, ..ActionOutput::default() });
         }
         if let Some(why) = call.payload.get("die").and_then(|v| v.as_str()) {
             self.browsers.kill(&self.id, why);
