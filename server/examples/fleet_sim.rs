@@ -287,16 +287,15 @@ async fn client(
             let through = if k % 2 == 0 { mine } else { other };
             let began = Instant::now();
             let answer = conns[through].act(req).await;
-            let at = now_ms();
-            let took = began.elapsed();
+            let (at, took) = (now_ms(), began.elapsed());
             // What the fake browser's sleep really took (its timer fires late by up to a few
             // ms), else the time asked of it.
-            let slept = |r: &pb::ActionResult| {
-                let value = r.value.as_ref().map(browserpool_proto::json::to_json);
-                value.and_then(|v| v["slept_us"].as_u64()).map(Duration::from_micros)
-            };
-            let slept =
-                answer.as_ref().ok().and_then(|r| slept(r.get_ref())).unwrap_or(Duration::from_millis(action_ms));
+            let slept = answer
+                .as_ref()
+                .ok()
+                .and_then(|r| r.get_ref().value.as_ref())
+                .and_then(|v| browserpool_proto::json::to_json(v)["slept_us"].as_u64())
+                .map_or(Duration::from_millis(action_ms), Duration::from_micros);
             // What the control plane added to the browser's own time.
             let took = took.saturating_sub(slept);
             let failed = match answer {

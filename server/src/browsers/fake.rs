@@ -4,8 +4,9 @@
 //! test says so.
 //!
 //! Payloads an action understands: `{"sleep_ms": N}` (answers after N ms with the payload and
-//! `slept_us`, how long the sleep really took, or `TIMEOUT` at its deadline), `{"die": "why"}` (the browser dies under the action, which fails as a
-//! driver's would); anything else answers at once with the payload as its value.
+//! `slept_us`, how long the sleep really took, or `TIMEOUT` at its deadline), `{"die": "why"}`
+//! (the browser dies under the action, which fails as a driver's would); anything else answers
+//! at once with the payload as its value.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -129,6 +130,7 @@ struct FakeLeased {
 
 impl FakeLeased {
     async fn act(&self, call: &ActionCall) -> Acted<ActionOutput> {
+        let mut value = call.payload.clone();
         if let Some(ms) = call.payload.get("sleep_ms").and_then(|v| v.as_u64()) {
             let wanted = Duration::from_millis(ms);
             if wanted > call.timeout {
@@ -139,15 +141,13 @@ impl FakeLeased {
             tokio::time::sleep(wanted).await;
             // What the sleep really took (a timer fires up to a few ms late): the fleet
             // simulation subtracts it to show what the control plane alone added.
-            let mut value = call.payload.clone();
             value["slept_us"] = (slept.elapsed().as_micros() as u64).into();
-            return Ok(ActionOutput { value, ..ActionOutput::default() });
         }
         if let Some(why) = call.payload.get("die").and_then(|v| v.as_str()) {
             self.browsers.kill(&self.id, why);
             return Err(ActionFailure::new(FailureCode::Internal, "the DevTools connection closed"));
         }
-        Ok(ActionOutput { value: call.payload.clone(), ..ActionOutput::default() })
+        Ok(ActionOutput { value, ..ActionOutput::default() })
     }
 }
 
