@@ -22,16 +22,18 @@ RUN --mount=type=cache,id=browserpool-cargo-registry,target=/usr/local/cargo/reg
     && install -D -m 0755 target/release/browserpool /out/browserpool
 
 FROM debian:bookworm-slim
-# chromium: the workers. Without its Recommends, so without the setuid chromium-sandbox: as a
+# chromium-headless-shell: the workers (Chromium's engine without the browser's windows; the
+# server picks it first). Without Recommends, so without the setuid chromium-sandbox: as a
 # non-root user Chromium sandboxes itself with user namespaces, and a read-only root with
-# no-new-privileges could not run a setuid helper anyway.
+# no-new-privileges could not run a setuid helper anyway. The full browser (`--chrome
+# chromium`) is not in the image: an image built FROM this one can add Debian's `chromium`.
 # Fonts, so pages and screenshots are not tofu: DejaVu (Debian's default), Liberation (metric
 # twins of Arial, Times New Roman and Courier New, which pages name), Noto Color Emoji.
 # tini: PID 1, hands SIGTERM to the server and reaps what is reparented to it.
 # curl: the HEALTHCHECK, plain or TLS. ffmpeg: encodes session recordings.
 RUN apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-        chromium fonts-dejavu-core fonts-liberation fonts-noto-color-emoji \
+        chromium-headless-shell fonts-dejavu-core fonts-liberation fonts-noto-color-emoji \
         tini curl ca-certificates ffmpeg \
     && apt-get clean \
     && rm -rf /var/lib/apt/lists/*

@@ -35,12 +35,15 @@ ensure_rust_components() {
     fi
 }
 
-# Installs Debian's chromium when no chromium is on PATH.
+# Installs Debian's Chromium when missing: the headless shell the workers run by default, and
+# the full browser (`--chrome chromium`, which the suite also tests).
 ensure_chromium() {
-    if command -v chromium >/dev/null 2>&1; then
-        return
+    local missing=()
+    command -v chromium-headless-shell >/dev/null 2>&1 || missing+=(chromium-headless-shell)
+    command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+    if [ "${#missing[@]}" -gt 0 ]; then
+        apt_install "${missing[@]}"
     fi
-    apt_install chromium
 }
 
 # Installs Debian's ffmpeg (the encoder of session recordings) when missing.

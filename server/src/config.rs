@@ -141,7 +141,8 @@ pub struct ServeArgs {
     /// HTTP listen address for /healthz, /readyz and /metrics.
     #[arg(long, env = "BROWSERPOOL_HTTP_LISTEN", default_value = "127.0.0.1:50052")]
     pub http_listen: SocketAddr,
-    /// Chromium executable; default: the first of chromium, chromium-browser, google-chrome on PATH.
+    /// Chromium executable; default: the first of chromium-headless-shell, chromium,
+    /// chromium-browser, google-chrome on PATH (`--chrome chromium` for the full browser).
     #[arg(long, env = "BROWSERPOOL_CHROME")]
     pub chrome: Option<PathBuf>,
     /// Workers kept booted and idle, ready to lease.

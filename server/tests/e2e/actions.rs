@@ -345,7 +345,31 @@ async fn navigate_reports_the_http_status() {
     assert!(message.contains("HTTP status 404") && message.contains("/missing"), "{message}");
     assert_eq!(err_code(&act(&client, &id, strict("/broken")).await), pb::ErrorCode::NavigationFailed);
     assert_eq!(ok(&act(&client, &id, strict("/about")).await)["status"], json!(200));
-    // A 404 without a body is Chromium's own error page: failed either way, naming the status.
+    // A 404 without a body is a 404 like any other in the headless shell the workers run. (The
+    // full browser, `--chrome chromium`, shows its own error page there and fails either way.)
+    let empty = ok(&act(&client, &id, action("navigate", "", format!("{site}/nothing-here"))).await);
+    assert_eq!(empty["status"], json!(404), "{empty}");
+    let failed = act(&client, &id, strict("/nothing-here")).await;
+    assert_eq!(err_code(&failed), pb::ErrorCode::NavigationFailed);
+    let message = failed.error.unwrap().message;
+    assert!(message.contains("HTTP status 404") && message.contains("/nothing-here"), "{message}");
+    client.release(&id).await.unwrap();
+    server.stop().await;
+}
+
+/// `--chrome chromium` runs the full browser instead of the headless shell: sessions work the
+/// same, and an empty 404 is the full browser's own error page, a failed navigation either way
+/// (the README's "Which Chromium").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_full_browser_runs_sessions_too() {
+    let server = TestServer::start_with(|a| a.chrome = Some("chromium".into())).await;
+    let site = fixture_site().await;
+    let client = server.admin().await;
+    let id = client.acquire(30_000).await.unwrap().session_id;
+    let home = ok(&act(&client, &id, action("navigate", "", format!("{site}/"))).await);
+    assert_eq!(home["status"], json!(200), "{home}");
+    let title = ok(&act(&client, &id, action("title", "", json!(null))).await);
+    assert_eq!(title, json!("Greeter"));
     let empty = act(&client, &id, action("navigate", "", format!("{site}/nothing-here"))).await;
     assert_eq!(err_code(&empty), pb::ErrorCode::NavigationFailed);
     let message = empty.error.unwrap().message;

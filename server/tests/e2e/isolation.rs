@@ -57,11 +57,11 @@ const TRACES: &str = r#"(async () => ({
     local: localStorage.getItem('k'),
     idb: (await indexedDB.databases()).map(d => d.name),
     workers: (await navigator.serviceWorker.getRegistrations()).length,
-    notifications: Notification.permission,
+    notifications: (await navigator.permissions.query({ name: 'notifications' })).state,
 }))()"#;
 
 fn clean() -> Value {
-    json!({ "cookie": "", "local": null, "idb": [], "workers": 0, "notifications": "default" })
+    json!({ "cookie": "", "local": null, "idb": [], "workers": 0, "notifications": "prompt" })
 }
 
 /// Leaves every kind of trace in session `id`'s context, and checks each is really there.
@@ -297,7 +297,9 @@ async fn the_shared_browser_is_replaced_after_its_sessions_and_goes_when_idle() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_shared_browser_is_replaced_past_its_memory_ceiling() {
-    // Any Chromium is past 64 MiB: the first session to end sends its browser away.
+    // A page holding 128 MiB puts its shared browser past a 64 MiB ceiling: the next session
+    // to end (its neighbour's) retires the browser, which is killed once the page's session
+    // ends too.
     let server = TestServer::start_with(|a| {
         a.max_workers = 3;
         a.context_memory_ceiling_mib = 64;
@@ -305,14 +307,21 @@ async fn the_shared_browser_is_replaced_past_its_memory_ceiling() {
     .await;
     let admin = server.admin().await;
     let client = context_tenant(&server, &admin, &[]).await;
-    let first = client.acquire(30_000).await.unwrap();
-    client.release(&first.session_id).await.unwrap();
+    let hog = client.acquire(30_000).await.unwrap();
+    let neighbour = client.acquire(30_000).await.unwrap();
+    assert_eq!(hog.worker_id, neighbour.worker_id, "one shared browser");
+    assert_eq!(
+        eval(&client, &hog.session_id, "(window.held = new Uint8Array(128 << 20).fill(1)).length").await,
+        json!(128 << 20)
+    );
+    client.release(&neighbour.session_id).await.unwrap();
+    client.release(&hog.session_id).await.unwrap();
     eventually("the browser past its ceiling to be killed", Duration::from_secs(15), || async {
-        worker_pid(&admin, &first.worker_id).await.is_none().then_some(())
+        worker_pid(&admin, &hog.worker_id).await.is_none().then_some(())
     })
     .await;
     let next = client.acquire(30_000).await.unwrap();
-    assert_ne!(next.worker_id, first.worker_id);
+    assert_ne!(next.worker_id, hog.worker_id);
     client.release(&next.session_id).await.unwrap();
     server.stop().await;
 }
