@@ -138,8 +138,12 @@ impl Cgroups {
         };
         // The parent may exist already (another server's, root's): that is no sign this one
         // may make cgroups in it.
+        // Named per call, not only per process: two servers in one process (tests, the fleet
+        // simulation) may start at once.
+        static PROBES: AtomicU64 = AtomicU64::new(0);
+        let probe_name = format!("probe-{}-{}", std::process::id(), PROBES.fetch_add(1, Ordering::Relaxed));
         for parent in &parents {
-            let probe = parent.join(format!("probe-{}", std::process::id()));
+            let probe = parent.join(&probe_name);
             std::fs::create_dir(&probe).map_err(|e| format!("{}: {e}", parent.display()))?;
             let _ = std::fs::remove_dir(&probe);
         }
@@ -207,6 +211,42 @@ impl Cgroups {
         cgroup.write(Controller::Pids, "pids.max", &self.pids_max.to_string())?;
         cgroup.set_cpu_weight(LEASED_WEIGHT)?;
         Ok(cgroup)
+    }
+}
+
+impl Cgroups {
+    /// Removes the worker cgroups a dead server left (a server killed with SIGKILL removes
+    /// none of its workers'): each `w<port>` whose port `hold` can take (no live server holds
+    /// its port lock; the lock is held while the cgroup is emptied and removed, so no server
+    /// boots on that port meanwhile). Returns how many ports' cgroups went. Blocking; call at
+    /// start, before any worker boots.
+    pub fn remove_unheld<L>(&self, mut hold: impl FnMut(u16) -> Option<L>) -> usize {
+        let mut ports: Vec<u16> = self
+            .parents
+            .iter()
+            .filter_map(|parent| std::fs::read_dir(parent).ok())
+            .flat_map(|entries| entries.flatten())
+            .filter_map(|e| e.file_name().to_str()?.strip_prefix('w')?.parse().ok())
+            .collect();
+        ports.sort_unstable();
+        ports.dedup();
+        let mut removed = 0;
+        for port in ports {
+            let Some(lock) = hold(port) else { continue };
+            let mut gone = true;
+            for dir in self.parents.iter().map(|p| p.join(format!("w{port}"))).filter(|d| d.exists()) {
+                if !procs(&dir).is_empty() {
+                    empty(&dir, self.version);
+                }
+                if let Err(e) = remove_dir(&dir) {
+                    tracing::warn!(dir = %dir.display(), error = %e, "could not remove a dead server's worker cgroup");
+                    gone = false;
+                }
+            }
+            drop(lock);
+            removed += usize::from(gone);
+        }
+        removed
     }
 }
 
@@ -636,6 +676,35 @@ mod tests {
             assert_eq!(weights().1, dying, "another kill still runs");
             drop(other);
             assert_eq!(weights().1, default);
+        }
+    }
+
+    #[test]
+    fn a_dead_servers_worker_cgroups_are_removed_and_a_held_ports_kept() {
+        for version in [Version::V2, Version::V1] {
+            let (root, cgroups) = fake(version);
+            // The fake's dirs are plain: what the kernel's cgroup files would be is left out.
+            for parent in &cgroups.parents {
+                for name in ["w9400", "w9401", "probe-7", "wx"] {
+                    std::fs::create_dir(parent.join(name)).unwrap();
+                }
+            }
+            // Only w9400 on v1's cpu hierarchy: a server killed while it made the others.
+            std::fs::create_dir(of(&cgroups.parents, version, Controller::Cpu).join("w9402")).unwrap();
+            let mut asked = Vec::new();
+            let removed = cgroups.remove_unheld(|port| {
+                asked.push(port);
+                (port != 9401).then_some(())
+            });
+            assert_eq!(asked, [9400, 9401, 9402]);
+            assert_eq!(removed, 2);
+            for parent in &cgroups.parents {
+                let mut left: Vec<String> =
+                    std::fs::read_dir(parent).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+                left.sort();
+                assert_eq!(left, ["probe-7", "w9401", "wx"], "{}", parent.display());
+            }
+            drop(root);
         }
     }
 

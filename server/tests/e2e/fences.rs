@@ -695,7 +695,7 @@ async fn a_context_session_hears_nothing_of_its_neighbour_s_downloads_or_traces(
 
 /// The memory cgroup dir of `pid`: its v1 memory hierarchy's where the host has one, else its
 /// unified one.
-fn memory_cgroup(pid: i32) -> std::path::PathBuf {
+pub(crate) fn memory_cgroup(pid: i32) -> std::path::PathBuf {
     let own = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
     let path = |p: &str| p.trim_start_matches('/').to_string();
     let v1 = own.lines().find_map(|l| {
@@ -798,6 +798,9 @@ async fn a_memory_bomb_ends_its_own_tab_at_its_tenant_s_limit_and_spares_the_nei
     let status = admin.admin().pool_status(pb::PoolStatusRequest {}).await.unwrap().into_inner();
     let of = |s: &str| status.workers.iter().find(|w| w.session_id == s).cloned().expect("the session's worker");
     let a_cgroup = check_fenced(&of(&a), 384);
+    // The cgroup is named after the port: once removed, the next spare on that port makes one
+    // of the same name, so "removed" is "not the same directory any more".
+    let a_inode = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&a_cgroup).unwrap());
     check_fenced(&of(&b), 1536);
     check_fenced(&worker(&admin, &c.worker_id).await, 512);
     dense.release(&c.session_id).await.unwrap();
@@ -866,7 +869,8 @@ async fn a_memory_bomb_ends_its_own_tab_at_its_tenant_s_limit_and_spares_the_nei
     bomb.release(&a).await.unwrap();
     admin.release(&b).await.unwrap();
     crate::helpers::eventually("a released worker's cgroup is removed", Duration::from_secs(10), || async {
-        (!a_cgroup.exists()).then_some(())
+        let same = std::fs::metadata(&a_cgroup).is_ok_and(|m| std::os::unix::fs::MetadataExt::ino(&m) == a_inode);
+        (!same).then_some(())
     })
     .await;
     server.stop().await;
