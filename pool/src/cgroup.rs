@@ -212,9 +212,7 @@ impl Cgroups {
         cgroup.set_cpu_weight(LEASED_WEIGHT)?;
         Ok(cgroup)
     }
-}
 
-impl Cgroups {
     /// Removes the worker cgroups a dead server left (a server killed with SIGKILL removes
     /// none of its workers'): each `w<port>` whose port `hold` can take (no live server holds
     /// its port lock; the lock is held while the cgroup is emptied and removed, so no server
@@ -689,7 +687,8 @@ mod tests {
                     std::fs::create_dir(parent.join(name)).unwrap();
                 }
             }
-            // Only w9400 on v1's cpu hierarchy: a server killed while it made the others.
+            // w9402 in the cpu hierarchy alone (v2's one parent is it): a server killed while
+            // it made that worker's cgroups.
             std::fs::create_dir(of(&cgroups.parents, version, Controller::Cpu).join("w9402")).unwrap();
             let mut asked = Vec::new();
             let removed = cgroups.remove_unheld(|port| {

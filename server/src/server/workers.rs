@@ -90,6 +90,15 @@ pub(super) fn worker_cgroups(args: &ServeArgs) -> Option<Arc<Cgroups>> {
                     pids_max = args.worker_pids_max,
                     "each worker runs in a cgroup of its own"
                 );
+                // Only its own ports': a server of another range may keep its locks elsewhere.
+                let (pid, ports) = (std::process::id(), args.port_range.start..=args.port_range.end);
+                let removed = cgroups.remove_unheld(|port| {
+                    let lock = || browserpool_pool::lock::PortLock::try_acquire(&args.lock_dir, port, pid);
+                    ports.contains(&port).then(lock).and_then(|held| held.ok().flatten())
+                });
+                if removed > 0 {
+                    tracing::info!(ports = removed, "removed the worker cgroups a dead server left");
+                }
                 return Some(Arc::new(cgroups));
             }
             Err(e) => e,

@@ -60,7 +60,7 @@ pub(crate) async fn http_get(url: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn workers_skip_live_locks_and_reclaim_dead_ones() {
     let locks = tempfile::tempdir().unwrap();
-    // Port 9390 is held by a live process, 9391 by a dead one.
+    // Port 9590 is held by a live process, 9591 and 9592 by dead ones.
     let mut live = Command::new("sleep").arg("60").spawn().unwrap();
     let dead = {
         let mut c = Command::new("true").spawn().unwrap();
@@ -68,12 +68,33 @@ async fn workers_skip_live_locks_and_reclaim_dead_ones() {
         c.wait().unwrap();
         pid
     };
-    std::fs::write(locks.path().join("port-9390.lock"), format!("{}\n", live.id())).unwrap();
-    std::fs::write(locks.path().join("port-9391.lock"), format!("{dead}\n")).unwrap();
+    std::fs::write(locks.path().join("port-9590.lock"), format!("{}\n", live.id())).unwrap();
+    std::fs::write(locks.path().join("port-9591.lock"), format!("{dead}\n")).unwrap();
+    std::fs::write(locks.path().join("port-9592.lock"), format!("{dead}\n")).unwrap();
+    // Worker cgroups, as a server killed with SIGKILL leaves them (empty): the dead owner's is
+    // removed at start (9592, where no worker boots: one is the most), the live one's kept.
+    // Where this process may make them.
+    let parent = worker_cgroups_parent();
+    let made = RemovedAtEnd(
+        parent
+            .iter()
+            .flat_map(|p| [p.join("w9590"), p.join("w9592")])
+            .filter_map(|dir| {
+                let made = std::fs::create_dir(&dir).or_else(|e| match e.kind() {
+                    std::io::ErrorKind::AlreadyExists => Ok(()),
+                    _ => Err(e),
+                });
+                made.ok().map(|()| (dir.clone(), inode(&dir).unwrap()))
+            })
+            .collect(),
+    );
+    if made.0.len() < 2 {
+        eprintln!("no worker cgroups here: the cgroup sweep is not checked");
+    }
     let lock_dir = locks.path().to_path_buf();
     let server = TestServer::start_with(move |a| {
         a.lock_dir = lock_dir;
-        a.port_range = "9390-9391".parse().unwrap();
+        a.port_range = "9590-9592".parse().unwrap();
         a.max_workers = 1;
     })
     .await;
@@ -81,16 +102,47 @@ async fn workers_skip_live_locks_and_reclaim_dead_ones() {
     let session = client.acquire(30_000).await.unwrap();
     let status = client.admin().pool_status(pb::PoolStatusRequest {}).await.unwrap().into_inner();
     let worker = status.workers.iter().find(|w| w.worker_id == session.worker_id).unwrap();
-    assert_eq!(worker.cdp_port, 9391, "the dead owner's port is reclaimed, the live one skipped");
-    let owner = std::fs::read_to_string(locks.path().join("port-9391.lock")).unwrap();
+    assert_eq!(worker.cdp_port, 9591, "the dead owner's port is reclaimed, the live one skipped");
+    let owner = std::fs::read_to_string(locks.path().join("port-9591.lock")).unwrap();
     assert_eq!(owner.trim(), std::process::id().to_string());
-    let untouched = std::fs::read_to_string(locks.path().join("port-9390.lock")).unwrap();
+    let untouched = std::fs::read_to_string(locks.path().join("port-9590.lock")).unwrap();
     assert_eq!(untouched.trim(), live.id().to_string());
+    for (dir, before) in &made.0 {
+        let kept = inode(dir) == Some(*before);
+        assert_eq!((kept, dir.exists()), (dir.ends_with("w9590"), dir.ends_with("w9590")), "{}", dir.display());
+    }
     client.release(&session.session_id).await.unwrap();
     server.stop().await;
-    assert!(!locks.path().join("port-9391.lock").exists(), "lock released at shutdown");
+    assert!(!locks.path().join("port-9591.lock").exists(), "lock released at shutdown");
     live.kill().unwrap();
     live.wait().unwrap();
+}
+
+/// Where an in-process server makes its workers' cgroups (the memory hierarchy's, on v1), if
+/// this process may: `None` where it is not root.
+fn worker_cgroups_parent() -> Option<std::path::PathBuf> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return None;
+    }
+    let own = crate::fences::memory_cgroup(std::process::id() as i32);
+    // On v2 a server moves itself into a leaf beside the workers' parent.
+    let own = if own.ends_with("browserpool-server") { own.parent()?.to_path_buf() } else { own };
+    let parent = own.join("browserpool");
+    std::fs::create_dir_all(&parent).ok().map(|()| parent)
+}
+
+/// Cgroup dirs a test made, removed when it ends, passed or not.
+struct RemovedAtEnd(Vec<(std::path::PathBuf, u64)>);
+
+impl Drop for RemovedAtEnd {
+    fn drop(&mut self) {
+        self.0.iter().for_each(|(dir, _)| drop(std::fs::remove_dir(dir)));
+    }
+}
+
+fn inode(path: &std::path::Path) -> Option<u64> {
+    std::fs::metadata(path).ok().map(|m| std::os::unix::fs::MetadataExt::ino(&m))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
