@@ -326,6 +326,45 @@ async fn the_shared_browser_is_replaced_past_its_memory_ceiling() {
     server.stop().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_cgroups_the_shared_browser_s_pss_is_held_against_its_ceiling() {
+    // Without a cgroup to read, the ceiling is held against the browser's PSS (read at most
+    // once a second): with two tabs the headless shell (the suite's Chromium) stays under 400
+    // MiB (about 160) and is kept; a page holding 512 MiB puts it past, and it is replaced
+    // once its sessions end.
+    let server = TestServer::start_with(|a| {
+        a.max_workers = 3;
+        a.no_worker_cgroups = true;
+        a.context_memory_ceiling_mib = 400;
+    })
+    .await;
+    let admin = server.admin().await;
+    let client = context_tenant(&server, &admin, &[]).await;
+    let hog = client.acquire(30_000).await.unwrap();
+    let first = client.acquire(30_000).await.unwrap();
+    assert_eq!(hog.worker_id, first.worker_id, "one shared browser");
+    client.release(&first.session_id).await.unwrap();
+    let second = client.acquire(30_000).await.unwrap();
+    assert_eq!(second.worker_id, hog.worker_id, "under its ceiling the browser is kept");
+    assert_eq!(
+        eval(&client, &hog.session_id, "(window.held = new Uint8Array(512 << 20).fill(1)).length").await,
+        json!(512 << 20)
+    );
+    // The last read was at the first session's end: the next one is due a second after it.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    client.release(&second.session_id).await.unwrap();
+    assert!(worker_pid(&admin, &hog.worker_id).await.is_some(), "the hog's session still runs in it");
+    client.release(&hog.session_id).await.unwrap();
+    eventually("the browser past its ceiling to be killed", Duration::from_secs(15), || async {
+        worker_pid(&admin, &hog.worker_id).await.is_none().then_some(())
+    })
+    .await;
+    let next = client.acquire(30_000).await.unwrap();
+    assert_ne!(next.worker_id, hog.worker_id);
+    client.release(&next.session_id).await.unwrap();
+    server.stop().await;
+}
+
 /// Registers six service workers one after another and waits for each to be activated: each
 /// start is a chance for the worker to be left paused by a dropped resume (see
 /// `resume_worker` in the pool), which hung about one registration in four before.
