@@ -5,8 +5,9 @@
 //! the same fences through them.
 //!
 //! Worker cgroups are named after their CDP port (`w<port>`), like their uid: the port lock is
-//! host-wide, so two servers never share one, and one left by a killed server is emptied and
-//! reused by the next holder of the port.
+//! host-wide, so two servers never share one. One left by a killed server is removed by the
+//! next server to start in the same cgroup with that port in its range, or emptied and reused
+//! by the next holder of the port.
 
 use std::io;
 use std::os::fd::OwnedFd;
@@ -15,6 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::lock::{explain_io, PortLock, PortRange};
 use crate::sync::lock;
 
 /// Name of the directory, under the server's own cgroup, that holds the worker cgroups.
@@ -213,18 +215,40 @@ impl Cgroups {
         Ok(cgroup)
     }
 
-    /// Removes the worker cgroups a dead server left (a server killed with SIGKILL removes
-    /// none of its workers'): each `w<port>` whose port `hold` can take (no live server holds
-    /// its port lock; the lock is held while the cgroup is emptied and removed, so no server
-    /// boots on that port meanwhile). Returns how many ports' cgroups went. Blocking; call at
-    /// start, before any worker boots.
-    pub fn remove_unheld<L>(&self, mut hold: impl FnMut(u16) -> Option<L>) -> usize {
+    /// Removes the worker cgroups a dead server left here (a server killed with SIGKILL
+    /// removes none of its workers'): each `w<port>` of `ports` whose port lock in `lock_dir`
+    /// this server can take, so no live server holds it; the lock is held while the cgroup
+    /// goes, so no server boots on that port meanwhile. Only empty cgroups go (the kernel
+    /// refuses one with a process in it: the next boot on that port kills what it finds).
+    /// Servers whose ranges overlap must share a lock dir. Blocking; call at start, before any
+    /// worker boots. Returns how many ports' cgroups went.
+    pub fn remove_dead_servers(&self, lock_dir: &Path, ports: PortRange) -> usize {
+        let pid = std::process::id();
+        self.remove_unheld(|port| {
+            if !(ports.start..=ports.end).contains(&port) {
+                return None;
+            }
+            PortLock::try_acquire(lock_dir, port, pid).unwrap_or_else(|e| {
+                let why = explain_io(&e, lock_dir);
+                tracing::warn!(port, error = %why, "could not take a port's lock to remove its worker cgroup");
+                None
+            })
+        })
+    }
+
+    /// [`Cgroups::remove_dead_servers`] with the lock taken by `hold` (`None`: held elsewhere).
+    fn remove_unheld<L>(&self, mut hold: impl FnMut(u16) -> Option<L>) -> usize {
+        let named = |e: std::fs::DirEntry| {
+            let name = e.file_name().into_string().ok()?;
+            let port: u16 = name.strip_prefix('w')?.parse().ok()?;
+            (name == format!("w{port}")).then_some(port)
+        };
         let mut ports: Vec<u16> = self
             .parents
             .iter()
             .filter_map(|parent| std::fs::read_dir(parent).ok())
             .flat_map(|entries| entries.flatten())
-            .filter_map(|e| e.file_name().to_str()?.strip_prefix('w')?.parse().ok())
+            .filter_map(named)
             .collect();
         ports.sort_unstable();
         ports.dedup();
@@ -232,13 +256,14 @@ impl Cgroups {
         for port in ports {
             let Some(lock) = hold(port) else { continue };
             let mut gone = true;
-            for dir in self.parents.iter().map(|p| p.join(format!("w{port}"))).filter(|d| d.exists()) {
-                if !procs(&dir).is_empty() {
-                    empty(&dir, self.version);
-                }
-                if let Err(e) = remove_dir(&dir) {
-                    tracing::warn!(dir = %dir.display(), error = %e, "could not remove a dead server's worker cgroup");
-                    gone = false;
+            for dir in self.parents.iter().map(|p| p.join(format!("w{port}"))) {
+                match std::fs::remove_dir(&dir) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                    Err(e) => {
+                        gone = false;
+                        tracing::info!(dir = %dir.display(), error = %e, "a dead server's worker cgroup is left to the next boot on its port");
+                    }
                 }
             }
             drop(lock);
@@ -683,7 +708,7 @@ mod tests {
             let (root, cgroups) = fake(version);
             // The fake's dirs are plain: what the kernel's cgroup files would be is left out.
             for parent in &cgroups.parents {
-                for name in ["w9400", "w9401", "probe-7", "wx"] {
+                for name in ["w9400", "w9401", "probe-7", "wx", "w09403"] {
                     std::fs::create_dir(parent.join(name)).unwrap();
                 }
             }
@@ -701,7 +726,7 @@ mod tests {
                 let mut left: Vec<String> =
                     std::fs::read_dir(parent).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
                 left.sort();
-                assert_eq!(left, ["probe-7", "w9401", "wx"], "{}", parent.display());
+                assert_eq!(left, ["probe-7", "w09403", "w9401", "wx"], "{}", parent.display());
             }
             drop(root);
         }

@@ -26,7 +26,7 @@ use crate::tls::{Tls, TlsMode};
 
 pub use crate::model::DEFAULT_TENANT;
 pub use workers::profiles_dir;
-use workers::{check_sandbox, pool_config, raise_open_files_limit, worker_uids};
+use workers::{check_sandbox, pool_config, raise_open_files_limit, worker_cgroups, worker_uids};
 
 mod serving;
 mod workers;
@@ -161,7 +161,12 @@ pub async fn bind_with(args: ServeArgs, browsers: Option<Arc<dyn crate::browsers
     let http_addr = http.local_addr()?;
 
     let stages = Stages::new();
-    let cfg = pool_config(&args, chrome, profiles_dir, worker_uids, [grpc_addr.port(), http_addr.port()]);
+    let cgroups = tokio::task::spawn_blocking({
+        let args = args.clone();
+        move || worker_cgroups(&args)
+    })
+    .await?;
+    let cfg = pool_config(&args, chrome, profiles_dir, worker_uids, cgroups, [grpc_addr.port(), http_addr.port()]);
     let pool = Pool::start(cfg, stages.serving.clone());
     let spool = open_spool(&args, &data_dir)?;
     let (audit, audit_writer) = AuditLog::new(store.clone(), Some(spool));

@@ -17,6 +17,7 @@ pub(super) fn pool_config(
     chrome: PathBuf,
     profiles_dir: PathBuf,
     worker_uids: Option<UidRange>,
+    cgroups: Option<Arc<Cgroups>>,
     listeners: [u16; 2],
 ) -> PoolConfig {
     PoolConfig {
@@ -29,7 +30,7 @@ pub(super) fn pool_config(
             cdp_timeout: std::time::Duration::from_secs(10),
             worker_uids,
             allow_unsandboxed: args.allow_unsandboxed,
-            cgroups: worker_cgroups(args),
+            cgroups,
         },
         warm: args.warm,
         max_workers: args.max_workers,
@@ -76,7 +77,8 @@ pub(super) fn worker_uids(args: &ServeArgs) -> anyhow::Result<Option<UidRange>> 
 }
 
 /// Where workers get a cgroup each (memory, tasks, CPU weight), or `None`, said once, at warn,
-/// with why: `--no-worker-cgroups`, or a server that may not manage cgroups.
+/// with why: `--no-worker-cgroups`, or a server that may not manage cgroups. Removes the worker
+/// cgroups a dead server left. Blocking.
 pub(super) fn worker_cgroups(args: &ServeArgs) -> Option<Arc<Cgroups>> {
     let why = if args.no_worker_cgroups {
         "--no-worker-cgroups".to_string()
@@ -90,12 +92,7 @@ pub(super) fn worker_cgroups(args: &ServeArgs) -> Option<Arc<Cgroups>> {
                     pids_max = args.worker_pids_max,
                     "each worker runs in a cgroup of its own"
                 );
-                // Only its own ports': a server of another range may keep its locks elsewhere.
-                let (pid, ports) = (std::process::id(), args.port_range.start..=args.port_range.end);
-                let removed = cgroups.remove_unheld(|port| {
-                    let lock = || browserpool_pool::lock::PortLock::try_acquire(&args.lock_dir, port, pid);
-                    ports.contains(&port).then(lock).and_then(|held| held.ok().flatten())
-                });
+                let removed = cgroups.remove_dead_servers(&args.lock_dir, args.port_range);
                 if removed > 0 {
                     tracing::info!(ports = removed, "removed the worker cgroups a dead server left");
                 }

@@ -695,7 +695,7 @@ async fn a_context_session_hears_nothing_of_its_neighbour_s_downloads_or_traces(
 
 /// The memory cgroup dir of `pid`: its v1 memory hierarchy's where the host has one, else its
 /// unified one.
-pub(crate) fn memory_cgroup(pid: i32) -> std::path::PathBuf {
+fn memory_cgroup(pid: i32) -> std::path::PathBuf {
     let own = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
     let path = |p: &str| p.trim_start_matches('/').to_string();
     let v1 = own.lines().find_map(|l| {

@@ -60,7 +60,7 @@ pub(crate) async fn http_get(url: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn workers_skip_live_locks_and_reclaim_dead_ones() {
     let locks = tempfile::tempdir().unwrap();
-    // Port 9590 is held by a live process, 9591 and 9592 by dead ones.
+    // Port 9590 is held by a live process, 9591 to 9593 by dead ones.
     let mut live = Command::new("sleep").arg("60").spawn().unwrap();
     let dead = {
         let mut c = Command::new("true").spawn().unwrap();
@@ -71,14 +71,16 @@ async fn workers_skip_live_locks_and_reclaim_dead_ones() {
     std::fs::write(locks.path().join("port-9590.lock"), format!("{}\n", live.id())).unwrap();
     std::fs::write(locks.path().join("port-9591.lock"), format!("{dead}\n")).unwrap();
     std::fs::write(locks.path().join("port-9592.lock"), format!("{dead}\n")).unwrap();
+    std::fs::write(locks.path().join("port-9593.lock"), format!("{dead}\n")).unwrap();
     // Worker cgroups, as a server killed with SIGKILL leaves them (empty): the dead owner's is
-    // removed at start (9592, where no worker boots: one is the most), the live one's kept.
-    // Where this process may make them.
+    // removed at start (9592, where no worker boots: one is the most), the live one's kept, and
+    // so is one outside the server's range (9593, its lock dead too). Where this process may
+    // make them.
     let parent = worker_cgroups_parent();
     let made = RemovedAtEnd(
         parent
             .iter()
-            .flat_map(|p| [p.join("w9590"), p.join("w9592")])
+            .flat_map(|p| [p.join("w9590"), p.join("w9592"), p.join("w9593")])
             .filter_map(|dir| {
                 let made = std::fs::create_dir(&dir).or_else(|e| match e.kind() {
                     std::io::ErrorKind::AlreadyExists => Ok(()),
@@ -88,7 +90,7 @@ async fn workers_skip_live_locks_and_reclaim_dead_ones() {
             })
             .collect(),
     );
-    if made.0.len() < 2 {
+    if made.0.len() < 3 {
         eprintln!("no worker cgroups here: the cgroup sweep is not checked");
     }
     let lock_dir = locks.path().to_path_buf();
@@ -108,8 +110,8 @@ async fn workers_skip_live_locks_and_reclaim_dead_ones() {
     let untouched = std::fs::read_to_string(locks.path().join("port-9590.lock")).unwrap();
     assert_eq!(untouched.trim(), live.id().to_string());
     for (dir, before) in &made.0 {
-        let kept = inode(dir) == Some(*before);
-        assert_eq!((kept, dir.exists()), (dir.ends_with("w9590"), dir.ends_with("w9590")), "{}", dir.display());
+        let want = !dir.ends_with("w9592");
+        assert_eq!((inode(dir) == Some(*before), dir.exists()), (want, want), "{}", dir.display());
     }
     client.release(&session.session_id).await.unwrap();
     server.stop().await;
@@ -119,17 +121,9 @@ async fn workers_skip_live_locks_and_reclaim_dead_ones() {
 }
 
 /// Where an in-process server makes its workers' cgroups (the memory hierarchy's, on v1), if
-/// this process may: `None` where it is not root.
+/// it makes them here.
 fn worker_cgroups_parent() -> Option<std::path::PathBuf> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return None;
-    }
-    let own = crate::fences::memory_cgroup(std::process::id() as i32);
-    // On v2 a server moves itself into a leaf beside the workers' parent.
-    let own = if own.ends_with("browserpool-server") { own.parent()?.to_path_buf() } else { own };
-    let parent = own.join("browserpool");
-    std::fs::create_dir_all(&parent).ok().map(|()| parent)
+    browserpool_pool::Cgroups::detect(1 << 30, 100).ok().map(|c| c.parent().to_path_buf())
 }
 
 /// Cgroup dirs a test made, removed when it ends, passed or not.
