@@ -178,15 +178,10 @@ impl Pool {
 /// work again.
 fn boots_to_start(target: usize, c: Counts) -> usize {
     let missing = target.saturating_sub(c.warm + c.booting);
-    let at_once: usize = if c.failed_boots > 0 {
-        1
-    } else if c.pending > 0 {
+    if c.failed_boots == 0 && c.pending > 0 {
         return missing;
-    } else if c.warm == 0 {
-        2
-    } else {
-        1
-    };
+    }
+    let at_once: usize = if c.failed_boots == 0 && c.warm == 0 { 2 } else { 1 };
     missing.min(at_once.saturating_sub(c.booting))
 }
 
