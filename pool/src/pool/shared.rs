@@ -53,6 +53,8 @@ pub(super) struct Usage {
     pub(super) generation: u64,
     /// A spare context is being made.
     pub(super) preparing: bool,
+    /// A caller waits for the spare being made (see [`SharedBrowser::spare_or_wait`]).
+    pub(super) awaited: bool,
     /// When its PSS was last read against the ceiling (without cgroups only).
     pub(super) memory_read: Option<Instant>,
 }
@@ -71,8 +73,25 @@ impl SharedBrowser {
     }
 
     /// The spare context, waiting up to `bound` for the one being made: a second context made
-    /// beside it would share the browser's one UI thread with it, and both come later.
+    /// beside it would share the browser's one UI thread with it, and both come later. One
+    /// caller waits for it; any other (sessions starting at once) makes its own at once, as
+    /// the one being made can serve only one of them.
     pub(super) async fn spare_or_wait(&self, bound: std::time::Duration) -> Option<(String, Driver)> {
+        {
+            let mut usage = self.usage();
+            if usage.awaited {
+                return self.take_spare();
+            }
+            usage.awaited = true;
+        }
+        // Cleared however this ends (the lease may be dropped at shutdown).
+        struct Awaited<'a>(&'a SharedBrowser);
+        impl Drop for Awaited<'_> {
+            fn drop(&mut self) {
+                self.0.usage().awaited = false;
+            }
+        }
+        let _awaited = Awaited(self);
         let deadline = tokio::time::Instant::now() + bound;
         loop {
             let made = self.spare_made.notified();

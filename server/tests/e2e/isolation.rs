@@ -187,6 +187,39 @@ async fn context_sessions_share_a_browser_and_nothing_else() {
     server.stop().await;
 }
 
+/// Sessions that start at once: one takes the spare context (or waits for the one being
+/// made), the others make their own meanwhile; each gets a context no other session has.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn context_sessions_starting_at_once_each_get_a_context_of_their_own() {
+    let server = TestServer::start_with(|a| a.max_workers = 3).await;
+    let (site, _) = site().await;
+    let admin = server.admin().await;
+    let client = context_tenant(&server, &admin, &[]).await;
+    // The shared browser made, and its next context being made (or made) as these start.
+    let first = client.acquire(30_000).await.unwrap();
+    client.release(&first.session_id).await.unwrap();
+    for round in 0..2 {
+        let acquired = futures::future::join_all((0..3).map(|_| client.acquire(30_000))).await;
+        let sessions: Vec<_> = acquired.into_iter().map(|s| s.unwrap()).collect();
+        for s in &sessions {
+            assert_eq!(s.worker_id, first.worker_id, "round {round}: the tenant's one browser");
+        }
+        for (i, s) in sessions.iter().enumerate() {
+            ok(&act(&client, &s.session_id, action("navigate", "", format!("{site}/"))).await);
+            eval(&client, &s.session_id, &format!("document.cookie = 'who={i}'")).await;
+        }
+        for (i, s) in sessions.iter().enumerate() {
+            let cookie = eval(&client, &s.session_id, "document.cookie").await;
+            assert_eq!(cookie, json!(format!("who={i}")), "round {round}: session {i} sees only its own cookie");
+            assert_eq!(tabs(&ok(&act(&client, &s.session_id, action("list_tabs", "", json!(null))).await)), 1);
+        }
+        for s in &sessions {
+            client.release(&s.session_id).await.unwrap();
+        }
+    }
+    server.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cdp_client_sees_only_its_own_context() {
     let server = TestServer::start_with(|a| a.max_workers = 3).await;
