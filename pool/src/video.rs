@@ -77,12 +77,13 @@ pub enum VideoError {
     Io(#[from] std::io::Error),
 }
 
-/// Whether ffmpeg runs here (checked at the server's start, so a missing encoder is said
-/// then, not at a session's end).
-pub fn encoder_version() -> Result<String, VideoError> {
-    let out = std::process::Command::new("ffmpeg").arg("-version").output().map_err(VideoError::NoEncoder)?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    Ok(text.lines().next().unwrap_or("ffmpeg").to_string())
+/// Where ffmpeg is, if it is on PATH (checked at the server's start, so a missing encoder is
+/// said then, not at a session's end). Found, not run: `ffmpeg -version` took 60-190 ms of
+/// CPU at every start, beside the first workers' boots; an ffmpeg that is there but fails to
+/// run says so when a recording is encoded (`VideoError::Failed`).
+pub fn find_encoder() -> Result<PathBuf, VideoError> {
+    crate::launcher::search_path("ffmpeg")
+        .ok_or_else(|| VideoError::NoEncoder(std::io::Error::new(std::io::ErrorKind::NotFound, "not found on PATH")))
 }
 
 /// Encodes `frames` into `<frames.dir>/video.webm` at the viewport's size (rounded up to even

@@ -73,9 +73,14 @@ pub fn find_chrome(explicit: Option<&Path>) -> Result<PathBuf, PoolError> {
     Ok(unwrap_debian_script(found, Path::new(DEBIAN_HEADLESS_SHELL)))
 }
 
-fn search_path(name: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path).map(|dir| dir.join(name)).find(|p| is_executable(p))
+/// The first executable file `name` in a directory of PATH.
+pub(crate) fn search_path(name: &str) -> Option<PathBuf> {
+    search_dirs(name, &std::env::var_os("PATH")?)
+}
+
+/// The first executable file `name` in a directory of `path` (PATH's form).
+fn search_dirs(name: &str, path: &std::ffi::OsStr) -> Option<PathBuf> {
+    std::env::split_paths(path).map(|dir| dir.join(name)).find(|p| is_executable(p))
 }
 
 fn is_executable(path: &Path) -> bool {
@@ -142,6 +147,21 @@ mod tests {
     fn explicit_missing_chrome_is_a_clear_error() {
         let err = find_chrome(Some(Path::new("/nonexistent/chrome"))).unwrap_err();
         assert!(err.to_string().contains("/nonexistent/chrome"), "{err}");
+    }
+
+    #[test]
+    fn only_an_executable_file_on_the_path_is_found() {
+        use std::os::unix::fs::PermissionsExt;
+        let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let path = std::env::join_paths([a.path(), b.path()]).unwrap();
+        assert_eq!(search_dirs("tool", &path), None, "nothing there");
+        std::fs::write(a.path().join("tool"), "#!/bin/sh\n").unwrap();
+        std::fs::create_dir(b.path().join("dir")).unwrap();
+        assert_eq!(search_dirs("tool", &path), None, "a file that is not executable");
+        assert_eq!(search_dirs("dir", &path), None, "a directory");
+        std::fs::write(b.path().join("tool"), "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(b.path().join("tool"), std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert_eq!(search_dirs("tool", &path), Some(b.path().join("tool")), "the executable one, in the second dir");
     }
 
     #[test]

@@ -27,6 +27,7 @@ mod process;
 mod profile;
 mod spawn;
 
+pub(crate) use chrome::search_path;
 pub use chrome::{find_chrome, CHROME_FLAGS, CHROME_NAMES, DISABLED_FEATURES};
 pub use cleanup::reap_orphans;
 pub(crate) use group::Spawned;

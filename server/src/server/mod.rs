@@ -37,9 +37,9 @@ fn cannot_record(args: &ServeArgs) -> Option<String> {
     if args.artifact_ttl.is_zero() {
         return Some("this server keeps nothing after a session ends (--artifact-ttl 0s)".into());
     }
-    match browserpool_pool::video::encoder_version() {
-        Ok(version) => {
-            tracing::info!(encoder = %version, "sessions may be recorded");
+    match browserpool_pool::video::find_encoder() {
+        Ok(path) => {
+            tracing::info!(encoder = %path.display(), "sessions may be recorded");
             None
         }
         Err(e) => {
