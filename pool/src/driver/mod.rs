@@ -31,7 +31,7 @@ use crate::error::PoolError;
 use crate::events::{EventHub, EventKind, EventReader};
 use crate::outcome::{ActResult, ActionFailure, ActionOutput, Deadline, FailureCode, Viewport};
 use crate::policy::NavPolicy;
-use crate::rawcdp::RawCdp;
+use crate::rawcdp::{RawCdp, RawEvent};
 use crate::sync::lock;
 use dialog::wait_dialog_after;
 use state::{OpenDialog, Shared, Tab, Tabs};
@@ -118,7 +118,9 @@ impl Driver {
     ) -> Result<Driver, PoolError> {
         let t = cfg.cdp_timeout;
         let timeout = |what| PoolError::CdpTimeout { what, after: t };
-        let driver = Driver::start(Arc::new(browser), ws_url, cfg, net, None).await?;
+        let (raw_tx, raw_rx) = mpsc::unbounded_channel();
+        let raw = RawCdp::connect(ws_url, t, raw_tx).await.map_err(PoolError::Cdp)?;
+        let driver = Driver::start(Arc::new(browser), (raw, raw_rx), cfg, net, None).await?;
         let page = tokio::time::timeout(t, driver.browser.new_page("about:blank"))
             .await
             .map_err(|_| timeout("new page"))?
@@ -147,17 +149,20 @@ impl Driver {
     }
 
     /// A driver for one session that is the browser context `context` of a browser shared
-    /// with other sessions of its tenant: its own CDP connection for Fetch and lifecycle, and
-    /// one blank tab opened in the context. Nothing outside the context is its tab.
+    /// with other sessions of its tenant: the browser's raw connection scoped to the context
+    /// (for Fetch and lifecycle), and one blank tab opened in the context. Nothing outside the
+    /// context is its tab.
     pub(crate) async fn attach_context(
         browser: Arc<Browser>,
-        ws_url: &str,
+        raw: &RawCdp,
         context: String,
         cfg: DriverConfig,
         (net, egress): (Arc<WorkerNet>, crate::egress::Proxy),
     ) -> Result<Driver, PoolError> {
         let t = cfg.cdp_timeout;
-        let mut driver = Driver::start(browser, ws_url, cfg, net, Some(context.clone())).await?;
+        let (raw_tx, raw_rx) = mpsc::unbounded_channel();
+        let raw = raw.scoped(&context, raw_tx);
+        let mut driver = Driver::start(browser, (raw, raw_rx), cfg, net, Some(context.clone())).await?;
         driver._egress = Some(Box::new(egress));
         let params = chromiumoxide::cdp::browser_protocol::target::CreateTargetParams::builder()
             .url("about:blank")
@@ -182,18 +187,16 @@ impl Driver {
         Ok(self)
     }
 
-    /// Its own raw connection, the shared state and the watchers; no tab yet.
+    /// The shared state and the watchers, on `raw` and its events; no tab yet.
     async fn start(
         browser: Arc<Browser>,
-        ws_url: &str,
+        (raw, raw_rx): (RawCdp, mpsc::UnboundedReceiver<RawEvent>),
         cfg: DriverConfig,
         net: Arc<WorkerNet>,
         context: Option<String>,
     ) -> Result<Driver, PoolError> {
         let t = cfg.cdp_timeout;
         let timeout = |what| PoolError::CdpTimeout { what, after: t };
-        let (raw_tx, raw_rx) = mpsc::unbounded_channel();
-        let raw = RawCdp::connect(ws_url, t, raw_tx).await.map_err(PoolError::Cdp)?;
         let shared = Arc::new(Shared {
             tabs: Mutex::new(Tabs::default()),
             tabs_changed: tokio::sync::Notify::new(),

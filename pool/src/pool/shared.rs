@@ -25,6 +25,8 @@ pub(super) struct SharedBrowser {
     pub(super) id: WorkerId,
     pub(super) browser: Arc<chromiumoxide::Browser>,
     pub(super) devtools_url: String,
+    /// The worker's raw CDP connection: each context's driver uses it, scoped to its context.
+    pub(super) raw: crate::rawcdp::RawCdp,
     pub(super) profile: std::path::PathBuf,
     pub(super) pid: u32,
     /// Its network namespace, when it has one: each context's egress listener is made there.
@@ -171,6 +173,7 @@ impl Pool {
                         id: worker.id.clone(),
                         browser: worker.driver.browser.clone(),
                         devtools_url: worker.devtools_url.clone(),
+                        raw: worker.driver.raw.clone(),
                         profile: worker.process.profile.clone(),
                         pid: worker.process.pid(),
                         netns: worker.process.netns(),
@@ -348,7 +351,7 @@ impl Pool {
         let context: String = created.result.browser_context_id.into();
         match Driver::attach_context(
             browser.browser.clone(),
-            &browser.devtools_url,
+            &browser.raw,
             context.clone(),
             driver_config(&self.inner.cfg, browser.cgroup.clone()),
             (net, egress),
