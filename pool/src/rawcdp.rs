@@ -162,14 +162,7 @@ impl RawCdp {
             }
             .instrument(tracing::debug_span!("raw_cdp")),
         );
-        Ok(RawCdp {
-            out,
-            pending,
-            routes,
-            next_id: Arc::new(AtomicU64::new(1)),
-            route: None,
-            _conn: Arc::new(conn),
-        })
+        Ok(RawCdp { out, pending, routes, next_id: Arc::new(AtomicU64::new(1)), route: None, _conn: Arc::new(conn) })
     }
 
     /// A handle on the same connection for the browser context `context`: the events of the
