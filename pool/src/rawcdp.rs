@@ -56,6 +56,9 @@ struct Routes {
     sessions: HashMap<String, (u64, Events)>,
     /// Scoped handles by browser context id: the route's id and channel.
     contexts: HashMap<String, (u64, Events)>,
+    /// Scoped handles that turned browser-level auto-attach on ([`RawCdp::auto_attach`]):
+    /// it goes off with the last of them.
+    auto_attach: usize,
 }
 
 /// A scoped handle's registration, removed (its CDP sessions detached) with its last clone.
@@ -66,11 +69,28 @@ struct Route {
     routes: Arc<Mutex<Routes>>,
     out: mpsc::UnboundedSender<String>,
     next_id: Arc<AtomicU64>,
+    /// It turned browser-level auto-attach on.
+    auto_attach: std::sync::atomic::AtomicBool,
+}
+
+impl Route {
+    fn send(&self, method: &str, params: Value) {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let _ = self.out.send(json!({ "id": id, "method": method, "params": params }).to_string());
+    }
 }
 
 impl Drop for Route {
     fn drop(&mut self) {
         let mut routes = lock(&self.routes);
+        if self.auto_attach.load(Ordering::Relaxed) {
+            routes.auto_attach -= 1;
+            // Sent under the lock: a handle turning it on now sends its call after this one.
+            if routes.auto_attach == 0 {
+                let off = json!({ "autoAttach": false, "waitForDebuggerOnStart": false, "flatten": true });
+                self.send("Target.setAutoAttach", off);
+            }
+        }
         if routes.contexts.get(&self.context).is_some_and(|(id, _)| *id == self.id) {
             routes.contexts.remove(&self.context);
         }
@@ -79,9 +99,7 @@ impl Drop for Route {
         for session in ours {
             routes.sessions.remove(&session);
             // Nothing of it stays attached: a request it paused would wait for nobody.
-            let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-            let detach = json!({ "id": id, "method": "Target.detachFromTarget", "params": { "sessionId": session } });
-            let _ = self.out.send(detach.to_string());
+            self.send("Target.detachFromTarget", json!({ "sessionId": session }));
         }
     }
 }
@@ -96,6 +114,8 @@ pub(crate) struct RawCdp {
     next_id: Arc<AtomicU64>,
     /// Set on a handle scoped to a browser context.
     route: Option<Arc<Route>>,
+    /// Set once the connection has ended.
+    closed: Arc<std::sync::atomic::AtomicBool>,
     /// The connection task, ended when the last handle is dropped.
     _conn: Arc<OwnedTask>,
 }
@@ -142,6 +162,8 @@ impl RawCdp {
         let task_pending = pending.clone();
         let task_routes = routes.clone();
         let task_out = out.clone();
+        let closed: Arc<std::sync::atomic::AtomicBool> = Arc::default();
+        let task_closed = closed.clone();
         let conn = OwnedTask::spawn(
             async move {
                 loop {
@@ -158,11 +180,30 @@ impl RawCdp {
                     }
                 }
                 // Fail whatever still waits for an answer.
+                task_closed.store(true, Ordering::Relaxed);
                 lock(&task_pending).clear();
             }
             .instrument(tracing::debug_span!("raw_cdp")),
         );
-        Ok(RawCdp { out, pending, routes, next_id: Arc::new(AtomicU64::new(1)), route: None, _conn: Arc::new(conn) })
+        let next_id = Arc::new(AtomicU64::new(1));
+        Ok(RawCdp { out, pending, routes, next_id, route: None, closed, _conn: Arc::new(conn) })
+    }
+
+    /// Whether the connection has ended (the browser closed it, or it broke).
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Relaxed)
+    }
+
+    /// Turns browser-level auto-attach on with `params` (new targets attach to this
+    /// connection). On a scoped handle it stays on while that handle, or another that turned it
+    /// on, lives: the connection outlives the session that asked for it.
+    pub async fn auto_attach(&self, params: Value) -> Result<Value, String> {
+        if let Some(route) = &self.route {
+            if !route.auto_attach.swap(true, Ordering::Relaxed) {
+                lock(&self.routes).auto_attach += 1;
+            }
+        }
+        self.call("", "Target.setAutoAttach", params).await
     }
 
     /// A handle on the same connection for the browser context `context`: the events of the
@@ -179,6 +220,7 @@ impl RawCdp {
             routes: self.routes.clone(),
             out: self.out.clone(),
             next_id: self.next_id.clone(),
+            auto_attach: Default::default(),
         };
         RawCdp { route: Some(Arc::new(route)), ..self.clone() }
     }
@@ -229,10 +271,19 @@ fn dispatch(
                 Some(err) => Err(err.get("message").and_then(Value::as_str).unwrap_or("cdp error").to_string()),
                 None => Ok(msg.get("result").cloned().unwrap_or(Value::Null)),
             };
-            // A session a scoped handle attached is routed to it before its first event.
+            // A session a scoped handle attached is routed to it before its first event; one
+            // whose handle is gone by now (its caller dropped) is detached.
             let attached = result.as_ref().ok().and_then(|r| r.get("sessionId")).and_then(Value::as_str);
-            if let (Some(session), Some(route)) = (attached, route) {
-                lock(routes).sessions.insert(session.to_string(), route);
+            match (attached, route) {
+                (Some(session), Some(route)) if !route.1.is_closed() => {
+                    lock(routes).sessions.insert(session.to_string(), route);
+                }
+                (Some(session), Some(_)) => {
+                    let detach =
+                        json!({ "id": 0, "method": "Target.detachFromTarget", "params": { "sessionId": session } });
+                    let _ = out.send(detach.to_string());
+                }
+                _ => {}
             }
             let _ = answer.send(result);
         }
@@ -268,13 +319,23 @@ fn dispatch(
 }
 
 /// The scoped handle an event goes to (`None`: the connection's own channel). A session
-/// auto-attached in a scoped handle's context becomes that handle's; a detached one is
-/// forgotten.
+/// auto-attached in a scoped handle's context, or to one of its sessions, becomes that
+/// handle's; a detached one is forgotten.
 fn route(event: &RawEvent, routes: &mut Routes) -> Option<Events> {
-    if !event.session_id.is_empty() {
-        return routes.sessions.get(&event.session_id).map(|(_, to)| to.clone());
-    }
     let session = event.params["sessionId"].as_str().unwrap_or_default();
+    if !event.session_id.is_empty() {
+        let owner = routes.sessions.get(&event.session_id).cloned()?;
+        match event.method.as_str() {
+            "Target.attachedToTarget" => {
+                routes.sessions.entry(session.to_string()).or_insert(owner.clone());
+            }
+            "Target.detachedFromTarget" => {
+                routes.sessions.remove(session);
+            }
+            _ => {}
+        }
+        return Some(owner.1);
+    }
     match event.method.as_str() {
         "Target.attachedToTarget" => {
             let context = event.params["targetInfo"]["browserContextId"].as_str().unwrap_or_default();
@@ -291,12 +352,12 @@ fn route(event: &RawEvent, routes: &mut Routes) -> Option<Events> {
 mod tests {
     use super::*;
 
+    /// A handle on no websocket: what it sends is read from `out_rx`, what Chromium would send
+    /// is given to `dispatch` by `receive`.
     struct Conn {
-        pending: Pending,
-        routes: Arc<Mutex<Routes>>,
+        raw: RawCdp,
         own: Events,
         own_rx: mpsc::UnboundedReceiver<RawEvent>,
-        out: mpsc::UnboundedSender<String>,
         out_rx: mpsc::UnboundedReceiver<String>,
     }
 
@@ -304,109 +365,179 @@ mod tests {
         fn new() -> Conn {
             let (own, own_rx) = mpsc::unbounded_channel();
             let (out, out_rx) = mpsc::unbounded_channel();
-            Conn { pending: Pending::default(), routes: Arc::default(), own, own_rx, out, out_rx }
+            let raw = RawCdp {
+                out,
+                pending: Pending::default(),
+                routes: Arc::default(),
+                next_id: Arc::new(AtomicU64::new(1)),
+                route: None,
+                closed: Arc::default(),
+                _conn: Arc::new(OwnedTask::spawn(std::future::pending())),
+            };
+            Conn { raw, own, own_rx, out_rx }
         }
 
-        /// A scoped handle's registration for `context`, as `RawCdp::scoped` makes it.
-        fn scope(&self, id: u64, context: &str) -> (Route, mpsc::UnboundedReceiver<RawEvent>) {
+        fn scope(&self, context: &str) -> (RawCdp, mpsc::UnboundedReceiver<RawEvent>) {
             let (events, rx) = mpsc::unbounded_channel();
-            lock(&self.routes).contexts.insert(context.to_string(), (id, events.clone()));
-            let route = Route {
-                id,
-                context: context.to_string(),
-                events,
-                routes: self.routes.clone(),
-                out: self.out.clone(),
-                next_id: Arc::new(AtomicU64::new(100)),
-            };
-            (route, rx)
+            (self.raw.scoped(context, events), rx)
         }
 
         fn receive(&self, msg: Value) {
-            dispatch(&msg.to_string(), &self.pending, &self.routes, &self.own, &self.out);
+            dispatch(&msg.to_string(), &self.raw.pending, &self.raw.routes, &self.own, &self.raw.out);
         }
 
-        /// A call waiting for its answer, made through `route` (or the unscoped handle).
-        fn call(&self, id: u64, route: Option<&Route>) -> oneshot::Receiver<Result<Value, String>> {
-            let (answer, rx) = oneshot::channel();
-            let route = route.map(|r| (r.id, r.events.clone()));
-            lock(&self.pending).insert(id, Waiting { answer, route });
-            rx
+        /// What was sent since the last look: method, the session it was sent on, and the
+        /// session its parameters name.
+        fn sent(&mut self) -> Vec<(String, String, String)> {
+            std::iter::from_fn(|| self.out_rx.try_recv().ok())
+                .map(|t| serde_json::from_str::<Value>(&t).unwrap())
+                .map(|m| {
+                    let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+                    (text(&m["method"]), text(&m["sessionId"]), text(&m["params"]["sessionId"]))
+                })
+                .collect()
+        }
+
+        /// Attaches to `target` through `handle`, answered with `session`, as Chromium does:
+        /// the event first, then the answer.
+        async fn attach(&mut self, handle: &RawCdp, target: &str, context: &str, session: &str) {
+            let call = handle.call("", "Target.attachToTarget", json!({ "targetId": target, "flatten": true }));
+            let (answer, ()) = tokio::join!(call, async {
+                let sent = loop {
+                    match self.out_rx.try_recv() {
+                        Ok(text) => break serde_json::from_str::<Value>(&text).unwrap(),
+                        Err(_) => tokio::task::yield_now().await,
+                    }
+                };
+                let info = json!({ "targetId": target, "type": "page", "browserContextId": context });
+                self.receive(json!({ "method": "Target.attachedToTarget",
+                    "params": { "sessionId": session, "targetInfo": info, "waitingForDebugger": false } }));
+                self.receive(json!({ "id": sent["id"], "result": { "sessionId": session } }));
+            });
+            assert_eq!(answer.unwrap(), json!({ "sessionId": session }));
         }
     }
 
-    fn methods(rx: &mut mpsc::UnboundedReceiver<RawEvent>) -> Vec<String> {
+    fn paused(session: &str, context: &str) -> Value {
+        json!({ "method": "Target.attachedToTarget", "params": { "sessionId": session,
+            "targetInfo": { "type": "page", "browserContextId": context }, "waitingForDebugger": true } })
+    }
+
+    fn on(session: &str, method: &str) -> Value {
+        json!({ "method": method, "sessionId": session, "params": {} })
+    }
+
+    fn events(rx: &mut mpsc::UnboundedReceiver<RawEvent>) -> Vec<String> {
         std::iter::from_fn(|| rx.try_recv().ok()).map(|e| format!("{} {}", e.method, e.session_id)).collect()
     }
 
-    #[test]
-    fn a_session_a_scoped_handle_attached_sends_its_events_there_alone() {
+    #[tokio::test]
+    async fn a_session_a_scoped_handle_attached_sends_its_events_there_alone() {
         let mut conn = Conn::new();
-        let (a, mut a_rx) = conn.scope(1, "CA");
-        let (_b, mut b_rx) = conn.scope(2, "CB");
-        // A's attach: the event (which Chromium sends first) and the answer both make S1 A's.
-        let answer = conn.call(7, Some(&a));
-        let info = json!({ "targetId": "T1", "type": "page", "browserContextId": "CA" });
-        conn.receive(json!({ "method": "Target.attachedToTarget",
-            "params": { "sessionId": "S1", "targetInfo": info, "waitingForDebugger": false } }));
-        conn.receive(json!({ "id": 7, "result": { "sessionId": "S1" } }));
-        assert_eq!(answer.blocking_recv().unwrap().unwrap(), json!({ "sessionId": "S1" }));
-        conn.receive(json!({ "method": "Fetch.requestPaused", "sessionId": "S1", "params": {} }));
+        let (a, mut a_rx) = conn.scope("CA");
+        let (_b, mut b_rx) = conn.scope("CB");
+        conn.attach(&a, "T1", "CA", "S1").await;
+        conn.receive(on("S1", "Fetch.requestPaused"));
         // A session nobody scoped attached, and the browser's own events: the connection's.
-        conn.receive(json!({ "method": "Page.lifecycleEvent", "sessionId": "S9", "params": {} }));
+        conn.receive(on("S9", "Page.lifecycleEvent"));
         conn.receive(json!({ "method": "Target.targetCreated", "params": {} }));
-        assert_eq!(methods(&mut a_rx), ["Target.attachedToTarget ", "Fetch.requestPaused S1"]);
-        assert_eq!(methods(&mut b_rx), Vec::<String>::new(), "nothing of A's reaches B");
-        assert_eq!(methods(&mut conn.own_rx), ["Page.lifecycleEvent S9", "Target.targetCreated "]);
-        // An answer naming a session made through the unscoped handle routes nothing.
-        drop(conn.call(8, None));
-        conn.receive(json!({ "id": 8, "result": { "sessionId": "S2" } }));
-        conn.receive(json!({ "method": "Fetch.requestPaused", "sessionId": "S2", "params": {} }));
-        assert_eq!(methods(&mut conn.own_rx), ["Fetch.requestPaused S2"]);
-        // Detached: forgotten, told to its owner.
+        assert_eq!(events(&mut a_rx), ["Target.attachedToTarget ", "Fetch.requestPaused S1"]);
+        assert_eq!(events(&mut b_rx), Vec::<String>::new(), "nothing of A's reaches B");
+        assert_eq!(events(&mut conn.own_rx), ["Page.lifecycleEvent S9", "Target.targetCreated "]);
+        // Attached through the unscoped handle: the connection's.
+        let own = conn.raw.clone();
+        conn.attach(&own, "T2", "", "S2").await;
+        conn.receive(on("S2", "Fetch.requestPaused"));
+        assert_eq!(events(&mut conn.own_rx), ["Target.attachedToTarget ", "Fetch.requestPaused S2"]);
+        // A target S1 attached to is A's too; detached, a session is forgotten.
+        conn.receive(json!({ "method": "Target.attachedToTarget", "sessionId": "S1",
+            "params": { "sessionId": "S1a", "targetInfo": { "type": "iframe" }, "waitingForDebugger": false } }));
+        conn.receive(on("S1a", "Runtime.consoleAPICalled"));
         conn.receive(json!({ "method": "Target.detachedFromTarget", "params": { "sessionId": "S1" } }));
-        conn.receive(json!({ "method": "Fetch.requestPaused", "sessionId": "S1", "params": {} }));
-        assert_eq!(methods(&mut a_rx), ["Target.detachedFromTarget "]);
-        assert_eq!(methods(&mut conn.own_rx), ["Fetch.requestPaused S1"]);
-        assert!(conn.out_rx.try_recv().is_err(), "nothing sent");
+        conn.receive(on("S1", "Fetch.requestPaused"));
+        assert_eq!(
+            events(&mut a_rx),
+            ["Target.attachedToTarget S1", "Runtime.consoleAPICalled S1a", "Target.detachedFromTarget "]
+        );
+        assert_eq!(events(&mut conn.own_rx), ["Fetch.requestPaused S1"]);
+        assert_eq!(conn.sent(), Vec::<(String, String, String)>::new(), "nothing sent");
     }
 
-    #[test]
-    fn a_target_auto_attached_paused_that_nobody_takes_is_let_go() {
+    #[tokio::test]
+    async fn a_target_auto_attached_paused_that_nobody_takes_is_let_go() {
         let mut conn = Conn::new();
-        let (a, mut a_rx) = conn.scope(1, "CA");
-        let paused = |session: &str, context: &str| {
-            json!({ "method": "Target.attachedToTarget", "params": { "sessionId": session,
-                "targetInfo": { "type": "page", "browserContextId": context }, "waitingForDebugger": true } })
-        };
+        let (a, mut a_rx) = conn.scope("CA");
         // In A's context: A's, with the session's later events.
         conn.receive(paused("S1", "CA"));
-        conn.receive(json!({ "method": "Fetch.requestPaused", "sessionId": "S1", "params": {} }));
-        assert_eq!(methods(&mut a_rx), ["Target.attachedToTarget ", "Fetch.requestPaused S1"]);
-        // In a context without a handle, with the connection's own reader gone: resumed and
-        // detached at once.
+        conn.receive(on("S1", "Fetch.requestPaused"));
+        assert_eq!(events(&mut a_rx), ["Target.attachedToTarget ", "Fetch.requestPaused S1"]);
+        // In a context without a handle, with the connection's own reader gone.
         conn.own_rx.close();
         conn.receive(paused("S2", "CX"));
-        let sent: Vec<Value> =
-            std::iter::from_fn(|| conn.out_rx.try_recv().ok()).map(|t| serde_json::from_str(&t).unwrap()).collect();
-        assert_eq!(sent.len(), 2, "{sent:?}");
-        assert_eq!(
-            (&sent[0]["method"], &sent[0]["sessionId"]),
-            (&json!("Runtime.runIfWaitingForDebugger"), &json!("S2"))
-        );
-        assert_eq!(
-            (&sent[1]["method"], &sent[1]["params"]["sessionId"]),
-            (&json!("Target.detachFromTarget"), &json!("S2"))
-        );
-        // A's handle gone: its context and sessions are forgotten and its sessions detached.
+        let resume = ("Runtime.runIfWaitingForDebugger".to_string(), "S2".to_string(), String::new());
+        let detach = |s: &str| ("Target.detachFromTarget".to_string(), String::new(), s.to_string());
+        assert_eq!(conn.sent(), [resume, detach("S2")]);
+        // In A's context with A's reader gone (its driver stopped) but its handle alive.
+        a_rx.close();
+        conn.receive(paused("S3", "CA"));
+        assert_eq!(conn.sent()[1], detach("S3"));
+        // A's last handle gone: its context and sessions forgotten, its sessions detached.
         drop(a);
-        let routes = lock(&conn.routes);
+        let routes = lock(&conn.raw.routes);
         assert!(routes.contexts.is_empty() && routes.sessions.is_empty());
         drop(routes);
-        let detach: Value = serde_json::from_str(&conn.out_rx.try_recv().unwrap()).unwrap();
-        assert_eq!(
-            (&detach["method"], &detach["params"]["sessionId"]),
-            (&json!("Target.detachFromTarget"), &json!("S1"))
-        );
+        let mut sent = conn.sent();
+        sent.sort();
+        assert_eq!(sent, [detach("S1"), detach("S3")]);
+    }
+
+    #[tokio::test]
+    async fn an_answer_for_a_handle_gone_detaches_and_an_old_handle_leaves_a_newer_one_be() {
+        let mut conn = Conn::new();
+        let (old, old_rx) = conn.scope("CA");
+        // The attach's caller and driver went before the answer came.
+        let (answer, _) = oneshot::channel();
+        let route = old.route.as_ref().map(|r| (r.id, r.events.clone()));
+        lock(&conn.raw.pending).insert(42, Waiting { answer, route });
+        drop(old_rx);
+        conn.receive(json!({ "id": 42, "result": { "sessionId": "S1" } }));
+        assert_eq!(conn.sent(), [("Target.detachFromTarget".to_string(), String::new(), "S1".to_string())]);
+        assert!(lock(&conn.raw.routes).sessions.is_empty());
+        // A handle made again for the same context outlives the old one's drop.
+        let (_new, mut new_rx) = conn.scope("CA");
+        drop(old);
+        conn.receive(paused("S2", "CA"));
+        assert_eq!(events(&mut new_rx), ["Target.attachedToTarget "]);
+    }
+
+    #[tokio::test]
+    async fn auto_attach_goes_off_with_the_last_handle_that_turned_it_on() {
+        let mut conn = Conn::new();
+        let (a, _a_rx) = conn.scope("CA");
+        let (b, _b_rx) = conn.scope("CB");
+        let (c, _c_rx) = conn.scope("CC");
+        let params = json!({ "autoAttach": true, "waitForDebuggerOnStart": true, "flatten": true });
+        for handle in [&a, &b, &a] {
+            let call = handle.auto_attach(params.clone());
+            let answered = async {
+                let sent: Value = loop {
+                    match conn.out_rx.try_recv() {
+                        Ok(text) => break serde_json::from_str(&text).unwrap(),
+                        Err(_) => tokio::task::yield_now().await,
+                    }
+                };
+                assert_eq!(sent["params"]["autoAttach"], true);
+                conn.receive(json!({ "id": sent["id"], "result": {} }));
+            };
+            let (result, ()) = tokio::join!(call, answered);
+            result.unwrap();
+        }
+        assert_eq!(lock(&conn.raw.routes).auto_attach, 2, "a and b, each once");
+        drop(c);
+        drop(a);
+        assert_eq!(conn.sent(), Vec::<(String, String, String)>::new(), "b still wants it");
+        drop(b);
+        let off: Value = serde_json::from_str(&conn.out_rx.try_recv().unwrap()).unwrap();
+        assert_eq!((&off["method"], &off["params"]["autoAttach"]), (&json!("Target.setAutoAttach"), &json!(false)));
     }
 }

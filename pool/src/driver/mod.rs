@@ -357,7 +357,7 @@ impl Driver {
             // Every new page comes up paused until the watcher has set it up, so a popup's
             // first request already has the emulation (see `watchers::on_attached`).
             let attach = json!({ "autoAttach": true, "waitForDebuggerOnStart": true, "flatten": true });
-            self.raw.call("", "Target.setAutoAttach", attach).await.map_err(ActionFailure::raw)?;
+            self.raw.auto_attach(attach).await.map_err(ActionFailure::raw)?;
             let tabs: Vec<Tab> = lock(&self.shared.tabs).list.clone();
             for tab in &tabs {
                 applied.apply(&self.raw, &tab.session).await.map_err(ActionFailure::invalid)?;

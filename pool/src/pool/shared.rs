@@ -66,8 +66,10 @@ impl SharedBrowser {
         lock(&self.usage)
     }
 
+    /// Dead, or its raw connection (which all its sessions use) broken: either way, no
+    /// further session is started in it.
     pub(super) fn dead(&self) -> bool {
-        self.died.borrow().is_some() || crate::procfs::pid_exited(self.pid)
+        self.died.borrow().is_some() || self.raw.is_closed() || crate::procfs::pid_exited(self.pid)
     }
 
     pub(super) fn take_spare(&self) -> Option<(String, Driver)> {
@@ -195,7 +197,7 @@ impl Pool {
             Ok((context, driver)) => {
                 let lease = Lease {
                     pool: self.clone(),
-                    held: Some(Held::Context(ContextLease { browser, context, driver })),
+                    held: Some(Held::Context(Box::new(ContextLease { browser, context, driver }))),
                     files: Default::default(),
                     recording: None,
                     _permit: permit,
