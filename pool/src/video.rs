@@ -78,7 +78,7 @@ pub enum VideoError {
 }
 
 /// Where ffmpeg is, if it is on PATH (checked at the server's start, so a missing encoder is
-/// said then, not at a session's end). Found, not run: `ffmpeg -version` took 60-190 ms of
+/// said then, not at a session's end). Found, not run: `ffmpeg -version` took about 60 ms of
 /// CPU at every start, beside the first workers' boots; an ffmpeg that is there but fails to
 /// run says so when a recording is encoded (`VideoError::Failed`).
 pub fn find_encoder() -> Result<PathBuf, VideoError> {
