@@ -75,9 +75,17 @@ struct Route {
 
 impl Route {
     fn send(&self, method: &str, params: Value) {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let _ = self.out.send(json!({ "id": id, "method": method, "params": params }).to_string());
+        let _ = self.out.send(command(self.next_id.fetch_add(1, Ordering::Relaxed), "", method, params));
     }
+}
+
+/// A command as sent: `id`, on `session` when not empty (else the browser's own).
+fn command(id: u64, session: &str, method: &str, params: Value) -> String {
+    let mut msg = json!({ "id": id, "method": method, "params": params });
+    if !session.is_empty() {
+        msg["sessionId"] = json!(session);
+    }
+    msg.to_string()
 }
 
 impl Drop for Route {
@@ -114,8 +122,6 @@ pub(crate) struct RawCdp {
     next_id: Arc<AtomicU64>,
     /// Set on a handle scoped to a browser context.
     route: Option<Arc<Route>>,
-    /// Set once the connection has ended.
-    closed: Arc<std::sync::atomic::AtomicBool>,
     /// The connection task, ended when the last handle is dropped.
     _conn: Arc<OwnedTask>,
 }
@@ -162,8 +168,6 @@ impl RawCdp {
         let task_pending = pending.clone();
         let task_routes = routes.clone();
         let task_out = out.clone();
-        let closed: Arc<std::sync::atomic::AtomicBool> = Arc::default();
-        let task_closed = closed.clone();
         let conn = OwnedTask::spawn(
             async move {
                 loop {
@@ -180,18 +184,18 @@ impl RawCdp {
                     }
                 }
                 // Fail whatever still waits for an answer.
-                task_closed.store(true, Ordering::Relaxed);
                 lock(&task_pending).clear();
             }
             .instrument(tracing::debug_span!("raw_cdp")),
         );
         let next_id = Arc::new(AtomicU64::new(1));
-        Ok(RawCdp { out, pending, routes, next_id, route: None, closed, _conn: Arc::new(conn) })
+        Ok(RawCdp { out, pending, routes, next_id, route: None, _conn: Arc::new(conn) })
     }
 
-    /// Whether the connection has ended (the browser closed it, or it broke).
+    /// Whether the connection has ended (the browser closed it, or it broke): its task, which
+    /// holds the outgoing queue's receiver, is gone.
     pub fn is_closed(&self) -> bool {
-        self.closed.load(Ordering::Relaxed)
+        self.out.is_closed()
     }
 
     /// Turns browser-level auto-attach on with `params` (new targets attach to this
@@ -228,14 +232,10 @@ impl RawCdp {
     /// Sends a command (on `session_id` when not empty) and waits for its answer.
     pub async fn call(&self, session_id: &str, method: &str, params: Value) -> Result<Value, String> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let mut msg = json!({ "id": id, "method": method, "params": params });
-        if !session_id.is_empty() {
-            msg["sessionId"] = json!(session_id);
-        }
         let (tx, rx) = oneshot::channel();
         let route = self.route.as_ref().map(|r| (r.id, r.events.clone()));
         lock(&self.pending).insert(id, Waiting { answer: tx, route });
-        if self.out.send(msg.to_string()).is_err() {
+        if self.out.send(command(id, session_id, method, params)).is_err() {
             lock(&self.pending).remove(&id);
             return Err("raw cdp connection closed".into());
         }
@@ -251,9 +251,7 @@ impl RawCdp {
 
     /// Sends a command without waiting for its answer.
     pub fn send(&self, session_id: &str, method: &str, params: Value) {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let msg = json!({ "id": id, "sessionId": session_id, "method": method, "params": params });
-        let _ = self.out.send(msg.to_string());
+        let _ = self.out.send(command(self.next_id.fetch_add(1, Ordering::Relaxed), session_id, method, params));
     }
 }
 
@@ -279,9 +277,7 @@ fn dispatch(
                     lock(routes).sessions.insert(session.to_string(), route);
                 }
                 (Some(session), Some(_)) => {
-                    let detach =
-                        json!({ "id": 0, "method": "Target.detachFromTarget", "params": { "sessionId": session } });
-                    let _ = out.send(detach.to_string());
+                    let _ = out.send(command(0, "", "Target.detachFromTarget", json!({ "sessionId": session })));
                 }
                 _ => {}
             }
@@ -305,16 +301,8 @@ fn dispatch(
     // A target auto-attached paused that nobody takes (a context without a session, or the
     // connection's own reader gone) is let go, never left waiting.
     if paused && !delivered {
-        for (method, params, on) in [
-            ("Runtime.runIfWaitingForDebugger", json!({}), session.as_str()),
-            ("Target.detachFromTarget", json!({ "sessionId": session }), ""),
-        ] {
-            let mut call = json!({ "id": 0, "method": method, "params": params });
-            if !on.is_empty() {
-                call["sessionId"] = json!(on);
-            }
-            let _ = out.send(call.to_string());
-        }
+        let _ = out.send(command(0, &session, "Runtime.runIfWaitingForDebugger", json!({})));
+        let _ = out.send(command(0, "", "Target.detachFromTarget", json!({ "sessionId": session })));
     }
 }
 
@@ -371,7 +359,6 @@ mod tests {
                 routes: Arc::default(),
                 next_id: Arc::new(AtomicU64::new(1)),
                 route: None,
-                closed: Arc::default(),
                 _conn: Arc::new(OwnedTask::spawn(std::future::pending())),
             };
             Conn { raw, own, own_rx, out_rx }

@@ -20,7 +20,7 @@ pub(super) enum Held {
     /// A Chromium of the session's own (process isolation).
     Own(Box<Worker>),
     /// A browser context in the tenant's shared Chromium (context isolation).
-    Context(Box<ContextLease>),
+    Context(ContextLease),
 }
 
 pub(super) struct ContextLease {
@@ -131,7 +131,7 @@ impl Lease {
                 worker.kill().await;
                 self.pool.finish_lease(&id);
             }
-            Some(Held::Context(c)) => self.pool.clone().end_context(*c).await,
+            Some(Held::Context(c)) => self.pool.clone().end_context(c).await,
             None => {}
         }
         if let Some(remove) = files {
@@ -158,7 +158,7 @@ impl Drop for Lease {
                 // Disposing takes a CDP call: done aside, on the pool's tracker.
                 let pool = self.pool.clone();
                 if tokio::runtime::Handle::try_current().is_ok() {
-                    self.pool.inner.tasks.spawn(pool.end_context(*c));
+                    self.pool.inner.tasks.spawn(pool.end_context(c));
                 } else {
                     // No runtime left: the server is gone, and the shared browser with it.
                     pool.context_gone(&c.browser);

@@ -197,7 +197,7 @@ impl Pool {
             Ok((context, driver)) => {
                 let lease = Lease {
                     pool: self.clone(),
-                    held: Some(Held::Context(Box::new(ContextLease { browser, context, driver }))),
+                    held: Some(Held::Context(ContextLease { browser, context, driver })),
                     files: Default::default(),
                     recording: None,
                     _permit: permit,
