@@ -225,7 +225,7 @@ impl Cgroups {
     pub fn remove_dead_servers(&self, lock_dir: &Path, ports: PortRange) -> usize {
         let pid = std::process::id();
         self.remove_unheld(|port| {
-            if !(ports.start..=ports.end).contains(&port) {
+            if !ports.ports().contains(&port) {
                 return None;
             }
             PortLock::try_acquire(lock_dir, port, pid).unwrap_or_else(|e| {

@@ -33,6 +33,13 @@ impl FromStr for PortRange {
     }
 }
 
+impl PortRange {
+    /// Its ports, first to last.
+    pub fn ports(self) -> std::ops::RangeInclusive<u16> {
+        self.start..=self.end
+    }
+}
+
 impl std::fmt::Display for PortRange {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}-{}", self.start, self.end)

@@ -140,7 +140,7 @@ async fn take_port(cfg: &LaunchConfig) -> Result<PortLock, PoolError> {
     let cfg = cfg.clone();
     tokio::task::spawn_blocking(move || {
         let pid = std::process::id();
-        for port in cfg.ports.start..=cfg.ports.end {
+        for port in cfg.ports.ports() {
             let lock = PortLock::try_acquire(&cfg.lock_dir, port, pid).map_err(|e| {
                 let why = crate::lock::explain_io(&e, &cfg.lock_dir);
                 PoolError::Launch(format!("lock dir {} (--lock-dir): {why}", cfg.lock_dir.display()))

@@ -206,7 +206,7 @@ impl Pool {
         }
         let max = cfg.max_workers.max(1);
         let mut egress = cfg.egress.clone();
-        egress.reserved_ports.push(cfg.launch.ports.start..=cfg.launch.ports.end);
+        egress.reserved_ports.push(cfg.launch.ports.ports());
         let egress = Arc::new(Egress::new(egress));
         let inner = Arc::new(Inner {
             egress,
