@@ -64,7 +64,8 @@ fn call(action: &str, selector: &str, payload: serde_json::Value) -> ActionCall 
 async fn lease_act_release_leaves_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let stop = tokio_util::sync::CancellationToken::new();
-    // Its own lock dir, to see every lock go, and so ports of its own.
+    // Its own lock dir, to see every lock go, and so ports no other test uses (see
+    // `a_shutdown_during_a_boot_leaves_no_lock`).
     let mut cfg = config(dir.path(), 1, 2);
     cfg.launch.lock_dir = dir.path().join("locks");
     cfg.launch.ports = PortRange { start: 19300, end: 19349 };
@@ -115,8 +116,10 @@ async fn a_shutdown_during_a_boot_leaves_no_lock() {
     for delay_ms in [0, 100, 300] {
         let dir = tempfile::tempdir().unwrap();
         let mut cfg = config(dir.path(), 1, 2);
+        // Its own lock dir, so a port range no other test uses: the temp dir of a port
+        // (`/tmp/browserpool-w<port>`) is made afresh by whoever locks that port.
         cfg.launch.lock_dir = dir.path().join("locks");
-        cfg.launch.ports = PortRange { start: 19300, end: 19349 };
+        cfg.launch.ports = PortRange { start: 19250, end: 19299 };
         let pool = Pool::start(cfg, tokio_util::sync::CancellationToken::new());
         assert!(pool.wait_warm(1, Duration::from_secs(30)).await, "a worker must turn warm");
         // Taking the spare starts the next one's boot.
