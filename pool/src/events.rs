@@ -2,6 +2,7 @@
 //! browser: a bounded broadcast ring; a reader that falls behind loses the oldest events and
 //! is told how many.
 
+use std::sync::{Arc, OnceLock};
 use std::time::SystemTime;
 
 use tokio::sync::broadcast;
@@ -79,24 +80,52 @@ pub struct Event {
 /// The sending side; cloning shares the ring.
 #[derive(Debug, Clone)]
 pub struct EventHub {
-    tx: broadcast::Sender<Event>,
+    ring: Arc<Ring<Event>>,
 }
 
 impl Default for EventHub {
     fn default() -> Self {
-        EventHub { tx: broadcast::channel(EVENT_RING).0 }
+        EventHub { ring: Arc::new(Ring::new(EVENT_RING)) }
     }
 }
 
 impl EventHub {
     /// Publishes an event; never waits (nobody listening is fine).
     pub fn emit(&self, kind: EventKind) {
-        let _ = self.tx.send(Event { at: SystemTime::now(), kind });
+        self.ring.send_with(|| Event { at: SystemTime::now(), kind });
     }
 
     /// A reader that sees every event from now on.
     pub fn subscribe(&self) -> EventReader {
-        EventReader { rx: self.tx.subscribe() }
+        EventReader { rx: self.ring.subscribe() }
+    }
+}
+
+/// A broadcast ring made at its first reader. A broadcast channel fills every slot as it is
+/// made (an [`EVENT_RING`] of events is about 600 KiB, resident at once), and most sessions
+/// and every warm worker have no reader of their events: a message sent with no reader is
+/// dropped all the same, so a ring nobody reads need not exist.
+#[derive(Debug)]
+pub(crate) struct Ring<T> {
+    capacity: usize,
+    tx: OnceLock<broadcast::Sender<T>>,
+}
+
+impl<T: Clone> Ring<T> {
+    pub(crate) fn new(capacity: usize) -> Self {
+        Ring { capacity, tx: OnceLock::new() }
+    }
+
+    /// Sends what `make` makes to the readers there are, if any (made only then).
+    pub(crate) fn send_with(&self, make: impl FnOnce() -> T) {
+        if let Some(tx) = self.tx.get().filter(|tx| tx.receiver_count() > 0) {
+            let _ = tx.send(make());
+        }
+    }
+
+    /// A reader of everything sent from now on.
+    pub(crate) fn subscribe(&self) -> broadcast::Receiver<T> {
+        self.tx.get_or_init(|| broadcast::channel(self.capacity).0).subscribe()
     }
 }
 
@@ -136,6 +165,30 @@ mod tests {
         assert_eq!(first.kind, EventKind::TabClosed { tab_index: 10 });
         let (second, dropped) = reader.next().await.unwrap();
         assert_eq!((second.kind, dropped), (EventKind::TabClosed { tab_index: 11 }, 0));
+    }
+
+    #[tokio::test]
+    async fn a_ring_is_made_at_its_first_reader_and_events_before_it_are_nobody_s() {
+        let hub = EventHub::default();
+        let clone = hub.clone();
+        clone.emit(EventKind::TabClosed { tab_index: 0 });
+        assert!(hub.ring.tx.get().is_none(), "no reader, no ring");
+        let mut reader = hub.subscribe();
+        assert!(hub.ring.tx.get().is_some());
+        clone.emit(EventKind::TabClosed { tab_index: 1 });
+        let (event, dropped) = reader.next().await.unwrap();
+        assert_eq!((event.kind, dropped), (EventKind::TabClosed { tab_index: 1 }, 0));
+        // What is sent while its only reader is gone is not made, and not kept for the next.
+        drop(reader);
+        let made = std::sync::atomic::AtomicBool::new(false);
+        hub.ring.send_with(|| {
+            made.store(true, std::sync::atomic::Ordering::Relaxed);
+            Event { at: SystemTime::now(), kind: EventKind::TabClosed { tab_index: 2 } }
+        });
+        assert!(!made.into_inner());
+        let mut reader = hub.subscribe();
+        clone.emit(EventKind::TabClosed { tab_index: 3 });
+        assert_eq!(reader.next().await.unwrap().0.kind, EventKind::TabClosed { tab_index: 3 });
     }
 
     #[tokio::test]

@@ -18,7 +18,7 @@ use chromiumoxide::cdp::browser_protocol::target::{
 use chromiumoxide::error::CdpError;
 use chromiumoxide::{Browser, Page};
 use serde_json::{json, Value};
-use tokio::sync::{broadcast, mpsc, watch};
+use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -28,7 +28,7 @@ use crate::actions::{ActionKind, Canonical};
 use crate::egress::WorkerNet;
 use crate::emulation::{Applied, Emulation};
 use crate::error::PoolError;
-use crate::events::{EventHub, EventKind, EventReader};
+use crate::events::{EventHub, EventKind, EventReader, Ring};
 use crate::outcome::{ActResult, ActionFailure, ActionOutput, Deadline, FailureCode, Viewport};
 use crate::policy::NavPolicy;
 use crate::rawcdp::{RawCdp, RawEvent};
@@ -206,8 +206,8 @@ impl Driver {
             credentials: Mutex::new(HashMap::new()),
             answered: Mutex::new(HashSet::new()),
             loaded_html: Mutex::new(HashMap::new()),
-            lifecycle: broadcast::channel(1024).0,
-            doc_status: broadcast::channel(256).0,
+            lifecycle: Ring::new(1024),
+            doc_status: Ring::new(256),
             front: Mutex::new(None),
             net,
             crashed: watch::channel(HashSet::new()).0,

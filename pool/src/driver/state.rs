@@ -8,13 +8,13 @@ use std::sync::{Arc, Mutex};
 use chromiumoxide::cdp::browser_protocol::target::TargetId;
 use chromiumoxide::Page;
 use serde_json::{json, Value};
-use tokio::sync::{broadcast, watch};
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::egress::WorkerNet;
 use crate::emulation::Applied;
-use crate::events::{DialogInfo, DialogKind, EventHub, EventKind};
+use crate::events::{DialogInfo, DialogKind, EventHub, EventKind, Ring};
 use crate::outcome::{ActionFailure, FailureCode};
 use crate::sync::lock;
 
@@ -122,10 +122,10 @@ pub(crate) struct Shared {
     /// document URL it was loaded over). A different URL later means a real navigation.
     pub(crate) loaded_html: Mutex<HashMap<TargetId, (String, String, String)>>,
     /// `Page.lifecycleEvent`s of our raw sessions: (session, loader id, name).
-    pub(crate) lifecycle: broadcast::Sender<(String, String, String)>,
+    pub(crate) lifecycle: Ring<(String, String, String)>,
     /// What documents' requests were answered, seen paused at their response stage: (session,
     /// network request id, answer). A main-frame navigation's request id is its loader id.
-    pub(crate) doc_status: broadcast::Sender<(String, String, DocAnswer)>,
+    pub(crate) doc_status: Ring<(String, String, DocAnswer)>,
     /// The tab Chromium shows in front, as far as we know: a new tab or popup comes up in
     /// front, and a tab in the background gets no frames, so input to it waits forever.
     pub(crate) front: Mutex<Option<TargetId>>,

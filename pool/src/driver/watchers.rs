@@ -309,7 +309,7 @@ pub(crate) async fn raw_events(shared: Arc<Shared>, raw: RawCdp, mut rx: mpsc::U
                     Some((reason, why)) => {
                         if let Some(request) = network_id.filter(|_| !why.is_empty()) {
                             let refused = DocAnswer::Refused(why.to_string());
-                            let _ = shared.doc_status.send((ev.session_id.clone(), request.to_string(), refused));
+                            shared.doc_status.send_with(|| (ev.session_id.clone(), request.to_string(), refused));
                         }
                         raw.send(&ev.session_id, "Fetch.failRequest", json!({ "requestId": id, "errorReason": reason }))
                     }
@@ -319,7 +319,7 @@ pub(crate) async fn raw_events(shared: Arc<Shared>, raw: RawCdp, mut rx: mpsc::U
                         let status = ev.params["responseStatusCode"].as_u64().and_then(|s| u16::try_from(s).ok());
                         if let (Some(status), Some(request)) = (status, network_id) {
                             let answer = DocAnswer::Status(status);
-                            let _ = shared.doc_status.send((ev.session_id.clone(), request.to_string(), answer));
+                            shared.doc_status.send_with(|| (ev.session_id.clone(), request.to_string(), answer));
                         }
                         raw.send(&ev.session_id, "Fetch.continueRequest", json!({ "requestId": id }))
                     }
@@ -365,9 +365,10 @@ pub(crate) async fn raw_events(shared: Arc<Shared>, raw: RawCdp, mut rx: mpsc::U
             }
             "Runtime.bindingCalled" if ev.params["name"] == PERMISSION_BINDING => on_permission(&shared, &raw, &ev),
             "Page.lifecycleEvent" => {
-                let loader = ev.params["loaderId"].as_str().unwrap_or_default().to_string();
-                let name = ev.params["name"].as_str().unwrap_or_default().to_string();
-                let _ = shared.lifecycle.send((ev.session_id.clone(), loader, name));
+                shared.lifecycle.send_with(|| {
+                    let field = |name: &str| ev.params[name].as_str().unwrap_or_default().to_string();
+                    (ev.session_id.clone(), field("loaderId"), field("name"))
+                });
             }
             _ => {}
         }
