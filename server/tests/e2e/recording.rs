@@ -10,7 +10,7 @@ use browserpool_client::{action, pb, Client};
 use futures::StreamExt;
 
 use crate::files::http_fetch;
-use crate::helpers::{act, ok, status_code, TestServer};
+use crate::helpers::{act, ok, status_code, BinaryServer, TestServer};
 
 /// A page that changes when typed into and clicked, so the video's frames differ.
 const PAGE: &str = r#"<body style="margin:0;background:#fff">
@@ -193,6 +193,40 @@ async fn a_server_that_keeps_nothing_refuses_to_record_saying_why() {
     let id = client.acquire_with(req).await.unwrap().session_id;
     client.release(&id).await.unwrap();
     server.stop().await;
+}
+
+/// The `browserpool` binary with no ffmpeg on its PATH (an empty directory; Chromium given by
+/// path): it says so at start, refuses a recorded acquire naming ffmpeg and how to install it,
+/// and serves the rest as ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_without_ffmpeg_refuses_to_record_saying_what_to_install() {
+    let empty = tempfile::tempdir().unwrap();
+    let chrome = browserpool_pool::find_chrome(None).unwrap().display().to_string();
+    let path = empty.path().display().to_string();
+    let mut server = BinaryServer::spawn_env(&["--chrome", &chrome], &[("PATH", &path)]).await;
+    assert!(
+        server.startup_log.iter().any(|l| l.contains("sessions cannot be recorded") && l.contains("not found on PATH")),
+        "{:?}",
+        server.startup_log
+    );
+    let client = server.client().await;
+    let req = pb::AcquireRequest { wait_ms: 30_000, record: pb::Record::RetainOnFailure as i32, ..Default::default() };
+    let status = match client.acquire_with(req).await.unwrap_err() {
+        browserpool_client::Error::Status(s) => s,
+        other => panic!("not a status: {other}"),
+    };
+    assert_eq!(status.code(), tonic::Code::FailedPrecondition);
+    assert!(
+        status.message().contains("ffmpeg") && status.message().contains("apt-get install -y ffmpeg"),
+        "{}",
+        status.message()
+    );
+    let req = pb::AcquireRequest { wait_ms: 30_000, record: pb::Record::Off as i32, ..Default::default() };
+    let id = client.acquire_with(req).await.unwrap().session_id;
+    assert_eq!(ok(&client.act(&id, action("evaluate", "", "1 + 1")).await.unwrap()), serde_json::json!(2));
+    client.release(&id).await.unwrap();
+    let (status, _) = server.terminate();
+    assert!(status.success(), "{status:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
