@@ -181,18 +181,24 @@ async fn retain_on_failure_keeps_only_failed_jobs_videos_until_deleted() {
 async fn a_server_that_keeps_nothing_refuses_to_record_saying_why() {
     let server = TestServer::start_with(|a| a.artifact_ttl = Duration::ZERO).await;
     let client = server.admin().await;
-    let req = pb::AcquireRequest { wait_ms: 30_000, record: pb::Record::On as i32, ..Default::default() };
-    let status = match client.acquire_with(req).await.unwrap_err() {
-        browserpool_client::Error::Status(s) => s,
-        other => panic!("not a status: {other}"),
-    };
-    assert_eq!(status.code(), tonic::Code::FailedPrecondition);
-    assert!(status.message().contains("--artifact-ttl 0s"), "{}", status.message());
+    let refused = refused_to_record(&client, pb::Record::On).await;
+    assert!(refused.contains("--artifact-ttl 0s"), "{refused}");
     // RECORD_OFF is served as ever.
     let req = pb::AcquireRequest { wait_ms: 30_000, record: pb::Record::Off as i32, ..Default::default() };
     let id = client.acquire_with(req).await.unwrap().session_id;
     client.release(&id).await.unwrap();
     server.stop().await;
+}
+
+/// The message of the FAILED_PRECONDITION an `Acquire` recorded as `record` gets.
+async fn refused_to_record(client: &Client, record: pb::Record) -> String {
+    let req = pb::AcquireRequest { wait_ms: 30_000, record: record as i32, ..Default::default() };
+    let status = match client.acquire_with(req).await.unwrap_err() {
+        browserpool_client::Error::Status(s) => s,
+        other => panic!("not a status: {other}"),
+    };
+    assert_eq!(status.code(), tonic::Code::FailedPrecondition, "{status:?}");
+    status.message().to_string()
 }
 
 /// The `browserpool` binary with no ffmpeg on its PATH (an empty directory; Chromium given by
@@ -210,17 +216,8 @@ async fn a_server_without_ffmpeg_refuses_to_record_saying_what_to_install() {
         server.startup_log
     );
     let client = server.client().await;
-    let req = pb::AcquireRequest { wait_ms: 30_000, record: pb::Record::RetainOnFailure as i32, ..Default::default() };
-    let status = match client.acquire_with(req).await.unwrap_err() {
-        browserpool_client::Error::Status(s) => s,
-        other => panic!("not a status: {other}"),
-    };
-    assert_eq!(status.code(), tonic::Code::FailedPrecondition);
-    assert!(
-        status.message().contains("ffmpeg") && status.message().contains("apt-get install -y ffmpeg"),
-        "{}",
-        status.message()
-    );
+    let refused = refused_to_record(&client, pb::Record::RetainOnFailure).await;
+    assert!(refused.contains("ffmpeg") && refused.contains("apt-get install -y ffmpeg"), "{refused}");
     let req = pb::AcquireRequest { wait_ms: 30_000, record: pb::Record::Off as i32, ..Default::default() };
     let id = client.acquire_with(req).await.unwrap().session_id;
     assert_eq!(ok(&client.act(&id, action("evaluate", "", "1 + 1")).await.unwrap()), serde_json::json!(2));
