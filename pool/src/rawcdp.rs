@@ -390,18 +390,23 @@ mod tests {
         async fn attach(&mut self, handle: &RawCdp, target: &str, context: &str, session: &str) {
             let call = handle.call("", "Target.attachToTarget", json!({ "targetId": target, "flatten": true }));
             let (answer, ()) = tokio::join!(call, async {
-                let sent = loop {
-                    match self.out_rx.try_recv() {
-                        Ok(text) => break serde_json::from_str::<Value>(&text).unwrap(),
-                        Err(_) => tokio::task::yield_now().await,
-                    }
-                };
+                let sent = self.next_sent().await;
                 let info = json!({ "targetId": target, "type": "page", "browserContextId": context });
                 self.receive(json!({ "method": "Target.attachedToTarget",
                     "params": { "sessionId": session, "targetInfo": info, "waitingForDebugger": false } }));
                 self.receive(json!({ "id": sent["id"], "result": { "sessionId": session } }));
             });
             assert_eq!(answer.unwrap(), json!({ "sessionId": session }));
+        }
+
+        /// The next command sent, waited for while the call that sends it runs beside.
+        async fn next_sent(&mut self) -> Value {
+            loop {
+                match self.out_rx.try_recv() {
+                    Ok(text) => return serde_json::from_str(&text).unwrap(),
+                    Err(_) => tokio::task::yield_now().await,
+                }
+            }
         }
     }
 
@@ -507,12 +512,7 @@ mod tests {
         for handle in [&a, &b, &a] {
             let call = handle.auto_attach(params.clone());
             let answered = async {
-                let sent: Value = loop {
-                    match conn.out_rx.try_recv() {
-                        Ok(text) => break serde_json::from_str(&text).unwrap(),
-                        Err(_) => tokio::task::yield_now().await,
-                    }
-                };
+                let sent = conn.next_sent().await;
                 assert_eq!(sent["params"]["autoAttach"], true);
                 conn.receive(json!({ "id": sent["id"], "result": {} }));
             };
