@@ -130,6 +130,42 @@ async fn a_shutdown_during_a_boot_leaves_no_lock() {
     }
 }
 
+/// Whether process `pid` has exited (gone, or a zombie nobody has reaped yet).
+fn exited(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|stat| stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')))
+        .unwrap_or(true)
+}
+
+/// A release for a caller that has yet to answer stops the browser at once (a tenant's page
+/// runs no further while the answer is written), and ends, the worker's exit given the weight
+/// of the dying, only once that answer is out; nothing is left after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_stops_its_browser_at_once_and_ends_once_answered() {
+    let dir = tempfile::tempdir().unwrap();
+    let pool = Pool::start(config(dir.path(), 1, 2), tokio_util::sync::CancellationToken::new());
+    let lease =
+        pool.lease(spec(Duration::from_secs(30))).await.unwrap_or_else(|e| panic!("{e}: {:?}", pool.last_boot_error()));
+    let pid = pool.status().workers.into_iter().find(|w| &w.id == lease.worker_id()).unwrap().pid;
+    assert!(!exited(pid), "the leased browser runs");
+    let (answer, answered) = tokio::sync::oneshot::channel::<()>();
+    let release = tokio::spawn(lease.release_after(async move {
+        let _ = answered.await;
+    }));
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !exited(pid) {
+        assert!(std::time::Instant::now() < deadline, "the browser still runs while its release waits");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!release.is_finished(), "the release ended before its caller's answer");
+    answer.send(()).unwrap();
+    tokio::time::timeout(Duration::from_secs(10), release).await.expect("the release ends once answered").unwrap();
+    assert!(!browserpool_pool::lock::pid_alive(pid), "released worker's process must be gone");
+    pool.shutdown().await;
+    assert_profiles_gone(dir.path());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropped_lease_kills_its_worker() {
     let dir = tempfile::tempdir().unwrap();

@@ -95,8 +95,10 @@ pub trait Leased: Send + Sync {
         None
     }
 
-    /// Kills the browser (or disposes of the context) and frees its place.
-    fn release(self: Box<Self>) -> BoxFuture<'static, ()>;
+    /// Kills the browser (or disposes of the context) and frees its place. A browser of its
+    /// own is stopped at once, its exit given the weight of the dying once `answered` is
+    /// ready (see [`Lease::release_after`]).
+    fn release(self: Box<Self>, answered: BoxFuture<'static, ()>) -> BoxFuture<'static, ()>;
 }
 
 impl Browsers for Pool {
@@ -186,7 +188,7 @@ impl Leased for Lease {
         Box::pin(Lease::take_recording(self))
     }
 
-    fn release(self: Box<Self>) -> BoxFuture<'static, ()> {
-        Box::pin(Lease::release(*self))
+    fn release(self: Box<Self>, answered: BoxFuture<'static, ()>) -> BoxFuture<'static, ()> {
+        Box::pin(Lease::release_after(*self, answered))
     }
 }

@@ -123,12 +123,19 @@ impl Lease {
 
     /// Kills the worker's process group and deletes its profile (or disposes the session's
     /// browser context), deletes the session's files, and lets the pool refill.
-    pub async fn release(mut self) {
+    pub async fn release(self) {
+        self.release_after(std::future::ready(())).await
+    }
+
+    /// [`Lease::release`] for a caller that still has to answer: a worker of its own is sent
+    /// SIGKILL at once, but its exit takes the weight of the dying, which outweighs the
+    /// server, only once `answered` is ready (at most a second later).
+    pub async fn release_after(mut self, answered: impl std::future::Future<Output = ()>) {
         let files = self.remove_files();
         match self.held.take() {
             Some(Held::Own(worker)) => {
                 let id = worker.id.clone();
-                worker.kill().await;
+                worker.kill_after(answered).await;
                 self.pool.finish_lease(&id);
             }
             Some(Held::Context(c)) => self.pool.clone().end_context(c).await,

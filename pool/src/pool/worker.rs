@@ -34,10 +34,16 @@ impl Worker {
     }
 
     pub(super) async fn kill(self) {
+        self.kill_after(std::future::ready(())).await
+    }
+
+    /// [`Worker::kill`], the dying's weight given once `answered` is ready (see
+    /// [`crate::launcher::Process::kill_after`]).
+    pub(super) async fn kill_after(self, answered: impl std::future::Future<Output = ()>) {
         // Killing it is no death to report.
         self.death_watch.abort();
         self.handler_task.abort();
-        self.process.kill().await;
+        self.process.kill_after(answered).await;
         // Its files directory, if no lease took it, goes as `self.files` drops.
     }
 }

@@ -208,7 +208,7 @@ impl Leased for FakeLeased {
         self.files_dir()
     }
 
-    fn release(self: Box<Self>) -> BoxFuture<'static, ()> {
+    fn release(self: Box<Self>, _answered: BoxFuture<'static, ()>) -> BoxFuture<'static, ()> {
         // A release takes a moment, as a kill does.
         Box::pin(async move {
             tokio::time::sleep(Duration::from_millis(5)).await;

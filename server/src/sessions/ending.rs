@@ -3,6 +3,11 @@
 
 use super::*;
 
+/// How long after a release's record its killed worker takes the weight of the dying (see
+/// `Lease::release_after`): the answer's connection task writes it meanwhile, and the killed
+/// processes exit at the weight they ran at.
+const ANSWER_WRITTEN: Duration = Duration::from_millis(10);
+
 /// Whether an end task ended the session: a failed record still ended it (logged), a task
 /// that failed did not.
 fn ended(task: std::result::Result<Result<bool>, tokio::task::JoinError>) -> bool {
@@ -120,7 +125,11 @@ impl Sessions {
         live.stop.cancel();
         // The record and the kill go side by side: on a host whose disk is busy the write may
         // take a while, and a tenant's browser should not run on meanwhile.
-        let began = std::time::Instant::now();
+        let began = Instant::now();
+        // Whether a caller waits for the record to answer: the kill gives the dying their
+        // weight, which outweighs the server's threads, only once that answer is out.
+        let (answered_tx, answered) = tokio::sync::oneshot::channel::<()>();
+        let waited_for = recorded_tx.is_some();
         let record = async {
             let recorded = self.inner.store.end_session(id, state, at, reason, bytes).await;
             let took = began.elapsed();
@@ -130,33 +139,19 @@ impl Sessions {
                 // slot, which no other thread may take: let it answer.
                 tokio::task::yield_now().await;
             }
+            drop(answered_tx);
             (recorded, took)
         };
-        let kill = async {
-            let lease = live.lease.lock().await.take();
-            let mut killed = began.elapsed();
-            if let Some(mut lease) = lease {
-                // What it leaves, refused by its tenant's cap, is said while readers listen.
-                let refused = self.refused_artifacts(id, &live, state).await;
-                if let Some(why) = &refused {
-                    lease.emit(EventKind::ArtifactsRefused { reason: why.clone() });
-                }
-                // The last event readers see; they end when the worker (and its hub) is gone.
-                lease.emit(EventKind::SessionEnded { state: state.as_str().into(), reason: reason.into() });
-                // Its files outlive it (for --artifact-ttl): kept once its browser is gone.
-                let files = self.inner.limits.keep_files.is_some().then(|| lease.take_files_dir());
-                let frames = lease.take_recording().await;
-                lease.release().await;
-                killed = began.elapsed();
-                if let Some(files) = files {
-                    self.keep_files(id, &live, files, refused.clone()).await;
-                }
-                if let Some(frames) = frames {
-                    self.keep_recording(id, &live, (state, refused), frames).await;
-                }
-                self.left_behind(id).await;
+        let answered = async move {
+            if waited_for {
+                let _ = answered.await;
+                // The answer is handed to the connection's own task, which writes it.
+                tokio::time::sleep(ANSWER_WRITTEN).await;
             }
-            killed
+        };
+        let kill = async {
+            let killed = self.put_down(id, &live, state, reason, Box::pin(answered)).await;
+            killed.map_or_else(|| began.elapsed(), |at| at - began)
         };
         let ((recorded, record_took), kill_took) = tokio::join!(record, kill);
         // Only now, with the worker gone, may the next waiter (here or on another replica) be
@@ -176,6 +171,40 @@ impl Sessions {
         );
         recorded?;
         Ok(true)
+    }
+
+    /// An ended session's lease, if it still has one: its last events said, its recording
+    /// taken, its browser killed (given the weight of the dying once `answered`), what it
+    /// leaves kept. Returns when its browser was gone.
+    async fn put_down(
+        &self,
+        id: &str,
+        live: &Live,
+        state: SessionState,
+        reason: &str,
+        answered: futures::future::BoxFuture<'static, ()>,
+    ) -> Option<Instant> {
+        let mut lease = live.lease.lock().await.take()?;
+        // What it leaves, refused by its tenant's cap, is said while readers listen.
+        let refused = self.refused_artifacts(id, live, state).await;
+        if let Some(why) = &refused {
+            lease.emit(EventKind::ArtifactsRefused { reason: why.clone() });
+        }
+        // The last event readers see; they end when the worker (and its hub) is gone.
+        lease.emit(EventKind::SessionEnded { state: state.as_str().into(), reason: reason.into() });
+        // Its files outlive it (for --artifact-ttl): kept once its browser is gone.
+        let files = self.inner.limits.keep_files.is_some().then(|| lease.take_files_dir());
+        let frames = lease.take_recording().await;
+        lease.release(answered).await;
+        let killed = Instant::now();
+        if let Some(files) = files {
+            self.keep_files(id, live, files, refused.clone()).await;
+        }
+        if let Some(frames) = frames {
+            self.keep_recording(id, live, (state, refused), frames).await;
+        }
+        self.left_behind(id).await;
+        Some(killed)
     }
 
     /// Ends sessions past their TTL or idle deadline until shutdown. It sleeps until the
