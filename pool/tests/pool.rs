@@ -130,6 +130,16 @@ async fn a_shutdown_during_a_boot_leaves_no_lock() {
     }
 }
 
+/// A pool of at most `max` workers in `dir`, one kept warm, and a lease of it with its
+/// browser's pid.
+async fn leased(dir: &std::path::Path, max: usize) -> (Pool, browserpool_pool::Lease, u32) {
+    let pool = Pool::start(config(dir, 1, max), tokio_util::sync::CancellationToken::new());
+    let lease =
+        pool.lease(spec(Duration::from_secs(30))).await.unwrap_or_else(|e| panic!("{e}: {:?}", pool.last_boot_error()));
+    let pid = pool.status().workers.into_iter().find(|w| &w.id == lease.worker_id()).unwrap().pid;
+    (pool, lease, pid)
+}
+
 /// Whether process `pid` has exited (gone, or a zombie nobody has reaped yet).
 fn exited(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
@@ -143,10 +153,7 @@ fn exited(pid: u32) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_stops_its_browser_at_once_and_ends_once_answered() {
     let dir = tempfile::tempdir().unwrap();
-    let pool = Pool::start(config(dir.path(), 1, 2), tokio_util::sync::CancellationToken::new());
-    let lease =
-        pool.lease(spec(Duration::from_secs(30))).await.unwrap_or_else(|e| panic!("{e}: {:?}", pool.last_boot_error()));
-    let pid = pool.status().workers.into_iter().find(|w| &w.id == lease.worker_id()).unwrap().pid;
+    let (pool, lease, pid) = leased(dir.path(), 2).await;
     assert!(!exited(pid), "the leased browser runs");
     let (answer, answered) = tokio::sync::oneshot::channel::<()>();
     let release = tokio::spawn(lease.release_after(async move {
@@ -169,10 +176,7 @@ async fn a_release_stops_its_browser_at_once_and_ends_once_answered() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropped_lease_kills_its_worker() {
     let dir = tempfile::tempdir().unwrap();
-    let pool = Pool::start(config(dir.path(), 1, 1), tokio_util::sync::CancellationToken::new());
-    let lease =
-        pool.lease(spec(Duration::from_secs(30))).await.unwrap_or_else(|e| panic!("{e}: {:?}", pool.last_boot_error()));
-    let pid = pool.status().workers[0].pid;
+    let (pool, lease, pid) = leased(dir.path(), 1).await;
     // Pool of one: a second lease must wait and time out.
     let err = pool.lease(spec(Duration::from_millis(200))).await.err().unwrap();
     assert!(matches!(err, browserpool_pool::PoolError::Exhausted(_)), "{err}");
