@@ -165,6 +165,7 @@ async fn a_release_stops_its_browser_at_once_and_ends_once_answered() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     tokio::time::sleep(Duration::from_millis(200)).await;
+    // Ended now, it did not wait (or the browser was stopped only once its wait ran out).
     assert!(!release.is_finished(), "the release ended before its caller's answer");
     answer.send(()).unwrap();
     tokio::time::timeout(Duration::from_secs(10), release).await.expect("the release ends once answered").unwrap();
