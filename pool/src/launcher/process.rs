@@ -111,8 +111,8 @@ impl Process {
     /// most [`ANSWER_FIRST`] later): the group is sent SIGKILL at once, and exits at the weight it
     /// ran at until then. The dying's weight outweighs the server's own threads many times
     /// over, and a caller releasing the worker waits for an answer the server has yet to write:
-    /// measured with `acquire_bench 30 process`, that answer took 3-11 ms p50 and 20-70 ms p90
-    /// while the exits came first.
+    /// measured with `acquire_bench 30 process`, that answer took 1.7-11 ms p50 and 20-71 ms p90
+    /// (six runs) while the exits came first, 1.3-1.4 ms and 5-12 ms since.
     pub(crate) async fn kill_after(mut self, answered: impl std::future::Future<Output = ()>) {
         // The browser stops now, whatever the wait: a released tenant's page never runs on.
         kill_group(self.pgid);
