@@ -79,6 +79,11 @@ impl Route {
     }
 }
 
+/// `Target.detachFromTarget` of `session`, as sent with `id` (no caller waits for its answer).
+fn detach(id: u64, session: &str) -> String {
+    command(id, "", "Target.detachFromTarget", json!({ "sessionId": session }))
+}
+
 /// A command as sent: `id`, on `session` when not empty (else the browser's own).
 fn command(id: u64, session: &str, method: &str, params: Value) -> String {
     let mut msg = json!({ "id": id, "method": method, "params": params });
@@ -107,7 +112,7 @@ impl Drop for Route {
         for session in ours {
             routes.sessions.remove(&session);
             // Nothing of it stays attached: a request it paused would wait for nobody.
-            self.send("Target.detachFromTarget", json!({ "sessionId": session }));
+            let _ = self.out.send(detach(self.next_id.fetch_add(1, Ordering::Relaxed), &session));
         }
     }
 }
@@ -277,7 +282,7 @@ fn dispatch(
                     lock(routes).sessions.insert(session.to_string(), route);
                 }
                 (Some(session), Some(_)) => {
-                    let _ = out.send(command(0, "", "Target.detachFromTarget", json!({ "sessionId": session })));
+                    let _ = out.send(detach(0, session));
                 }
                 _ => {}
             }
@@ -302,7 +307,7 @@ fn dispatch(
     // connection's own reader gone) is let go, never left waiting.
     if paused && !delivered {
         let _ = out.send(command(0, &session, "Runtime.runIfWaitingForDebugger", json!({})));
-        let _ = out.send(command(0, "", "Target.detachFromTarget", json!({ "sessionId": session })));
+        let _ = out.send(detach(0, &session));
     }
 }
 
