@@ -148,10 +148,12 @@ async fn serve(ws: WebSocket, access: &Arc<LiveAccess>, metrics: &crate::metrics
         summary.close = "viewer gone".into();
         return summary;
     }
-    let watching = access.watch().await;
+    let (stop, mut revoked, mut dialogs) = (access.stop(), access.revocations(), access.dialogs());
+    let Some(watching) = start_watching(access, &stop).await else {
+        return closed(&mut tx, summary, (1000, "the session ended")).await;
+    };
     let mut frames = watching.frames.clone();
     frames.mark_changed();
-    let (stop, mut revoked, mut dialogs) = (access.stop(), access.revocations(), access.dialogs());
     let expiry = tokio::time::sleep(access.time_left());
     tokio::pin!(expiry);
     let mut tabs_every = tokio::time::interval(TABS_EVERY);
@@ -227,8 +229,30 @@ async fn serve(ws: WebSocket, access: &Arc<LiveAccess>, metrics: &crate::metrics
         summary.skip(latest, metrics);
     }
     drop(watching);
-    let (code, reason) = close;
-    let frame = CloseFrame { code, reason: reason.into() };
+    closed(&mut tx, summary, close).await
+}
+
+/// Starts watching, unless the session ends first: starting asks the browser for a picture (up
+/// to a second) and for the screencast, and a session that ends meanwhile, its tab detached,
+/// may answer neither.
+async fn start_watching(
+    access: &LiveAccess,
+    stop: &tokio_util::sync::CancellationToken,
+) -> Option<browserpool_pool::Watching> {
+    tokio::select! {
+        watching = access.watch() => Some(watching),
+        _ = stop.cancelled() => None,
+    }
+}
+
+/// Says why the socket closes (at most a second for a viewer that reads nothing), in the
+/// summary too.
+async fn closed(
+    tx: &mut futures::stream::SplitSink<WebSocket, Message>,
+    mut summary: Summary,
+    (code, reason): (u16, &str),
+) -> Summary {
+    let frame = CloseFrame { code, reason: reason.to_string().into() };
     let _ = tokio::time::timeout(Duration::from_secs(1), tx.send(Message::Close(Some(frame)))).await;
     summary.close = reason.into();
     summary
