@@ -1,6 +1,6 @@
 //! Bakes the git revision into the binary (`--version`, `/metrics` `build_info`, the start-up
 //! log): `BROWSERPOOL_GIT_REV` when set (a container build has no .git), else `git rev-parse`,
-//! else "unknown".
+//! else "unknown". Also rebuilt when `migrations/` changes, which `sqlx::migrate!` embeds.
 
 use std::process::Command;
 
@@ -17,6 +17,8 @@ fn main() {
         .or_else(|| git(&["rev-parse", "--short=12", "HEAD"]))
         .unwrap_or_else(|| "unknown".into());
     println!("cargo:rustc-env=BROWSERPOOL_GIT_REV={rev}");
+    // `sqlx::migrate!` embeds these: a new migration must rebuild the crate.
+    println!("cargo:rerun-if-changed=migrations");
     // Built again when HEAD moves (a commit, a checkout).
     for path in [git(&["rev-parse", "--git-path", "HEAD"]), git(&["rev-parse", "--git-path", "packed-refs"])]
         .into_iter()

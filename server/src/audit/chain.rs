@@ -57,6 +57,24 @@ impl Record {
     }
 }
 
+/// Entries one transaction appends, all with one time, named by a random `id` the chain keeps
+/// on the first of them: a write whose outcome is unknown (the connection cut while the commit
+/// was on its way) is retried with the same id, and the store skips a batch whose id it already
+/// has, so no record goes in twice.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Batch {
+    pub id: String,
+    pub at_ms: i64,
+    pub entries: Vec<Entry>,
+}
+
+impl Batch {
+    /// A batch of `entries` that happened at `at_ms`, under a new id.
+    pub fn new(entries: Vec<Entry>, at_ms: i64) -> Batch {
+        Batch { id: uuid::Uuid::new_v4().simple().to_string(), at_ms, entries }
+    }
+}
+
 /// Chains `entries` after the record (`seq`, `prev_hash`): the store calls this under the
 /// audit lock with the tail it just read.
 pub fn chain(mut seq: u64, mut prev: String, entries: &[Entry], at_ms: i64) -> Vec<Record> {

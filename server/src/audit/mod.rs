@@ -15,10 +15,9 @@
 //!   backoff until it is written; meanwhile the log is unhealthy and new actions are refused,
 //!   and it turns healthy again only once nothing written before the fault is still waiting.
 
-use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use tokio::sync::mpsc;
 use tokio::sync::mpsc::error::TrySendError;
@@ -29,14 +28,16 @@ use crate::store::{AuditFilter, Store, StoreError};
 pub mod chain;
 pub mod refusals;
 pub mod spool;
-pub use chain::{chain, verify_chain, ChainCheck, Entry, Record};
+mod writer;
+pub use chain::{chain, verify_chain, Batch, ChainCheck, Entry, Record};
 pub use refusals::rpc_name;
 pub use spool::Spool;
+pub use writer::{Sink, Writer};
 
 /// How many records may wait in the queue for the writer (besides the batch it is writing).
 /// A place is taken when work starts: every call in flight holds one for its RPC-level
 /// record, every running action one for its action record. Entries are a few hundred bytes,
-/// so a full queue is about a megabyte; at the writer's pace (a batch of [`BATCH`] per
+/// so a full queue is about a megabyte; at the writer's pace (a batch of [`writer::BATCH`] per
 /// transaction) it fills only while the database is slow or refuses writes, and then new calls
 /// are refused rather than recorded late or not at all.
 pub const QUEUE_CAPACITY: usize = 4096;
@@ -297,266 +298,6 @@ impl crate::grpc_status::CallEnd for AuditEnd {
     }
 }
 
-/// Where the writer appends batches: the store, or a fake in unit tests.
-pub trait Sink: Send + Sync + 'static {
-    /// Appends `entries` to the chain in one transaction: all of them or none.
-    fn append(&self, entries: &[Entry], at_ms: i64) -> impl Future<Output = Result<(), StoreError>> + Send;
-
-    /// Appends the spool's records (groups of entries, each with its time) in one
-    /// transaction.
-    fn append_spooled(&self, groups: &[(i64, Vec<Entry>)]) -> impl Future<Output = Result<(), StoreError>> + Send;
-}
-
-impl Sink for Store {
-    fn append(&self, entries: &[Entry], at_ms: i64) -> impl Future<Output = Result<(), StoreError>> + Send {
-        self.append_audit(entries, at_ms)
-    }
-
-    async fn append_spooled(&self, groups: &[(i64, Vec<Entry>)]) -> Result<(), StoreError> {
-        let groups: Vec<(i64, &[Entry])> = groups.iter().map(|(at, entries)| (*at, entries.as_slice())).collect();
-        self.append_audit_groups(&groups).await
-    }
-}
-
-/// Owns the chain; the only code that appends to the audit table.
-pub struct Writer<S = Store> {
-    sink: S,
-    rx: mpsc::Receiver<Entry>,
-    state: Arc<State>,
-    spool: Option<Spool>,
-}
-
-/// Records per transaction.
-const BATCH: usize = 256;
-
-/// How long a batch waits for more records after its first (measured with
-/// `examples/fleet_sim.rs`, 1000 clients on three replicas: 18 transactions per session
-/// without it; 10.1 at 20 ms, audit lag p99 24 ms; 8.8 at 50 ms, lag p99 53 ms). A record
-/// waits at most this long (and the batch's write) before it is durable; results never wait.
-const LINGER: Duration = Duration::from_millis(50);
-
-/// How long shutdown waits for the last records (and their retries) before giving up.
-const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
-
-/// Delays between attempts at a batch the database refused: doubling from 100 ms, at most
-/// 2 s, so the trail is written again within about 2 s of the database taking writes.
-#[derive(Debug)]
-struct Backoff {
-    next: Duration,
-}
-
-impl Backoff {
-    const FIRST: Duration = Duration::from_millis(100);
-    const MAX: Duration = Duration::from_secs(2);
-
-    fn new() -> Backoff {
-        Backoff { next: Backoff::FIRST }
-    }
-
-    fn next_delay(&mut self) -> Duration {
-        let delay = self.next;
-        self.next = (delay * 2).min(Backoff::MAX);
-        delay
-    }
-}
-
-impl<S: Sink> Writer<S> {
-    /// Appends entries until shutdown, then drains what is queued (for at most a few seconds)
-    /// and returns. A batch the database refuses goes to the spool, or when that cannot take
-    /// it either, is kept and retried, in order, with backoff.
-    pub async fn run(mut self, shutdown: tokio_util::sync::CancellationToken) {
-        let mut pending: Vec<Entry> = Vec::new();
-        let mut backoff = Backoff::new();
-        let mut failures = 0u32;
-        // Refusal windows that are over give their closing records (see `refusals`).
-        let mut sweep = tokio::time::interval(Duration::from_secs(1));
-        // When to try moving the spool into the chain next (a spool left by a previous run:
-        // at once).
-        let mut unspool_at = tokio::time::Instant::now();
-        let mut unspool_backoff = Backoff::new();
-        loop {
-            if pending.is_empty() {
-                let spooling = self.spool_holds_records();
-                tokio::select! {
-                    e = self.rx.recv() => match e {
-                        Some(e) => pending.push(e),
-                        None => break,
-                    },
-                    _ = sweep.tick() => {
-                        pending.extend(self.state.refusals().sweep(now_ms(), false));
-                        if pending.is_empty() {
-                            continue;
-                        }
-                    }
-                    _ = tokio::time::sleep_until(unspool_at), if spooling => {
-                        if self.unspool().await {
-                            unspool_backoff = Backoff::new();
-                        } else {
-                            unspool_at = tokio::time::Instant::now() + unspool_backoff.next_delay();
-                        }
-                        continue;
-                    }
-                    _ = shutdown.cancelled() => break,
-                }
-            }
-            // Records arriving within `LINGER` of the first go in the same transaction: a
-            // busy replica writes its trail in a few transactions a second, not one per call.
-            let linger = tokio::time::sleep(LINGER);
-            tokio::pin!(linger);
-            while pending.len() < BATCH {
-                tokio::select! {
-                    biased;
-                    e = self.rx.recv() => match e {
-                        Some(e) => pending.push(e),
-                        None => break,
-                    },
-                    _ = &mut linger => break,
-                }
-            }
-            match self.put(&pending).await {
-                Ok(spooled) => {
-                    pending.clear();
-                    backoff = Backoff::new();
-                    if spooled {
-                        unspool_at = unspool_at.max(tokio::time::Instant::now() + Backoff::FIRST);
-                    }
-                    if failures > 0 {
-                        // Healthy again only once nothing queued during the fault is left.
-                        if self.rx.is_empty() {
-                            tracing::info!(attempts = failures, "audit trail written again; actions accepted");
-                            failures = 0;
-                            self.state.set_fault(None);
-                        } else {
-                            self.state.set_fault(Some(format!(
-                                "catching up: {} records queued during a write failure",
-                                self.rx.len()
-                            )));
-                        }
-                    }
-                }
-                Err(e) => {
-                    failures += 1;
-                    let delay = backoff.next_delay();
-                    let unwritten = pending.len() + self.rx.len();
-                    if failures == 1 {
-                        tracing::error!(error = %e, unwritten, "audit write failed; refusing new actions and retrying until it succeeds");
-                    } else {
-                        tracing::warn!(error = %e, attempt = failures, unwritten, retry_in_ms = delay.as_millis() as u64, "audit write failed again");
-                    }
-                    self.state.set_fault(Some(e.replace('\n', " ")));
-                    tokio::select! {
-                        _ = tokio::time::sleep(delay) => {}
-                        _ = shutdown.cancelled() => break,
-                    }
-                }
-            }
-        }
-        self.finish(pending).await;
-        tracing::debug!("audit writer ended");
-    }
-
-    /// Writes `entries` where they go now: behind the spool while it holds records (so the
-    /// chain keeps their order), else into the chain, else into the spool. `Ok(true)` when
-    /// they went to the spool; `Err` says why neither took them.
-    async fn put(&mut self, entries: &[Entry]) -> Result<bool, String> {
-        let at = now_ms();
-        if self.spool_holds_records() {
-            return self.keep_in_spool(entries, at).map(|()| true);
-        }
-        let refused = match self.sink.append(entries, at).await {
-            Ok(()) => return Ok(false),
-            Err(e) => e.to_string().replace('\n', " "),
-        };
-        if self.spool.is_none() {
-            return Err(refused);
-        }
-        self.keep_in_spool(entries, at).map_err(|e| format!("{refused}; nor could the local spool take them: {e}"))?;
-        tracing::error!(error = %refused, records = entries.len(), "audit write failed; records go to the local spool until the database takes them again");
-        *self.state.spooling.lock().unwrap_or_else(|e| e.into_inner()) = Some(refused);
-        Ok(true)
-    }
-
-    fn spool_holds_records(&self) -> bool {
-        self.spool.as_ref().is_some_and(|s| !s.is_empty())
-    }
-
-    fn keep_in_spool(&mut self, entries: &[Entry], at: i64) -> Result<(), String> {
-        let spool = self.spool.as_mut().ok_or("no spool")?;
-        spool.push(entries, at).map_err(|e| e.to_string())?;
-        self.state.spooled.store(spool.len() as u64, Ordering::Relaxed);
-        Ok(())
-    }
-
-    /// Moves what the spool holds into the chain, in one transaction, and empties it; true
-    /// once it is empty.
-    async fn unspool(&mut self) -> bool {
-        let Some(spool) = self.spool.as_mut() else { return true };
-        if spool.is_empty() {
-            return true;
-        }
-        let groups = match spool.batches() {
-            Ok(groups) => groups,
-            Err(e) => {
-                tracing::error!(error = %e, "the local audit spool cannot be read; its records stay in it");
-                return false;
-            }
-        };
-        if let Err(e) = self.sink.append_spooled(&groups).await {
-            tracing::warn!(error = %e, records = spool.len(), "the database still refuses the spooled audit records");
-            return false;
-        }
-        let records = spool.len();
-        if let Err(e) = spool.clear() {
-            // The records are in the chain: kept in the file too, the next start would chain
-            // them again. Nothing else can be done about it but say so.
-            tracing::error!(error = %e, records, "spooled audit records are in the chain but the spool could not be emptied; they would be chained twice");
-            return false;
-        }
-        self.state.spooled.store(0, Ordering::Relaxed);
-        *self.state.spooling.lock().unwrap_or_else(|e| e.into_inner()) = None;
-        tracing::info!(records, "audit records kept in the local spool are in the chain");
-        true
-    }
-
-    /// Shutdown: what was queued still goes in, in order (into the chain, or the spool the
-    /// next start on this data dir moves), retried until [`SHUTDOWN_GRACE`] is up; what
-    /// neither takes then is logged as lost.
-    async fn finish(&mut self, mut pending: Vec<Entry>) {
-        let deadline = tokio::time::Instant::now() + SHUTDOWN_GRACE;
-        // Places still taken (a call ending) are waited for: their records come last.
-        self.rx.close();
-        while let Ok(Some(e)) = tokio::time::timeout_at(deadline, self.rx.recv()).await {
-            pending.push(e);
-        }
-        pending.extend(self.state.refusals().sweep(now_ms(), true));
-        self.unspool().await;
-        let mut backoff = Backoff::new();
-        while !pending.is_empty() {
-            let n = pending.len().min(BATCH);
-            match self.put(&pending[..n]).await {
-                Ok(_) => {
-                    pending.drain(..n);
-                }
-                Err(e) => {
-                    let delay = backoff.next_delay();
-                    if tokio::time::Instant::now() + delay > deadline {
-                        tracing::error!(error = %e, lost = pending.len(), "audit records lost at shutdown: the database refused them to the end");
-                        return;
-                    }
-                    tracing::warn!(error = %e, unwritten = pending.len(), "audit write failed at shutdown; retrying");
-                    tokio::time::sleep(delay).await;
-                }
-            }
-        }
-        if let Some(spool) = self.spool.as_ref().filter(|s| !s.is_empty()) {
-            tracing::warn!(
-                records = spool.len(),
-                "audit records stay in the local spool; the next start on this data dir moves them into the chain"
-            );
-        }
-    }
-}
-
 /// Records a query of the trail answers when it names no limit, and the most it may ask for.
 pub const QUERY_DEFAULT: u32 = 100;
 pub const QUERY_MAX: u32 = 10_000;
@@ -597,17 +338,23 @@ pub async fn verify_stored(store: &Store, page: u32) -> Result<(u64, Option<(u64
 
 #[cfg(test)]
 mod tests {
+    use super::writer::{Backoff, BATCH, LINGER, SHUTDOWN_GRACE};
     use super::*;
     use std::pin::Pin;
     use std::task::{Context, Poll};
+    use std::time::Duration;
 
-    /// A sink that refuses the first `fail` appends, then keeps what it is given. With a
-    /// gate, each append first waits for one of its permits.
+    /// A sink that refuses the first `fail` appends, then keeps what it is given; the first
+    /// `cut` of those it keeps answer an error all the same (a connection cut while the commit
+    /// was on its way). Like the store, it skips a retried batch it has and refuses a first
+    /// offer of one it has. With a gate, each append first waits for one of its permits.
     #[derive(Clone, Default)]
     struct FakeSink {
         fail: Arc<std::sync::atomic::AtomicUsize>,
+        cut: Arc<std::sync::atomic::AtomicUsize>,
         attempts: Arc<std::sync::atomic::AtomicUsize>,
         written: Arc<Mutex<Vec<Entry>>>,
+        ids: Arc<Mutex<std::collections::HashSet<String>>>,
         gate: Option<Arc<tokio::sync::Semaphore>>,
     }
 
@@ -624,22 +371,30 @@ mod tests {
     }
 
     impl Sink for FakeSink {
-        async fn append(&self, entries: &[Entry], _at_ms: i64) -> Result<(), StoreError> {
+        async fn append(&self, batches: &[Batch], retry: bool) -> Result<(), StoreError> {
             if let Some(gate) = &self.gate {
                 gate.acquire().await.unwrap().forget();
             }
             self.attempts.fetch_add(1, Ordering::SeqCst);
-            let refused = self.fail.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok();
-            if refused {
+            let take = |n: &std::sync::atomic::AtomicUsize| {
+                n.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok()
+            };
+            if take(&self.fail) {
                 return Err(StoreError::Corrupt("database or disk is full".into()));
             }
-            self.written.lock().unwrap().extend_from_slice(entries);
+            let mut ids = self.ids.lock().unwrap();
+            for batch in batches {
+                if ids.contains(&batch.id) {
+                    assert!(retry, "batch {} offered again as new", batch.id);
+                    continue;
+                }
+                ids.insert(batch.id.clone());
+                self.written.lock().unwrap().extend_from_slice(&batch.entries);
+            }
+            if take(&self.cut) {
+                return Err(StoreError::Corrupt("connection reset while committing".into()));
+            }
             Ok(())
-        }
-
-        async fn append_spooled(&self, groups: &[(i64, Vec<Entry>)]) -> Result<(), StoreError> {
-            let entries: Vec<Entry> = groups.iter().flat_map(|(_, es)| es.clone()).collect();
-            self.append(&entries, 0).await
         }
     }
 
@@ -680,11 +435,11 @@ mod tests {
         drop(log.reserve_call().expect("calls that run no action go on"));
         until(Duration::from_secs(5), || log.healthy()).await;
         // Three refusals (100 + 200 + 400 ms of backoff), then one write with all of them;
-        // each of the four attempts gathers for `LINGER` first.
+        // the first attempt gathers for `LINGER`, the retries offer the same batch at once.
         assert_eq!(sink.written(), ["/a", "/b", "/c"]);
         assert_eq!(sink.attempts.load(Ordering::SeqCst), 4);
         let waited = started.elapsed();
-        let expected = Duration::from_millis(700) + 4 * LINGER;
+        let expected = Duration::from_millis(700) + LINGER;
         assert!(waited >= expected && waited < expected + Duration::from_millis(100), "{waited:?}");
         log.reserve().expect("healthy again").record(entry("/d"));
         until(Duration::from_secs(1), || sink.written().len() == 4).await;
@@ -758,6 +513,33 @@ mod tests {
         assert!(Spool::open(&dir.path().join(spool::SPOOL_FILE)).unwrap().is_empty());
     }
 
+    /// The database took a batch but its answer was lost (the connection cut while the commit
+    /// was on its way): with a spool, the batch waits there under its id and moves as a retry;
+    /// without one, it is offered again as it was. Either way each record is in once (the fake
+    /// also fails a batch offered as new twice).
+    #[tokio::test(start_paused = true)]
+    async fn a_write_whose_answer_was_lost_is_not_written_twice() {
+        for spooled in [true, false] {
+            let dir = tempfile::tempdir().unwrap();
+            let spool = spooled.then(|| Spool::open(&dir.path().join(spool::SPOOL_FILE)).unwrap());
+            let sink = FakeSink::default();
+            sink.cut.store(1, Ordering::SeqCst);
+            let (log, writer) = AuditLog::with_sink(sink.clone(), 16, spool);
+            let stop = tokio_util::sync::CancellationToken::new();
+            let task = tokio::spawn(writer.run(stop.clone()));
+            for rpc in ["/a", "/b"] {
+                log.reserve().unwrap().record(entry(rpc));
+            }
+            until(Duration::from_secs(1), || sink.attempts.load(Ordering::SeqCst) == 2).await;
+            until(Duration::from_secs(1), || log.healthy() && log.spooled() == 0).await;
+            log.reserve().unwrap().record(entry("/c"));
+            until(Duration::from_secs(1), || sink.attempts.load(Ordering::SeqCst) == 3).await;
+            stop.cancel();
+            task.await.unwrap();
+            assert_eq!(sink.written(), ["/a", "/b", "/c"], "with a spool: {spooled}");
+        }
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_spool_that_cannot_take_a_batch_fails_closed() {
         let dir = tempfile::tempdir().unwrap();
@@ -783,7 +565,7 @@ mod tests {
     async fn a_spool_left_by_a_previous_run_goes_in_first_and_a_dead_database_keeps_it() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join(spool::SPOOL_FILE);
-        Spool::open(&path).unwrap().push(&[entry("/old")], 5).unwrap();
+        Spool::open(&path).unwrap().push(&Batch::new(vec![entry("/old")], 5)).unwrap();
         let sink = FakeSink::default();
         let (log, writer) = AuditLog::with_sink(sink.clone(), 16, Some(Spool::open(&path).unwrap()));
         assert!(log.spooling().is_some_and(|s| s.contains("previous run")), "{:?}", log.spooling());
@@ -800,7 +582,7 @@ mod tests {
         task.await.unwrap();
         let left = Spool::open(&path).unwrap();
         assert_eq!(
-            left.batches().unwrap().into_iter().flat_map(|(_, es)| es).map(|e| e.rpc).collect::<Vec<_>>(),
+            left.batches().unwrap().into_iter().flat_map(|b| b.entries).map(|e| e.rpc).collect::<Vec<_>>(),
             ["/last"]
         );
     }
@@ -955,7 +737,7 @@ mod tests {
             let entries: Vec<Entry> = (0..5)
                 .map(|n| Entry { tenant: "t".into(), rpc: format!("/r{batch}-{n}"), ..Default::default() })
                 .collect();
-            store.append_audit(&entries, 1000 + batch).await.unwrap();
+            store.append_audit(&[Batch::new(entries, 1000 + batch)], false).await.unwrap();
         }
         // Pages that end inside the chain, at its end, and past it.
         for page in [7, 10, 50, 1000] {

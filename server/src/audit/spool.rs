@@ -6,16 +6,17 @@
 //! reading, and the log says so. Bounded by [`SPOOL_MAX`] records: past it, or when the file
 //! cannot be written, the trail refuses actions as it would without a spool.
 //!
-//! Moved into the chain in one transaction (see [`super::Sink::append_spooled`]), then the
-//! file is emptied. A server that dies between the two leaves records that are chained
-//! twice when it starts again: duplicated, never lost.
+//! Moved into the chain in one transaction (see [`super::Sink::append`]), then the file is
+//! emptied. Each line keeps the id of its batch: a batch whose write was cut while committing
+//! (so it may be in the chain already), or a spool that was moved but not emptied (the server
+//! died between the two), is offered again as a retry, and the store skips the batches it has.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufRead, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
-use super::Entry;
+use super::{Batch, Entry};
 
 /// Name of the spool file in the data dir.
 pub const SPOOL_FILE: &str = "audit-spool.jsonl";
@@ -27,6 +28,9 @@ pub const SPOOL_MAX: usize = 100_000;
 #[derive(serde::Serialize, serde::Deserialize)]
 struct Line {
     at: i64,
+    /// Its batch's id (absent in lines written before batches had one).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    batch: String,
     entry: Entry,
 }
 
@@ -64,16 +68,15 @@ impl Spool {
         self.len == 0
     }
 
-    /// Appends `entries` (which happened at `at_ms`) and waits until they are on disk. All or
-    /// none: a batch that would pass the bound, or whose write fails, leaves the file as it
-    /// was.
-    pub fn push(&mut self, entries: &[Entry], at_ms: i64) -> io::Result<()> {
-        if self.len + entries.len() > self.max {
+    /// Appends `batch` and waits until it is on disk. All or none: a batch that would pass the
+    /// bound, or whose write fails, leaves the file as it was.
+    pub fn push(&mut self, batch: &Batch) -> io::Result<()> {
+        if self.len + batch.entries.len() > self.max {
             return Err(io::Error::other(format!("the local audit spool is full ({} records)", self.max)));
         }
         let mut text = String::new();
-        for entry in entries {
-            let line = Line { at: at_ms, entry: entry.clone() };
+        for entry in &batch.entries {
+            let line = Line { at: batch.at_ms, batch: batch.id.clone(), entry: entry.clone() };
             text.push_str(&serde_json::to_string(&line).map_err(io::Error::other)?);
             text.push('\n');
         }
@@ -84,18 +87,18 @@ impl Spool {
             let _ = self.file.set_len(before);
             return Err(io::Error::new(e.kind(), format!("{}: {e}", self.path.display())));
         }
-        self.len += entries.len();
+        self.len += batch.entries.len();
         Ok(())
     }
 
-    /// Every record in it, in order, grouped by time as [`super::Sink::append_spooled`] takes
-    /// them.
-    pub fn batches(&self) -> io::Result<Vec<(i64, Vec<Entry>)>> {
-        let mut batches: Vec<(i64, Vec<Entry>)> = Vec::new();
-        for Line { at, entry } in self.read()? {
+    /// Every record in it, in order, in the batches they were pushed in (lines from before
+    /// batches had ids: grouped by time, with no id).
+    pub fn batches(&self) -> io::Result<Vec<Batch>> {
+        let mut batches: Vec<Batch> = Vec::new();
+        for Line { at, batch, entry } in self.read()? {
             match batches.last_mut() {
-                Some((last, entries)) if *last == at => entries.push(entry),
-                _ => batches.push((at, vec![entry])),
+                Some(last) if last.at_ms == at && last.id == batch => last.entries.push(entry),
+                _ => batches.push(Batch { id: batch, at_ms: at, entries: vec![entry] }),
             }
         }
         Ok(batches)
@@ -133,24 +136,37 @@ mod tests {
         Entry { tenant: "t".into(), rpc: rpc.into(), outcome: "ok".into(), ..Default::default() }
     }
 
+    fn batch(rpcs: &[&str], at_ms: i64) -> Batch {
+        Batch::new(rpcs.iter().map(|rpc| entry(rpc)).collect(), at_ms)
+    }
+
     fn rpcs(spool: &Spool) -> Vec<(i64, Vec<String>)> {
-        spool.batches().unwrap().into_iter().map(|(at, es)| (at, es.into_iter().map(|e| e.rpc).collect())).collect()
+        spool
+            .batches()
+            .unwrap()
+            .into_iter()
+            .map(|b| (b.at_ms, b.entries.into_iter().map(|e| e.rpc).collect()))
+            .collect()
     }
 
     #[test]
-    fn records_survive_a_reopen_in_order_and_grouped_by_time() {
+    fn records_survive_a_reopen_in_order_in_their_batches() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join(SPOOL_FILE);
         let mut spool = Spool::open(&path).unwrap();
         assert!(spool.is_empty());
         use std::os::unix::fs::PermissionsExt;
         assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
-        spool.push(&[entry("/a"), entry("/b")], 10).unwrap();
-        spool.push(&[entry("/c")], 20).unwrap();
+        let pushed = [batch(&["/a", "/b"], 10), batch(&["/c"], 20), batch(&["/d"], 20)];
+        for b in &pushed {
+            spool.push(b).unwrap();
+        }
         drop(spool);
         let mut spool = Spool::open(&path).unwrap();
-        assert_eq!(spool.len(), 3);
-        assert_eq!(rpcs(&spool), [(10, vec!["/a".to_string(), "/b".into()]), (20, vec!["/c".into()])]);
+        assert_eq!(spool.len(), 4);
+        // Two batches of one time stay two: each keeps its id.
+        assert_eq!(spool.batches().unwrap(), pushed);
+        assert_eq!(rpcs(&spool)[0], (10, vec!["/a".to_string(), "/b".into()]));
         spool.clear().unwrap();
         assert!(Spool::open(&path).unwrap().is_empty());
     }
@@ -160,7 +176,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join(SPOOL_FILE);
         let mut spool = Spool::open(&path).unwrap();
-        spool.push(&[entry("/a")], 10).unwrap();
+        spool.push(&batch(&["/a"], 10)).unwrap();
         drop(spool);
         OpenOptions::new().append(true).open(&path).unwrap().write_all(b"{\"at\":11,\"entry\":{\"ten").unwrap();
         let spool = Spool::open(&path).unwrap();
@@ -171,12 +187,27 @@ mod tests {
     fn a_batch_past_the_bound_is_refused_whole() {
         let dir = tempfile::tempdir().unwrap();
         let mut spool = Spool::open_bounded(&dir.path().join(SPOOL_FILE), 3).unwrap();
-        spool.push(&[entry("/a"), entry("/b")], 1).unwrap();
-        let e = spool.push(&[entry("/c"), entry("/d")], 2).unwrap_err();
+        spool.push(&batch(&["/a", "/b"], 1)).unwrap();
+        let e = spool.push(&batch(&["/c", "/d"], 2)).unwrap_err();
         assert!(e.to_string().contains("spool is full (3 records)"), "{e}");
         assert_eq!(spool.len(), 2);
-        spool.push(&[entry("/c")], 2).unwrap();
+        spool.push(&batch(&["/c"], 2)).unwrap();
         let all: Vec<String> = rpcs(&spool).into_iter().flat_map(|(_, r)| r).collect();
         assert_eq!(all, ["/a", "/b", "/c"]);
+    }
+
+    #[test]
+    fn lines_from_before_batch_ids_are_grouped_by_time_with_no_id() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(SPOOL_FILE);
+        let line =
+            |at: i64, rpc: &str| format!("{{\"at\":{at},\"entry\":{}}}\n", serde_json::to_string(&entry(rpc)).unwrap());
+        std::fs::write(&path, [line(10, "/a"), line(10, "/b"), line(20, "/c")].concat()).unwrap();
+        let spool = Spool::open(&path).unwrap();
+        let batches = spool.batches().unwrap();
+        assert_eq!(
+            batches.iter().map(|b| (b.id.as_str(), b.at_ms, b.entries.len())).collect::<Vec<_>>(),
+            [("", 10, 2), ("", 20, 1)]
+        );
     }
 }

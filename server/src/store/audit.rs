@@ -3,23 +3,33 @@
 
 use super::*;
 
-/// Rows per `INSERT`: 15 values each, well under SQLite's and PostgreSQL's bind limits.
+/// Rows per `INSERT` (16 values each) and batch ids per lookup, well under SQLite's and PostgreSQL's bind limits.
 const INSERT_ROWS: usize = 256;
 
 impl Store {
-    /// Appends `entries` to the chain, in order, in one transaction: under the `audit` lock it
-    /// reads the tail, so writers of several replicas extend one chain and never fork it.
-    pub async fn append_audit(&self, entries: &[Entry], at_ms: i64) -> Result<(), StoreError> {
-        self.append_audit_groups(&[(at_ms, entries)]).await
-    }
-
-    /// [`Store::append_audit`] for groups of entries each with the time it happened (the
-    /// audit spool's, written while the database was away), in one transaction.
-    pub async fn append_audit_groups(&self, groups: &[(i64, &[Entry])]) -> Result<(), StoreError> {
+    /// Appends `batches` to the chain, in order, in one transaction: under the `audit` lock it
+    /// reads the tail, so writers of several replicas extend one chain and never fork it. Each
+    /// batch's id goes on its first record. With `retry` (the batches were offered before and
+    /// that write's outcome is unknown: a connection cut while committing) a batch whose id the
+    /// chain already has is skipped, so no record goes in twice.
+    pub async fn append_audit(&self, batches: &[Batch], retry: bool) -> Result<(), StoreError> {
         self.noted(async {
             with_pool!(self, pool => {
                 let mut tx = pool.begin().await?;
                 sqlx::query(LOCK).bind("audit").execute(&mut *tx).await?;
+                let mut written = std::collections::HashSet::new();
+                if retry {
+                    let ids: Vec<&str> = batches.iter().map(|b| b.id.as_str()).filter(|id| !id.is_empty()).collect();
+                    for chunk in ids.chunks(INSERT_ROWS) {
+                        let mut query = sqlx::QueryBuilder::new("SELECT batch FROM audit WHERE batch IN (");
+                        let mut list = query.separated(", ");
+                        for id in chunk {
+                            list.push_bind(*id);
+                        }
+                        query.push(")");
+                        written.extend(query.build_query_scalar::<String>().fetch_all(&mut *tx).await?);
+                    }
+                }
                 let (mut seq, mut prev) = match sqlx::query("SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1")
                     .fetch_optional(&mut *tx)
                     .await?
@@ -27,21 +37,23 @@ impl Store {
                     Some(r) => (Cols(&r).get::<i64>("seq")? as u64, Cols(&r).get::<String>("hash")?),
                     None => (0, String::new()),
                 };
-                let records = groups.iter().flat_map(|(at_ms, entries)| {
-                    let records = crate::audit::chain::chain(seq, prev.clone(), entries, *at_ms);
-                    if let Some(last) = records.last() {
+                let mut records = Vec::new();
+                for batch in batches.iter().filter(|b| !written.contains(&b.id)) {
+                    let chained = crate::audit::chain::chain(seq, prev.clone(), &batch.entries, batch.at_ms);
+                    if let Some(last) = chained.last() {
                         (seq, prev) = (last.seq, last.hash.clone());
                     }
-                    records
-                });
+                    let id = (!batch.id.is_empty()).then_some(batch.id.as_str());
+                    records.extend(chained.into_iter().enumerate().map(|(i, r)| (id.filter(|_| i == 0), r)));
+                }
                 // One statement per chunk of rows, not one per row: the chain's lock is held
                 // (by one replica of the fleet at a time) for a round trip per chunk.
-                for chunk in records.collect::<Vec<_>>().chunks(INSERT_ROWS) {
+                for chunk in records.chunks(INSERT_ROWS) {
                     let mut insert = sqlx::QueryBuilder::new(
                         "INSERT INTO audit (seq, at_ms, tenant, subject, jti_hash, session_id, rpc, action, alias_of, \
-                         target, outcome, code, duration_ms, prev_hash, hash) ",
+                         target, outcome, code, duration_ms, prev_hash, hash, batch) ",
                     );
-                    insert.push_values(chunk, |mut row, r| {
+                    insert.push_values(chunk, |mut row, (batch, r)| {
                         let e = &r.entry;
                         row.push_bind(r.seq as i64)
                             .push_bind(r.at_ms)
@@ -57,7 +69,8 @@ impl Store {
                             .push_bind(&e.code)
                             .push_bind(e.duration_ms as i64)
                             .push_bind(&r.prev_hash)
-                            .push_bind(&r.hash);
+                            .push_bind(&r.hash)
+                            .push_bind(*batch);
                     });
                     insert.build().execute(&mut *tx).await?;
                 }
