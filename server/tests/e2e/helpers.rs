@@ -657,10 +657,13 @@ pub fn group_members(pgid: i32, needle: &str) -> Vec<i32> {
 /// A TCP relay in front of a database, which the test can take down: every connection through
 /// it is cut, and new ones are accepted but never answered (a database host gone from the
 /// network: each attempt waits for its client's timeout), until it is brought up again. Servers given [`DbGate::url`] reach the database only through
-/// it, so a test can stop "the database" without touching the one other tests share.
+/// it, so a test can stop "the database" without touching the one other tests share. A trap
+/// ([`DbGate::cut_at_commit`]) takes it down at the one moment whose outcome the client cannot
+/// know: a COMMIT on its way.
 pub struct DbGate {
     port: u16,
     up: std::sync::Arc<tokio::sync::watch::Sender<bool>>,
+    trap: std::sync::Arc<std::sync::Mutex<Option<Vec<u8>>>>,
     accept: tokio::task::JoinHandle<()>,
 }
 
@@ -672,9 +675,10 @@ impl DbGate {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let up = std::sync::Arc::new(tokio::sync::watch::channel(true).0);
-        let gate = up.clone();
+        let trap = std::sync::Arc::new(std::sync::Mutex::new(None));
+        let (gate, traps) = (up.clone(), trap.clone());
         let accept = tokio::spawn(async move {
-            while let Ok((mut client, _)) = listener.accept().await {
+            while let Ok((client, _)) = listener.accept().await {
                 if !*gate.borrow() {
                     let mut up = gate.subscribe();
                     tokio::spawn(async move {
@@ -683,18 +687,49 @@ impl DbGate {
                     });
                     continue;
                 }
-                let mut down = gate.subscribe();
-                let upstream = upstream.clone();
+                let (gate, trap, upstream) = (gate.clone(), traps.clone(), upstream.clone());
                 tokio::spawn(async move {
-                    let Ok(mut server) = tokio::net::TcpStream::connect(&upstream).await else { return };
-                    tokio::select! {
-                        _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
-                        _ = down.wait_for(|up| !*up) => {}
-                    }
+                    let Ok(server) = tokio::net::TcpStream::connect(&upstream).await else { return };
+                    DbGate::relay(client, server, gate, trap).await;
                 });
             }
         });
-        DbGate { port, up, accept }
+        DbGate { port, up, trap, accept }
+    }
+
+    /// Relays one connection until either side ends or the gate goes down; past a trap's
+    /// bytes, the connection's next COMMIT is sent and then the gate goes down.
+    async fn relay(
+        client: tokio::net::TcpStream,
+        server: tokio::net::TcpStream,
+        gate: std::sync::Arc<tokio::sync::watch::Sender<bool>>,
+        trap: std::sync::Arc<std::sync::Mutex<Option<Vec<u8>>>>,
+    ) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let has = |chunk: &[u8], needle: &[u8]| chunk.windows(needle.len()).any(|w| w == needle);
+        let mut down = gate.subscribe();
+        let ((mut from_client, mut to_client), (mut from_server, mut to_server)) =
+            (client.into_split(), server.into_split());
+        let requests = async {
+            let (mut buf, mut marked) = (vec![0u8; 64 * 1024], false);
+            while let Ok(n @ 1..) = from_client.read(&mut buf).await {
+                let chunk = &buf[..n];
+                marked |= trap.lock().unwrap().as_deref().is_some_and(|needle| has(chunk, needle));
+                if to_server.write_all(chunk).await.is_err() {
+                    return;
+                }
+                if marked && has(chunk, b"COMMIT") {
+                    trap.lock().unwrap().take();
+                    gate.send_replace(false);
+                    return;
+                }
+            }
+        };
+        tokio::select! {
+            _ = requests => {}
+            _ = tokio::io::copy(&mut from_server, &mut to_client) => {}
+            _ = down.wait_for(|up| !*up) => {}
+        }
     }
 
     /// `url` with its host and port replaced by the gate's.
@@ -708,6 +743,18 @@ impl DbGate {
     /// Cuts every connection and refuses new ones (`false`), or lets them through again.
     pub fn set_up(&self, up: bool) {
         self.up.send_replace(up);
+    }
+
+    /// Sets a trap: the first transaction that sends `needle` (a bound value, say) is cut
+    /// right after its COMMIT went to the database, and the gate goes down. The database has
+    /// committed; the client sees its connection lost and cannot know.
+    pub fn cut_at_commit(&self, needle: &[u8]) {
+        *self.trap.lock().unwrap() = Some(needle.to_vec());
+    }
+
+    /// Whether the trap went off.
+    pub fn sprung(&self) -> bool {
+        self.trap.lock().unwrap().is_none() && !*self.up.borrow()
     }
 }
 
