@@ -132,6 +132,11 @@ impl Sessions {
         let waited_for = recorded_tx.is_some();
         let record = async {
             let recorded = self.inner.store.end_session(id, state, at, reason, bytes).await;
+            if recorded.is_err() {
+                // Other replicas would take it for live: written once the database answers.
+                let end = HeldBack::End { id: id.to_string(), state, at_ms: at, reason: reason.to_string(), bytes };
+                self.inner.unwritten.keep(end);
+            }
             let took = began.elapsed();
             if let (Some(tx), Ok(_)) = (recorded_tx, &recorded) {
                 let _ = tx.send(true);

@@ -99,7 +99,12 @@ impl Sessions {
     ) -> Result<Option<Claim>> {
         let store = &self.inner.store;
         // Held before asking: a caller that goes away while the claim commits still frees it.
-        let claim = Claim { store: store.clone(), id: id.to_string(), released: false };
+        let claim = Claim {
+            store: store.clone(),
+            unwritten: self.inner.unwritten.clone(),
+            id: id.to_string(),
+            released: false,
+        };
         loop {
             let now = now_ms();
             // While this replica may not judge heartbeats, every claim counts.
@@ -401,9 +406,11 @@ impl Sessions {
 }
 
 /// A tenant slot held in the database. Released explicitly when its session ends; dropped
-/// unreleased (a failed acquire), it is released in the background.
+/// unreleased (a failed acquire), it is released in the background. One the database does
+/// not take back now is given back once it answers again.
 pub(super) struct Claim {
     store: Store,
+    unwritten: Unwritten,
     id: String,
     released: bool,
 }
@@ -411,9 +418,14 @@ pub(super) struct Claim {
 impl Claim {
     pub(super) async fn release(mut self) {
         self.released = true;
-        if let Err(e) = self.store.release_slot(&self.id).await {
-            tracing::warn!(claim = %self.id, error = %e, "could not free a tenant slot; it goes with this replica");
-        }
+        free_slot(&self.store, &self.unwritten, std::mem::take(&mut self.id)).await;
+    }
+}
+
+async fn free_slot(store: &Store, unwritten: &Unwritten, claim: String) {
+    if let Err(e) = store.release_slot(&claim).await {
+        tracing::warn!(%claim, error = %e, "could not free a tenant slot now; it is freed once the database answers again");
+        unwritten.keep(HeldBack::Slot(claim));
     }
 }
 
@@ -422,13 +434,9 @@ impl Drop for Claim {
         if self.released {
             return;
         }
-        let (store, id) = (self.store.clone(), std::mem::take(&mut self.id));
+        let (store, unwritten, id) = (self.store.clone(), self.unwritten.clone(), std::mem::take(&mut self.id));
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(async move {
-                if let Err(e) = store.release_slot(&id).await {
-                    tracing::warn!(claim = %id, error = %e, "could not free a tenant slot; it goes with this replica");
-                }
-            });
+            rt.spawn(async move { free_slot(&store, &unwritten, id).await });
         }
     }
 }

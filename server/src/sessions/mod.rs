@@ -49,6 +49,7 @@ pub use kept::{KeepFiles, RECORDING_NAME};
 use lifecycle::Claim;
 pub use live_view::{IssuedLink, LiveAccess, LiveError, LiveMode, DEFAULT_LINK_TTL};
 pub use replicas::{drain_reach, DrainReach};
+use replicas::{HeldBack, Unwritten};
 pub use waiting::{AcquireWatch, WaitStatus};
 
 /// Default and maximum per-action deadline.
@@ -254,6 +255,9 @@ struct Inner {
     /// How this replica has reached the database lately: whether it may judge other replicas
     /// by their heartbeats (see [`Sessions::stale_before`]).
     store_seen: Mutex<StoreSeen>,
+    /// Writes the database refused that must still be made: retried after each heartbeat it
+    /// answers.
+    unwritten: Unwritten,
 }
 
 /// This replica's own view of the database, from its heartbeats.
@@ -366,6 +370,7 @@ impl Sessions {
                 cdp_base: std::sync::OnceLock::new(),
                 addrs: std::sync::OnceLock::new(),
                 store_seen: Mutex::new(StoreSeen::started(std::time::Instant::now())),
+                unwritten: Unwritten::default(),
                 metrics,
             }),
         }

@@ -1,7 +1,54 @@
 //! The replica set: registering with the addresses other replicas reach this one at, the
-//! heartbeat, and sweeping replicas that are gone (their sessions CRASHED).
+//! heartbeat, sweeping replicas that are gone (their sessions CRASHED), and the writes a
+//! database outage held back, made once it answers again.
 
 use super::*;
+
+/// A write the database refused that must still be made, or the replica set would count what
+/// is gone: a session's end (other replicas would take it for live) or a tenant slot given
+/// back (the tenant would stay a session short until this replica leaves). Both are
+/// idempotent: a write whose answer was lost may be made again.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum HeldBack {
+    End { id: String, state: SessionState, at_ms: i64, reason: String, bytes: (u64, u64) },
+    Slot(String),
+}
+
+/// The writes held back, in order. Cheap to clone.
+#[derive(Clone, Default)]
+pub(super) struct Unwritten(Arc<Mutex<Vec<HeldBack>>>);
+
+impl Unwritten {
+    /// Keeps `write` for the next heartbeat the database answers.
+    pub(super) fn keep(&self, write: HeldBack) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).push(write);
+    }
+
+    /// Makes the writes held back, in order, keeping the ones still refused; how many were made.
+    async fn write(&self, store: &Store) -> usize {
+        let held = std::mem::take(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()));
+        let mut made = 0;
+        let mut refused = Vec::new();
+        for write in held {
+            let done = match &write {
+                _ if !refused.is_empty() => false,
+                HeldBack::End { id, state, at_ms, reason, bytes } => {
+                    store.end_session(id, *state, *at_ms, reason, *bytes).await.is_ok()
+                }
+                HeldBack::Slot(claim) => store.release_slot(claim).await.is_ok(),
+            };
+            if done {
+                made += 1;
+            } else {
+                refused.push(write);
+            }
+        }
+        let mut kept = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        refused.append(&mut kept);
+        *kept = refused;
+        made
+    }
+}
 
 impl Sessions {
     /// Registers this replica, then marks CRASHED the sessions of replicas that are gone (a
@@ -82,7 +129,12 @@ impl Sessions {
             let beat = self.inner.store.beat(&self.inner.replica, now_ms()).await;
             self.beat_went(beat.is_ok());
             match beat {
-                Ok(true) => {}
+                Ok(true) => {
+                    let made = self.inner.unwritten.write(&self.inner.store).await;
+                    if made > 0 {
+                        tracing::info!(writes = made, "writes held back while the database was away are made");
+                    }
+                }
                 // Swept as gone (silent too long): its sessions are CRASHED in the database and
                 // their slots handed out again, so its browsers must not run on uncounted.
                 Ok(false) => {

@@ -246,3 +246,49 @@ async fn a_database_outage_ends_no_session_on_any_replica() {
     on_a.release(&held_by_a).await.unwrap();
     on_b.release(&held_by_b).await.unwrap();
 }
+
+/// A session released while the database is away gives its tenant slot back, and has its
+/// end recorded, once the database is back: the tenant's next session is not refused for a
+/// slot nobody holds, and no replica lists the session as live.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_given_back_during_a_database_outage_is_free_once_it_is_back() {
+    let Some(admin) = std::env::var("BROWSERPOOL_TEST_POSTGRES").ok().filter(|u| !u.is_empty()) else {
+        crate::helpers::skip(
+            "replicas::a_slot_given_back_during_a_database_outage_is_free_once_it_is_back",
+            "needs BROWSERPOOL_TEST_POSTGRES (it runs in the PostgreSQL half of scripts/test.sh)",
+        );
+        return;
+    };
+    let database = browserpool_server::store::scratch_postgres(&admin).await.unwrap();
+    let gate = crate::helpers::DbGate::open(&database).await;
+    let a = BinaryServer::spawn_in(tempfile::tempdir().unwrap(), gate.url(&database), Vec::new());
+    let admin = a.client().await;
+    let one_slot = pb::Tenant { id: "team".into(), max_slots: 1, max_queue: 4, ..Default::default() };
+    admin.admin().put_tenant(pb::PutTenantRequest { tenant: Some(one_slot) }).await.unwrap();
+    let req = pb::IssueTokenRequest {
+        tenant: "team".into(),
+        subject: "ci".into(),
+        scopes: vec!["sessions:read".into(), "sessions:write".into()],
+        ttl_s: 600,
+    };
+    let token = admin.admin().issue_token(req).await.unwrap().into_inner().token;
+    let team = Client::connect(format!("http://{}", a.grpc), &token).await.unwrap();
+    let first = team.acquire(30_000).await.unwrap().session_id;
+
+    gate.set_up(false);
+    let released = tokio::time::timeout(Duration::from_secs(15), team.release(&first)).await;
+    eprintln!("release during the outage: {released:?}");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    gate.set_up(true);
+    let back = Instant::now();
+    while readyz(&a.http).await != "HTTP/1.1 200 OK" {
+        assert!(back.elapsed() < Duration::from_secs(20), "not ready 20 s after the database came back");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let second = team.acquire(10_000).await.expect("the slot given back during the outage is free");
+    eprintln!("acquired again {:?} after the database came back", back.elapsed());
+    // Its end is in the database too (written before the slot): no replica takes it for live.
+    let ended = admin.get(&first).await.unwrap();
+    assert_eq!(ended.state, pb::SessionState::Closed as i32, "{ended:?}");
+    team.release(&second.session_id).await.unwrap();
+}
