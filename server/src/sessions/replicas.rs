@@ -5,12 +5,14 @@
 use super::*;
 
 /// A write the database refused that must still be made, or the replica set would count what
-/// is gone: a session's end (other replicas would take it for live) or a tenant slot given
-/// back (the tenant would stay a session short until this replica leaves). Both are
-/// idempotent: a write whose answer was lost may be made again.
+/// is gone: a session's end (other replicas would take it for live), what it left (`List`
+/// and `Get` would not show its files and recording), or a tenant slot given back (the
+/// tenant would stay a session short until this replica leaves). Each is idempotent: a
+/// write whose answer was lost may be made again.
 #[derive(Debug, Clone, PartialEq)]
 pub(super) enum HeldBack {
     End { id: String, state: SessionState, at_ms: i64, reason: String, bytes: (u64, u64) },
+    Artifacts { id: String, manifest: String },
     Slot(String),
 }
 
@@ -35,6 +37,7 @@ impl Unwritten {
                 HeldBack::End { id, state, at_ms, reason, bytes } => {
                     store.end_session(id, *state, *at_ms, reason, *bytes).await.is_ok()
                 }
+                HeldBack::Artifacts { id, manifest } => store.set_session_artifacts(id, Some(manifest)).await.is_ok(),
                 HeldBack::Slot(claim) => store.release_slot(claim).await.is_ok(),
             };
             if done {

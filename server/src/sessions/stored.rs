@@ -198,7 +198,8 @@ impl Sessions {
         };
         let json = serde_json::to_string(&manifest).unwrap_or_default();
         if let Err(e) = self.inner.store.set_session_artifacts(id, Some(&json)).await {
-            tracing::warn!(session = %id, error = %e, "what a session left is not in the database: List will not show it");
+            tracing::warn!(session = %id, error = %e, "what a session left is not in the database yet: List shows it once the database answers again");
+            self.inner.unwritten.keep(HeldBack::Artifacts { id: id.to_string(), manifest: json });
         }
         if let Some(store) = keep.store.clone() {
             self.store_artifacts(&store, id, dir, &manifest, false).await;

@@ -248,8 +248,9 @@ async fn a_database_outage_ends_no_session_on_any_replica() {
 }
 
 /// A session released while the database is away gives its tenant slot back, and has its
-/// end recorded, once the database is back: the tenant's next session is not refused for a
-/// slot nobody holds, and no replica lists the session as live.
+/// end and the file it left recorded, once the database is back: the tenant's next session
+/// is not refused for a slot nobody holds, no replica lists the session as live, and `Get`
+/// lists its file.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slot_given_back_during_a_database_outage_is_free_once_it_is_back() {
     let Some(admin) = std::env::var("BROWSERPOOL_TEST_POSTGRES").ok().filter(|u| !u.is_empty()) else {
@@ -274,6 +275,7 @@ async fn a_slot_given_back_during_a_database_outage_is_free_once_it_is_back() {
     let token = admin.admin().issue_token(req).await.unwrap().into_inner().token;
     let team = Client::connect(format!("http://{}", a.grpc), &token).await.unwrap();
     let first = team.acquire(30_000).await.unwrap().session_id;
+    team.put_file(&first, "kept.txt", b"left behind").await.unwrap();
 
     gate.set_up(false);
     let released = tokio::time::timeout(Duration::from_secs(15), team.release(&first)).await;
@@ -287,8 +289,14 @@ async fn a_slot_given_back_during_a_database_outage_is_free_once_it_is_back() {
     }
     let second = team.acquire(10_000).await.expect("the slot given back during the outage is free");
     eprintln!("acquired again {:?} after the database came back", back.elapsed());
-    // Its end is in the database too (written before the slot): no replica takes it for live.
+    // Its end is in the database too (written before the slot): no replica takes it for live,
+    // and what it left is listed.
     let ended = admin.get(&first).await.unwrap();
     assert_eq!(ended.state, pb::SessionState::Closed as i32, "{ended:?}");
+    // `List` reads the row (as any replica would), not this replica's disk.
+    let listed = team.sessions().list(pb::ListSessionsRequest::default()).await.unwrap().into_inner().sessions;
+    let row = listed.iter().find(|s| s.session_id == first).expect("listed");
+    let names: Vec<&str> = row.artifacts.iter().map(|a| a.name.as_str()).collect();
+    assert_eq!(names, ["kept.txt"], "{row:?}");
     team.release(&second.session_id).await.unwrap();
 }
