@@ -159,8 +159,11 @@ impl Sessions {
     }
 
     /// Leaves the replica set: this server's row and tenant slots go. Call after every
-    /// session has ended.
+    /// session has ended. Ends and artifact lists still held back are written first, if the
+    /// database takes them (else the next start on this data dir marks those sessions
+    /// CRASHED).
     pub async fn deregister(&self) {
+        self.inner.unwritten.write(&self.inner.store).await;
         if let Err(e) = self.inner.store.deregister(&self.inner.replica).await {
             tracing::warn!(error = %e, "could not leave the replica set; it expires with its heartbeat");
         }

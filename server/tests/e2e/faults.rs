@@ -87,14 +87,12 @@ async fn navigate_records(client: &Client, id: &str, want: usize) -> Vec<pb::Aud
     }
 }
 
-/// After the fault cleared: `/readyz` 200, an action on the old session and on a newly
-/// acquired one, all within [`RECOVERY`]; returns how long that took.
-async fn recovers(client: &Client, http: &str, id: &str, url: &str, tally: &mut Tally) -> Duration {
-    let cleared = Instant::now();
+/// Waits for `/readyz` 200, at most [`RECOVERY`] after the fault `cleared`.
+async fn ready_again(http: &str, cleared: Instant) {
     loop {
         let (code, body) = readyz(http).await;
         if code == 200 {
-            break;
+            return;
         }
         assert!(
             cleared.elapsed() < RECOVERY,
@@ -103,6 +101,13 @@ async fn recovers(client: &Client, http: &str, id: &str, url: &str, tally: &mut 
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// After the fault cleared: `/readyz` 200, an action on the old session and on a newly
+/// acquired one, all within [`RECOVERY`]; returns how long that took.
+async fn recovers(client: &Client, http: &str, id: &str, url: &str, tally: &mut Tally) -> Duration {
+    let cleared = Instant::now();
+    ready_again(http, cleared).await;
     loop {
         match navigate(client, id, url).await {
             Ok(r) => {
@@ -392,16 +397,8 @@ async fn lost_postgres_connections_heal_without_losing_a_record() {
 /// PostgreSQL half only.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_audit_commit_whose_answer_was_lost_is_recorded_once() {
-    let Some(admin) = std::env::var("BROWSERPOOL_TEST_POSTGRES").ok().filter(|u| !u.is_empty()) else {
-        crate::helpers::skip(
-            "faults::an_audit_commit_whose_answer_was_lost_is_recorded_once",
-            "needs BROWSERPOOL_TEST_POSTGRES (it runs in the PostgreSQL half of scripts/test.sh)",
-        );
-        return;
-    };
-    let database = browserpool_server::store::scratch_postgres(&admin).await.unwrap();
-    let gate = crate::helpers::DbGate::open(&database).await;
-    let server = BinaryServer::spawn_in(tempfile::tempdir().unwrap(), gate.url(&database), Vec::new());
+    let test = "faults::an_audit_commit_whose_answer_was_lost_is_recorded_once";
+    let Some((gate, server)) = crate::helpers::behind_a_gate(test).await else { return };
     let client = server.client().await;
     let id = bounded("acquire", client.acquire(30_000)).await.unwrap().session_id;
     let evaluate = || bounded("act", client.act(&id, action("evaluate", "", json!("1 + 1"))));
@@ -427,19 +424,8 @@ async fn an_audit_commit_whose_answer_was_lost_is_recorded_once() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     gate.set_up(true);
-    let back = Instant::now();
-    loop {
-        let (code, body) = readyz(&server.http).await;
-        if code == 200 {
-            break;
-        }
-        assert!(
-            back.elapsed() < RECOVERY,
-            "the spool not moved {:?} after the database came back: {body}",
-            back.elapsed()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    // Ready: the spool is in the chain.
+    ready_again(&server.http, Instant::now()).await;
     // A record of another action, written after the spool's (the writer keeps the order): once
     // it is in, everything before it is.
     ok(&bounded("act", client.act(&id, action("title", "", json!(null)))).await.unwrap());

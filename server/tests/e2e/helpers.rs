@@ -758,6 +758,20 @@ impl DbGate {
     }
 }
 
+/// A server on a scratch PostgreSQL database it reaches through a [`DbGate`], for test
+/// `test`; `None` (and the test is logged as skipped) without `BROWSERPOOL_TEST_POSTGRES`:
+/// these run in the PostgreSQL half of `scripts/test.sh`.
+pub async fn behind_a_gate(test: &str) -> Option<(DbGate, BinaryServer)> {
+    let Some(admin) = std::env::var("BROWSERPOOL_TEST_POSTGRES").ok().filter(|u| !u.is_empty()) else {
+        skip(test, "needs BROWSERPOOL_TEST_POSTGRES (it runs in the PostgreSQL half of scripts/test.sh)");
+        return None;
+    };
+    let database = browserpool_server::store::scratch_postgres(&admin).await.unwrap();
+    let gate = DbGate::open(&database).await;
+    let server = BinaryServer::spawn_in(tempfile::tempdir().unwrap(), gate.url(&database), Vec::new());
+    Some((gate, server))
+}
+
 impl Drop for DbGate {
     fn drop(&mut self) {
         self.accept.abort();

@@ -20,16 +20,8 @@ async fn replicas_with_a_one_slot_tenant(tenant: &str) -> Replicas {
     let a = BinaryServer::spawn().await;
     let b = BinaryServer::replica_of(&a);
     let (admin_a, admin_b) = (a.client().await, b.client().await);
-    let one_slot = pb::Tenant { id: tenant.into(), max_slots: 1, max_queue: 4, ..Default::default() };
-    admin_a.admin().put_tenant(pb::PutTenantRequest { tenant: Some(one_slot) }).await.unwrap();
     // Replicas share the signing key: a token minted on A works on B.
-    let req = pb::IssueTokenRequest {
-        tenant: tenant.into(),
-        subject: "ci".into(),
-        scopes: vec!["sessions:read".into(), "sessions:write".into()],
-        ttl_s: 600,
-    };
-    let token = admin_a.admin().issue_token(req).await.unwrap().into_inner().token;
+    let token = one_slot_tenant(&admin_a, tenant).await;
     let on_a = Client::connect(format!("http://{}", a.grpc), &token).await.unwrap();
     let on_b = Client::connect(format!("http://{}", b.grpc), &token).await.unwrap();
     // B learns of the new tenant (its epoch) from the database on its next refresh.
@@ -39,6 +31,20 @@ async fn replicas_with_a_one_slot_tenant(tenant: &str) -> Replicas {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     Replicas { a, b, admin_b, on_a, on_b }
+}
+
+/// Makes `tenant` with one slot and answers a token of it (subject `ci`, sessions read and
+/// write).
+async fn one_slot_tenant(admin: &Client, tenant: &str) -> String {
+    let one_slot = pb::Tenant { id: tenant.into(), max_slots: 1, max_queue: 4, ..Default::default() };
+    admin.admin().put_tenant(pb::PutTenantRequest { tenant: Some(one_slot) }).await.unwrap();
+    let req = pb::IssueTokenRequest {
+        tenant: tenant.into(),
+        subject: "ci".into(),
+        scopes: vec!["sessions:read".into(), "sessions:write".into()],
+        ttl_s: 600,
+    };
+    admin.admin().issue_token(req).await.unwrap().into_inner().token
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -147,16 +153,8 @@ async fn readyz(http: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_database_outage_ends_no_session_on_any_replica() {
-    let Some(admin) = std::env::var("BROWSERPOOL_TEST_POSTGRES").ok().filter(|u| !u.is_empty()) else {
-        crate::helpers::skip(
-            "replicas::a_database_outage_ends_no_session_on_any_replica",
-            "needs BROWSERPOOL_TEST_POSTGRES (it runs in the PostgreSQL half of scripts/test.sh)",
-        );
-        return;
-    };
-    let database = browserpool_server::store::scratch_postgres(&admin).await.unwrap();
-    let gate = crate::helpers::DbGate::open(&database).await;
-    let a = BinaryServer::spawn_in(tempfile::tempdir().unwrap(), gate.url(&database), Vec::new());
+    let test = "replicas::a_database_outage_ends_no_session_on_any_replica";
+    let Some((gate, a)) = crate::helpers::behind_a_gate(test).await else { return };
     let b = BinaryServer::replica_of(&a);
     let (on_a, on_b) = (a.client().await, b.client().await);
     let held_by_a = on_a.acquire(30_000).await.unwrap().session_id;
@@ -253,26 +251,10 @@ async fn a_database_outage_ends_no_session_on_any_replica() {
 /// lists its file.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slot_given_back_during_a_database_outage_is_free_once_it_is_back() {
-    let Some(admin) = std::env::var("BROWSERPOOL_TEST_POSTGRES").ok().filter(|u| !u.is_empty()) else {
-        crate::helpers::skip(
-            "replicas::a_slot_given_back_during_a_database_outage_is_free_once_it_is_back",
-            "needs BROWSERPOOL_TEST_POSTGRES (it runs in the PostgreSQL half of scripts/test.sh)",
-        );
-        return;
-    };
-    let database = browserpool_server::store::scratch_postgres(&admin).await.unwrap();
-    let gate = crate::helpers::DbGate::open(&database).await;
-    let a = BinaryServer::spawn_in(tempfile::tempdir().unwrap(), gate.url(&database), Vec::new());
+    let test = "replicas::a_slot_given_back_during_a_database_outage_is_free_once_it_is_back";
+    let Some((gate, a)) = crate::helpers::behind_a_gate(test).await else { return };
     let admin = a.client().await;
-    let one_slot = pb::Tenant { id: "team".into(), max_slots: 1, max_queue: 4, ..Default::default() };
-    admin.admin().put_tenant(pb::PutTenantRequest { tenant: Some(one_slot) }).await.unwrap();
-    let req = pb::IssueTokenRequest {
-        tenant: "team".into(),
-        subject: "ci".into(),
-        scopes: vec!["sessions:read".into(), "sessions:write".into()],
-        ttl_s: 600,
-    };
-    let token = admin.admin().issue_token(req).await.unwrap().into_inner().token;
+    let token = one_slot_tenant(&admin, "team").await;
     let team = Client::connect(format!("http://{}", a.grpc), &token).await.unwrap();
     let first = team.acquire(30_000).await.unwrap().session_id;
     team.put_file(&first, "kept.txt", b"left behind").await.unwrap();
