@@ -26,24 +26,31 @@ impl Unwritten {
         self.0.lock().unwrap_or_else(|e| e.into_inner()).push(write);
     }
 
-    /// Makes the writes held back, in order, keeping the ones still refused; how many were made.
+    /// Makes the writes held back, in order, keeping the ones still refused (from the first
+    /// the database refuses as a whole: it is away again); how many were made. One refused on
+    /// its own (not for an outage) would be refused forever: it is dropped, and logged.
     async fn write(&self, store: &Store) -> usize {
         let held = std::mem::take(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()));
         let mut made = 0;
         let mut refused = Vec::new();
         for write in held {
-            let done = match &write {
-                _ if !refused.is_empty() => false,
-                HeldBack::End { id, state, at_ms, reason, bytes } => {
-                    store.end_session(id, *state, *at_ms, reason, *bytes).await.is_ok()
-                }
-                HeldBack::Artifacts { id, manifest } => store.set_session_artifacts(id, Some(manifest)).await.is_ok(),
-                HeldBack::Slot(claim) => store.release_slot(claim).await.is_ok(),
-            };
-            if done {
-                made += 1;
-            } else {
+            if !refused.is_empty() {
                 refused.push(write);
+                continue;
+            }
+            let result = match &write {
+                HeldBack::End { id, state, at_ms, reason, bytes } => {
+                    store.end_session(id, *state, *at_ms, reason, *bytes).await.map(|_| ())
+                }
+                HeldBack::Artifacts { id, manifest } => store.set_session_artifacts(id, Some(manifest)).await,
+                HeldBack::Slot(claim) => store.release_slot(claim).await,
+            };
+            match result {
+                Ok(()) => made += 1,
+                Err(e) if e.refuses_writes() => refused.push(write),
+                Err(e) => {
+                    tracing::error!(?write, error = %e, "a write held back during an outage is refused on its own; dropped")
+                }
             }
         }
         let mut kept = self.0.lock().unwrap_or_else(|e| e.into_inner());
@@ -211,5 +218,31 @@ mod tests {
         assert_eq!(drain_reach(false, "r-2", "r-1", true).unwrap(), Here);
         let both = drain_reach(true, "r-2", "r-1", false).unwrap_err();
         assert!(both.to_string().contains("not both"), "{both}");
+    }
+
+    /// Writes held back stay, in order, while the database refuses them as a whole (here: its
+    /// pool closed), and go once it takes them.
+    #[tokio::test]
+    async fn held_back_writes_wait_in_order_for_a_database_that_takes_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("t.db").display());
+        let unwritten = Unwritten::default();
+        unwritten.keep(HeldBack::Slot("c-1".into()));
+        unwritten.keep(HeldBack::Artifacts { id: "s-1".into(), manifest: "{}".into() });
+        let closed = Store::open(&url).await.unwrap();
+        closed.close().await;
+        assert_eq!(unwritten.write(&closed).await, 0);
+        unwritten.keep(HeldBack::Slot("c-2".into()));
+        let kept = unwritten.0.lock().unwrap().clone();
+        assert_eq!(
+            kept,
+            [
+                HeldBack::Slot("c-1".into()),
+                HeldBack::Artifacts { id: "s-1".into(), manifest: "{}".into() },
+                HeldBack::Slot("c-2".into())
+            ]
+        );
+        assert_eq!(unwritten.write(&Store::open(&url).await.unwrap()).await, 3);
+        assert!(unwritten.0.lock().unwrap().is_empty());
     }
 }
