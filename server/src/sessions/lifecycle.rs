@@ -259,7 +259,20 @@ impl Sessions {
     /// Records a session acquired and makes it live here, watched and scheduled.
     async fn register(&self, record: SessionRecord, held: Held) -> Result<SessionRecord> {
         let Held { lease, slot, claim, idle, acquired_by, record: mode, terms } = held;
-        self.inner.store.insert_session(&record, "acquired").await?;
+        if let Err(e) = self.inner.store.insert_session(&record, "acquired").await {
+            // Cut while committing, the row may be in: ended once the database answers, so no
+            // replica takes it for live (a row that is not there is left as it is).
+            let end = "its acquire failed to record it".to_string();
+            let at_ms = self.now();
+            self.inner.unwritten.keep(HeldBack::End {
+                id: record.id,
+                state: SessionState::Crashed,
+                at_ms,
+                reason: end,
+                bytes: (0, 0),
+            });
+            return Err(e.into());
+        }
         let died = lease.died();
         let screen = lease.screen();
         let cdp = CdpTarget {

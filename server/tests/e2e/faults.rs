@@ -438,6 +438,37 @@ async fn an_audit_commit_whose_answer_was_lost_is_recorded_once() {
     bounded("release", client.release(&id)).await.unwrap();
 }
 
+/// An acquire whose session row the database commits but whose answer is lost fails (the
+/// caller retries), and the row it left is ended once the database is back: no replica lists a
+/// session nobody holds. PostgreSQL half only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquire_whose_commit_answer_was_lost_leaves_no_live_session() {
+    let test = "faults::an_acquire_whose_commit_answer_was_lost_leaves_no_live_session";
+    let Some((gate, server)) = crate::helpers::behind_a_gate(test).await else { return };
+    let client = server.client().await;
+    // The session row's transition carries the reason `acquired`.
+    gate.cut_at_commit(b"acquired");
+    let refused = bounded("acquire", client.acquire(30_000)).await.expect_err("its record was cut");
+    assert!(gate.sprung(), "the acquire's COMMIT went through the gate");
+    eprintln!("the acquire answered: {refused}");
+    gate.set_up(true);
+    ready_again(&server.http, Instant::now()).await;
+    let cleared = Instant::now();
+    loop {
+        let all = pb::AdminListSessionsRequest::default();
+        let rows = bounded("list", client.admin().list_sessions(all)).await.unwrap().into_inner().sessions;
+        assert_eq!(rows.len(), 1, "the row the cut commit left: {rows:?}");
+        if rows[0].state == pb::SessionState::Crashed as i32 {
+            break;
+        }
+        assert!(cleared.elapsed() < RECOVERY, "a session nobody holds still listed live: {:?}", rows[0]);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // And the tenant is served again.
+    let id = bounded("acquire", client.acquire(30_000)).await.unwrap().session_id;
+    bounded("release", client.release(&id)).await.unwrap();
+}
+
 /// RPC-level records are written when the call ends: a `Drive` stream that starts well and
 /// then fails is recorded as an error with its code; an `Events` stream that ends well, ok.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
