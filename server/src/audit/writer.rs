@@ -111,14 +111,15 @@ impl<S: Sink> Writer<S> {
                     _ = shutdown.cancelled() => break,
                 }
             }
-            let batch = match refused.take() {
-                Some(batch) => batch,
+            // Only a batch offered before is looked up (a new one's id cannot be in the chain).
+            let (batch, retry) = match refused.take() {
+                Some(batch) => (batch, true),
                 None => {
                     self.gather(&mut pending).await;
-                    Batch::new(std::mem::take(&mut pending), now_ms())
+                    (Batch::new(std::mem::take(&mut pending), now_ms()), false)
                 }
             };
-            match self.put(&batch, failures > 0).await {
+            match self.put(&batch, retry).await {
                 Ok(spooled) => {
                     backoff = Backoff::new();
                     if spooled {
@@ -177,10 +178,10 @@ impl<S: Sink> Writer<S> {
         }
     }
 
-    /// Writes `entries` where they go now: behind the spool while it holds records (so the
-    /// chain keeps their order), else into the chain, else into the spool. `Ok(true)` when
-    /// they went to the spool; `Err` says why neither took them.
-    /// With `retry`, the batch was offered before (see [`Sink::append`]).
+    /// Writes `batch` where it goes now: behind the spool while it holds records (so the
+    /// chain keeps their order), else into the chain, else into the spool. `Ok(true)` when it
+    /// went to the spool; `Err` says why neither took it. With `retry`, the batch was offered
+    /// before (see [`Sink::append`]).
     async fn put(&mut self, batch: &Batch, retry: bool) -> Result<bool, String> {
         if self.spool_holds_records() {
             return self.keep_in_spool(batch).map(|()| true);

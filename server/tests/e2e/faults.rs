@@ -9,7 +9,7 @@ use browserpool_client::{action, pb, Client};
 use serde_json::json;
 use tokio_stream::StreamExt;
 
-use crate::helpers::{fixture_site, ok, BinaryServer, TestServer};
+use crate::helpers::{eventually, fixture_site, ok, BinaryServer, TestServer};
 
 /// How long any single call of these tests may take (a write may wait out SQLite's 5 s busy
 /// timeout more than once).
@@ -408,21 +408,15 @@ async fn an_audit_commit_whose_answer_was_lost_is_recorded_once() {
     // The next batch carrying an `evaluate` record is cut at its COMMIT.
     gate.cut_at_commit(b"evaluate");
     ok(&evaluate().await.unwrap());
-    let cut = Instant::now();
-    while !gate.sprung() {
-        assert!(cut.elapsed() < CALL, "no transaction with an evaluate record committed through the gate");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let what = "a transaction with an evaluate record to commit through the gate";
+    eventually(what, CALL, || async { gate.sprung().then_some(()) }).await;
     // The writer saw its write fail and kept the batch.
-    loop {
+    eventually("the cut batch to reach the spool", RECOVERY, || async {
         let metrics = bounded("metrics", crate::lifecycle::http_get(&format!("http://{}/metrics", server.http))).await;
         let spooled = metrics.lines().find_map(|l| l.strip_prefix("browserpool_audit_spooled ")).unwrap_or("0");
-        if spooled.trim() != "0" {
-            break;
-        }
-        assert!(cut.elapsed() < RECOVERY, "the cut batch never reached the spool");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        (spooled.trim() != "0").then_some(())
+    })
+    .await;
     gate.set_up(true);
     // Ready: the spool is in the chain.
     ready_again(&server.http, Instant::now()).await;
@@ -453,17 +447,13 @@ async fn an_acquire_whose_commit_answer_was_lost_leaves_no_live_session() {
     eprintln!("the acquire answered: {refused}");
     gate.set_up(true);
     ready_again(&server.http, Instant::now()).await;
-    let cleared = Instant::now();
-    loop {
+    eventually("the row of a session nobody holds to be ended", RECOVERY, || async {
         let all = pb::AdminListSessionsRequest::default();
         let rows = bounded("list", client.admin().list_sessions(all)).await.unwrap().into_inner().sessions;
         assert_eq!(rows.len(), 1, "the row the cut commit left: {rows:?}");
-        if rows[0].state == pb::SessionState::Crashed as i32 {
-            break;
-        }
-        assert!(cleared.elapsed() < RECOVERY, "a session nobody holds still listed live: {:?}", rows[0]);
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        (rows[0].state == pb::SessionState::Crashed as i32).then_some(())
+    })
+    .await;
     // And the tenant is served again.
     let id = bounded("acquire", client.acquire(30_000)).await.unwrap().session_id;
     bounded("release", client.release(&id)).await.unwrap();
