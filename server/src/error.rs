@@ -140,7 +140,13 @@ impl From<ServiceError> for Status {
             },
             ServiceError::Store(_) => {
                 tracing::error!(error = %e, "store error");
-                (Code::Unavailable, "session store unavailable; see server log".into())
+                // Retryable: what a cut write left (a session row nobody holds) the server ends
+                // itself once the database answers again (docs/faults.md).
+                (
+                    Code::Unavailable,
+                    "the session store (database) failed this call; retry in a few seconds, or see the server log"
+                        .into(),
+                )
             }
         };
         Status::new(code, message)

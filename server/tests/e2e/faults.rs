@@ -444,7 +444,9 @@ async fn an_acquire_whose_commit_answer_was_lost_leaves_no_live_session() {
     gate.cut_at_commit(b"acquired");
     let refused = bounded("acquire", client.acquire(30_000)).await.expect_err("its record was cut");
     assert!(gate.sprung(), "the acquire's COMMIT went through the gate");
-    eprintln!("the acquire answered: {refused}");
+    let browserpool_client::Error::Status(refused) = refused else { panic!("not a status: {refused}") };
+    assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
+    assert!(refused.message().contains("retry"), "the answer says what to do: {refused:?}");
     gate.set_up(true);
     ready_again(&server.http, Instant::now()).await;
     eventually("the row of a session nobody holds to be ended", RECOVERY, || async {
