@@ -45,7 +45,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -342,31 +342,35 @@ async fn wait_warm(server: &InProcess, n: usize) {
 }
 
 /// The peak PSS, in KiB, of this process and of the processes naming `marker` on their
-/// command line, sampled every 250 ms until dropped.
+/// command line, sampled every 250 ms until [`Sampler::peaks`]. On a thread of its own: the
+/// reads block, and on the runtime they would hold up a worker thread of the server and the
+/// clients being measured.
 struct Sampler {
-    own: Arc<AtomicU64>,
-    chromium: Arc<AtomicU64>,
-    task: tokio::task::JoinHandle<()>,
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<(u64, u64)>,
 }
 
 impl Sampler {
     fn start(marker: PathBuf) -> Sampler {
-        let (own, chromium) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
-        let (o, c) = (own.clone(), chromium.clone());
-        let task = tokio::spawn(async move {
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = stop.clone();
+        let thread = std::thread::spawn(move || {
             let marker = marker.to_string_lossy().into_owned();
-            loop {
-                o.fetch_max(pss_kib("self").unwrap_or(0), Ordering::Relaxed);
-                c.fetch_max(chromium_pss_kib(&marker), Ordering::Relaxed);
-                tokio::time::sleep(Duration::from_millis(250)).await;
+            let (mut own, mut chromium) = (0, 0);
+            while !stopped.load(Ordering::Relaxed) {
+                own = own.max(pss_kib("self").unwrap_or(0));
+                chromium = chromium.max(chromium_pss_kib(&marker));
+                std::thread::park_timeout(Duration::from_millis(250));
             }
+            (own, chromium)
         });
-        Sampler { own, chromium, task }
+        Sampler { stop, thread }
     }
 
     fn peaks(self) -> (u64, u64) {
-        self.task.abort();
-        (self.own.load(Ordering::Relaxed), self.chromium.load(Ordering::Relaxed))
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.thread().unpark();
+        self.thread.join().expect("the PSS sampler panicked")
     }
 }
 
