@@ -70,7 +70,10 @@ def boot(flags, disabled, enabled, n):
             break
     time.sleep(1.0)
     cpu = usage()
-    os.killpg(p.pid, signal.SIGKILL)
+    try:
+        os.killpg(p.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass  # it did not start (said below)
     p.wait()
     for _ in range(100):
         if not open(f"{d}/cgroup.procs").read().strip():
