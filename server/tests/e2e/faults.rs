@@ -9,7 +9,7 @@ use browserpool_client::{action, pb, Client};
 use serde_json::json;
 use tokio_stream::StreamExt;
 
-use crate::helpers::{eventually, fixture_site, ok, BinaryServer, TestServer};
+use crate::helpers::{eventually, fixture_site, ok, ready_again, BinaryServer, TestServer};
 
 /// How long any single call of these tests may take (a write may wait out SQLite's 5 s busy
 /// timeout more than once).
@@ -87,27 +87,11 @@ async fn navigate_records(client: &Client, id: &str, want: usize) -> Vec<pb::Aud
     }
 }
 
-/// Waits for `/readyz` 200, at most [`RECOVERY`] after the fault `cleared`.
-async fn ready_again(http: &str, cleared: Instant) {
-    loop {
-        let (code, body) = readyz(http).await;
-        if code == 200 {
-            return;
-        }
-        assert!(
-            cleared.elapsed() < RECOVERY,
-            "still not ready {:?} after the fault cleared: {body}",
-            cleared.elapsed()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 /// After the fault cleared: `/readyz` 200, an action on the old session and on a newly
 /// acquired one, all within [`RECOVERY`]; returns how long that took.
 async fn recovers(client: &Client, http: &str, id: &str, url: &str, tally: &mut Tally) -> Duration {
     let cleared = Instant::now();
-    ready_again(http, cleared).await;
+    ready_again(http, cleared, RECOVERY).await;
     loop {
         match navigate(client, id, url).await {
             Ok(r) => {
@@ -419,7 +403,7 @@ async fn an_audit_commit_whose_answer_was_lost_is_recorded_once() {
     .await;
     gate.set_up(true);
     // Ready: the spool is in the chain.
-    ready_again(&server.http, Instant::now()).await;
+    ready_again(&server.http, Instant::now(), RECOVERY).await;
     // A record of another action, written after the spool's (the writer keeps the order): once
     // it is in, everything before it is.
     ok(&bounded("act", client.act(&id, action("title", "", json!(null)))).await.unwrap());
@@ -448,7 +432,7 @@ async fn an_acquire_whose_commit_answer_was_lost_leaves_no_live_session() {
     assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
     assert!(refused.message().contains("retry"), "the answer says what to do: {refused:?}");
     gate.set_up(true);
-    ready_again(&server.http, Instant::now()).await;
+    ready_again(&server.http, Instant::now(), RECOVERY).await;
     eventually("the row of a session nobody holds to be ended", RECOVERY, || async {
         let all = pb::AdminListSessionsRequest::default();
         let rows = bounded("list", client.admin().list_sessions(all)).await.unwrap().into_inner().sessions;

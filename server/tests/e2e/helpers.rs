@@ -577,6 +577,25 @@ where
     }
 }
 
+/// Waits for `/readyz` to answer 200, at most `within` after `cleared` (when a fault was
+/// taken away); the panic says what it answered last.
+pub async fn ready_again(http: &str, cleared: Instant, within: Duration) {
+    let url = format!("http://{http}/readyz");
+    loop {
+        let left = within.saturating_sub(cleared.elapsed());
+        let answer = tokio::time::timeout(left, crate::lifecycle::http_get(&url)).await.unwrap_or_default();
+        if answer.starts_with("HTTP/1.1 200 ") {
+            return;
+        }
+        assert!(
+            cleared.elapsed() < within,
+            "still not ready {:?} after the fault cleared: {answer:?}",
+            cleared.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// Says why a test could not run: on stderr, and as a `SKIP: <test>: <why>` line in the file
 /// `BROWSERPOOL_TEST_SKIP_LOG` names (scripts/test.sh sets it, and its summary lists every
 /// such line), so a test that cannot run here never passes silently.

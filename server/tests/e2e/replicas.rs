@@ -147,14 +147,6 @@ async fn act_timed(client: &Client, id: &str) -> (Result<pb::ActionResult, tonic
     (answer, started.elapsed())
 }
 
-/// Waits for `/readyz` 200, at most 20 s after the database came `back`.
-async fn ready_after_the_outage(http: &str, back: Instant) {
-    while readyz(http).await != "HTTP/1.1 200 OK" {
-        assert!(back.elapsed() < Duration::from_secs(20), "not ready 20 s after the database came back");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
 async fn readyz(http: &str) -> String {
     crate::lifecycle::http_get(&format!("http://{http}/readyz")).await.lines().next().unwrap_or_default().to_string()
 }
@@ -228,7 +220,7 @@ async fn a_database_outage_ends_no_session_on_any_replica() {
     }
 
     // Back: ready again, and past a whole judging window nothing was ended.
-    ready_after_the_outage(&a.http, back).await;
+    crate::helpers::ready_again(&a.http, back, Duration::from_secs(20)).await;
     eprintln!("/readyz 200 again {:?} after the database came back", back.elapsed());
     tokio::time::sleep(Duration::from_secs(15)).await;
     for (client, id) in [(&on_a, &held_by_a), (&on_b, &held_by_b), (&on_b, &held_by_a), (&on_a, &held_by_b)] {
@@ -269,7 +261,7 @@ async fn a_slot_given_back_during_a_database_outage_is_free_once_it_is_back() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     gate.set_up(true);
     let back = Instant::now();
-    ready_after_the_outage(&a.http, back).await;
+    crate::helpers::ready_again(&a.http, back, Duration::from_secs(20)).await;
     let second = team.acquire(10_000).await.expect("the slot given back during the outage is free");
     eprintln!("acquired again {:?} after the database came back", back.elapsed());
     // Its end is in the database too (written before the slot): no replica takes it for live,
