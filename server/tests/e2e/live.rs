@@ -202,9 +202,9 @@ async fn a_view_link_takes_no_input_and_dead_links_get_nothing() {
     server.stop().await;
 }
 
-/// The resident memory of this process (the test and its in-process server), in KiB.
-fn rss_kib() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+/// The resident memory of process `pid`, in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
     line.split_whitespace().nth(1).unwrap().parse().unwrap()
 }
@@ -214,8 +214,10 @@ async fn a_viewer_that_stops_reading_costs_bounded_memory_and_is_let_go() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     // Busy for a while: never beside the tests that measure time.
     let _timing = crate::helpers::TIMING.write().await;
-    let server = TestServer::start().await;
-    let client = server.admin().await;
+    // A server process of its own: its memory is the server's alone, not that of the tests
+    // running beside this one in the test binary.
+    let server = crate::helpers::BinaryServer::spawn().await;
+    let client = server.client().await;
     let req = pb::AcquireRequest {
         wait_ms: 30_000,
         viewport: Some(pb::Viewport { width: 1280, height: 720, ..Default::default() }),
@@ -231,11 +233,11 @@ function f() { const d = g.createImageData(320, 180);
 setInterval(f, 100);</script></body>"#;
     ok(&act(&client, &id, action("load_html", "", noise)).await);
     let view = link(&client, &id, pb::LiveViewMode::View, 0).await;
-    let path = format!("{}/ws", view.url.split(&server.http.to_string()).nth(1).unwrap());
-    let before = rss_kib();
+    let path = format!("{}/ws", view.url.split(server.http.as_str()).nth(1).unwrap());
+    let before = rss_kib(server.pid());
 
     // A viewer that upgrades, then never reads again.
-    let mut stuck = tokio::net::TcpStream::connect(server.http).await.unwrap();
+    let mut stuck = tokio::net::TcpStream::connect(&server.http).await.unwrap();
     let handshake = format!(
         "GET {path} HTTP/1.1\r\nHost: {}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n",
         server.http
@@ -258,7 +260,7 @@ setInterval(f, 100);</script></body>"#;
     let (_, got) = next_text(&mut reader, Duration::from_secs(3)).await;
     assert!(got >= 5, "the reading viewer got {got} frames in 3 s");
     tokio::time::sleep(Duration::from_secs(9)).await;
-    let grown_kib = rss_kib().saturating_sub(before);
+    let grown_kib = rss_kib(server.pid()).saturating_sub(before);
     let metrics = crate::lifecycle::http_get(&metrics_url).await;
     let viewers = metrics.lines().find(|l| l.starts_with("browserpool_live_viewers")).unwrap().to_string();
     println!("stuck viewer: {early} frames sent in its first 4 s; memory grew {grown_kib} KiB in 13 s; {viewers}");
@@ -271,7 +273,9 @@ setInterval(f, 100);</script></body>"#;
     drop(stuck);
     drop(reader);
     client.release(&id).await.unwrap();
-    server.stop().await;
+    let mut server = server;
+    let (status, log) = tokio::task::spawn_blocking(move || server.terminate()).await.unwrap();
+    assert!(status.success(), "{status}: {log:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
