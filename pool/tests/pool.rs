@@ -21,6 +21,7 @@ fn config(dir: &std::path::Path, warm: usize, max: usize) -> PoolConfig {
         launch: LaunchConfig {
             chrome: find_chrome(None).expect("chromium must be installed for these tests"),
             profiles_dir: dir.join("profiles"),
+            disk_dir: dir.join("profiles"),
             // Host-wide, as in production: the tests run at once, and each port's temp dir
             // (`/tmp/browserpool-w<port>`) must be one test's only.
             lock_dir: std::env::temp_dir().join("browserpool-pool-test-locks"),

@@ -42,6 +42,9 @@
 //! process's (`own_cpu`: the server and its client, or chromiumoxide) and the whole host's
 //! (`host_cpu`: Chromium's processes included), the figure that bounds throughput on a busy
 //! host. A table goes to stdout, the same figures as JSON to JSON_PATH.
+//!
+//! `BROWSERPOOL_PROFILES_IN=/dev/shm` runs the server's workers with their profiles on a
+//! tmpfs, as the server's `--profiles-in` does.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -125,6 +125,7 @@ pub(super) fn command(cfg: &LaunchConfig, port: u16, proxy: &str, dirs: &Dirs) -
         .arg(format!("--proxy-server={proxy}"))
         .arg("--proxy-bypass-list=<-loopback>")
         .arg("--force-webrtc-ip-handling-policy=disable_non_proxied_udp")
+        .args(dirs.cache.iter().map(|cache| format!("--disk-cache-dir={}", cache.display())))
         .arg("about:blank")
         // Keep everything Chromium writes outside its user-data-dir inside the profile too.
         .env("HOME", &dirs.home)

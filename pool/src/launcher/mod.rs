@@ -42,6 +42,10 @@ pub struct LaunchConfig {
     pub chrome: PathBuf,
     /// Profiles live under `<profiles_dir>/port-<N>`.
     pub profiles_dir: PathBuf,
+    /// The directory on the disk for what a session's pages can grow: its files (`files/`)
+    /// and, when `profiles_dir` is another directory (a tmpfs), each worker's HTTP cache
+    /// (`cache-<N>`). Usually `profiles_dir` itself.
+    pub disk_dir: PathBuf,
     /// Host-wide directory of port lock files, shared by every server on the host.
     pub lock_dir: PathBuf,
     /// CDP ports to use.
@@ -84,11 +88,13 @@ pub(crate) async fn launch(
     spawned: &(dyn Fn(Spawned) + Send + Sync),
     cleanups: &tokio_util::task::TaskTracker,
 ) -> Result<Launched, PoolError> {
-    crate::sandbox::prepare_profiles_dir(&cfg.profiles_dir, cfg.worker_uids.is_some()).map_err(PoolError::Launch)?;
+    for dir in [&cfg.profiles_dir, &cfg.disk_dir] {
+        crate::sandbox::prepare_profiles_dir(dir, cfg.worker_uids.is_some()).map_err(PoolError::Launch)?;
+    }
     let lock = take_port(cfg).await?;
     let port = lock.port();
     let uid = cfg.worker_uids.map(|uids| uids.uid_for_port(port));
-    let dirs = Dirs::create(&cfg.profiles_dir, port).await?;
+    let dirs = Dirs::create(&cfg.profiles_dir, &cfg.disk_dir, port).await?;
     let cgroup = match create_cgroup(cfg, port).await {
         Ok(cgroup) => cgroup,
         Err(e) => {

@@ -35,7 +35,8 @@ pub(crate) struct Process {
     /// Drains Chromium's stderr; ends with the pipe, or with the process value.
     pub(super) stderr: Option<OwnedTask>,
     pub(crate) profile: PathBuf,
-    tmp: PathBuf,
+    /// Its directories outside the profile: its temp dir, and its cache when it has one.
+    outside: Vec<PathBuf>,
     /// The worker's own uid, when it has one: every process left running as it is killed
     /// before the port (and with it the uid) is free again.
     pub(crate) uid: Option<u32>,
@@ -69,8 +70,8 @@ impl Process {
             lock: Some(lock),
             gate: None,
             stderr: None,
+            outside: dirs.outside(),
             profile: dirs.profile,
-            tmp: dirs.tmp,
             uid,
             cgroup,
             cleanups: Some(cleanups),
@@ -158,10 +159,11 @@ impl Process {
     /// process still writes), then the cgroup, then the port lock, in that order, so the next
     /// boot on the port finds none of them.
     fn cleanup(&mut self) -> impl FnOnce() + Send + 'static {
-        let (profile, tmp, cgroup, lock) =
-            (self.profile.clone(), self.tmp.clone(), self.cgroup.take(), self.lock.take());
+        let mut dirs = vec![self.profile.clone()];
+        dirs.extend(self.outside.iter().cloned());
+        let (cgroup, lock) = (self.cgroup.take(), self.lock.take());
         move || {
-            for dir in [profile, tmp] {
+            for dir in dirs {
                 remove_dir_retried(&dir);
             }
             if let Some(cgroup) = cgroup {

@@ -1,5 +1,6 @@
-//! A worker's directories: its profile (with the preferences every worker gets), its home and
-//! its temp dir, made fresh for each launch, owner only, and owned by the worker's uid.
+//! A worker's directories: its profile (with the preferences every worker gets), its home, its
+//! temp dir and, when the profiles are not on the disk, its HTTP cache, made fresh for each
+//! launch, owner only, and owned by the worker's uid.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -16,24 +17,30 @@ pub(super) struct Dirs {
     pub(super) home: PathBuf,
     default_profile: PathBuf,
     pub(super) tmp: PathBuf,
+    /// `<disk_dir>/cache-<N>`, Chromium's HTTP cache, when the profile is elsewhere (a tmpfs):
+    /// what a page's downloads can grow stays on the disk, not in memory.
+    pub(super) cache: Option<PathBuf>,
 }
 
 impl Dirs {
-    /// Makes the directories of the worker on `port` under `profiles_dir`, in place of any a
-    /// crashed server left; on failure, removes what it made.
-    pub(super) async fn create(profiles_dir: &Path, port: u16) -> std::io::Result<Dirs> {
+    /// Makes the directories of the worker on `port` under `profiles_dir` (its cache under
+    /// `disk_dir` when that is another directory), in place of any a crashed server left; on
+    /// failure, removes what it made.
+    pub(super) async fn create(profiles_dir: &Path, disk_dir: &Path, port: u16) -> std::io::Result<Dirs> {
         let profile = profiles_dir.join(format!("port-{port}"));
         let tmp = worker_tmp(port);
+        let cache = (disk_dir != profiles_dir).then(|| disk_dir.join(format!("cache-{port}")));
+        let all = || [Some(profile.clone()), Some(tmp.clone()), cache.clone()].into_iter().flatten().collect();
         // A profile left by a crashed server that held this port is stale: start clean.
-        remove_all(vec![profile.clone(), tmp.clone()]).await;
-        let made = Self::make(profile.clone(), tmp.clone()).await;
+        remove_all(all()).await;
+        let made = Self::make(profile.clone(), tmp.clone(), cache.clone()).await;
         if made.is_err() {
-            remove_all(vec![profile, tmp]).await;
+            remove_all(all()).await;
         }
         made
     }
 
-    async fn make(profile: PathBuf, tmp: PathBuf) -> std::io::Result<Dirs> {
+    async fn make(profile: PathBuf, tmp: PathBuf, cache: Option<PathBuf>) -> std::io::Result<Dirs> {
         // Owner only: profiles hold a tenant's cookies and storage, the temp dir Chromium's sockets.
         let private = || {
             let mut b = tokio::fs::DirBuilder::new();
@@ -48,13 +55,23 @@ impl Dirs {
         // Chromium puts unix sockets in TMPDIR, and a socket path must fit in 108 bytes, so the
         // worker's own temp dir is short and fixed per port (the port lock makes it ours).
         private().create(&tmp).await?;
-        Ok(Dirs { profile, home, default_profile, tmp })
+        if let Some(cache) = &cache {
+            private().create(cache).await?;
+        }
+        Ok(Dirs { profile, home, default_profile, tmp, cache })
+    }
+
+    /// The directories outside the profile: the temp dir and the cache, if any.
+    pub(super) fn outside(&self) -> Vec<PathBuf> {
+        [Some(self.tmp.clone()), self.cache.clone()].into_iter().flatten().collect()
     }
 
     /// Removes the directories: a launch that failed before its process owned them leaves
     /// nothing behind.
     pub(super) async fn remove(&self) {
-        remove_all(vec![self.profile.clone(), self.tmp.clone()]).await;
+        let mut all = self.outside();
+        all.push(self.profile.clone());
+        remove_all(all).await;
     }
 
     /// Everything the worker writes is its own uid's, and nobody else's (owner only, see
@@ -62,7 +79,9 @@ impl Dirs {
     pub(super) fn chown(&self, uid: u32) -> std::io::Result<()> {
         let chrome = self.profile.join("chrome");
         let preferences = self.default_profile.join("Preferences");
-        for path in [&self.profile, &self.home, &chrome, &self.default_profile, &preferences, &self.tmp] {
+        let mut all = vec![&self.profile, &self.home, &chrome, &self.default_profile, &preferences, &self.tmp];
+        all.extend(&self.cache);
+        for path in all {
             std::os::unix::fs::chown(path, Some(uid), Some(uid))?;
         }
         Ok(())

@@ -1,5 +1,6 @@
 //! A session's files directory: where the downloads its pages make land, and where the server
-//! puts the files a client uploads. One per lease, in `<profiles_dir>/files/`, outside the
+//! puts the files a client uploads. One per lease, in `<disk_dir>/files/` (on the disk, whatever
+//! holds the profiles), outside the
 //! worker's profile: the profile is the worker's uid's to rearrange, so a page could plant a
 //! link there in place of the directory the server then reads or writes as root. Here the
 //! parent is the server's; the directory itself is the worker's uid's (Chromium writes into
@@ -17,25 +18,25 @@ use super::PoolError;
 use crate::outcome::Viewport;
 
 /// The directory holding every session's files directory.
-fn root(profiles_dir: &Path) -> PathBuf {
-    profiles_dir.join("files")
+fn root(disk_dir: &Path) -> PathBuf {
+    disk_dir.join("files")
 }
 
 /// Empties what a previous server on this data dir left (its sessions are gone) and makes the
 /// root anew: the server's, passable by workers (0711), not listable.
-pub(super) fn reset_root(profiles_dir: &Path) -> std::io::Result<()> {
-    let root = root(profiles_dir);
+pub(super) fn reset_root(disk_dir: &Path) -> std::io::Result<()> {
+    let root = root(disk_dir);
     match std::fs::remove_dir_all(&root) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
         _ => {}
     }
-    std::fs::DirBuilder::new().recursive(true).mode(0o711).create(profiles_dir)?;
+    std::fs::DirBuilder::new().recursive(true).mode(0o711).create(disk_dir)?;
     std::fs::DirBuilder::new().mode(0o711).create(&root)
 }
 
 /// Removes the root once no session has files left (at the pool's stop).
-pub(super) fn remove_root(profiles_dir: &Path) {
-    let _ = std::fs::remove_dir(root(profiles_dir));
+pub(super) fn remove_root(disk_dir: &Path) {
+    let _ = std::fs::remove_dir(root(disk_dir));
 }
 
 impl Lease {
@@ -59,7 +60,7 @@ impl Lease {
                 Some(c.context.clone()),
             ),
         };
-        let dir = root(&self.pool.inner.cfg.launch.profiles_dir).join(name);
+        let dir = root(&self.pool.inner.cfg.launch.disk_dir).join(name);
         make_files_dir(&dir, &profile)?;
         self.files = dir.clone();
         send_downloads(self.driver(), &browser, context, dir, self.pool.inner.cfg.launch.cdp_timeout).await?;
@@ -145,13 +146,13 @@ impl Drop for Prepared {
 /// that leasing it has nothing of this left to do; `None` (the lease makes it, as for a
 /// context) when that failed, which is logged.
 pub(super) async fn prepare(
-    profiles_dir: &Path,
+    disk_dir: &Path,
     id: &str,
     profile: &Path,
     driver: &crate::driver::Driver,
     timeout: std::time::Duration,
 ) -> Option<Prepared> {
-    let dir = root(profiles_dir).join(id);
+    let dir = root(disk_dir).join(id);
     let made = async {
         make_files_dir(&dir, profile)?;
         let prepared = Prepared(Some(dir.clone()));

@@ -200,9 +200,9 @@ impl Pool {
     pub fn start(cfg: PoolConfig, shutdown: CancellationToken) -> Pool {
         // Decided (and said) once, before the first boot.
         crate::launcher::idle_boots();
-        if let Err(e) = files::reset_root(&cfg.launch.profiles_dir) {
+        if let Err(e) = files::reset_root(&cfg.launch.disk_dir) {
             // Said here; each lease then fails naming the directory it could not make.
-            tracing::error!(dir = %cfg.launch.profiles_dir.display(), error = %e, "sessions' files directory cannot be made");
+            tracing::error!(dir = %cfg.launch.disk_dir.display(), error = %e, "sessions' files directory cannot be made");
         }
         let max = cfg.max_workers.max(1);
         let mut egress = cfg.egress.clone();
@@ -432,8 +432,10 @@ impl Pool {
             tracing::warn!("worker directories still being removed after 10 s");
         }
         // The profiles dir goes too once its last profile has (a lease still held keeps it).
-        files::remove_root(&self.inner.cfg.launch.profiles_dir);
-        let _ = std::fs::remove_dir(&self.inner.cfg.launch.profiles_dir);
+        let launch = &self.inner.cfg.launch;
+        files::remove_root(&launch.disk_dir);
+        let _ = std::fs::remove_dir(&launch.profiles_dir);
+        let _ = std::fs::remove_dir(&launch.disk_dir);
         tracing::info!(warm, killed_ms, ms = started.elapsed().as_millis() as u64, "pool stopped");
     }
 

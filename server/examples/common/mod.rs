@@ -28,6 +28,8 @@ impl InProcess {
         let mut args = ServeArgs::for_tests(dir.path());
         args.warm = warm;
         args.max_workers = max_workers;
+        // As the server reads it: where the workers' profiles go (`/dev/shm` for a tmpfs).
+        args.profiles_in = std::env::var_os("BROWSERPOOL_PROFILES_IN").map(Into::into);
         InProcess::serve(dir, args).await
     }
 

@@ -25,8 +25,8 @@ use crate::store::{Isolation, ReplicaAddrs, Store, TenantRecord};
 use crate::tls::{Tls, TlsMode};
 
 pub use crate::model::DEFAULT_TENANT;
-pub use workers::profiles_dir;
 use workers::{check_sandbox, pool_config, raise_open_files_limit, worker_cgroups, worker_uids};
+pub use workers::{profiles_dir, profiles_dir_in};
 
 mod serving;
 mod workers;
@@ -134,11 +134,12 @@ pub async fn bind_with(args: ServeArgs, browsers: Option<Arc<dyn crate::browsers
     browserpool_pool::lock::check_lock_dir(&args.lock_dir)?;
     // A server killed without cleaning up leaves its Chromiums running: kill them before any
     // worker starts (they hold ports, memory and tenants' pages).
-    let profiles_dir = profiles_dir(&data_dir);
+    let dirs = [workers::chosen_profiles_dir(&args, &data_dir)?, profiles_dir(&data_dir)];
     let worker_uids = worker_uids(&args)?;
+    // Both: a server started with another `--profiles-in` left its caches or profiles here.
     let reaped = tokio::task::spawn_blocking({
-        let dir = profiles_dir.clone();
-        move || reap_orphans(&dir)
+        let dirs = dirs.clone();
+        move || dirs.iter().map(|dir| reap_orphans(dir)).sum::<usize>()
     })
     .await?;
     if reaped > 0 {
@@ -166,7 +167,7 @@ pub async fn bind_with(args: ServeArgs, browsers: Option<Arc<dyn crate::browsers
         move || worker_cgroups(&args)
     })
     .await?;
-    let cfg = pool_config(&args, chrome, profiles_dir, worker_uids, cgroups, [grpc_addr.port(), http_addr.port()]);
+    let cfg = pool_config(&args, chrome, dirs, worker_uids, cgroups, [grpc_addr.port(), http_addr.port()]);
     let pool = Pool::start(cfg, stages.serving.clone());
     let spool = open_spool(&args, &data_dir)?;
     let (audit, audit_writer) = AuditLog::new(store.clone(), Some(spool));

@@ -10,12 +10,13 @@ use browserpool_pool::{Cgroups, EgressConfig, LaunchConfig, Pool, PoolConfig, Sh
 use super::Stages;
 use crate::config::ServeArgs;
 
-/// The pool's settings: `chrome` launched on `profiles_dir`, as `worker_uids`; pages never
-/// reach the server's own `listeners` ports, whatever the tenant allows.
+/// The pool's settings: `chrome` launched on `dirs` (the profiles', the disk's), as
+/// `worker_uids`; pages never reach the server's own `listeners` ports, whatever the tenant
+/// allows.
 pub(super) fn pool_config(
     args: &ServeArgs,
     chrome: PathBuf,
-    profiles_dir: PathBuf,
+    [profiles_dir, disk_dir]: [PathBuf; 2],
     worker_uids: Option<UidRange>,
     cgroups: Option<Arc<Cgroups>>,
     listeners: [u16; 2],
@@ -24,6 +25,7 @@ pub(super) fn pool_config(
         launch: LaunchConfig {
             chrome,
             profiles_dir,
+            disk_dir,
             lock_dir: args.lock_dir.clone(),
             ports: args.port_range,
             launch_timeout: args.launch_timeout,
@@ -50,14 +52,48 @@ pub(super) fn pool_config(
     }
 }
 
-/// Where the profiles of a data dir's workers live: a directory of the temp dir named by the
-/// data dir, not the data dir itself, which workers running as uids of their own must not
-/// reach (and whose parents, `/root` say, they often cannot pass).
+/// Where the profiles of a data dir's workers live by default, and where their HTTP caches and
+/// the sessions' files always do: a directory of the temp dir named by the data dir, not the
+/// data dir itself, which workers running as uids of their own must not reach (and whose
+/// parents, `/root` say, they often cannot pass).
 pub fn profiles_dir(data_dir: &Path) -> PathBuf {
+    profiles_dir_in(&std::env::temp_dir(), data_dir)
+}
+
+/// The data dir's directory of profiles in `parent` (`--profiles-in`): one per data dir, so
+/// that no server reaps another's browsers.
+pub fn profiles_dir_in(parent: &Path, data_dir: &Path) -> PathBuf {
     use sha2::Digest;
     let real = data_dir.canonicalize().unwrap_or_else(|_| data_dir.to_path_buf());
     let name = hex::encode(&sha2::Sha256::digest(real.as_os_str().as_encoded_bytes())[..6]);
-    std::env::temp_dir().join(format!("browserpool-profiles-{name}"))
+    parent.join(format!("browserpool-profiles-{name}"))
+}
+
+/// Where the workers' profiles go: `--profiles-in`, which must be a directory (given as an
+/// absolute path, or made one), else the temp dir. Says where, and on a tmpfs how much room
+/// it has.
+pub(super) fn chosen_profiles_dir(args: &ServeArgs, data_dir: &Path) -> anyhow::Result<PathBuf> {
+    let Some(parent) = &args.profiles_in else { return Ok(profiles_dir(data_dir)) };
+    let parent = parent
+        .canonicalize()
+        .ok()
+        .filter(|p| p.is_dir())
+        .ok_or_else(|| anyhow::anyhow!("--profiles-in {}: not a directory", parent.display()))?;
+    if let Some(free) = tmpfs_free(&parent) {
+        tracing::info!(dir = %parent.display(), free_mib = free >> 20, "workers' profiles on a tmpfs: what pages store there counts in each worker's memory");
+    }
+    Ok(profiles_dir_in(&parent, data_dir))
+}
+
+/// The free bytes of the tmpfs `dir` is on, `None` when it is not on one.
+fn tmpfs_free(dir: &Path) -> Option<u64> {
+    let path = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).ok()?;
+    // SAFETY: statfs writes into the zeroed struct we own; the path is NUL-terminated.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statfs(path.as_ptr(), &mut st) } != 0 || st.f_type != libc::TMPFS_MAGIC {
+        return None;
+    }
+    Some(st.f_bavail as u64 * st.f_bsize as u64)
 }
 
 /// The uids workers run as: `--worker-uids`, checked, when the server is root; none otherwise

@@ -23,6 +23,7 @@ mod lifecycle;
 mod live;
 mod mcp;
 mod ops;
+mod profiles;
 mod proxies;
 mod recording;
 mod replicas;

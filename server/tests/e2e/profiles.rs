@@ -1,0 +1,128 @@
+//! Where a worker's directories live: `--profiles-in` a tmpfs puts its profile there, while
+//! its HTTP cache and its session's files stay on the disk; release and stop leave nothing in
+//! either; a `--profiles-in` that is not a directory stops the server before it starts.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use axum::response::IntoResponse;
+use browserpool_client::{action, pb};
+
+use crate::helpers::{act, eventually, ok, skip, TestServer};
+
+/// A page the browser may cache for an hour, 512 KiB, served from the test on loopback.
+async fn cacheable_site() -> String {
+    let body = "cacheable ".repeat(512 * 1024 / 10);
+    let app = axum::Router::new().route(
+        "/cached",
+        axum::routing::get(move || {
+            let body = body.clone();
+            async move {
+                ([("cache-control", "public, max-age=3600"), ("content-type", "text/plain")], body).into_response()
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    format!("http://{addr}")
+}
+
+/// The sizes of the files under `dir`, none when it is gone.
+fn sizes_under(dir: &Path) -> Vec<u64> {
+    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
+    entries
+        .flatten()
+        .flat_map(|e| match e.file_type() {
+            Ok(t) if t.is_dir() => sizes_under(&e.path()),
+            _ => vec![e.metadata().map(|m| m.len()).unwrap_or(0)],
+        })
+        .collect()
+}
+
+fn on_tmpfs(path: &Path) -> bool {
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: statfs writes into the zeroed struct we own; the path is NUL-terminated.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    (unsafe { libc::statfs(c.as_ptr(), &mut st) }) == 0 && st.f_type == libc::TMPFS_MAGIC
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn profiles_on_a_tmpfs_keep_the_cache_and_the_files_on_the_disk() {
+    let test = "profiles_on_a_tmpfs_keep_the_cache_and_the_files_on_the_disk";
+    if !on_tmpfs(Path::new("/dev/shm")) {
+        return skip(test, "/dev/shm is not a tmpfs here");
+    }
+    let shm = tempfile::tempdir_in("/dev/shm").unwrap();
+    let server = TestServer::start_with(|a| {
+        a.profiles_in = Some(shm.path().to_path_buf());
+        a.warm = 0;
+        a.max_workers = 1;
+    })
+    .await;
+    let profiles = browserpool_server::server::profiles_dir_in(shm.path(), server.data_dir.path());
+    let disk = server.profiles_dir();
+    assert!(!on_tmpfs(&disk), "the test's temp dir must be a disk: {}", disk.display());
+    let client = server.admin().await;
+    let session = client.acquire(30_000).await.unwrap();
+    let id = session.session_id.clone();
+    let status = client.admin().pool_status(pb::PoolStatusRequest {}).await.unwrap().into_inner();
+    let worker =
+        status.workers.iter().find(|w| w.worker_id == session.worker_id).expect("the session's worker").clone();
+    let profile = profiles.join(format!("port-{}", worker.cdp_port));
+    let cache = disk.join(format!("cache-{}", worker.cdp_port));
+
+    // Chromium was told so, and wrote its profile on the tmpfs.
+    let cmdline = String::from_utf8(std::fs::read(format!("/proc/{}/cmdline", worker.pid)).unwrap()).unwrap();
+    let args: Vec<&str> = cmdline.split('\0').collect();
+    let user_data_dir = format!("--user-data-dir={}", profile.join("chrome").display());
+    let disk_cache_dir = format!("--disk-cache-dir={}", cache.display());
+    assert!(args.contains(&user_data_dir.as_str()), "{args:?}");
+    assert!(args.contains(&disk_cache_dir.as_str()), "{args:?}");
+    assert!(profile.join("chrome").join("Default").is_dir() && on_tmpfs(&profile));
+
+    // A cached page lands in the cache on the disk, not in the profile.
+    let site = cacheable_site().await;
+    ok(&act(&client, &id, action("navigate", "", format!("{site}/cached"))).await);
+    let page_bytes = 512 * 1024;
+    eventually("the page to be in the disk cache", Duration::from_secs(15), || async {
+        sizes_under(&cache).into_iter().any(|n| n >= page_bytes).then_some(())
+    })
+    .await;
+    let in_profile = sizes_under(&profile);
+    assert!(in_profile.iter().all(|n| *n < page_bytes), "the profile holds no copy of the page: {in_profile:?}");
+
+    // A download lands in the session's files directory, on the disk.
+    let page = r#"<a id="d" href="data:text/csv,a%2Cb%0A1%2C2" download="report.csv">get</a>"#;
+    ok(&act(&client, &id, action("load_html", "", page)).await);
+    ok(&act(&client, &id, action("click", "#d", serde_json::Value::Null)).await);
+    let landed: PathBuf = eventually("report.csv to be downloaded", Duration::from_secs(15), || async {
+        let files = std::fs::read_dir(disk.join("files")).ok()?;
+        files.flatten().map(|e| e.path().join("report.csv")).find(|p| p.metadata().is_ok_and(|m| m.len() > 0))
+    })
+    .await;
+    assert_eq!(std::fs::read(&landed).unwrap(), b"a,b\n1,2");
+    assert!(client.list_files(&id).await.unwrap().iter().any(|f| f.name == "report.csv"));
+
+    // Release deletes the profile and the cache; stop, both directories.
+    assert!(client.release(&id).await.unwrap().released);
+    eventually("the profile and the cache to be deleted", Duration::from_secs(10), || async {
+        (!profile.exists() && !cache.exists()).then_some(())
+    })
+    .await;
+    server.stop().await;
+    assert!(!profiles.exists(), "the tmpfs profiles dir is removed at stop");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn profiles_in_a_missing_directory_stop_the_server_at_once() {
+    let missing = tempfile::tempdir().unwrap().path().join("nowhere");
+    let (status, stderr, _data) =
+        crate::helpers::serve_stops(&[std::ffi::OsStr::new("--profiles-in"), missing.as_os_str()], &[]).await;
+    assert!(!status.success());
+    let said = format!("--profiles-in {}: not a directory", missing.display());
+    assert!(stderr.contains(&said), "{stderr}");
+    assert!(!missing.exists(), "nothing made in its place");
+}
