@@ -168,6 +168,12 @@ chart_with_hpa() {
     chart "$@" && grep -q '^kind: HorizontalPodAutoscaler$' "$out/$1.yaml"
 }
 
+# Like chart, and the server makes its workers' profiles on the Memory emptyDir at /profiles.
+chart_with_profiles_in_memory() {
+    chart "$@" && grep -q 'BROWSERPOOL_PROFILES_IN' "$out/$1.yaml" && grep -q 'mountPath: /profiles$' "$out/$1.yaml" \
+        && grep -A3 'name: profiles$' "$out/$1.yaml" | grep -q 'medium: Memory'
+}
+
 # The postgres overlay is the chart with these values.
 overlay_equals_chart() {
     "$helm" template browserpool helm/browserpool --set replicaCount=3 \
@@ -218,6 +224,8 @@ run "helm template with an artifact store and its Secret | kubernetes-validate -
     chart_with_store store --set artifacts.store=s3://ci-artifacts/browserpool --set artifacts.existingSecret=s3-keys
 run "helm template with an artifact store that is not s3:// fails" \
     refuses "artifacts.store" --set artifacts.store=https://bucket
+run "helm template with profiles.inMemory | kubernetes-validate --strict" \
+    chart_with_profiles_in_memory profiles --set profiles.inMemory=true
 run "helm template with the Ingress objects | kubernetes-validate --strict" \
     chart_with_ingress ingress --set ingress.enabled=true --set ingress.className=nginx \
     --set ingress.grpc.host=grpc.pool.example.com --set ingress.http.host=pool.example.com \
