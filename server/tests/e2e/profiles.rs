@@ -82,6 +82,13 @@ async fn profiles_on_a_tmpfs_keep_the_cache_and_the_files_on_the_disk() {
     assert!(args.contains(&user_data_dir.as_str()), "{args:?}");
     assert!(args.contains(&disk_cache_dir.as_str()), "{args:?}");
     assert!(profile.join("chrome").join("Default").is_dir() && on_tmpfs(&profile));
+    // The cache is the worker's own, as its profile is: its uid's, owner only.
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let (cache_meta, profile_meta) = (std::fs::metadata(&cache).unwrap(), std::fs::metadata(&profile).unwrap());
+    assert_eq!(cache_meta.permissions().mode() & 0o777, 0o700);
+    assert_eq!((cache_meta.uid(), cache_meta.gid()), (profile_meta.uid(), profile_meta.gid()));
+    let worker_uid = browserpool_pool::sandbox::process_uid(worker.pid).unwrap();
+    assert_eq!(cache_meta.uid(), worker_uid, "the worker's uid");
 
     // A cached page lands in the cache on the disk, not in the profile.
     let site = cacheable_site().await;
