@@ -147,7 +147,7 @@ pub struct ServeArgs {
     pub chrome: Option<PathBuf>,
     /// Directory the workers' profiles are made in (a `browserpool-profiles-<hash>` of it per
     /// data dir); default the temp dir ($TMPDIR, else /tmp). On a tmpfs (`/dev/shm`) no profile
-    /// write reaches a disk, and a session in process isolation took about 11% less host CPU here;
+    /// write reaches a disk, and a session in process isolation took about 13% less host CPU here;
     /// what pages store in their profile (cookies, local storage, IndexedDB) is then memory,
     /// counted in the worker's memory limit. HTTP caches and the sessions' files stay in the
     /// temp dir either way.

@@ -18,7 +18,7 @@ pub(super) struct Dirs {
     default_profile: PathBuf,
     pub(super) tmp: PathBuf,
     /// `<disk_dir>/cache-<N>`, Chromium's HTTP cache, when the profile is elsewhere (a tmpfs):
-    /// what a page's downloads can grow stays on the disk, not in memory.
+    /// what a page's loads grow it by stays on the disk, not in memory.
     pub(super) cache: Option<PathBuf>,
 }
 
