@@ -58,6 +58,8 @@ async fn profiles_on_a_tmpfs_keep_the_cache_and_the_files_on_the_disk() {
     let shm = tempfile::tempdir_in("/dev/shm").unwrap();
     let server = TestServer::start_with(|a| {
         a.profiles_in = Some(shm.path().to_path_buf());
+        // A worker of the session's own, deleted at its release (whatever the suite's pass).
+        a.default_isolation = Some("process".into());
         a.warm = 0;
         a.max_workers = 1;
     })
