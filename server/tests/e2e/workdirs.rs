@@ -42,6 +42,41 @@ fn sizes_under(dir: &Path) -> Vec<u64> {
         .collect()
 }
 
+/// The memory cgroup of `pid` (cgroup v1's `memory` controller, else v2) and the shmem bytes
+/// charged to it (a tmpfs's pages are), or `None` where that cannot be read.
+fn memory_cgroup_shmem(pid: u32) -> Option<(String, u64)> {
+    let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    let v1 = cgroups.lines().find_map(|l| {
+        let (controllers, path) = l.split_once(':')?.1.split_once(':')?;
+        controllers.split(',').any(|c| c == "memory").then(|| format!("/sys/fs/cgroup/memory{path}"))
+    });
+    let dir = v1.or_else(|| {
+        let path = cgroups.lines().find_map(|l| l.strip_prefix("0::"))?;
+        Some(format!("/sys/fs/cgroup{path}"))
+    })?;
+    let stat = std::fs::read_to_string(format!("{dir}/memory.stat")).ok()?;
+    let shmem = stat.lines().find_map(|l| l.strip_prefix("shmem "))?.trim().parse().ok()?;
+    Some((dir, shmem))
+}
+
+/// Stores `mib` MiB of random bytes in the page's IndexedDB, a MiB a transaction.
+fn store_mib(mib: u32) -> String {
+    format!(
+        r#"(async () => {{
+    const db = await new Promise((ok, no) => {{ const r = indexedDB.open('big', 1);
+        r.onupgradeneeded = () => r.result.createObjectStore('s'); r.onsuccess = () => ok(r.result); r.onerror = () => no(r.error); }});
+    for (let i = 0; i < {mib}; i++) {{
+        const chunk = new Uint8Array(1 << 20);
+        for (let at = 0; at < chunk.length; at += 65536) crypto.getRandomValues(chunk.subarray(at, at + 65536));
+        await new Promise((ok, no) => {{ const t = db.transaction('s', 'readwrite'); t.objectStore('s').put(chunk, i);
+            t.oncomplete = ok; t.onerror = () => no(t.error); }});
+    }}
+    db.close();
+    return {mib};
+}})()"#
+    )
+}
+
 fn on_tmpfs(path: &Path) -> bool {
     let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
     // SAFETY: statfs writes into the zeroed struct we own; the path is NUL-terminated.
@@ -102,6 +137,26 @@ async fn profiles_on_a_tmpfs_keep_the_cache_and_the_files_on_the_disk() {
     .await;
     let in_profile = sizes_under(&profile);
     assert!(in_profile.iter().all(|n| *n < page_bytes), "the profile holds no copy of the page: {in_profile:?}");
+
+    // What the page stores in its profile is on the tmpfs, charged to its worker's memory
+    // cgroup (where the worker has one of its own): its memory limit bounds it.
+    let before = memory_cgroup_shmem(worker.pid);
+    let stored_before = sizes_under(&profile).iter().sum::<u64>();
+    assert_eq!(ok(&act(&client, &id, action("evaluate", "", store_mib(32))).await), serde_json::json!(32));
+    eventually("32 MiB more in the profile", Duration::from_secs(10), || async {
+        (sizes_under(&profile).iter().sum::<u64>() >= stored_before + (30 << 20)).then_some(())
+    })
+    .await;
+    match (before, memory_cgroup_shmem(std::process::id())) {
+        (Some((worker_cgroup, shmem_before)), Some((ours, _))) if worker_cgroup != ours => {
+            eventually(&format!("{worker_cgroup}'s shmem to grow by 32 MiB"), Duration::from_secs(10), || async {
+                let (_, shmem) = memory_cgroup_shmem(worker.pid)?;
+                (shmem >= shmem_before + (30 << 20)).then_some(())
+            })
+            .await;
+        }
+        _ => skip(test, "the worker has no memory cgroup of its own here: the charge is not checked"),
+    }
 
     // A download lands in the session's files directory, on the disk.
     let page = r#"<a id="d" href="data:text/csv,a%2Cb%0A1%2C2" download="report.csv">get</a>"#;
