@@ -149,8 +149,8 @@ pub struct ServeArgs {
     /// data dir); default the temp dir ($TMPDIR, else /tmp). On a tmpfs (`/dev/shm`) no profile
     /// write reaches a disk, and a session in process isolation took about 13% less host CPU here;
     /// what pages store in their profile (cookies, local storage, IndexedDB) is then memory,
-    /// counted in the worker's memory limit. HTTP caches and the sessions' files stay in the
-    /// temp dir either way.
+    /// counted in the worker's memory limit where workers have cgroups (else only in the tmpfs's
+    /// size). HTTP caches and the sessions' files stay in the temp dir either way.
     #[arg(long, env = "BROWSERPOOL_PROFILES_IN")]
     pub profiles_in: Option<PathBuf>,
     /// Workers kept booted and idle, ready to lease.
