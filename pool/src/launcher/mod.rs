@@ -1,6 +1,6 @@
 //! Finding and launching Chromium: one process group, one profile and one CDP port per worker.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use chromiumoxide::Browser;
@@ -65,6 +65,14 @@ pub struct LaunchConfig {
     pub cgroups: Option<std::sync::Arc<Cgroups>>,
 }
 
+impl LaunchConfig {
+    /// `disk_dir` when it is not `profiles_dir` (the profiles are on a tmpfs): each worker's
+    /// HTTP cache then goes there.
+    pub(crate) fn separate_disk_dir(&self) -> Option<&Path> {
+        (self.disk_dir != self.profiles_dir).then_some(self.disk_dir.as_path())
+    }
+}
+
 /// A launched, connected browser.
 pub(crate) struct Launched {
     pub(crate) process: Process,
@@ -88,13 +96,13 @@ pub(crate) async fn launch(
     spawned: &(dyn Fn(Spawned) + Send + Sync),
     cleanups: &tokio_util::task::TaskTracker,
 ) -> Result<Launched, PoolError> {
-    for dir in [&cfg.profiles_dir, &cfg.disk_dir] {
+    for dir in std::iter::once(cfg.profiles_dir.as_path()).chain(cfg.separate_disk_dir()) {
         crate::sandbox::prepare_profiles_dir(dir, cfg.worker_uids.is_some()).map_err(PoolError::Launch)?;
     }
     let lock = take_port(cfg).await?;
     let port = lock.port();
     let uid = cfg.worker_uids.map(|uids| uids.uid_for_port(port));
-    let dirs = Dirs::create(&cfg.profiles_dir, &cfg.disk_dir, port).await?;
+    let dirs = Dirs::create(&cfg.profiles_dir, cfg.separate_disk_dir(), port).await?;
     let cgroup = match create_cgroup(cfg, port).await {
         Ok(cgroup) => cgroup,
         Err(e) => {

@@ -24,12 +24,12 @@ pub(super) struct Dirs {
 
 impl Dirs {
     /// Makes the directories of the worker on `port` under `profiles_dir` (its cache under
-    /// `disk_dir` when that is another directory), in place of any a crashed server left; on
-    /// failure, removes what it made.
-    pub(super) async fn create(profiles_dir: &Path, disk_dir: &Path, port: u16) -> std::io::Result<Dirs> {
+    /// `disk_dir`, when there is one apart), in place of any a crashed server left; on failure,
+    /// removes what it made.
+    pub(super) async fn create(profiles_dir: &Path, disk_dir: Option<&Path>, port: u16) -> std::io::Result<Dirs> {
         let profile = profiles_dir.join(format!("port-{port}"));
         let tmp = worker_tmp(port);
-        let cache = (disk_dir != profiles_dir).then(|| disk_dir.join(format!("cache-{port}")));
+        let cache = disk_dir.map(|dir| dir.join(format!("cache-{port}")));
         let all = || [Some(profile.clone()), Some(tmp.clone()), cache.clone()].into_iter().flatten().collect();
         // A profile left by a crashed server that held this port is stale: start clean.
         remove_all(all()).await;

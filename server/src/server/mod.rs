@@ -136,9 +136,11 @@ pub async fn bind_with(args: ServeArgs, browsers: Option<Arc<dyn crate::browsers
     // worker starts (they hold ports, memory and tenants' pages).
     let dirs = [workers::chosen_profiles_dir(&args, &data_dir)?, profiles_dir(&data_dir)];
     let worker_uids = worker_uids(&args)?;
-    // Both: a server started with another `--profiles-in` left its caches or profiles here.
+    // Both, when they differ: a server started with another `--profiles-in` left its caches or
+    // profiles in either.
     let reaped = tokio::task::spawn_blocking({
-        let dirs = dirs.clone();
+        let mut dirs = dirs.to_vec();
+        dirs.dedup();
         move || dirs.iter().map(|dir| reap_orphans(dir)).sum::<usize>()
     })
     .await?;
