@@ -26,7 +26,7 @@ use crate::tls::{Tls, TlsMode};
 
 pub use crate::model::DEFAULT_TENANT;
 use workers::{check_sandbox, pool_config, raise_open_files_limit, worker_cgroups, worker_uids};
-pub use workers::{profiles_dir, profiles_dir_in};
+pub use workers::{profiles_dir, profiles_dir_in, tmpfs_free};
 
 mod serving;
 mod workers;

@@ -86,7 +86,7 @@ pub(super) fn chosen_profiles_dir(args: &ServeArgs, data_dir: &Path) -> anyhow::
 }
 
 /// The free bytes of the tmpfs `dir` is on, `None` when it is not on one.
-fn tmpfs_free(dir: &Path) -> Option<u64> {
+pub fn tmpfs_free(dir: &Path) -> Option<u64> {
     let path = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).ok()?;
     // SAFETY: statfs writes into the zeroed struct we own; the path is NUL-terminated.
     let mut st: libc::statfs = unsafe { std::mem::zeroed() };

@@ -78,10 +78,7 @@ fn store_mib(mib: u32) -> String {
 }
 
 fn on_tmpfs(path: &Path) -> bool {
-    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
-    // SAFETY: statfs writes into the zeroed struct we own; the path is NUL-terminated.
-    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
-    (unsafe { libc::statfs(c.as_ptr(), &mut st) }) == 0 && st.f_type == libc::TMPFS_MAGIC
+    browserpool_server::server::tmpfs_free(path).is_some()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
