@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use browserpool_pool::{find_chrome, reap_orphans, DirLock, Pool};
+use browserpool_pool::{find_chrome, DirLock, Pool};
 use tokio::net::TcpListener;
 
 use crate::audit::{AuditLog, Writer};
@@ -132,21 +132,9 @@ pub async fn bind_with(args: ServeArgs, browsers: Option<Arc<dyn crate::browsers
     create_data_dir(&data_dir)?;
     let dir_lock = DirLock::acquire(&data_dir)?;
     browserpool_pool::lock::check_lock_dir(&args.lock_dir)?;
-    // A server killed without cleaning up leaves its Chromiums running: kill them before any
-    // worker starts (they hold ports, memory and tenants' pages).
     let dirs = [workers::chosen_profiles_dir(&args, &data_dir)?, profiles_dir(&data_dir)];
     let worker_uids = worker_uids(&args)?;
-    // Both, when they differ: a server started with another `--profiles-in` left its caches or
-    // profiles in either.
-    let reaped = tokio::task::spawn_blocking({
-        let mut dirs = dirs.to_vec();
-        dirs.dedup();
-        move || dirs.iter().map(|dir| reap_orphans(dir)).sum::<usize>()
-    })
-    .await?;
-    if reaped > 0 {
-        tracing::warn!(processes = reaped, "killed the browsers a previous server on this data dir left running");
-    }
+    workers::reap_left_behind(&dirs).await?;
     raise_open_files_limit();
     let chrome = find_chrome(args.chrome.as_deref())?;
     let store = Store::open(&args.store.database_url()).await?;

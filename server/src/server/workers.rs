@@ -1,5 +1,6 @@
 //! The server's browsers: the pool's settings from the flags (the uids, cgroups and profiles
-//! its workers get), and the checks made before serving (the sandbox, the open files limit).
+//! its workers get), the browsers a killed server left reaped at start, and the checks made
+//! before serving (the sandbox, the open files limit).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -83,6 +84,22 @@ pub(super) fn chosen_profiles_dir(args: &ServeArgs, data_dir: &Path) -> anyhow::
         tracing::info!(dir = %parent.display(), free_mib = free >> 20, "workers' profiles on a tmpfs: what pages store there counts in each worker's memory");
     }
     Ok(profiles_dir_in(&parent, data_dir))
+}
+
+/// Kills the Chromiums a server killed without cleaning up left running under `dirs` (the
+/// profiles' and the disk's), before any worker starts: they hold ports, memory and tenants'
+/// pages. Both, when they differ: a server started with another `--profiles-in` left its
+/// profiles or caches in either.
+pub(super) async fn reap_left_behind(dirs: &[PathBuf; 2]) -> anyhow::Result<()> {
+    let mut dirs = dirs.to_vec();
+    dirs.dedup();
+    let reaped =
+        tokio::task::spawn_blocking(move || dirs.iter().map(|dir| browserpool_pool::reap_orphans(dir)).sum::<usize>())
+            .await?;
+    if reaped > 0 {
+        tracing::warn!(processes = reaped, "killed the browsers a previous server on this data dir left running");
+    }
+    Ok(())
 }
 
 /// The free bytes of the tmpfs `dir` is on, `None` when it is not on one.
