@@ -1,5 +1,6 @@
-//! What `/proc` says about processes: whether one has exited, and who is in a process group.
-//! A leaf (reads files, imports nothing of this crate).
+//! What `/proc` says about processes: whether one has exited, and who is in a process group;
+//! and a child's exit seen through a pidfd ([`ExitWatch`]). A leaf (imports nothing of this
+//! crate).
 
 /// Whether process `pid` has exited, as `/proc` shows it (for watchers that do not own the
 /// process): gone, or a zombie not yet reaped.
@@ -27,4 +28,126 @@ pub(crate) fn group_pids(pgid: u32) -> Vec<u32> {
             (rest.split_whitespace().nth(2)?.parse::<u32>().ok()? == pgid).then_some(pid)
         })
         .collect()
+}
+
+/// A child's exit, seen through a pidfd (Linux 5.3 and later): it turns readable once the
+/// process has exited, reaped or not, and it keeps naming that process even after its pid is
+/// reused. Asking costs one `poll` and waiting costs nothing, where a read of
+/// `/proc/<pid>/stat` opens, formats and closes a file each time. Where `pidfd_open` fails
+/// (an older kernel, a seccomp filter) it falls back to [`pid_exited`], polled.
+#[derive(Debug)]
+pub(crate) struct ExitWatch {
+    pid: u32,
+    fd: Option<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>>,
+}
+
+impl ExitWatch {
+    /// How often the fallback looks at `/proc` while waiting.
+    const POLL: std::time::Duration = std::time::Duration::from_millis(200);
+
+    /// Opens the watch on `pid`, which must be a child not yet waited for (so the pid still
+    /// names it); needs a Tokio runtime.
+    pub(crate) fn open(pid: u32) -> ExitWatch {
+        use std::os::fd::FromRawFd;
+        // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor (close-on-exec)
+        // or -1; nothing else is read or written.
+        let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+        let fd = (raw >= 0).then(|| {
+            // SAFETY: `raw` is a descriptor just returned to us and owned by nothing else.
+            unsafe { std::os::fd::OwnedFd::from_raw_fd(raw as i32) }
+        });
+        let fd = fd.and_then(|fd| {
+            // SAFETY: an `OwnedFd` is open, and names the same descriptor, until it is dropped
+            // with the `AsyncFd`.
+            unsafe { tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }.ok()
+        });
+        if fd.is_none() {
+            tracing::debug!(pid, "no pidfd for the process: its exit is looked for in /proc");
+        }
+        ExitWatch { pid, fd }
+    }
+
+    pub(crate) fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Whether the process has exited.
+    pub(crate) fn exited(&self) -> bool {
+        match &self.fd {
+            Some(fd) => readable_now(fd.get_ref()),
+            None => pid_exited(self.pid),
+        }
+    }
+
+    /// Returns once the process has exited.
+    pub(crate) async fn wait(&self) {
+        match &self.fd {
+            Some(fd) => loop {
+                match fd.readable().await {
+                    Ok(_) if readable_now(fd.get_ref()) => return,
+                    Ok(mut ready) => ready.clear_ready(),
+                    // The reactor is gone: the runtime is ending, and this task with it.
+                    Err(_) => std::future::pending().await,
+                }
+            },
+            None => {
+                while !pid_exited(self.pid) {
+                    tokio::time::sleep(Self::POLL).await;
+                }
+            }
+        }
+    }
+}
+
+/// Whether `fd` polls readable at once (a pidfd: its process has exited).
+fn readable_now(fd: &std::os::fd::OwnedFd) -> bool {
+    use std::os::fd::AsRawFd;
+    let mut poll = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+    // SAFETY: one valid pollfd, a zero timeout.
+    let n = unsafe { libc::poll(&mut poll, 1, 0) };
+    n > 0 && poll.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    /// A child that sleeps, and both ways of watching it: the pidfd and the `/proc` fallback.
+    async fn watched() -> (tokio::process::Child, ExitWatch, ExitWatch) {
+        let child = tokio::process::Command::new("sleep").arg("30").kill_on_drop(true).spawn().unwrap();
+        let pid = child.id().unwrap();
+        let fallback = ExitWatch { pid, fd: None };
+        (child, ExitWatch::open(pid), fallback)
+    }
+
+    #[tokio::test]
+    async fn an_exit_is_seen_at_once_reaped_or_not() {
+        let (mut child, watch, fallback) = watched().await;
+        assert!(watch.fd.is_some(), "pidfd_open failed on this kernel");
+        assert!(!watch.exited() && !fallback.exited());
+        // Not exited: the wait does not return.
+        assert!(tokio::time::timeout(Duration::from_millis(300), watch.wait()).await.is_err());
+        child.start_kill().unwrap();
+        // Killed and not reaped (a zombie): seen by both.
+        tokio::time::timeout(Duration::from_secs(5), watch.wait()).await.expect("pidfd wait");
+        tokio::time::timeout(Duration::from_secs(5), fallback.wait()).await.expect("/proc wait");
+        assert!(watch.exited() && fallback.exited());
+        child.wait().await.unwrap();
+        assert!(watch.exited(), "reaped, and still seen exited");
+    }
+
+    #[tokio::test]
+    async fn a_wait_begun_before_the_exit_ends_with_it() {
+        let (mut child, watch, _) = watched().await;
+        let watch = std::sync::Arc::new(watch);
+        let waiting = tokio::spawn({
+            let watch = watch.clone();
+            async move { watch.wait().await }
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!waiting.is_finished());
+        child.start_kill().unwrap();
+        tokio::time::timeout(Duration::from_secs(5), waiting).await.expect("the wait ended").unwrap();
+    }
 }

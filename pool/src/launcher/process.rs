@@ -29,6 +29,8 @@ const ANSWER_FIRST: Duration = Duration::from_secs(1);
 pub(crate) struct Process {
     pub(super) child: Child,
     pgid: libc::pid_t,
+    /// The main process's exit, opened before anything could reap it.
+    exit: std::sync::Arc<crate::procfs::ExitWatch>,
     pub(crate) lock: Option<PortLock>,
     /// The only way into DevTools when the worker has its own network namespace.
     pub(super) gate: Option<Gate>,
@@ -67,6 +69,7 @@ impl Process {
         Process {
             child,
             pgid,
+            exit: std::sync::Arc::new(crate::procfs::ExitWatch::open(pgid as u32)),
             lock: Some(lock),
             gate: None,
             stderr: None,
@@ -81,6 +84,11 @@ impl Process {
 
     pub(crate) fn pid(&self) -> u32 {
         self.pgid as u32
+    }
+
+    /// The main Chromium process's exit, for watchers that do not own the process.
+    pub(crate) fn exit_watch(&self) -> std::sync::Arc<crate::procfs::ExitWatch> {
+        self.exit.clone()
     }
 
     pub(crate) fn port(&self) -> u16 {

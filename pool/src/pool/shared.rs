@@ -29,6 +29,7 @@ pub(super) struct SharedBrowser {
     pub(super) raw: crate::rawcdp::RawCdp,
     pub(super) profile: std::path::PathBuf,
     pub(super) pid: u32,
+    pub(super) exit: Arc<crate::procfs::ExitWatch>,
     /// Its network namespace, when it has one: each context's egress listener is made there.
     pub(super) netns: Option<Arc<NetNs>>,
     pub(super) cgroup: Option<Arc<WorkerCgroup>>,
@@ -69,7 +70,7 @@ impl SharedBrowser {
     /// Dead, or its raw connection (which all its sessions use) broken: either way, no
     /// further session is started in it.
     pub(super) fn dead(&self) -> bool {
-        self.died.borrow().is_some() || self.raw.is_closed() || crate::procfs::pid_exited(self.pid)
+        self.died.borrow().is_some() || self.raw.is_closed() || self.exit.exited()
     }
 
     pub(super) fn take_spare(&self) -> Option<(String, Driver)> {
@@ -178,6 +179,7 @@ impl Pool {
                         raw: worker.driver.raw.clone(),
                         profile: worker.process.profile.clone(),
                         pid: worker.process.pid(),
+                        exit: worker.process.exit_watch(),
                         netns: worker.process.netns(),
                         cgroup: worker.process.cgroup.clone(),
                         died: worker.died.clone(),

@@ -48,42 +48,31 @@ impl Worker {
     }
 }
 
-/// Reports a worker's death as soon as its CDP connection closes, its main process is seen
-/// exited (polled every [`DEATH_POLL`]), or it leaves a DevTools probe unanswered for
-/// `unresponsive_after` (see [`unanswered`]).
+/// Reports a worker's death as soon as its CDP connection closes, its main process exits, or
+/// it leaves a DevTools probe unanswered for `unresponsive_after` (see [`unanswered`]).
 pub(super) async fn watch_death(
-    pid: u32,
+    exit: Arc<crate::procfs::ExitWatch>,
     cgroup: Option<Arc<WorkerCgroup>>,
     mut connection: watch::Receiver<Option<String>>,
     tx: watch::Sender<Option<String>>,
     browser: Arc<chromiumoxide::Browser>,
     unresponsive_after: Duration,
 ) {
-    let mut tick = tokio::time::interval(DEATH_POLL);
-    let frozen = unanswered(&browser, unresponsive_after);
-    tokio::pin!(frozen);
-    let why = loop {
-        tokio::select! {
-            closed = connection.wait_for(Option::is_some) => {
-                break closed.ok().and_then(|why| why.clone()).unwrap_or_else(|| "its DevTools connection closed".into());
-            }
-            _ = tick.tick() => if crate::procfs::pid_exited(pid) {
-                break "its browser process exited".into();
-            },
-            why = &mut frozen => break why,
+    let why = tokio::select! {
+        closed = connection.wait_for(Option::is_some) => {
+            closed.ok().and_then(|why| why.clone()).unwrap_or_else(|| "its DevTools connection closed".into())
         }
+        _ = exit.wait() => "its browser process exited".into(),
+        why = unanswered(&browser, unresponsive_after) => why,
     };
     // Killed by the kernel at its memory limit: the reason names it.
     let why = match cgroup.and_then(|c| c.limit_reached()) {
         Some(limit) => format!("{why}: {}", crate::cgroup::limit_words(limit)),
         None => why,
     };
-    tracing::warn!(pid, reason = %why, "worker died");
+    tracing::warn!(pid = exit.pid(), reason = %why, "worker died");
     tx.send_replace(Some(why));
 }
-
-/// How often a worker's process is looked at for an exit its connection did not report.
-pub(super) const DEATH_POLL: Duration = Duration::from_millis(200);
 
 /// How often a browser is asked for its version (see [`unanswered`]).
 pub(super) const PROBE_EVERY: Duration = Duration::from_secs(2);
@@ -227,7 +216,7 @@ pub(super) async fn boot_worker(
     let (died_tx, died) = watch::channel(None);
     let death_watch = OwnedTask::spawn(
         watch_death(
-            launched.process.pid(),
+            launched.process.exit_watch(),
             launched.process.cgroup.clone(),
             launched.died,
             died_tx,
