@@ -28,7 +28,7 @@ pub(super) struct SharedBrowser {
     /// The worker's raw CDP connection: each context's driver uses it, scoped to its context.
     pub(super) raw: crate::rawcdp::RawCdp,
     pub(super) profile: std::path::PathBuf,
-    pub(super) pid: u32,
+    /// Its main process's exit (and pid).
     pub(super) exit: Arc<crate::procfs::ExitWatch>,
     /// Its network namespace, when it has one: each context's egress listener is made there.
     pub(super) netns: Option<Arc<NetNs>>,
@@ -178,7 +178,6 @@ impl Pool {
                         devtools_url: worker.devtools_url.clone(),
                         raw: worker.driver.raw.clone(),
                         profile: worker.process.profile.clone(),
-                        pid: worker.process.pid(),
                         exit: worker.process.exit_watch(),
                         netns: worker.process.netns(),
                         cgroup: worker.process.cgroup.clone(),
@@ -407,7 +406,7 @@ impl Pool {
             }
             due
         };
-        let pid = browser.pid;
+        let pid = browser.exit.pid();
         match due {
             true => {
                 tokio::task::spawn_blocking(move || crate::launcher::group_memory(pid).pss_bytes).await.unwrap_or(0)
