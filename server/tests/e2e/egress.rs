@@ -373,15 +373,17 @@ fn listening_sockets() -> Vec<(u64, u16)> {
     out
 }
 
+/// What process `pid`'s open descriptors are (`socket:[123]`, `anon_inode:[pidfd]`, a path).
+fn fd_targets(pid: u32) -> Vec<String> {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { return Vec::new() };
+    fds.flatten().filter_map(|fd| std::fs::read_link(fd.path()).ok()).map(|t| t.to_string_lossy().to_string()).collect()
+}
+
 /// Socket inodes held open by process `pid`.
 fn socket_inodes(pid: u32) -> Vec<u64> {
-    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { return Vec::new() };
-    fds.flatten()
-        .filter_map(|fd| std::fs::read_link(fd.path()).ok())
-        .filter_map(|target| {
-            let t = target.to_string_lossy().to_string();
-            t.strip_prefix("socket:[").and_then(|r| r.strip_suffix(']')).and_then(|n| n.parse().ok())
-        })
+    fd_targets(pid)
+        .iter()
+        .filter_map(|t| t.strip_prefix("socket:[").and_then(|r| r.strip_suffix(']')).and_then(|n| n.parse().ok()))
         .collect()
 }
 
@@ -417,24 +419,39 @@ async fn a_local_process_cannot_reach_a_workers_devtools() {
     let admin = server.client().await;
     let id = admin.acquire(30_000).await.unwrap().session_id;
     ok(&act(&admin, &id, action("evaluate", "", "1")).await);
-    let workers = admin.admin().pool_status(pb::PoolStatusRequest {}).await.unwrap().into_inner().workers;
-    assert!(!workers.is_empty());
+    // The leased worker and the spare booted after it, spawned while the server held the
+    // leased one's pidfd open (see the pidfd check below).
+    let workers = crate::helpers::eventually("a leased and a warm worker", Duration::from_secs(60), || async {
+        let workers = admin.admin().pool_status(pb::PoolStatusRequest {}).await.unwrap().into_inner().workers;
+        let warm = workers.iter().filter(|w| w.state == pb::WorkerState::Warm as i32).count();
+        (warm >= 1).then_some(workers)
+    })
+    .await;
     let host = listening_sockets();
     for w in &workers {
         // Chromium's DevTools port is not open in the host's namespace...
         assert!(http_get(w.cdp_port as u16, "/json/version").await.is_empty(), "port {} answered", w.cdp_port);
         // ...and no process of the worker listens there at all.
         let mut inodes = socket_inodes(w.pid);
+        let mut members = vec![w.pid];
         for task in std::fs::read_dir("/proc").unwrap().flatten() {
             let Some(pid) = task.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
             let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
             let pgrp = stat.rsplit_once(')').and_then(|(_, r)| r.split_whitespace().nth(2)?.parse::<u32>().ok());
-            if pgrp == Some(w.pid) {
+            if pgrp == Some(w.pid) && pid != w.pid {
                 inodes.extend(socket_inodes(pid));
+                members.push(pid);
             }
         }
         let listening: Vec<_> = host.iter().filter(|(inode, _)| inodes.contains(inode)).collect();
         assert!(listening.is_empty(), "worker {} listens on the host: {listening:?}", w.worker_id);
+        // The server watches every worker's exit through a pidfd; none reaches a worker (with
+        // one, a page's exploit could wait on, or signal, a browser that is not its own).
+        assert!(members.len() > 1, "the worker's group has its browser and its children: {members:?}");
+        for pid in members {
+            let pidfds = fd_targets(pid).into_iter().filter(|t| t.contains("pidfd")).count();
+            assert_eq!(pidfds, 0, "worker {} process {pid} holds {pidfds} pidfd(s)", w.worker_id);
+        }
     }
     // The server's own listeners (gRPC, HTTP, the gates into each worker's DevTools) tell a
     // local process nothing: no target list, no version, no browser endpoint for a guess.
