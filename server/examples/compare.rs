@@ -63,7 +63,7 @@ use futures::StreamExt;
 use serde_json::json;
 
 mod common;
-use common::{cpu_ms, processes_naming, pss_kib, quantile, serve_page, InProcess};
+use common::{cpu_ms, processes_naming, pss_kib, quantile, serve_page, use_context_isolation, InProcess};
 
 const FORM: &str = r#"<!doctype html><title>Compare</title><h1 id="h">Hello</h1>
 <input id="name"><button id="go" onclick="document.getElementById('h').textContent = 'Hello, ' + document.getElementById('name').value">Go</button>"#;
@@ -156,12 +156,7 @@ impl System {
             "browserpool/context" => {
                 let server = InProcess::start(1, clients + 1).await?;
                 let client = Client::connect(server.endpoint.clone(), &server.token).await?;
-                let mut admin = client.admin();
-                let tenants = admin.list_tenants(browserpool_client::pb::ListTenantsRequest {}).await?.into_inner();
-                let mut default =
-                    tenants.tenants.into_iter().find(|t| t.id == "default").context("no default tenant")?;
-                default.isolation = browserpool_client::pb::Isolation::Context as i32;
-                admin.put_tenant(browserpool_client::pb::PutTenantRequest { tenant: Some(default) }).await?;
+                use_context_isolation(&client).await?;
                 // Measured with the tenant's browser up, as on a server that has been up a
                 // while: one session makes it (from the warm worker), and the spare booted in
                 // that worker's place is waited for, so its boot is not counted against the
@@ -185,8 +180,8 @@ impl System {
     /// Where this system's Chromium profiles live: its processes name it on their command line.
     fn marker(&self) -> PathBuf {
         match self {
-            // The server's profiles dir (under TMPDIR, not its data dir).
-            System::Pool { server, .. } => browserpool_server::server::profiles_dir(server.dir.path()),
+            // The server's profiles dir (not under its data dir).
+            System::Pool { server, .. } => server.profiles.clone(),
             System::Launch { dir, .. } => dir.path().to_path_buf(),
             System::Contexts { _dir, .. } => _dir.path().to_path_buf(),
         }

@@ -1,15 +1,17 @@
 //! Soak: many whole sessions in a row, watching for anything that grows or is left behind.
 //!
-//! `cargo run --release -p browserpool-server --example soak [-- SESSIONS [CLIENTS]]`
-//! (defaults: 200 sessions, 2 clients at once).
+//! `cargo run --release -p browserpool-server --example soak [-- SESSIONS [CLIENTS
+//! [ISOLATION]]]` (defaults: 200 sessions, 2 clients at once, `process` isolation; `context`
+//! puts the tenant in context isolation, its sessions contexts of one shared Chromium).
 //!
 //! Starts a server in-process on 127.0.0.1:0 with a fresh data dir (SQLite), serves a small
 //! form on loopback, and runs SESSIONS sessions split over CLIENTS concurrent clients; each
 //! acquires, navigates, types, clicks, reads the heading, takes a PNG screenshot and releases.
-//! It prints errors, the process's RSS and open file descriptors at the start, at every 10%
-//! and at the end; then, with the server stopped, the Chromium processes and profile dirs
-//! left behind and the database's size. The process's figures include this client, which is
-//! small and does not grow.
+//! It prints errors, the process's RSS and open file descriptors, and the PSS of the server's
+//! Chromium processes (warm workers, or the shared browser), at the start, at every 10% and at
+//! the end; then, with the server stopped, the Chromium processes and profile dirs left behind
+//! and the database's size. The process's figures include this client, which is small and does
+//! not grow.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -18,7 +20,7 @@ use std::time::Instant;
 use browserpool_client::{action, Client};
 
 mod common;
-use common::{processes_naming, serve_page, InProcess};
+use common::{processes_naming, pss_kib, serve_page, use_context_isolation, InProcess};
 
 const FORM: &str = r#"<!doctype html><title>Soak</title><h1 id="h">Hello</h1>
 <input id="name"><button id="go" onclick="document.getElementById('h').textContent = 'Hello, ' + document.getElementById('name').value">Go</button>"#;
@@ -28,18 +30,31 @@ async fn main() -> anyhow::Result<()> {
     let mut argv = std::env::args().skip(1);
     let sessions: usize = argv.next().map(|s| s.parse()).transpose()?.unwrap_or(200);
     let clients: usize = argv.next().map(|s| s.parse()).transpose()?.unwrap_or(2).max(1);
-    let server = InProcess::start(clients, clients + 1).await?;
+    let isolation = argv.next().unwrap_or_else(|| "process".into());
+    let context = match isolation.as_str() {
+        "process" => false,
+        "context" => true,
+        other => anyhow::bail!("isolation {other:?}: `process` or `context`"),
+    };
+    // In context isolation one warm worker becomes the tenant's shared browser.
+    let server = InProcess::start(if context { 1 } else { clients }, clients + 1).await?;
     let page = format!("{}/", serve_page(FORM).await?);
 
     let client = Client::connect(server.endpoint.clone(), &server.token).await?;
-    println!("soak: {sessions} sessions, {clients} clients at once");
-    println!("{:>6} {:>9} {:>5} {:>7} {:>9}", "done", "rss_mib", "fds", "errors", "elapsed_s");
+    if context {
+        use_context_isolation(&client).await?;
+    }
+    let profiles: Arc<str> = server.profiles.display().to_string().into();
+    println!("soak: {sessions} sessions, {clients} clients at once, {isolation} isolation");
+    println!("{:>6} {:>9} {:>5} {:>12} {:>7} {:>9}", "done", "rss_mib", "fds", "chromium_mib", "errors", "elapsed_s");
     let started = Instant::now();
     let report = move |done: usize, errors: usize| {
+        let chromium_kib: u64 = processes_naming(&profiles).into_iter().filter_map(pss_kib).sum();
         println!(
-            "{done:>6} {:>9.1} {:>5} {errors:>7} {:>9.1}",
+            "{done:>6} {:>9.1} {:>5} {:>12.1} {errors:>7} {:>9.1}",
             rss_bytes() as f64 / (1 << 20) as f64,
             open_fds(),
+            chromium_kib as f64 / 1024.0,
             started.elapsed().as_secs_f64()
         );
     };
@@ -51,8 +66,8 @@ async fn main() -> anyhow::Result<()> {
     let step = (sessions / 10).max(1);
     let mut workers = Vec::new();
     for _ in 0..clients {
-        let (client, page, next, done, errors) =
-            (client.clone(), page.clone(), next.clone(), done.clone(), errors.clone());
+        let (client, page, next, done, errors, report) =
+            (client.clone(), page.clone(), next.clone(), done.clone(), errors.clone(), report.clone());
         workers.push(tokio::spawn(async move {
             while next.fetch_add(1, Ordering::SeqCst) < sessions {
                 if let Err(e) = one_session(&client, &page).await {
@@ -72,11 +87,13 @@ async fn main() -> anyhow::Result<()> {
     let elapsed = started.elapsed();
 
     // The data dir outlives the server, for the leftover checks below.
+    let profiles_dir = server.profiles.clone();
     let dir = server.stop_keeping_dir().await?;
     let dir = dir.path();
-    let profiles = dir.join("profiles");
-    let chromiums = processes_naming(&profiles.display().to_string()).len();
-    let dirs_left = std::fs::read_dir(&profiles).map(|d| d.count()).unwrap_or(0);
+    let chromiums = processes_naming(&profiles_dir.display().to_string()).len();
+    // The server removes its profiles dir at stop: anything left in it (or the dir itself
+    // with nothing in it) is counted.
+    let dirs_left = std::fs::read_dir(&profiles_dir).map(|d| d.count()).unwrap_or(0);
     let db_bytes: u64 = ["browserpool.db", "browserpool.db-wal", "browserpool.db-shm"]
         .iter()
         .filter_map(|f| std::fs::metadata(dir.join(f)).ok())

@@ -17,6 +17,9 @@ pub struct InProcess {
     pub pool: browserpool_pool::Pool,
     /// Its data dir (deleted on drop).
     pub dir: tempfile::TempDir,
+    /// Its workers' profiles dir, as the server chose it (`--profiles-in`, else the temp dir):
+    /// every Chromium process it starts names it on its command line.
+    pub profiles: std::path::PathBuf,
     stop: tokio::sync::oneshot::Sender<()>,
     task: tokio::task::JoinHandle<anyhow::Result<()>>,
 }
@@ -45,6 +48,11 @@ impl InProcess {
     }
 
     async fn serve(dir: tempfile::TempDir, args: ServeArgs) -> anyhow::Result<InProcess> {
+        use browserpool_server::server::{profiles_dir, profiles_dir_in};
+        let profiles = match &args.profiles_in {
+            Some(parent) => profiles_dir_in(&parent.canonicalize()?, dir.path()),
+            None => profiles_dir(dir.path()),
+        };
         let bound = browserpool_server::bind(args).await?;
         let endpoint = format!("http://{}", bound.grpc_addr);
         let http = bound.http_addr.to_string();
@@ -55,7 +63,7 @@ impl InProcess {
         let task = tokio::spawn(bound.serve(async move {
             let _ = stopped.await;
         }));
-        Ok(InProcess { endpoint, http, token, sessions, pool, dir, stop, task })
+        Ok(InProcess { endpoint, http, token, sessions, pool, dir, profiles, stop, task })
     }
 
     /// Stops the server and waits until it has (workers killed, profiles removed).
@@ -69,6 +77,19 @@ impl InProcess {
         self.task.await??;
         Ok(self.dir)
     }
+}
+
+/// Puts the `default` tenant (the one the in-process server's token names) in context
+/// isolation: its sessions are browser contexts in a Chromium only its sessions share.
+pub async fn use_context_isolation(client: &browserpool_client::Client) -> anyhow::Result<()> {
+    use anyhow::Context as _;
+    use browserpool_client::pb;
+    let mut admin = client.admin();
+    let tenants = admin.list_tenants(pb::ListTenantsRequest {}).await?.into_inner();
+    let mut default = tenants.tenants.into_iter().find(|t| t.id == "default").context("no default tenant")?;
+    default.isolation = pb::Isolation::Context as i32;
+    admin.put_tenant(pb::PutTenantRequest { tenant: Some(default) }).await?;
+    Ok(())
 }
 
 /// Serves `html` at `/` on 127.0.0.1:0 until the program ends; returns `http://host:port`.
