@@ -13,6 +13,7 @@ CPU in ms and the median time to DevTools. Root only (cgroups, the uid); cgroup 
 `cpuacct`.
 """
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -22,10 +23,23 @@ import time
 
 CHROME = "/usr/lib/chromium/chromium-headless-shell"
 UID = 40000
-FLAGS = ["--headless", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--no-default-browser-check", "--disable-dev-shm-usage", "--accept-lang=en-US,en"]
-FEATURES = "WebUIOmniboxPopup,WebUIOmniboxAimPopup,WebUIOmniboxFullPopup,SpareRendererForSitePerProcess"
+CHROME_RS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pool", "src", "launcher", "chrome.rs")
+
+
+def workers_flags(path=CHROME_RS):
+    """The workers' flags and disabled features as `chrome.rs` has them (`CHROME_FLAGS`, the
+    `disabled_features!` literal), read from the source so this script never runs others."""
+    src = open(path).read()
+    features = re.search(r"macro_rules! disabled_features \{\s*\(\) => \{\s*\"([^\"]+)\"", src)
+    array = re.search(r"pub const CHROME_FLAGS: &\[&str\] = &\[(.*?)\];", src, re.S)
+    if not features or not array:
+        sys.exit(f"{path}: CHROME_FLAGS or disabled_features! not found; update workers_flags()")
+    body = "\n".join(line.split("//")[0] for line in array.group(1).splitlines())
+    flags = [f for f in re.findall(r'"([^"]*)"', body) if f != "--disable-features="]
+    return flags, features.group(1)
+
+
+FLAGS, FEATURES = workers_flags()
 # name: (extra flags, extra disabled features, extra enabled features)
 SETS = {
     "workers": ([], "", ""),
