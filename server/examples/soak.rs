@@ -91,8 +91,7 @@ async fn main() -> anyhow::Result<()> {
     let dir = server.stop_keeping_dir().await?;
     let dir = dir.path();
     let chromiums = processes_naming(&profiles_dir.display().to_string()).len();
-    // The server removes its profiles dir at stop: anything left in it (or the dir itself
-    // with nothing in it) is counted.
+    // What is left in the profiles dir (the server removes the dir itself at stop).
     let dirs_left = std::fs::read_dir(&profiles_dir).map(|d| d.count()).unwrap_or(0);
     let db_bytes: u64 = ["browserpool.db", "browserpool.db-wal", "browserpool.db-shm"]
         .iter()

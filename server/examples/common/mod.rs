@@ -49,11 +49,13 @@ impl InProcess {
 
     async fn serve(dir: tempfile::TempDir, args: ServeArgs) -> anyhow::Result<InProcess> {
         use browserpool_server::server::{profiles_dir, profiles_dir_in};
-        let profiles = match &args.profiles_in {
+        let profiles_in = args.profiles_in.clone();
+        let bound = browserpool_server::bind(args).await?;
+        // Once bound: the server has made `--profiles-in` if it was missing.
+        let profiles = match profiles_in {
             Some(parent) => profiles_dir_in(&parent.canonicalize()?, dir.path()),
             None => profiles_dir(dir.path()),
         };
-        let bound = browserpool_server::bind(args).await?;
         let endpoint = format!("http://{}", bound.grpc_addr);
         let http = bound.http_addr.to_string();
         let token = std::fs::read_to_string(&bound.admin_token_path)?;
