@@ -29,7 +29,7 @@ mod spawn;
 
 pub(crate) use chrome::search_path;
 pub use chrome::{find_chrome, CHROME_FLAGS, CHROME_NAMES, DISABLED_FEATURES};
-pub use cleanup::reap_orphans;
+pub use cleanup::{claim_profiles, reap_abandoned, reap_orphans, unclaim_profiles, PROFILES_PREFIX};
 pub(crate) use group::Spawned;
 pub use group::{group_memory, idle_boots, GroupMemory};
 pub(crate) use process::Process;

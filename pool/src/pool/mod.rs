@@ -436,6 +436,13 @@ impl Pool {
         files::remove_root(&launch.disk_dir);
         let _ = std::fs::remove_dir(&launch.profiles_dir);
         let _ = std::fs::remove_dir(&launch.disk_dir);
+        // What is left stays claimed, for a server to reap once this one is gone.
+        if !launch.profiles_dir.exists() && !launch.disk_dir.exists() {
+            crate::launcher::unclaim_profiles(
+                &launch.lock_dir,
+                &[launch.profiles_dir.clone(), launch.disk_dir.clone()],
+            );
+        }
         tracing::info!(warm, killed_ms, ms = started.elapsed().as_millis() as u64, "pool stopped");
     }
 

@@ -134,7 +134,7 @@ pub async fn bind_with(args: ServeArgs, browsers: Option<Arc<dyn crate::browsers
     browserpool_pool::lock::check_lock_dir(&args.lock_dir)?;
     let dirs = [workers::chosen_profiles_dir(&args, &data_dir)?, profiles_dir(&data_dir)];
     let worker_uids = worker_uids(&args)?;
-    workers::reap_left_behind(&dirs).await?;
+    workers::reap_left_behind(&dirs, &args.lock_dir).await?;
     raise_open_files_limit();
     let chrome = find_chrome(args.chrome.as_deref())?;
     let store = Store::open(&args.store.database_url()).await?;

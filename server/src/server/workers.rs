@@ -89,15 +89,28 @@ pub(super) fn chosen_profiles_dir(args: &ServeArgs, data_dir: &Path) -> anyhow::
 /// Kills the Chromiums a server killed without cleaning up left running under `dirs` (the
 /// profiles' and the disk's), before any worker starts: they hold ports, memory and tenants'
 /// pages. Both, when they differ: a server started with another `--profiles-in` left its
-/// profiles or caches in either.
-pub(super) async fn reap_left_behind(dirs: &[PathBuf; 2]) -> anyhow::Result<()> {
+/// profiles or caches in either. Then reaps what other servers that are gone claimed in
+/// `lock_dir` (the profiles of a server killed after its data dir was removed, which no
+/// server would ever start on again), and claims `dirs` there for this one.
+pub(super) async fn reap_left_behind(dirs: &[PathBuf; 2], lock_dir: &Path) -> anyhow::Result<()> {
     let mut dirs = dirs.to_vec();
     dirs.dedup();
-    let reaped =
-        tokio::task::spawn_blocking(move || dirs.iter().map(|dir| browserpool_pool::reap_orphans(dir)).sum::<usize>())
-            .await?;
+    let lock_dir = lock_dir.to_path_buf();
+    let (reaped, abandoned, claimed) = tokio::task::spawn_blocking(move || {
+        let reaped = dirs.iter().map(|dir| browserpool_pool::reap_orphans(dir)).sum::<usize>();
+        let abandoned = browserpool_pool::reap_abandoned(&lock_dir, &dirs);
+        (reaped, abandoned, browserpool_pool::claim_profiles(&lock_dir, &dirs))
+    })
+    .await?;
     if reaped > 0 {
         tracing::warn!(processes = reaped, "killed the browsers a previous server on this data dir left running");
+    }
+    if abandoned > 0 {
+        tracing::info!(dirs = abandoned, "removed the profiles of servers that are gone");
+    }
+    // Only the reaping of this server's profiles after it is gone depends on it.
+    if let Err(e) = claimed {
+        tracing::warn!(error = %e, "could not record this server's profiles in the lock dir");
     }
     Ok(())
 }

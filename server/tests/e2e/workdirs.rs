@@ -1,6 +1,7 @@
 //! Where a worker's directories live: `--profiles-in` a tmpfs puts its profile there, while
 //! its HTTP cache and its session's files stay on the disk; release and stop leave nothing in
-//! either; a `--profiles-in` that is not a directory stops the server before it starts.
+//! either; a `--profiles-in` that is not a directory stops the server before it starts; what a
+//! server killed without cleaning up left is removed by the next one to start.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -186,4 +187,37 @@ async fn profiles_in_a_missing_directory_stop_the_server_at_once() {
     let said = format!("--profiles-in {}: not a directory", missing.display());
     assert!(stderr.contains(&said), "{stderr}");
     assert!(!missing.exists(), "nothing made in its place");
+}
+
+/// A server killed with SIGKILL whose data dir is then removed (a CI job's temp dir, say)
+/// leaves its profiles where no server on that data dir will ever reap them: the next server
+/// to start on the host (its lock dir) removes them, and leaves a live server's alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gone_servers_profiles_are_removed_by_the_next_server_to_start() {
+    use crate::helpers::BinaryServer;
+    let has_profiles = |dir: &Path| {
+        std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|e| e.file_name().to_string_lossy().starts_with("port-"))
+    };
+    let live = BinaryServer::spawn().await;
+    let mut gone = BinaryServer::spawn().await;
+    let (live_client, gone_client) = (live.client().await, gone.client().await);
+    live_client.acquire(30_000).await.unwrap();
+    gone_client.acquire(30_000).await.unwrap();
+    let live_profiles = browserpool_server::server::profiles_dir(live.dir.path());
+    let gone_profiles = browserpool_server::server::profiles_dir(gone.dir.path());
+    assert!(has_profiles(&live_profiles) && has_profiles(&gone_profiles), "both servers' workers have profiles");
+
+    gone.kill_server_only();
+    drop(std::mem::replace(&mut gone.dir, tempfile::tempdir().unwrap()));
+    // (Any server starting now would do it; this test starts one.)
+    let next = TestServer::start().await;
+    assert!(!gone_profiles.exists(), "the next server removed {}", gone_profiles.display());
+    assert!(has_profiles(&live_profiles), "a live server's profiles are kept");
+    let id = live_client.acquire(30_000).await.unwrap().session_id;
+    ok(&act(&live_client, &id, action("evaluate", "", "1 + 1")).await);
+    next.stop().await;
 }
