@@ -19,7 +19,15 @@ pub fn reap_orphans(profiles_dir: &Path) -> usize {
 /// [`reap_orphans`]; with `worker_tmps`, each worker's temp dir too (named by its port only:
 /// right for this server's own dirs, not for another's, whose ports a live server may hold).
 fn reap_dir(profiles_dir: &Path, worker_tmps: bool) -> usize {
-    let mut needle = profiles_dir.as_os_str().as_encoded_bytes().to_vec();
+    let killed = kill_under(profiles_dir);
+    remove_entries(profiles_dir, worker_tmps);
+    killed
+}
+
+/// Kills every process whose command line names a path under `dir`, and waits (at most 5 s)
+/// for them to be gone. Returns how many it killed.
+fn kill_under(dir: &Path) -> usize {
+    let mut needle = dir.as_os_str().as_encoded_bytes().to_vec();
     needle.push(b'/');
     let killed = kill_naming(&needle);
     if killed > 0 {
@@ -29,6 +37,11 @@ fn reap_dir(profiles_dir: &Path, worker_tmps: bool) -> usize {
             std::thread::sleep(Duration::from_millis(20));
         }
     }
+    killed
+}
+
+/// Removes what `profiles_dir` holds (see [`reap_dir`] for `worker_tmps`).
+fn remove_entries(profiles_dir: &Path, worker_tmps: bool) {
     for entry in std::fs::read_dir(profiles_dir).into_iter().flatten().flatten() {
         let name = entry.file_name();
         let port = name.to_str().and_then(|n| n.strip_prefix("port-")).and_then(|p| p.parse::<u16>().ok());
@@ -37,7 +50,6 @@ fn reap_dir(profiles_dir: &Path, worker_tmps: bool) -> usize {
         }
         let _ = std::fs::remove_dir_all(entry.path());
     }
-    killed
 }
 
 /// The pids whose command line contains `needle`.
@@ -166,7 +178,14 @@ pub fn reap_abandoned(lock_dir: &Path, own: &[PathBuf]) -> usize {
         // Kept while a dir of it could not be removed, for the next server to try again.
         let mut all_gone = true;
         for dir in lines.map(Path::new).filter(|d| reapable(d)) {
-            reap_dir(dir, false);
+            kill_under(dir);
+            // Taken over while its processes were looked for (a server started on that data
+            // dir claims it first thing): its dirs are that server's now.
+            if std::fs::read_to_string(&path).ok().as_deref() != Some(text.as_str()) {
+                all_gone = false;
+                break;
+            }
+            remove_entries(dir, false);
             match std::fs::remove_dir(dir) {
                 Ok(()) => removed += 1,
                 Err(_) => all_gone = false,

@@ -89,17 +89,18 @@ pub(super) fn chosen_profiles_dir(args: &ServeArgs, data_dir: &Path) -> anyhow::
 /// Kills the Chromiums a server killed without cleaning up left running under `dirs` (the
 /// profiles' and the disk's), before any worker starts: they hold ports, memory and tenants'
 /// pages. Both, when they differ: a server started with another `--profiles-in` left its
-/// profiles or caches in either. Then reaps what other servers that are gone claimed in
-/// `lock_dir` (the profiles of a server killed after its data dir was removed, which no
-/// server would ever start on again), and claims `dirs` there for this one.
+/// profiles or caches in either. First claims `dirs` in `lock_dir` for this server; last reaps
+/// what other servers that are gone claimed there (the profiles of a server killed after its
+/// data dir was removed, which no server would ever start on again).
 pub(super) async fn reap_left_behind(dirs: &[PathBuf; 2], lock_dir: &Path) -> anyhow::Result<()> {
     let mut dirs = dirs.to_vec();
     dirs.dedup();
     let lock_dir = lock_dir.to_path_buf();
-    let (reaped, abandoned, claimed) = tokio::task::spawn_blocking(move || {
+    let (claimed, reaped, abandoned) = tokio::task::spawn_blocking(move || {
+        // Claimed first: a server reaping the dead owner's claim it replaces sees the change.
+        let claimed = browserpool_pool::claim_profiles(&lock_dir, &dirs);
         let reaped = dirs.iter().map(|dir| browserpool_pool::reap_orphans(dir)).sum::<usize>();
-        let abandoned = browserpool_pool::reap_abandoned(&lock_dir, &dirs);
-        (reaped, abandoned, browserpool_pool::claim_profiles(&lock_dir, &dirs))
+        (claimed, reaped, browserpool_pool::reap_abandoned(&lock_dir, &dirs))
     })
     .await?;
     if reaped > 0 {
