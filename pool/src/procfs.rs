@@ -6,13 +6,24 @@
 /// process): gone, or a zombie not yet reaped.
 pub(crate) fn pid_exited(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // The state follows the parenthesized command name, which may contain spaces.
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.trim_start().chars().next())
-            .is_none_or(|c| matches!(c, 'Z' | 'X')),
+        Ok(stat) => {
+            after_command(&stat).and_then(|mut f| f.next()?.chars().next()).is_none_or(|c| matches!(c, 'Z' | 'X'))
+        }
         Err(_) => true,
     }
+}
+
+/// The fields of a `/proc/<pid>/stat` after the parenthesised command name (which may
+/// contain spaces and parentheses): state, ppid, pgrp, ..., the start time 20th.
+fn after_command(stat: &str) -> Option<std::str::SplitWhitespace<'_>> {
+    stat.rsplit_once(')').map(|(_, rest)| rest.split_whitespace())
+}
+
+/// When process `pid` started, in clock ticks after boot; `None` when it is gone. With its
+/// pid, it names one process: a pid is reused, not with the same start time.
+pub(crate) fn start_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    after_command(&stat)?.nth(19)?.parse().ok()
 }
 
 /// The processes of group `pgid`.
@@ -23,9 +34,7 @@ pub(crate) fn group_pids(pgid: u32) -> Vec<u32> {
         .filter_map(|entry| {
             let pid = entry.file_name().to_str()?.parse::<u32>().ok()?;
             let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
-            // Fields after the parenthesised command: state, ppid, pgrp, ...
-            let rest = stat.rsplit_once(')').map(|(_, r)| r)?;
-            (rest.split_whitespace().nth(2)?.parse::<u32>().ok()? == pgid).then_some(pid)
+            (after_command(&stat)?.nth(2)?.parse::<u32>().ok()? == pgid).then_some(pid)
         })
         .collect()
 }

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::profile::worker_tmp;
-use crate::procfs::pid_exited;
+use crate::procfs::{pid_exited, start_ticks};
 
 /// Kills every Chromium a previous server left under `profiles_dir` (a server killed without
 /// cleaning up: SIGKILL, OOM, power loss) and deletes their profiles and temp dirs. Call only
@@ -118,12 +118,6 @@ fn this_owner() -> Option<String> {
     let pid = std::process::id();
     let ns = std::fs::read_link("/proc/self/ns/pid").ok()?;
     Some(format!("{pid} {} {}", start_ticks(pid)?, ns.display()))
-}
-
-/// When `pid` started (`/proc/<pid>/stat`'s 22nd field), `None` when it is gone.
-fn start_ticks(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat.rsplit_once(')')?.1.split_whitespace().nth(19)?.parse().ok()
 }
 
 /// Whether the owner a claim names may still run: the same pid with the same start time, or
