@@ -67,7 +67,8 @@ pub fn profiles_dir_in(parent: &Path, data_dir: &Path) -> PathBuf {
     use sha2::Digest;
     let real = data_dir.canonicalize().unwrap_or_else(|_| data_dir.to_path_buf());
     let name = hex::encode(&sha2::Sha256::digest(real.as_os_str().as_encoded_bytes())[..6]);
-    parent.join(format!("browserpool-profiles-{name}"))
+    // Named as the pool reaps another server's dirs (`reap_abandoned`) by.
+    parent.join(format!("{}{name}", browserpool_pool::launcher::PROFILES_PREFIX))
 }
 
 /// Where the workers' profiles go: `--profiles-in`, which must be a directory (given as an
