@@ -87,7 +87,14 @@ if [ "$profiles" -ne 0 ]; then
     find "$suite_tmp" -mindepth 2 -maxdepth 2 -path '*/browserpool-profiles-*/*' >&2
     exit 1
 fi
-echo "no chromium process and no profile directory left behind"
+# A root server's profiles are tmpfs mounts: none may outlive the server that made it.
+mounts=$(awk '$5 ~ /\/browserpool-profiles-/ { print $5 }' /proc/self/mountinfo)
+if [ -n "$mounts" ]; then
+    echo "FAIL: worker profile mounts left behind:" >&2
+    echo "$mounts" >&2
+    exit 1
+fi
+echo "no chromium process, no profile directory and no profile mount left behind"
 
 # The Helm chart and the kustomize manifests, rendered and validated without a cluster.
 echo "== the chart and the manifests (scripts/check-deploy.sh)"

@@ -35,7 +35,9 @@ pub use egress::{Credentials, Egress, EgressConfig, Upstream, UpstreamKind};
 pub use emulation::{ColorScheme, Emulation, Geolocation, Throttle};
 pub use error::PoolError;
 pub use events::{DialogInfo, DialogKind, Event, EventKind, EventReader};
-pub use launcher::{claim_profiles, find_chrome, reap_abandoned, reap_orphans, unclaim_profiles, LaunchConfig};
+pub use launcher::{
+    claim_profiles, find_chrome, profiles_capped, reap_abandoned, reap_orphans, unclaim_profiles, LaunchConfig,
+};
 pub use lock::DirLock;
 pub use lock::PortRange;
 pub use outcome::{ActionFailure, ActionOutput, FailureCode, Viewport};

@@ -1,6 +1,6 @@
 //! What `/proc` says about processes: whether one has exited, and who is in a process group;
-//! and a child's exit seen through a pidfd ([`ExitWatch`]). A leaf (imports nothing of this
-//! crate).
+//! a child's exit seen through a pidfd ([`ExitWatch`]); and what is mounted where. A leaf
+//! (imports nothing of this crate).
 
 /// Whether process `pid` has exited, as `/proc` shows it (for watchers that do not own the
 /// process): gone, or a zombie not yet reaped.
@@ -24,6 +24,45 @@ fn after_command(stat: &str) -> Option<std::str::SplitWhitespace<'_>> {
 pub(crate) fn start_ticks(pid: u32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     after_command(&stat)?.nth(19)?.parse().ok()
+}
+
+/// The mount points at or below `dir` in this process's mount namespace, deepest first (the
+/// order they can be unmounted in).
+pub(crate) fn mounts_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    std::fs::read_to_string("/proc/self/mountinfo").map(|text| mount_points_under(&text, dir)).unwrap_or_default()
+}
+
+/// [`mounts_under`] on the text of a `mountinfo`: each line's fifth field, its octal escapes
+/// (`\040` for a space) undone.
+fn mount_points_under(mountinfo: &str, dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    use std::os::unix::ffi::OsStringExt;
+    let mut found: Vec<std::path::PathBuf> = mountinfo
+        .lines()
+        .filter_map(|line| line.split(' ').nth(4))
+        .map(|escaped| {
+            let (raw, mut out) = (escaped.as_bytes(), Vec::with_capacity(escaped.len()));
+            let mut i = 0;
+            while i < raw.len() {
+                let octal =
+                    raw.get(i + 1..i + 4).filter(|d| raw[i] == b'\\' && d.iter().all(|c| (b'0'..=b'7').contains(c)));
+                match octal {
+                    Some(d) => {
+                        out.push((d[0] - b'0') * 64 + (d[1] - b'0') * 8 + (d[2] - b'0'));
+                        i += 4;
+                    }
+                    None => {
+                        out.push(raw[i]);
+                        i += 1;
+                    }
+                }
+            }
+            std::path::PathBuf::from(std::ffi::OsString::from_vec(out))
+        })
+        .filter(|point| point.starts_with(dir))
+        .collect();
+    found.sort_by_key(|point| std::cmp::Reverse(point.components().count()));
+    found.dedup();
+    found
 }
 
 /// The processes of group `pgid`.
@@ -119,6 +158,22 @@ fn readable_now(fd: &std::os::fd::OwnedFd) -> bool {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn mount_points_below_a_dir_are_found_deepest_first_and_unescaped() {
+        let info = "22 1 254:0 / / rw,relatime shared:1 - ext4 /dev/vda rw
+30 22 0:40 / /tmp/bp-x/port-9 rw,nosuid - tmpfs tmpfs rw,size=1024k
+31 30 0:41 / /tmp/bp-x/port-9/inner rw - tmpfs tmpfs rw
+32 22 0:42 / /tmp/bp-x\\040y/port-1 rw - tmpfs tmpfs rw
+33 22 0:43 / /tmp/bp-xz rw - tmpfs tmpfs rw
+";
+        let under = |dir: &str| super::mount_points_under(info, std::path::Path::new(dir));
+        let p = std::path::PathBuf::from;
+        assert_eq!(under("/tmp/bp-x"), vec![p("/tmp/bp-x/port-9/inner"), p("/tmp/bp-x/port-9")]);
+        assert_eq!(under("/tmp/bp-x/port-9/inner"), vec![p("/tmp/bp-x/port-9/inner")]);
+        assert_eq!(under("/tmp/bp-x y"), vec![p("/tmp/bp-x y/port-1")], "\\040 is a space");
+        assert!(under("/tmp/bp-none").is_empty());
+    }
+
     use super::*;
     use std::time::Duration;
 

@@ -31,6 +31,7 @@ fn config(dir: &std::path::Path, warm: usize, max: usize) -> PoolConfig {
             worker_uids: root.then(|| DEFAULT_WORKER_UIDS.parse().unwrap()),
             allow_unsandboxed: false,
             cgroups: root.then(|| browserpool_pool::Cgroups::detect(1536 << 20, 4096).ok()).flatten().map(Arc::new),
+            profile_mb: 64,
         },
         warm,
         max_workers: max,

@@ -186,6 +186,12 @@ pub struct ServeArgs {
     /// past it is killed and its action fails naming the limit.
     #[arg(long, env = "BROWSERPOOL_WORKER_MEMORY_MB", default_value_t = 1536, value_parser = clap::value_parser!(u32).range(256..=65536))]
     pub worker_memory_mb: u32,
+    /// Size in MiB of the tmpfs each worker's profile is, where the server may mount one (as
+    /// root): all a page can store (IndexedDB, the origin-private file system, caches), in
+    /// memory counted in the worker's memory limit; 0 leaves profiles on the filesystem under
+    /// them, where a page may store up to Chromium's quota, most of that disk.
+    #[arg(long, env = "BROWSERPOOL_WORKER_DISK_MB", default_value_t = 512, value_parser = worker_disk_mb)]
+    pub worker_disk_mb: u32,
     /// Most tasks (processes and threads) each worker may have, where the server manages
     /// cgroups.
     #[arg(long, env = "BROWSERPOOL_WORKER_PIDS_MAX", default_value_t = 4096, value_parser = clap::value_parser!(u64).range(256..))]
@@ -362,6 +368,15 @@ fn parse_unresponsive(s: &str) -> Result<Duration, String> {
         return Err(format!("{s} is too short: a browser is probed every 2 s, so at least 4s"));
     }
     Ok(d)
+}
+
+/// 0 (profiles on the filesystem), or 16 MiB to 64 GiB: less than 16 does not hold a profile.
+fn worker_disk_mb(s: &str) -> Result<u32, String> {
+    let mb: u32 = s.trim().parse().map_err(|_| format!("{s:?} is not a number of MiB"))?;
+    match mb {
+        0 | 16..=65536 => Ok(mb),
+        _ => Err(format!("{mb} MiB: give 0 (no tmpfs) or 16 to 65536 (a profile needs 16 MiB to start)")),
+    }
 }
 
 /// A host name or an IP address, nothing else (no port, scheme or path).
@@ -561,6 +576,18 @@ pub struct TokenIssueArgs {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn worker_disk_mb_is_zero_or_enough_for_a_profile() {
+        assert_eq!(worker_disk_mb("0"), Ok(0));
+        assert_eq!(worker_disk_mb("512"), Ok(512));
+        assert!(worker_disk_mb("8").unwrap_err().contains("16 to 65536"));
+        assert!(worker_disk_mb("70000").is_err());
+        assert!(worker_disk_mb("1g").unwrap_err().contains("not a number of MiB"));
+        let cli = Cli::try_parse_noting_sources(["bp", "serve"]).unwrap();
+        let Some(Command::Serve(serve)) = cli.command else { panic!("serve") };
+        assert_eq!(serve.worker_disk_mb, 512, "capped by default");
+    }
 
     #[test]
     fn connection_flags_before_the_command_are_taken_as_after_it() {

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::profile::worker_tmp;
+use super::profile::{unmount_under, worker_tmp};
 use crate::procfs::{pid_exited, start_ticks};
 
 /// Kills every Chromium a previous server left under `profiles_dir` (a server killed without
@@ -42,6 +42,8 @@ fn kill_under(dir: &Path) -> usize {
 
 /// Removes what `profiles_dir` holds (see [`reap_dir`] for `worker_tmps`).
 fn remove_entries(profiles_dir: &Path, worker_tmps: bool) {
+    // A killed server's profiles are still mounted: emptied, a mount point cannot be removed.
+    unmount_under(profiles_dir);
     for entry in std::fs::read_dir(profiles_dir).into_iter().flatten().flatten() {
         let name = entry.file_name();
         let port = name.to_str().and_then(|n| n.strip_prefix("port-")).and_then(|p| p.parse::<u16>().ok());

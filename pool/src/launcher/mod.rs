@@ -33,7 +33,7 @@ pub use cleanup::{claim_profiles, reap_abandoned, reap_orphans, unclaim_profiles
 pub(crate) use group::Spawned;
 pub use group::{group_memory, idle_boots, GroupMemory};
 pub(crate) use process::Process;
-pub use profile::CLEANUP_RETRIES;
+pub use profile::{profiles_capped, CLEANUP_RETRIES};
 
 /// How workers are launched.
 #[derive(Debug, Clone)]
@@ -63,6 +63,9 @@ pub struct LaunchConfig {
     /// Where each worker gets a cgroup of its own (memory, tasks, CPU weight); `None` where
     /// the server may not manage cgroups.
     pub cgroups: Option<std::sync::Arc<Cgroups>>,
+    /// The size in MiB of the tmpfs each worker's profile is (`--worker-disk-mb`): what its
+    /// pages can store; 0 leaves profiles on the filesystem under them.
+    pub profile_mb: u32,
 }
 
 impl LaunchConfig {
@@ -102,7 +105,7 @@ pub(crate) async fn launch(
     let lock = take_port(cfg).await?;
     let port = lock.port();
     let uid = cfg.worker_uids.map(|uids| uids.uid_for_port(port));
-    let dirs = Dirs::create(&cfg.profiles_dir, cfg.separate_disk_dir(), port).await?;
+    let dirs = Dirs::create(&cfg.profiles_dir, cfg.separate_disk_dir(), port, cfg.profile_mb).await?;
     let cgroup = match create_cgroup(cfg, port).await {
         Ok(cgroup) => cgroup,
         Err(e) => {

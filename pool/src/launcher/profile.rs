@@ -1,6 +1,7 @@
 //! A worker's directories: its profile (with the preferences every worker gets), its home, its
 //! temp dir and, when the profiles are not on the disk, its HTTP cache, made fresh for each
-//! launch, owner only, and owned by the worker's uid.
+//! launch, owner only, and owned by the worker's uid. The profile is a tmpfs of its own, of a
+//! fixed size, where the server may mount one ([`mount_tmpfs`]).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -26,27 +27,40 @@ impl Dirs {
     /// Makes the directories of the worker on `port` under `profiles_dir` (its cache under
     /// `disk_dir`, when there is one apart), in place of any a crashed server left; on failure,
     /// removes what it made.
-    pub(super) async fn create(profiles_dir: &Path, disk_dir: Option<&Path>, port: u16) -> std::io::Result<Dirs> {
+    /// With `size_mb`, the profile is a tmpfs of that size where the server may mount one.
+    pub(super) async fn create(
+        profiles_dir: &Path,
+        disk_dir: Option<&Path>,
+        port: u16,
+        size_mb: u32,
+    ) -> std::io::Result<Dirs> {
         let profile = profiles_dir.join(format!("port-{port}"));
         let tmp = worker_tmp(port);
         let cache = disk_dir.map(|dir| dir.join(format!("cache-{port}")));
         let all = || [Some(profile.clone()), Some(tmp.clone()), cache.clone()].into_iter().flatten().collect();
         // A profile left by a crashed server that held this port is stale: start clean.
         remove_all(all()).await;
-        let made = Self::make(profile.clone(), tmp.clone(), cache.clone()).await;
+        let made = Self::make(profile.clone(), tmp.clone(), cache.clone(), size_mb).await;
         if made.is_err() {
             remove_all(all()).await;
         }
         made
     }
 
-    async fn make(profile: PathBuf, tmp: PathBuf, cache: Option<PathBuf>) -> std::io::Result<Dirs> {
+    async fn make(profile: PathBuf, tmp: PathBuf, cache: Option<PathBuf>, size_mb: u32) -> std::io::Result<Dirs> {
         // Owner only: profiles hold a tenant's cookies and storage, the temp dir Chromium's sockets.
         let private = || {
             let mut b = tokio::fs::DirBuilder::new();
             b.recursive(true).mode(0o700);
             b
         };
+        if size_mb > 0 {
+            private().create(&profile).await?;
+            let at = profile.clone();
+            tokio::task::spawn_blocking(move || mount_tmpfs(&at, size_mb))
+                .await
+                .map_err(|e| std::io::Error::other(format!("mount task: {e}")))?;
+        }
         let home = profile.join("home");
         private().create(&home).await?;
         let default_profile = profile.join("chrome").join("Default");
@@ -104,10 +118,64 @@ pub(super) fn worker_tmp(port: u16) -> PathBuf {
     PathBuf::from(format!("/tmp/browserpool-w{port}"))
 }
 
+/// Why a profile could not be a tmpfs of its own, once a mount was refused: later launches
+/// do not try again, and their profiles are plain directories of the filesystem under them.
+static UNCAPPED: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Whether profiles are capped: `Err` says why not, once a mount was refused.
+pub fn profiles_capped() -> Result<(), String> {
+    UNCAPPED.get().map_or(Ok(()), |why| Err(why.clone()))
+}
+
+/// Mounts a tmpfs of `size_mb` MiB on `dir` (no devices, no set-uid, nothing executable):
+/// whatever a worker's pages store (IndexedDB, the origin-private file system, the Cache API,
+/// blobs, the HTTP cache) ends at its size with a full disk, however it is written, and what
+/// it holds is memory, counted in the worker's memory limit where it has a cgroup. A server
+/// that may not mount (not root, or a container without `CAP_SYS_ADMIN`) warns once and
+/// leaves profiles on the filesystem under them.
+fn mount_tmpfs(dir: &Path, size_mb: u32) {
+    use std::os::unix::ffi::OsStrExt;
+    if UNCAPPED.get().is_some() {
+        return;
+    }
+    let (Ok(target), Ok(options)) = (
+        std::ffi::CString::new(dir.as_os_str().as_bytes()),
+        std::ffi::CString::new(format!("size={size_mb}m,mode=0700")),
+    ) else {
+        return;
+    };
+    let flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
+    // SAFETY: every pointer is to a NUL-terminated string that outlives the call.
+    let mounted =
+        unsafe { libc::mount(c"tmpfs".as_ptr(), target.as_ptr(), c"tmpfs".as_ptr(), flags, options.as_ptr().cast()) };
+    if mounted != 0 {
+        let e = std::io::Error::last_os_error();
+        let why = format!("mount a tmpfs on {}: {e}", dir.display());
+        if UNCAPPED.set(why.clone()).is_ok() {
+            tracing::warn!(reason = %why, "worker profiles are not capped in size: a page can store as much as Chromium's quota lets it (most of the disk the profiles are on); run the server as root, or pass --worker-disk-mb 0 to say so");
+        }
+    }
+}
+
+/// Unmounts every mount at or below `dir` (a worker's profile tmpfs, or the profiles dir of a
+/// server that was killed), detached, so its removal can go on; not following a link.
+pub(super) fn unmount_under(dir: &Path) {
+    use std::os::unix::ffi::OsStrExt;
+    for point in crate::procfs::mounts_under(dir) {
+        let Ok(target) = std::ffi::CString::new(point.as_os_str().as_bytes()) else { continue };
+        // SAFETY: a NUL-terminated path that outlives the call.
+        if unsafe { libc::umount2(target.as_ptr(), libc::MNT_DETACH | libc::UMOUNT_NOFOLLOW) } != 0 {
+            let e = std::io::Error::last_os_error();
+            tracing::warn!(dir = %point.display(), error = %e, "could not unmount a worker's profile");
+        }
+    }
+}
+
 /// Deletes a worker's directory, retrying a failed delete (a file still held open by a
 /// process on its way out, a transient I/O error) for up to [`REMOVE_TRIES`] attempts, and
 /// counts every retry in [`CLEANUP_RETRIES`].
 pub(super) fn remove_dir_retried(dir: &Path) {
+    unmount_under(dir);
     for attempt in 1..=REMOVE_TRIES {
         match std::fs::remove_dir_all(dir) {
             Ok(()) => return,

@@ -330,9 +330,14 @@ impl Pool {
         }
     }
 
-    /// What caps each worker's memory, tasks and CPU, in words; `None` without cgroups.
+    /// What caps each worker's memory, tasks and CPU (its cgroup), and what its pages can
+    /// store (its profile's tmpfs), in words; `None` with neither.
     pub fn resource_fence(&self) -> Option<String> {
-        self.inner.cfg.launch.cgroups.as_ref().map(|c| c.describe())
+        let launch = &self.inner.cfg.launch;
+        let disk = (launch.profile_mb > 0 && crate::launcher::profiles_capped().is_ok())
+            .then(|| format!("profile: a tmpfs of {} MiB", launch.profile_mb));
+        let fences: Vec<String> = launch.cgroups.as_ref().map(|c| c.describe()).into_iter().chain(disk).collect();
+        (!fences.is_empty()).then(|| fences.join("; "))
     }
 
     /// What the check of the first worker booted found, once one has booted.

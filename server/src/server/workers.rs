@@ -34,6 +34,8 @@ pub(super) fn pool_config(
             worker_uids,
             allow_unsandboxed: args.allow_unsandboxed,
             cgroups,
+            // Only root may mount (a root server without CAP_SYS_ADMIN warns at its first boot).
+            profile_mb: if worker_uids.is_some() { args.worker_disk_mb } else { 0 },
         },
         warm: args.warm,
         max_workers: args.max_workers,
@@ -136,7 +138,7 @@ pub(super) fn worker_uids(args: &ServeArgs) -> anyhow::Result<Option<UidRange>> 
     if euid != 0 {
         tracing::info!(
             uid = euid,
-            "workers run as the server's own uid (only a root server gives them uids of their own)"
+            "workers run as the server's own uid, their profiles on the filesystem, not capped in size (only a root server gives them uids and a tmpfs of their own)"
         );
         return Ok(None);
     }

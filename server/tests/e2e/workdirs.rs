@@ -1,7 +1,8 @@
 //! Where a worker's directories live: `--profiles-in` a tmpfs puts its profile there, while
 //! its HTTP cache and its session's files stay on the disk; release and stop leave nothing in
 //! either; a `--profiles-in` that is not a directory stops the server before it starts; what a
-//! server killed without cleaning up left is removed by the next one to start.
+//! server killed without cleaning up left is removed by the next one to start; a page stores
+//! no more than its worker's `--worker-disk-mb`.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -9,7 +10,34 @@ use std::time::Duration;
 use axum::response::IntoResponse;
 use browserpool_client::{action, pb};
 
-use crate::helpers::{act, eventually, ok, skip, TestServer};
+use crate::helpers::{act, eventually, fixture_site, ok, skip, TestServer};
+
+/// The mount points at or below `dir` (paths without spaces, as the tests' are).
+fn mounts_under(dir: &Path) -> Vec<PathBuf> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    info.lines().filter_map(|l| l.split(' ').nth(4)).map(PathBuf::from).filter(|p| p.starts_with(dir)).collect()
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Writes up to `mib` MiB to a file of the origin-private file system, a MiB at a time, as
+/// fast as the page can; answers how many it wrote and the error that stopped it, if any.
+fn fill_opfs(mib: u32) -> String {
+    format!(
+        r#"(async () => {{
+    const dir = await navigator.storage.getDirectory();
+    const w = await (await dir.getFileHandle('fill', {{ create: true }})).createWritable();
+    const chunk = new Uint8Array(1 << 20);
+    for (let at = 0; at < chunk.length; at += 65536) crypto.getRandomValues(chunk.subarray(at, at + 65536));
+    let n = 0;
+    try {{ for (; n < {mib}; n++) await w.write(chunk); await w.close(); return {{ wrote: n }}; }}
+    catch (e) {{ return {{ wrote: n, error: e.name }}; }}
+}})()"#
+    )
+}
 
 /// A page the browser may cache for an hour, 512 KiB, served from the test on loopback.
 async fn cacheable_site() -> String {
@@ -211,13 +239,78 @@ async fn a_gone_servers_profiles_are_removed_by_the_next_server_to_start() {
     let gone_profiles = browserpool_server::server::profiles_dir(gone.dir.path());
     assert!(has_profiles(&live_profiles) && has_profiles(&gone_profiles), "both servers' workers have profiles");
 
+    // A root server's profiles are tmpfs mounts, which outlive it: unmounted by the next too.
+    let mounted = !mounts_under(&gone_profiles).is_empty();
+    assert_eq!(mounted, is_root(), "{} holds the profiles' mounts when root", gone_profiles.display());
+
     gone.kill_server_only();
     drop(std::mem::replace(&mut gone.dir, tempfile::tempdir().unwrap()));
+    assert_eq!(!mounts_under(&gone_profiles).is_empty(), mounted, "a killed server's mounts stay");
     // (Any server starting now would do it; this test starts one.)
     let next = TestServer::start().await;
     assert!(!gone_profiles.exists(), "the next server removed {}", gone_profiles.display());
+    assert_eq!(mounts_under(&gone_profiles), Vec::<PathBuf>::new(), "and unmounted its profiles");
     assert!(has_profiles(&live_profiles), "a live server's profiles are kept");
     let id = live_client.acquire(30_000).await.unwrap().session_id;
     ok(&act(&live_client, &id, action("evaluate", "", "1 + 1")).await);
     next.stop().await;
+}
+
+/// A page writing as much as it can (the origin-private file system, IndexedDB) stops at its
+/// worker's `--worker-disk-mb` with a quota error, not at the disk's end (Chromium's own quota
+/// is most of the disk), and its session goes on; release unmounts the profile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_stores_no_more_than_its_worker_s_disk_and_its_session_goes_on() {
+    let test = "a_page_stores_no_more_than_its_worker_s_disk_and_its_session_goes_on";
+    if !is_root() {
+        return skip(test, "only a root server mounts a tmpfs for each profile");
+    }
+    let server = TestServer::start_with(|a| {
+        a.worker_disk_mb = 32;
+        a.default_isolation = Some("process".into());
+        a.warm = 0;
+        a.max_workers = 1;
+    })
+    .await;
+    let client = server.admin().await;
+    let session = client.acquire(30_000).await.unwrap();
+    let id = session.session_id.clone();
+    let status = client.admin().pool_status(pb::PoolStatusRequest {}).await.unwrap().into_inner();
+    let worker = status.workers.iter().find(|w| w.worker_id == session.worker_id).expect("the session's worker");
+    let profile = server.profiles_dir().join(format!("port-{}", worker.cdp_port));
+
+    // The profile is a tmpfs of 32 MiB of its own, the worker's uid's.
+    assert_eq!(mounts_under(&profile), vec![profile.clone()]);
+    let path = std::ffi::CString::new(profile.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: statfs writes into the zeroed struct we own; the path is NUL-terminated.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    assert_eq!(unsafe { libc::statfs(path.as_ptr(), &mut st) }, 0);
+    assert_eq!(st.f_type, libc::TMPFS_MAGIC);
+    assert_eq!(st.f_blocks as u64 * st.f_bsize as u64, 32 << 20);
+    use std::os::unix::fs::MetadataExt;
+    let worker_uid = browserpool_pool::sandbox::process_uid(worker.pid).unwrap();
+    assert_eq!(std::fs::metadata(&profile).unwrap().uid(), worker_uid);
+
+    let site = fixture_site().await;
+    ok(&act(&client, &id, action("navigate", "", format!("{site}/about"))).await);
+    let filled = ok(&act(&client, &id, action("evaluate", "", fill_opfs(256))).await);
+    let wrote = filled["wrote"].as_u64().unwrap();
+    assert!(wrote < 32, "stopped inside 32 MiB: {filled}");
+    assert_eq!(filled["error"], "QuotaExceededError", "{filled}");
+    let stored = act(&client, &id, action("evaluate", "", store_mib(64))).await;
+    assert!(!stored.ok, "IndexedDB is refused too: {stored:?}");
+    let held = sizes_under(&profile).iter().sum::<u64>();
+    assert!(held <= 32 << 20, "the profile holds {held} bytes");
+    // The session goes on: its page answers, and a new document loads.
+    ok(&act(&client, &id, action("navigate", "", format!("{site}/second"))).await);
+    assert_eq!(ok(&act(&client, &id, action("title", "", "")).await), "Second");
+
+    assert!(client.release(&id).await.unwrap().released);
+    eventually("the profile to be unmounted and removed", Duration::from_secs(10), || async {
+        (mounts_under(&profile).is_empty() && !profile.exists()).then_some(())
+    })
+    .await;
+    let profiles = server.profiles_dir();
+    server.stop().await;
+    assert_eq!(mounts_under(&profiles), Vec::<PathBuf>::new());
 }
