@@ -42,4 +42,6 @@ pub use lock::DirLock;
 pub use lock::PortRange;
 pub use outcome::{ActionFailure, ActionOutput, FailureCode, Viewport};
 pub use policy::NavPolicy;
-pub use pool::{Lease, LeaseSpec, Pool, PoolConfig, PoolStatus, SharedConfig, WorkerId, WorkerState, WorkerStatus};
+pub use pool::{
+    remove_files_dir, Lease, LeaseSpec, Pool, PoolConfig, PoolStatus, SharedConfig, WorkerId, WorkerState, WorkerStatus,
+};

@@ -132,7 +132,7 @@ impl From<ServiceError> for Status {
                 FileError::BadName { .. } => (Code::InvalidArgument, e.to_string()),
                 FileError::NotFound(_) => (Code::NotFound, e.to_string()),
                 FileError::NotAFile(_) => (Code::FailedPrecondition, e.to_string()),
-                FileError::TooLarge { .. } => (Code::ResourceExhausted, e.to_string()),
+                FileError::TooLarge { .. } | FileError::Full { .. } => (Code::ResourceExhausted, e.to_string()),
                 FileError::Io(_) => {
                     tracing::error!(error = %e, "session files");
                     (Code::Internal, "internal error; see server log".into())

@@ -28,6 +28,10 @@ pub enum FileError {
     NotAFile(String),
     #[error("file {name:?} is larger than the limit of {limit} bytes")]
     TooLarge { name: String, limit: u64 },
+    /// The directory's filesystem is full: a session's files directory is a tmpfs of
+    /// `--worker-disk-mb` where the server mounts one, shared by its downloads and uploads.
+    #[error("no room left for {name:?} in the session's files (its downloads and uploads share --worker-disk-mb of room, {free} bytes free now): delete files it no longer needs, or ask the operator for more")]
+    Full { name: String, free: u64 },
     #[error("session files: {0}")]
     Io(String),
 }
@@ -35,6 +39,15 @@ pub enum FileError {
 impl FileError {
     fn io(what: &str, e: impl std::fmt::Display) -> FileError {
         FileError::Io(format!("{what}: {e}"))
+    }
+
+    /// A write of `name` into `dir` that failed: [`FileError::Full`] when its filesystem is.
+    fn write(dir: &impl std::os::fd::AsFd, name: &str, e: std::io::Error) -> FileError {
+        if e.raw_os_error() != Some(libc::ENOSPC) {
+            return FileError::io(&format!("write {name:?}"), e);
+        }
+        let free = rustix::fs::fstatvfs(dir).map(|st| st.f_bavail * st.f_frsize).unwrap_or(0);
+        FileError::Full { name: name.to_string(), free }
     }
 }
 
@@ -339,13 +352,13 @@ impl Upload {
         }
         self.hasher.update(chunk);
         let file = self.file.as_mut().ok_or_else(|| FileError::Io("the upload is closed".into()))?;
-        file.write_all(chunk).map_err(|e| FileError::io("write", e))
+        file.write_all(chunk).map_err(|e| FileError::write(&self.dir.fd, &self.name, e))
     }
 
     /// Puts the file in place under its name and says what it is.
     pub fn finish(mut self) -> Result<FileInfo, FileError> {
         let file = self.file.take().ok_or_else(|| FileError::Io("the upload is closed".into()))?;
-        file.sync_data().map_err(|e| FileError::io("sync", e))?;
+        file.sync_data().map_err(|e| FileError::write(&self.dir.fd, &self.name, e))?;
         let st = rustix::fs::fstat(&file).map_err(|e| FileError::io("stat", e))?;
         drop(file);
         rustix::fs::renameat(&self.dir.fd, self.tmp.as_str(), &self.dir.fd, self.name.as_str())

@@ -33,6 +33,7 @@ pub use cleanup::{claim_profiles, reap_abandoned, reap_orphans, unclaim_profiles
 pub(crate) use group::Spawned;
 pub use group::{group_memory, idle_boots, GroupMemory};
 pub(crate) use process::Process;
+pub(crate) use profile::{mount_tmpfs, unmount_under};
 pub use profile::{profiles_capped, CLEANUP_RETRIES};
 
 /// How workers are launched.
@@ -63,8 +64,9 @@ pub struct LaunchConfig {
     /// Where each worker gets a cgroup of its own (memory, tasks, CPU weight); `None` where
     /// the server may not manage cgroups.
     pub cgroups: Option<std::sync::Arc<Cgroups>>,
-    /// The size in MiB of the tmpfs each worker's profile is (`--worker-disk-mb`): what its
-    /// pages can store; 0 leaves profiles on the filesystem under them.
+    /// The size in MiB of the tmpfs each worker's profile is, and each session's files
+    /// directory (`--worker-disk-mb`): what its pages can store, and download; 0 leaves both on
+    /// the filesystem under them.
     pub profile_mb: u32,
 }
 

@@ -127,13 +127,13 @@ pub fn profiles_capped() -> Result<(), String> {
     UNCAPPED.get().map_or(Ok(()), |why| Err(why.clone()))
 }
 
-/// Mounts a tmpfs of `size_mb` MiB on `dir` (no devices, no set-uid, nothing executable):
-/// whatever a worker's pages store (IndexedDB, the origin-private file system, the Cache API,
+/// Mounts a tmpfs of `size_mb` MiB on `dir` (no devices, no set-uid, nothing executable): a
+/// worker's profile, or a session's files directory (its downloads). Whatever a worker's pages store (IndexedDB, the origin-private file system, the Cache API,
 /// blobs, the HTTP cache) ends at its size with a full disk, however it is written, and what
 /// it holds is memory, counted in the worker's memory limit where it has a cgroup. A server
 /// that may not mount (not root, or a container without `CAP_SYS_ADMIN`) warns once and
 /// leaves profiles on the filesystem under them.
-fn mount_tmpfs(dir: &Path, size_mb: u32) {
+pub(crate) fn mount_tmpfs(dir: &Path, size_mb: u32) {
     use std::os::unix::ffi::OsStrExt;
     if UNCAPPED.get().is_some() {
         return;
@@ -157,9 +157,9 @@ fn mount_tmpfs(dir: &Path, size_mb: u32) {
     }
 }
 
-/// Unmounts every mount at or below `dir` (a worker's profile tmpfs, or the profiles dir of a
-/// server that was killed), detached, so its removal can go on; not following a link.
-pub(super) fn unmount_under(dir: &Path) {
+/// Unmounts every mount at or below `dir` (a worker's profile tmpfs, a session's files
+/// directory, or the profiles dir of a server that was killed), detached, so its removal can go on; not following a link.
+pub(crate) fn unmount_under(dir: &Path) {
     use std::os::unix::ffi::OsStrExt;
     for point in crate::procfs::mounts_under(dir) {
         let Ok(target) = std::ffi::CString::new(point.as_os_str().as_bytes()) else { continue };

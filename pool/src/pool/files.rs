@@ -1,6 +1,7 @@
 //! A session's files directory: where the downloads its pages make land, and where the server
 //! puts the files a client uploads. One per lease, in `<disk_dir>/files/` (on the disk, whatever
-//! holds the profiles), outside the
+//! holds the profiles; a tmpfs of `--worker-disk-mb` of its own where the server may mount
+//! one, so downloads cannot fill the disk), outside the
 //! worker's profile: the profile is the worker's uid's to rearrange, so a page could plant a
 //! link there in place of the directory the server then reads or writes as root. Here the
 //! parent is the server's; the directory itself is the worker's uid's (Chromium writes into
@@ -26,6 +27,8 @@ fn root(disk_dir: &Path) -> PathBuf {
 /// root anew: the server's, passable by workers (0711), not listable.
 pub(super) fn reset_root(disk_dir: &Path) -> std::io::Result<()> {
     let root = root(disk_dir);
+    // A killed server's sessions' files directories are still mounted.
+    crate::launcher::unmount_under(&root);
     match std::fs::remove_dir_all(&root) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
         _ => {}
@@ -61,7 +64,7 @@ impl Lease {
             ),
         };
         let dir = root(&self.pool.inner.cfg.launch.disk_dir).join(name);
-        make_files_dir(&dir, &profile)?;
+        make_files_dir(&dir, &profile, self.pool.inner.cfg.launch.profile_mb)?;
         self.files = dir.clone();
         send_downloads(self.driver(), &browser, context, dir, self.pool.inner.cfg.launch.cdp_timeout).await?;
         Ok(self)
@@ -146,15 +149,14 @@ impl Drop for Prepared {
 /// that leasing it has nothing of this left to do; `None` (the lease makes it, as for a
 /// context) when that failed, which is logged.
 pub(super) async fn prepare(
-    disk_dir: &Path,
+    launch: &crate::launcher::LaunchConfig,
     id: &str,
     profile: &Path,
     driver: &crate::driver::Driver,
-    timeout: std::time::Duration,
 ) -> Option<Prepared> {
-    let dir = root(disk_dir).join(id);
+    let (timeout, dir) = (launch.cdp_timeout, root(&launch.disk_dir).join(id));
     let made = async {
-        make_files_dir(&dir, profile)?;
+        make_files_dir(&dir, profile, launch.profile_mb)?;
         let prepared = Prepared(Some(dir.clone()));
         send_downloads(driver, &driver.browser, None, dir.clone(), timeout).await?;
         Ok::<_, PoolError>(prepared)
@@ -171,8 +173,8 @@ pub(super) async fn prepare(
 /// Makes a session's files directory `dir`, owned as `profile` is. In place, not on a
 /// blocking thread (three metadata calls on a local disk): awaited there, a boot or acquire
 /// dropped meanwhile left the directory made after it, owned by nothing, past the stop.
-fn make_files_dir(dir: &Path, profile: &Path) -> Result<(), PoolError> {
-    make_dir(dir, profile).map_err(|e| PoolError::Launch(format!("files directory {}: {e}", dir.display())))
+fn make_files_dir(dir: &Path, profile: &Path, size_mb: u32) -> Result<(), PoolError> {
+    make_dir(dir, profile, size_mb).map_err(|e| PoolError::Launch(format!("files directory {}: {e}", dir.display())))
 }
 
 /// Points `driver` at `dir` and sends the downloads of `browser` (or of its `context`) there.
@@ -202,7 +204,7 @@ async fn send_downloads(
 /// Removes `dirs` (links in them removed, never followed); a failure is logged.
 pub(super) fn remove_dirs(dirs: Vec<PathBuf>) {
     for dir in dirs {
-        if let Err(e) = std::fs::remove_dir_all(&dir) {
+        if let Err(e) = remove_files_dir(&dir) {
             if e.kind() != std::io::ErrorKind::NotFound {
                 tracing::warn!(dir = %dir.display(), error = %e, "a session's files directory could not be removed");
             }
@@ -210,9 +212,20 @@ pub(super) fn remove_dirs(dirs: Vec<PathBuf>) {
     }
 }
 
-/// Makes `dir`, owner only, owned as `profile` (the worker's uid) is.
-fn make_dir(dir: &Path, profile: &Path) -> std::io::Result<()> {
+/// Makes `dir`, owner only, owned as `profile` (the worker's uid) is; with `size_mb`, a tmpfs
+/// of that size where the server may mount one.
+fn make_dir(dir: &Path, profile: &Path, size_mb: u32) -> std::io::Result<()> {
     let owner = std::fs::symlink_metadata(profile)?;
     std::fs::DirBuilder::new().mode(0o700).create(dir)?;
+    if size_mb > 0 {
+        crate::launcher::mount_tmpfs(dir, size_mb);
+    }
     std::os::unix::fs::chown(dir, Some(owner.uid()), Some(owner.gid()))
+}
+
+/// Removes a session's files directory (unmounted first: it may be a tmpfs of its own), links
+/// in it removed, never followed.
+pub fn remove_files_dir(dir: &Path) -> std::io::Result<()> {
+    crate::launcher::unmount_under(dir);
+    std::fs::remove_dir_all(dir)
 }

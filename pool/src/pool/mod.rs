@@ -29,6 +29,7 @@ mod shared;
 mod worker;
 
 use boot::{raise_aside, waited_for};
+pub use files::remove_files_dir;
 pub use lease::Lease;
 use lease::{ContextLease, Held, Pending};
 use shared::{take_idle_shared, SharedBrowser};

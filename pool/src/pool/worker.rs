@@ -210,9 +210,7 @@ pub(super) async fn boot_worker(
             return Err(e);
         }
     };
-    let files =
-        super::files::prepare(&cfg.launch.disk_dir, &id.0, &launched.process.profile, &driver, cfg.launch.cdp_timeout)
-            .await;
+    let files = super::files::prepare(&cfg.launch, &id.0, &launched.process.profile, &driver).await;
     let (died_tx, died) = watch::channel(None);
     let death_watch = OwnedTask::spawn(
         watch_death(

@@ -373,7 +373,7 @@ impl Sessions {
         let keeping = self.keeping(id, live, refused);
         let kept = tokio::task::spawn_blocking(move || {
             let kept = keeping.map(|k| k.files(&from));
-            if let Err(e) = std::fs::remove_dir_all(&from) {
+            if let Err(e) = browserpool_pool::remove_files_dir(&from) {
                 if e.kind() != std::io::ErrorKind::NotFound {
                     tracing::warn!(dir = %from.display(), error = %e, "a session's files directory could not be removed");
                 }

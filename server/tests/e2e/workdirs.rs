@@ -256,6 +256,51 @@ async fn a_gone_servers_profiles_are_removed_by_the_next_server_to_start() {
     next.stop().await;
 }
 
+/// Set once `/big`'s body is done with: handed to the connection whole, or the browser hung up.
+static BIG_SENT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Serves `/big`, 48 MiB, and `/small`, 1 KiB, each an attachment named after itself.
+async fn downloads_site() -> String {
+    let attachment = |name: &'static str, bytes: usize| {
+        let headers = [
+            ("content-type", "application/octet-stream".to_string()),
+            ("content-disposition", format!("attachment; filename={name}.bin")),
+        ];
+        (headers, vec![7u8; bytes])
+    };
+    let app = axum::Router::new()
+        .route(
+            "/big",
+            axum::routing::get(move || async move {
+                /// Sets [`BIG_SENT`] when the body is done with: sent whole, or the browser gone.
+                struct Done;
+                impl Drop for Done {
+                    fn drop(&mut self) {
+                        BIG_SENT.store(true, std::sync::atomic::Ordering::SeqCst);
+                    }
+                }
+                let done = Done;
+                let chunks = (0..48).map(|_| Ok::<_, std::io::Error>(vec![7u8; 1 << 20]));
+                let body = futures::StreamExt::map(futures::stream::iter(chunks), move |chunk| {
+                    let _ = &done;
+                    chunk
+                });
+                let headers = [
+                    ("content-type", "application/octet-stream"),
+                    ("content-disposition", "attachment; filename=big.bin"),
+                ];
+                (headers, axum::body::Body::from_stream(body)).into_response()
+            }),
+        )
+        .route("/small", axum::routing::get(move || async move { attachment("small", 1024).into_response() }));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    format!("http://{addr}")
+}
+
 /// A page writing as much as it can (the origin-private file system, IndexedDB) stops at its
 /// worker's `--worker-disk-mb` with a quota error, not at the disk's end (Chromium's own quota
 /// is most of the disk), and its session goes on; release unmounts the profile.
@@ -305,11 +350,51 @@ async fn a_page_stores_no_more_than_its_worker_s_disk_and_its_session_goes_on() 
     ok(&act(&client, &id, action("navigate", "", format!("{site}/second"))).await);
     assert_eq!(ok(&act(&client, &id, action("title", "", "")).await), "Second");
 
-    assert!(client.release(&id).await.unwrap().released);
-    eventually("the profile to be unmounted and removed", Duration::from_secs(10), || async {
-        (mounts_under(&profile).is_empty() && !profile.exists()).then_some(())
+    // Its downloads land in its files directory, a tmpfs of 32 MiB of its own too: one of 48
+    // MiB is cut off there and leaves nothing; a small one lands, and is kept past the release.
+    let files = server.profiles_dir().join("files").join(&session.worker_id);
+    assert_eq!(mounts_under(&files), vec![files.clone()]);
+    let downloads = downloads_site().await;
+    let page = format!(
+        r#"<a id="big" href="{downloads}/big" download>big</a><a id="small" href="{downloads}/small" download>small</a>"#
+    );
+    ok(&act(&client, &id, action("load_html", "", page)).await);
+    ok(&act(&client, &id, action("click", "#big", serde_json::Value::Null)).await);
+    eventually("the big download to be cut off", Duration::from_secs(20), || async {
+        // Chromium removes what it wrote of an interrupted download.
+        let names: Vec<String> =
+            std::fs::read_dir(&files).ok()?.flatten().map(|e| e.file_name().to_string_lossy().into()).collect();
+        (names.is_empty() && BIG_SENT.load(std::sync::atomic::Ordering::SeqCst)).then_some(())
     })
     .await;
+    ok(&act(&client, &id, action("click", "#small", serde_json::Value::Null)).await);
+    eventually("small.bin to be downloaded", Duration::from_secs(15), || async {
+        let listed = client.list_files(&id).await.ok()?;
+        listed.iter().any(|f| f.name == "small.bin" && f.size == 1024).then_some(())
+    })
+    .await;
+    assert!(client.list_files(&id).await.unwrap().iter().all(|f| f.name != "big.bin"), "nothing of the big one");
+    // An upload shares that room: one larger than it is refused, saying so, and leaves nothing.
+    let refused = client.put_file(&id, "upload.bin", &vec![1u8; 40 << 20]).await.unwrap_err();
+    let browserpool_client::Error::Status(status) = refused else { panic!("a status: {refused:?}") };
+    assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
+    assert!(
+        status.message().contains("no room left for \"upload.bin\"") && status.message().contains("--worker-disk-mb"),
+        "{status:?}"
+    );
+    let names: Vec<String> = client.list_files(&id).await.unwrap().into_iter().map(|f| f.name).collect();
+    assert_eq!(names, ["small.bin"]);
+    let left: Vec<_> = std::fs::read_dir(&files).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert_eq!(left.len(), 1, "no partial upload left: {left:?}");
+
+    assert!(client.release(&id).await.unwrap().released);
+    eventually("the profile and the files directory to be unmounted and removed", Duration::from_secs(10), || async {
+        (mounts_under(&profile).is_empty() && !profile.exists() && mounts_under(&files).is_empty() && !files.exists())
+            .then_some(())
+    })
+    .await;
+    let kept = client.list_files(&id).await.unwrap();
+    assert!(kept.iter().any(|f| f.name == "small.bin" && f.size == 1024), "kept past the release: {kept:?}");
     let profiles = server.profiles_dir();
     server.stop().await;
     assert_eq!(mounts_under(&profiles), Vec::<PathBuf>::new());
