@@ -59,7 +59,7 @@ impl Dirs {
             let at = profile.clone();
             tokio::task::spawn_blocking(move || mount_tmpfs(&at, size_mb))
                 .await
-                .map_err(|e| std::io::Error::other(format!("mount task: {e}")))?;
+                .map_err(|e| std::io::Error::other(format!("mount task: {e}")))??;
         }
         let home = profile.join("home");
         private().create(&home).await?;
@@ -128,37 +128,48 @@ pub fn profiles_capped() -> Result<(), String> {
 }
 
 /// Mounts a tmpfs of `size_mb` MiB on `dir` (no devices, no set-uid, nothing executable): a
-/// worker's profile, or a session's files directory (its downloads). Whatever a worker's pages store (IndexedDB, the origin-private file system, the Cache API,
-/// blobs, the HTTP cache) ends at its size with a full disk, however it is written, and what
-/// it holds is memory, counted in the worker's memory limit where it has a cgroup. A server
-/// that may not mount (not root, or a container without `CAP_SYS_ADMIN`) warns once and
-/// leaves profiles on the filesystem under them.
-pub(crate) fn mount_tmpfs(dir: &Path, size_mb: u32) {
-    use std::os::unix::ffi::OsStrExt;
+/// worker's profile, or a session's files directory (its downloads). Whatever a worker's
+/// pages store (IndexedDB, the origin-private file system, the Cache API, blobs, the HTTP
+/// cache) or download ends at its size with a full disk, however it is written, and what it
+/// holds is memory, counted in the worker's memory limit where it has a cgroup. A server that
+/// may not mount (a root server in a container without `CAP_SYS_ADMIN`) warns once and leaves
+/// them on the filesystem under them from then on; any other failure is the caller's (the
+/// launch fails rather than run a worker without its fence).
+pub(crate) fn mount_tmpfs(dir: &Path, size_mb: u32) -> std::io::Result<()> {
     if UNCAPPED.get().is_some() {
-        return;
+        return Ok(());
     }
-    let (Ok(target), Ok(options)) = (
-        std::ffi::CString::new(dir.as_os_str().as_bytes()),
-        std::ffi::CString::new(format!("size={size_mb}m,mode=0700")),
-    ) else {
-        return;
-    };
+    match try_mount(dir, size_mb) {
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EPERM | libc::EACCES)) => {
+            let why = format!("mount a tmpfs on {}: {e}", dir.display());
+            if UNCAPPED.set(why.clone()).is_ok() {
+                tracing::warn!(reason = %why, "workers' profiles and downloads are not capped in size: a page can store as much as Chromium's quota lets it (most of the disk the profiles are on); give the server CAP_SYS_ADMIN, or pass --worker-disk-mb 0 to say so");
+            }
+            Ok(())
+        }
+        Err(e) => Err(std::io::Error::new(e.kind(), format!("mount a tmpfs on {}: {e}", dir.display()))),
+        Ok(()) => Ok(()),
+    }
+}
+
+/// The mount itself (see [`mount_tmpfs`]).
+fn try_mount(dir: &Path, size_mb: u32) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let target = std::ffi::CString::new(dir.as_os_str().as_bytes())?;
+    let options = std::ffi::CString::new(format!("size={size_mb}m,mode=0700"))?;
     let flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
     // SAFETY: every pointer is to a NUL-terminated string that outlives the call.
     let mounted =
         unsafe { libc::mount(c"tmpfs".as_ptr(), target.as_ptr(), c"tmpfs".as_ptr(), flags, options.as_ptr().cast()) };
     if mounted != 0 {
-        let e = std::io::Error::last_os_error();
-        let why = format!("mount a tmpfs on {}: {e}", dir.display());
-        if UNCAPPED.set(why.clone()).is_ok() {
-            tracing::warn!(reason = %why, "worker profiles are not capped in size: a page can store as much as Chromium's quota lets it (most of the disk the profiles are on); run the server as root, or pass --worker-disk-mb 0 to say so");
-        }
+        return Err(std::io::Error::last_os_error());
     }
+    Ok(())
 }
 
 /// Unmounts every mount at or below `dir` (a worker's profile tmpfs, a session's files
-/// directory, or the profiles dir of a server that was killed), detached, so its removal can go on; not following a link.
+/// directory, or the profiles dir of a server that was killed), detached, so its removal can
+/// go on; not following a link.
 pub(crate) fn unmount_under(dir: &Path) {
     use std::os::unix::ffi::OsStrExt;
     for point in crate::procfs::mounts_under(dir) {
@@ -197,3 +208,97 @@ const REMOVE_TRIES: u32 = 10;
 
 /// Worker directory deletes that failed and were tried again, since the process started.
 pub static CLEANUP_RETRIES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn is_root() -> bool {
+        // SAFETY: geteuid has no preconditions.
+        unsafe { libc::geteuid() == 0 }
+    }
+
+    /// The size of the filesystem `dir` is on, in bytes.
+    fn total(dir: &Path) -> u64 {
+        use std::os::unix::ffi::OsStrExt;
+        let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).unwrap();
+        // SAFETY: statvfs writes into the zeroed struct we own; the path is NUL-terminated.
+        let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+        assert_eq!(unsafe { libc::statvfs(path.as_ptr(), &mut st) }, 0);
+        st.f_blocks * st.f_frsize
+    }
+
+    /// As root: a tmpfs of the size asked, that refuses a write past it (ENOSPC); unmounted
+    /// with everything under it (a mount inside it too), and removable then.
+    #[test]
+    fn a_tmpfs_holds_its_size_and_comes_off_with_what_is_mounted_under_it() {
+        if !is_root() {
+            eprintln!("SKIP: only root mounts");
+            return;
+        }
+        let top = tempfile::tempdir().unwrap();
+        let dir = top.path().join("port-1");
+        std::fs::create_dir(&dir).unwrap();
+        try_mount(&dir, 2).unwrap();
+        assert_eq!(total(&dir), 2 << 20);
+        let inner = dir.join("inner");
+        std::fs::create_dir(&inner).unwrap();
+        try_mount(&inner, 1).unwrap();
+        let full = std::fs::write(dir.join("big"), vec![0u8; 3 << 20]).unwrap_err();
+        assert_eq!(full.raw_os_error(), Some(libc::ENOSPC), "{full}");
+        assert_eq!(crate::procfs::mounts_under(top.path()), vec![inner.clone(), dir.clone()]);
+
+        // A link named like the dir is not followed: nothing it points at is unmounted.
+        let link = top.path().join("port-2");
+        std::os::unix::fs::symlink(&dir, &link).unwrap();
+        unmount_under(&link);
+        assert_eq!(crate::procfs::mounts_under(top.path()).len(), 2);
+
+        unmount_under(&dir);
+        assert!(crate::procfs::mounts_under(top.path()).is_empty());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A thread without `CAP_SYS_ADMIN` (capabilities are a thread's own) is refused, as a
+    /// root server in a container without it is: the refusal is the kind `mount_tmpfs` takes
+    /// for "not allowed here", not a failure of the launch.
+    #[test]
+    fn a_mount_without_cap_sys_admin_is_refused_as_not_permitted() {
+        if !is_root() {
+            eprintln!("SKIP: only root mounts");
+            return;
+        }
+        let top = tempfile::tempdir().unwrap();
+        let dir = top.path().to_path_buf();
+        let refused = std::thread::spawn(move || {
+            // Drops CAP_SYS_ADMIN (21) from this thread's effective set alone (capget/capset
+            // with a version 3 header and two data words, as <linux/capability.h> has them).
+            #[repr(C)]
+            struct Header {
+                version: u32,
+                pid: i32,
+            }
+            #[repr(C)]
+            #[derive(Clone, Copy)]
+            struct Data {
+                effective: u32,
+                permitted: u32,
+                inheritable: u32,
+            }
+            const CAP_SYS_ADMIN: u32 = 21;
+            let mut header = Header { version: 0x2008_0522, pid: 0 };
+            let mut caps = [Data { effective: 0, permitted: 0, inheritable: 0 }; 2];
+            // SAFETY: the structs are laid out as the kernel's, and outlive the calls.
+            unsafe {
+                assert_eq!(libc::syscall(libc::SYS_capget, &mut header, caps.as_mut_ptr()), 0);
+                caps[(CAP_SYS_ADMIN / 32) as usize].effective &= !(1 << (CAP_SYS_ADMIN % 32));
+                assert_eq!(libc::syscall(libc::SYS_capset, &mut header, caps.as_ptr()), 0);
+            }
+            try_mount(&dir, 1).unwrap_err()
+        })
+        .join()
+        .unwrap();
+        assert!(matches!(refused.raw_os_error(), Some(libc::EPERM | libc::EACCES)), "{refused}");
+        assert!(crate::procfs::mounts_under(top.path()).is_empty());
+    }
+}

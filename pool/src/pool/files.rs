@@ -217,10 +217,16 @@ pub(super) fn remove_dirs(dirs: Vec<PathBuf>) {
 fn make_dir(dir: &Path, profile: &Path, size_mb: u32) -> std::io::Result<()> {
     let owner = std::fs::symlink_metadata(profile)?;
     std::fs::DirBuilder::new().mode(0o700).create(dir)?;
-    if size_mb > 0 {
-        crate::launcher::mount_tmpfs(dir, size_mb);
+    let made = match size_mb {
+        0 => Ok(()),
+        _ => crate::launcher::mount_tmpfs(dir, size_mb),
+    };
+    let owned = made.and_then(|()| std::os::unix::fs::chown(dir, Some(owner.uid()), Some(owner.gid())));
+    if owned.is_err() {
+        // Nobody owns it yet: nothing else would remove it.
+        let _ = remove_files_dir(dir);
     }
-    std::os::unix::fs::chown(dir, Some(owner.uid()), Some(owner.gid()))
+    owned
 }
 
 /// Removes a session's files directory (unmounted first: it may be a tmpfs of its own), links
