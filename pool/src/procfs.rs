@@ -60,8 +60,9 @@ fn mount_points_under(mountinfo: &str, dir: &std::path::Path) -> Vec<std::path::
         })
         .filter(|point| point.starts_with(dir))
         .collect();
+    // Deepest first; mounts stacked on one point each appear, the top one last in the file.
+    found.reverse();
     found.sort_by_key(|point| std::cmp::Reverse(point.components().count()));
-    found.dedup();
     found
 }
 
@@ -165,10 +166,13 @@ mod tests {
 31 30 0:41 / /tmp/bp-x/port-9/inner rw - tmpfs tmpfs rw
 32 22 0:42 / /tmp/bp-x\\040y/port-1 rw - tmpfs tmpfs rw
 33 22 0:43 / /tmp/bp-xz rw - tmpfs tmpfs rw
+34 30 0:44 / /tmp/bp-x/port-9 rw - tmpfs tmpfs rw
 ";
         let under = |dir: &str| super::mount_points_under(info, std::path::Path::new(dir));
         let p = std::path::PathBuf::from;
-        assert_eq!(under("/tmp/bp-x"), vec![p("/tmp/bp-x/port-9/inner"), p("/tmp/bp-x/port-9")]);
+        // Two mounts stacked on port-9: both, to be unmounted one after the other.
+        let port9 = p("/tmp/bp-x/port-9");
+        assert_eq!(under("/tmp/bp-x"), vec![p("/tmp/bp-x/port-9/inner"), port9.clone(), port9]);
         assert_eq!(under("/tmp/bp-x/port-9/inner"), vec![p("/tmp/bp-x/port-9/inner")]);
         assert_eq!(under("/tmp/bp-x y"), vec![p("/tmp/bp-x y/port-1")], "\\040 is a space");
         assert!(under("/tmp/bp-none").is_empty());

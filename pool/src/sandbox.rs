@@ -119,6 +119,19 @@ pub fn prepare_profiles_dir(dir: &Path, worker_uids: bool) -> Result<(), String>
     use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
     let io = |what: &str, e: std::io::Error| format!("{what} {}: {}", dir.display(), crate::lock::explain_io(&e, dir));
     std::fs::DirBuilder::new().recursive(true).mode(0o711).create(dir).map_err(|e| io("create", e))?;
+    // Made before this server by someone else (a predictable name in a shared temp dir), or a
+    // link: they could swap a worker's directory in it for a link, and the server would make,
+    // mount or chown what that names.
+    let meta = std::fs::symlink_metadata(dir).map_err(|e| io("stat", e))?;
+    // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    if !meta.is_dir() || std::os::unix::fs::MetadataExt::uid(&meta) != euid {
+        return Err(format!(
+            "{} is not a directory of this server's uid {euid} (a link, or made by uid {}): remove it, or choose another with --profiles-in",
+            dir.display(),
+            std::os::unix::fs::MetadataExt::uid(&meta)
+        ));
+    }
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o711)).map_err(|e| io("chmod", e))?;
     if !worker_uids {
         return Ok(());
@@ -287,6 +300,27 @@ pub fn inspect(pgid: u32, uid: Option<u32>) -> SandboxReport {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A profiles dir somebody made first (another uid's, or a link to one) is refused: they
+    /// could swap a worker's directory in it for a link to anything.
+    #[test]
+    fn a_profiles_dir_made_by_someone_else_or_a_link_is_refused() {
+        let top = tempfile::tempdir().unwrap();
+        let real = top.path().join("real");
+        prepare_profiles_dir(&real, false).unwrap();
+        let link = top.path().join("browserpool-profiles-x");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        let refused = prepare_profiles_dir(&link, false).unwrap_err();
+        assert!(refused.contains("not a directory of this server's uid"), "{refused}");
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } == 0 {
+            let theirs = top.path().join("theirs");
+            std::fs::create_dir(&theirs).unwrap();
+            std::os::unix::fs::chown(&theirs, Some(4242), Some(4242)).unwrap();
+            let refused = prepare_profiles_dir(&theirs, false).unwrap_err();
+            assert!(refused.contains("made by uid 4242"), "{refused}");
+        }
+    }
 
     fn ports() -> PortRange {
         PortRange { start: 9300, end: 9399 }

@@ -56,10 +56,8 @@ impl Dirs {
         };
         if size_mb > 0 {
             private().create(&profile).await?;
-            let at = profile.clone();
-            tokio::task::spawn_blocking(move || mount_tmpfs(&at, size_mb))
-                .await
-                .map_err(|e| std::io::Error::other(format!("mount task: {e}")))??;
+            // In place (one system call): a boot dropped at shutdown leaves no mount made after it.
+            mount_tmpfs(&profile, size_mb)?;
         }
         let home = profile.join("home");
         private().create(&home).await?;
@@ -152,9 +150,15 @@ pub(crate) fn mount_tmpfs(dir: &Path, size_mb: u32) -> std::io::Result<()> {
     }
 }
 
-/// The mount itself (see [`mount_tmpfs`]).
+/// The mount itself (see [`mount_tmpfs`]), on a directory of this process's uid that is not a
+/// link (its parent is this server's: nobody else can swap it in between).
 fn try_mount(dir: &Path, size_mb: u32) -> std::io::Result<()> {
     use std::os::unix::ffi::OsStrExt;
+    let meta = std::fs::symlink_metadata(dir)?;
+    // SAFETY: geteuid has no preconditions.
+    if !meta.is_dir() || std::os::unix::fs::MetadataExt::uid(&meta) != unsafe { libc::geteuid() } {
+        return Err(std::io::Error::other("not a directory of this server's own"));
+    }
     let target = std::ffi::CString::new(dir.as_os_str().as_bytes())?;
     let options = std::ffi::CString::new(format!("size={size_mb}m,mode=0700"))?;
     let flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
@@ -172,7 +176,13 @@ fn try_mount(dir: &Path, size_mb: u32) -> std::io::Result<()> {
 /// go on; not following a link.
 pub(crate) fn unmount_under(dir: &Path) {
     use std::os::unix::ffi::OsStrExt;
-    for point in crate::procfs::mounts_under(dir) {
+    // As `/proc/self/mountinfo` names mounts: its parent resolved (a temp dir behind a link),
+    // its own name not followed.
+    let resolved = match (dir.parent().map(Path::canonicalize), dir.file_name()) {
+        (Some(Ok(parent)), Some(name)) => parent.join(name),
+        _ => dir.to_path_buf(),
+    };
+    for point in crate::procfs::mounts_under(&resolved) {
         let Ok(target) = std::ffi::CString::new(point.as_os_str().as_bytes()) else { continue };
         // SAFETY: a NUL-terminated path that outlives the call.
         if unsafe { libc::umount2(target.as_ptr(), libc::MNT_DETACH | libc::UMOUNT_NOFOLLOW) } != 0 {
