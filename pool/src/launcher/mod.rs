@@ -33,7 +33,7 @@ pub use cleanup::{claim_profiles, reap_abandoned, reap_orphans, unclaim_profiles
 pub(crate) use group::Spawned;
 pub use group::{group_memory, idle_boots, GroupMemory};
 pub(crate) use process::Process;
-pub(crate) use profile::{mount_tmpfs, unmount_under};
+pub(crate) use profile::{check_mounts, mount_tmpfs, unmount_under};
 pub use profile::{profiles_capped, CLEANUP_RETRIES};
 
 /// How workers are launched.

@@ -150,6 +150,22 @@ pub(crate) fn mount_tmpfs(dir: &Path, size_mb: u32) -> std::io::Result<()> {
     }
 }
 
+/// Mounts a tmpfs once in `dir` (a directory of this server's) and takes it off, at start: a
+/// server that may not mount says so then, and reports no tmpfs in its status, rather than at
+/// its first boot.
+pub(crate) fn check_mounts(dir: &Path) {
+    let probe = dir.join(format!(".mount-check-{}", std::process::id()));
+    if let Err(e) = std::os::unix::fs::DirBuilderExt::mode(&mut std::fs::DirBuilder::new(), 0o700).create(&probe) {
+        tracing::warn!(dir = %probe.display(), error = %e, "could not check whether this server may mount");
+        return;
+    }
+    if let Err(e) = mount_tmpfs(&probe, 1) {
+        tracing::warn!(error = %e, "a tmpfs could not be mounted: workers will fail to boot while that lasts");
+    }
+    unmount_under(&probe);
+    let _ = std::fs::remove_dir(&probe);
+}
+
 /// The mount itself (see [`mount_tmpfs`]), on a directory of this process's uid that is not a
 /// link (its parent is this server's: nobody else can swap it in between).
 fn try_mount(dir: &Path, size_mb: u32) -> std::io::Result<()> {

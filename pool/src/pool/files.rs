@@ -24,8 +24,8 @@ fn root(disk_dir: &Path) -> PathBuf {
 }
 
 /// Empties what a previous server on this data dir left (its sessions are gone) and makes the
-/// root anew: the server's, passable by workers (0711), not listable.
-pub(super) fn reset_root(disk_dir: &Path) -> std::io::Result<()> {
+/// root anew: the server's, passable by workers (0711), not listable. Returns it.
+pub(super) fn reset_root(disk_dir: &Path) -> std::io::Result<PathBuf> {
     let root = root(disk_dir);
     // A killed server's sessions' files directories are still mounted.
     crate::launcher::unmount_under(&root);
@@ -34,7 +34,8 @@ pub(super) fn reset_root(disk_dir: &Path) -> std::io::Result<()> {
         _ => {}
     }
     std::fs::DirBuilder::new().recursive(true).mode(0o711).create(disk_dir)?;
-    std::fs::DirBuilder::new().mode(0o711).create(&root)
+    std::fs::DirBuilder::new().mode(0o711).create(&root)?;
+    Ok(root)
 }
 
 /// Removes the root once no session has files left (at the pool's stop).

@@ -201,9 +201,14 @@ impl Pool {
     pub fn start(cfg: PoolConfig, shutdown: CancellationToken) -> Pool {
         // Decided (and said) once, before the first boot.
         crate::launcher::idle_boots();
-        if let Err(e) = files::reset_root(&cfg.launch.disk_dir) {
+        match files::reset_root(&cfg.launch.disk_dir) {
             // Said here; each lease then fails naming the directory it could not make.
-            tracing::error!(dir = %cfg.launch.disk_dir.display(), error = %e, "sessions' files directory cannot be made");
+            Err(e) => {
+                tracing::error!(dir = %cfg.launch.disk_dir.display(), error = %e, "sessions' files directory cannot be made")
+            }
+            // Whether this server may mount its workers' tmpfs, decided (and said) before the first boot.
+            Ok(root) if cfg.launch.profile_mb > 0 => crate::launcher::check_mounts(&root),
+            Ok(_) => {}
         }
         let max = cfg.max_workers.max(1);
         let mut egress = cfg.egress.clone();

@@ -323,6 +323,8 @@ async fn a_page_stores_no_more_than_its_worker_s_disk_and_its_session_goes_on() 
     let status = client.admin().pool_status(pb::PoolStatusRequest {}).await.unwrap().into_inner();
     let worker = status.workers.iter().find(|w| w.worker_id == session.worker_id).expect("the session's worker");
     let profile = server.profiles_dir().join(format!("port-{}", worker.cdp_port));
+    let fence = &status.replicas[0].resource_fence;
+    assert!(fence.contains("profile: a tmpfs of 32 MiB"), "the status says so: {fence}");
 
     // The profile is a tmpfs of 32 MiB of its own, the worker's uid's.
     assert_eq!(mounts_under(&profile), vec![profile.clone()]);
