@@ -123,12 +123,12 @@ pub fn prepare_profiles_dir(dir: &Path, worker_uids: bool) -> Result<(), String>
     // link: they could swap a worker's directory in it for a link, and the server would make,
     // mount or chown what that names.
     let meta = std::fs::symlink_metadata(dir).map_err(|e| io("stat", e))?;
-    // SAFETY: geteuid has no preconditions.
-    let euid = unsafe { libc::geteuid() };
-    if !meta.is_dir() || std::os::unix::fs::MetadataExt::uid(&meta) != euid {
+    if !own_dir(&meta) {
         return Err(format!(
-            "{} is not a directory of this server's uid {euid} (a link, or made by uid {}): remove it, or choose another with --profiles-in",
+            "{} is not a directory of this server's uid {} (a link, or made by uid {}): remove it, or choose another with --profiles-in",
             dir.display(),
+            // SAFETY: geteuid has no preconditions.
+            unsafe { libc::geteuid() },
             std::os::unix::fs::MetadataExt::uid(&meta)
         ));
     }
@@ -151,6 +151,13 @@ pub fn prepare_profiles_dir(dir: &Path, worker_uids: bool) -> Result<(), String>
         }
     }
     Ok(())
+}
+
+/// Whether `meta` (of `symlink_metadata`: a link is not followed) is a directory of this
+/// process's uid: one the server made, which nobody else can swap for a link to elsewhere.
+pub(crate) fn own_dir(meta: &std::fs::Metadata) -> bool {
+    // SAFETY: geteuid has no preconditions.
+    meta.is_dir() && std::os::unix::fs::MetadataExt::uid(meta) == unsafe { libc::geteuid() }
 }
 
 fn read_lines(path: &Path) -> Vec<String> {

@@ -196,13 +196,8 @@ pub fn reap_abandoned(lock_dir: &Path, own: &[PathBuf]) -> usize {
 
 /// Whether `dir` looks like what a server made for its profiles (see [`reap_abandoned`]).
 fn reapable(dir: &Path) -> bool {
-    use std::os::unix::fs::MetadataExt;
     let named = dir.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(PROFILES_PREFIX));
-    // SAFETY: geteuid has no preconditions.
-    let euid = unsafe { libc::geteuid() };
-    dir.is_absolute()
-        && named
-        && std::fs::symlink_metadata(dir).is_ok_and(|m| m.file_type().is_dir() && m.uid() == euid)
+    dir.is_absolute() && named && std::fs::symlink_metadata(dir).is_ok_and(|m| crate::sandbox::own_dir(&m))
 }
 
 #[cfg(test)]

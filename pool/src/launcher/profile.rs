@@ -170,9 +170,7 @@ pub(crate) fn check_mounts(dir: &Path) {
 /// link (its parent is this server's: nobody else can swap it in between).
 fn try_mount(dir: &Path, size_mb: u32) -> std::io::Result<()> {
     use std::os::unix::ffi::OsStrExt;
-    let meta = std::fs::symlink_metadata(dir)?;
-    // SAFETY: geteuid has no preconditions.
-    if !meta.is_dir() || std::os::unix::fs::MetadataExt::uid(&meta) != unsafe { libc::geteuid() } {
+    if !crate::sandbox::own_dir(&std::fs::symlink_metadata(dir)?) {
         return Err(std::io::Error::other("not a directory of this server's own"));
     }
     let target = std::ffi::CString::new(dir.as_os_str().as_bytes())?;
@@ -239,9 +237,14 @@ pub static CLEANUP_RETRIES: std::sync::atomic::AtomicU64 = std::sync::atomic::At
 mod tests {
     use super::*;
 
-    fn is_root() -> bool {
+    /// A temp dir to mount in, when this test runs as root (only root mounts); `None`, said, else.
+    fn root_tempdir() -> Option<tempfile::TempDir> {
         // SAFETY: geteuid has no preconditions.
-        unsafe { libc::geteuid() == 0 }
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("SKIP: only root mounts");
+            return None;
+        }
+        Some(tempfile::tempdir().unwrap())
     }
 
     /// The size of the filesystem `dir` is on, in bytes.
@@ -258,11 +261,7 @@ mod tests {
     /// with everything under it (a mount inside it too), and removable then.
     #[test]
     fn a_tmpfs_holds_its_size_and_comes_off_with_what_is_mounted_under_it() {
-        if !is_root() {
-            eprintln!("SKIP: only root mounts");
-            return;
-        }
-        let top = tempfile::tempdir().unwrap();
+        let Some(top) = root_tempdir() else { return };
         let dir = top.path().join("port-1");
         std::fs::create_dir(&dir).unwrap();
         try_mount(&dir, 2).unwrap();
@@ -290,11 +289,7 @@ mod tests {
     /// for "not allowed here", not a failure of the launch.
     #[test]
     fn a_mount_without_cap_sys_admin_is_refused_as_not_permitted() {
-        if !is_root() {
-            eprintln!("SKIP: only root mounts");
-            return;
-        }
-        let top = tempfile::tempdir().unwrap();
+        let Some(top) = root_tempdir() else { return };
         let dir = top.path().to_path_buf();
         let refused = std::thread::spawn(move || {
             // Drops CAP_SYS_ADMIN (21) from this thread's effective set alone (capget/capset
