@@ -252,11 +252,7 @@ async fn counting_site() -> (String, Arc<AtomicUsize>) {
             axum::response::Html("<title>Reached</title>")
         }
     });
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
+    let addr = crate::helpers::serve_loopback(app).await;
     (format!("http://{addr}"), hits)
 }
 

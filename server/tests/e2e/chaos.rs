@@ -47,11 +47,7 @@ async fn chaos_site() -> String {
             }),
         )
         .route("/spin", get(|| async { Html("<title>Spin</title><script>while (true) {}</script>") }));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
+    let addr = crate::helpers::serve_loopback(app).await;
     format!("http://{addr}")
 }
 

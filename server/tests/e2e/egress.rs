@@ -174,11 +174,7 @@ async fn redirector() -> (SocketAddr, Arc<AtomicUsize>) {
                 )
             }),
         );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
+    let addr = crate::helpers::serve_loopback(app).await;
     (addr, hits)
 }
 

@@ -44,9 +44,7 @@ async fn site() -> String {
         .route("/", get(|| async { Html("<title>Home</title>") }))
         .route("/seen", get(seen))
         .route("/popup", get(|| async { Html("<title>Opener</title><a id=open href=/seen target=_blank>open</a>") }));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let addr = crate::helpers::serve_loopback(app).await;
     format!("http://{addr}")
 }
 

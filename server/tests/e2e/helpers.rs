@@ -542,12 +542,18 @@ pub async fn fixture_site() -> String {
             "/broken",
             get(|| async { (axum::http::StatusCode::INTERNAL_SERVER_ERROR, Html("<title>Broken</title><p>oops</p>")) }),
         );
+    let addr = serve_loopback(app).await;
+    format!("http://{addr}")
+}
+
+/// Serves `app` on 127.0.0.1:0 for as long as the test runs; its address.
+pub async fn serve_loopback(app: axum::Router) -> std::net::SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
         let _ = axum::serve(listener, app).await;
     });
-    format!("http://{addr}")
+    addr
 }
 
 /// Width and height from a PNG's IHDR.

@@ -225,9 +225,7 @@ async fn the_image_runs_as_the_chart_runs_it() {
     let ports = Ports::free();
     // The fixture page, on loopback (the default tenant allows private networks).
     let app = axum::Router::new().route("/", get(|| async { Html(format!("<!doctype html><title>{TITLE}</title>")) }));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let site = format!("http://{}/", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let site = format!("http://{}/", crate::helpers::serve_loopback(app).await);
 
     let name = format!("browserpool-check-{}", std::process::id());
     let ctr = Container::run_as_chart(&image, &name, &profile, &state, ports);

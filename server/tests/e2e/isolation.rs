@@ -39,11 +39,7 @@ async fn site() -> (String, Arc<AtomicUsize>) {
                 async move { ([("cache-control", "max-age=3600")], format!("fetch {n}")).into_response() }
             }),
         );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
+    let addr = crate::helpers::serve_loopback(app).await;
     (format!("http://{addr}"), hits)
 }
 

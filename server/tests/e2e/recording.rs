@@ -40,11 +40,7 @@ async fn video_site(video: Vec<u8>) -> String {
             async move { ([(axum::http::header::CONTENT_TYPE, "video/webm")], video).into_response() }
         }),
     );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
+    let addr = crate::helpers::serve_loopback(app).await;
     format!("http://{addr}/")
 }
 

@@ -51,11 +51,7 @@ async fn cacheable_site() -> String {
             }
         }),
     );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
+    let addr = crate::helpers::serve_loopback(app).await;
     format!("http://{addr}")
 }
 
@@ -293,11 +289,7 @@ async fn downloads_site() -> String {
             }),
         )
         .route("/small", axum::routing::get(move || async move { attachment("small", 1024).into_response() }));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
+    let addr = crate::helpers::serve_loopback(app).await;
     format!("http://{addr}")
 }
 
