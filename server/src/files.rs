@@ -316,8 +316,11 @@ impl SessionDir {
         let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         let to = rustix::fs::openat(&self.fd, name, flags, Mode::from_raw_mode(0o600))
             .map_err(|e| FileError::io(&format!("create {name:?}"), e))?;
-        std::io::copy(&mut File::from(fd), &mut File::from(to))
-            .map_err(|e| FileError::io(&format!("write {name:?}"), e))
+        std::io::copy(&mut File::from(fd), &mut File::from(to)).map_err(|e| {
+            // A part of it would be kept, and counted against its tenant's cap.
+            let _ = rustix::fs::unlinkat(&self.fd, name, AtFlags::empty());
+            FileError::write(&self.fd, name, e)
+        })
     }
 
     /// Deletes file `name` (a link of that name is removed, never followed).

@@ -47,7 +47,13 @@ pub(super) enum NotKept {
 
 impl From<FileError> for NotKept {
     fn from(e: FileError) -> NotKept {
-        NotKept::Failed(e.to_string())
+        match e {
+            // Not a session's files directory (whose words those are): the server's own disk.
+            FileError::Full { name, free } => NotKept::Failed(format!(
+                "no room left for {name:?} in the kept artifacts ({free} bytes free): the disk of --data-dir is full"
+            )),
+            e => NotKept::Failed(e.to_string()),
+        }
     }
 }
 
@@ -65,9 +71,43 @@ pub(super) struct Keeping {
     pub refused: Option<String>,
 }
 
-/// Held while a kept directory's bytes are judged against its tenant's cap and written, so
-/// sessions ending at once cannot together pass it.
-static ADMISSION: std::sync::Mutex<()> = std::sync::Mutex::new(());
+/// One lock a tenant, held while a kept directory's bytes are judged against that tenant's cap
+/// and written, so its sessions ending at once cannot together pass it. Only a tenant's own
+/// ends wait for each other: a large copy holds up no other tenant's (whose sessions keep
+/// their slots until what they leave is kept). An entry lives while someone holds or waits
+/// for it.
+static TURNS: std::sync::Mutex<std::collections::BTreeMap<String, Arc<std::sync::Mutex<()>>>> =
+    std::sync::Mutex::new(std::collections::BTreeMap::new());
+
+/// Runs `f` while no other session of `tenant` is admitted (see [`TURNS`]).
+fn in_turn<T>(tenant: &str, f: impl FnOnce() -> T) -> T {
+    let turn = Turn::take(tenant);
+    let _held = turn.lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    f()
+}
+
+/// A tenant's entry in [`TURNS`], removed by the last to let go of it.
+struct Turn<'a> {
+    tenant: &'a str,
+    lock: Arc<std::sync::Mutex<()>>,
+}
+
+impl<'a> Turn<'a> {
+    fn take(tenant: &'a str) -> Turn<'a> {
+        let mut turns = TURNS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        Turn { tenant, lock: turns.entry(tenant.to_string()).or_default().clone() }
+    }
+}
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        let mut turns = TURNS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        // The table's and this one: nobody else holds or waits (taking one needs the table).
+        if Arc::strong_count(&self.lock) == 2 {
+            turns.remove(self.tenant);
+        }
+    }
+}
 
 impl Keeping {
     /// Moves the plain files of `from` into the kept directory; how many.
@@ -105,27 +145,28 @@ impl Keeping {
         Ok((video.frames, size))
     }
 
-    /// The kept directory, ready for `bytes` more: refused (and the reason kept in it, for
-    /// `Get`) when they would take the tenant past its cap.
-    /// `write` into the kept directory, `bytes` more, while no other session is admitted:
-    /// refused (and the reason kept in it, for `Get`) when they would take the tenant past its
-    /// cap, or when that was decided already.
+    /// `write` into the kept directory, `bytes` more, while no other session of its tenant is
+    /// admitted (when the tenant has a cap): refused (and the reason kept in it, for `Get`)
+    /// when they would take the tenant past its cap, or when that was decided already. A
+    /// write that fails (a full disk) keeps its reason too.
     fn admitted<T>(&self, bytes: u64, write: impl FnOnce(&SessionDir) -> Result<T, NotKept>) -> Result<T, NotKept> {
         let dst = self.dir()?;
-        let _admitting = ADMISSION.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let why = match (&self.refused, self.cap) {
-            (Some(why), _) => why.clone(),
-            (None, None) => return write(&dst),
-            (None, Some(cap)) => {
+        let written = match (&self.refused, self.cap) {
+            (Some(why), _) => Err(NotKept::Refused(why.clone())),
+            (None, None) => write(&dst),
+            (None, Some(cap)) => in_turn(&self.tenant, || {
                 let held = tenant_bytes(&self.root, &self.tenant);
-                if held + bytes <= cap {
-                    return write(&dst);
+                if held + bytes > cap {
+                    return Err(NotKept::Refused(refusal(&self.tenant, held, bytes, cap)));
                 }
-                refusal(&self.tenant, held, bytes, cap)
-            }
+                write(&dst)
+            }),
         };
-        let _ = dst.write_meta(REFUSED, why.as_bytes());
-        Err(NotKept::Refused(why))
+        if let Err(NotKept::Refused(why) | NotKept::Failed(why)) = &written {
+            // The first reason stays (a session's files, then its recording).
+            let _ = dst.write_meta(REFUSED, why.as_bytes());
+        }
+        written
     }
 
     /// Whether what a session leaves, before its browser is gone, is refused already: the
@@ -259,6 +300,58 @@ mod tests {
         assert_eq!(results.iter().filter(|kept| **kept).count(), 3, "{results:?}");
         let held = tenant_bytes(&kept, "t");
         assert!((3 << 20..cap).contains(&held), "{held} bytes kept");
+    }
+
+    #[test]
+    fn a_tenant_s_sessions_wait_to_be_kept_only_for_each_other() {
+        use std::sync::mpsc;
+        let root = tempfile::tempdir().unwrap();
+        let kept = root.path().join("kept");
+        let keeping = |tenant: &str| {
+            let src = root.path().join(format!("src-{tenant}"));
+            std::fs::create_dir(&src).unwrap();
+            std::fs::write(src.join("f.bin"), [1u8; 1024]).unwrap();
+            let to = kept.join(format!("s-{tenant}"));
+            let keeping = Keeping {
+                root: kept.clone(),
+                to,
+                tenant: tenant.into(),
+                uploads: Vec::new(),
+                expires_ms: i64::MAX,
+                cap: Some(1 << 20),
+                refused: None,
+            };
+            (keeping, src)
+        };
+        let (a, b) = ("turns-a", "turns-b");
+        let (held_tx, held_rx) = mpsc::channel();
+        let (go_tx, go_rx) = mpsc::channel::<()>();
+        let (done_tx, done_rx) = mpsc::channel();
+        std::thread::scope(|scope| {
+            // A session of tenant a is being kept (a large copy, say) ...
+            scope.spawn(move || {
+                in_turn(a, || {
+                    held_tx.send(()).unwrap();
+                    // Bounded, so that a failed assertion below ends the test instead of hanging it.
+                    let _ = go_rx.recv_timeout(Duration::from_secs(60));
+                })
+            });
+            held_rx.recv().unwrap();
+            for tenant in [b, a] {
+                let (keeping, src) = keeping(tenant);
+                let done = done_tx.clone();
+                scope.spawn(move || done.send((tenant, keeping.files(&src).ok())).unwrap());
+            }
+            // ... which holds up tenant b's not at all, and tenant a's other session until it ends.
+            let first = done_rx.recv_timeout(Duration::from_secs(30));
+            assert_eq!(first, Ok((b, Some(1))));
+            let early = done_rx.recv_timeout(Duration::from_millis(300));
+            assert_eq!(early, Err(mpsc::RecvTimeoutError::Timeout), "tenant a's second keep waited for its turn");
+            go_tx.send(()).unwrap();
+            assert_eq!(done_rx.recv_timeout(Duration::from_secs(30)), Ok((a, Some(1))));
+        });
+        let turns = TURNS.lock().unwrap();
+        assert!(!turns.contains_key(a) && !turns.contains_key(b), "the last to go removed its tenant's lock");
     }
 
     #[test]

@@ -241,6 +241,56 @@ async fn a_full_disk_fails_closed_and_recovers_with_every_record() {
     drop(disk);
 }
 
+/// The disk that keeps ended sessions' files fills up: a session's end keeps what fits and no
+/// part of what does not, `Get` says why in words about the server's disk (not the session's
+/// `--worker-disk-mb`), and the next session of the tenant works and keeps its files.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_artifacts_disk_keeps_no_part_of_a_file_and_says_why() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return crate::helpers::skip(
+            "faults::a_full_artifacts_disk_keeps_no_part_of_a_file_and_says_why",
+            "mounting the small tmpfs it fills needs root (CAP_SYS_ADMIN)",
+        );
+    }
+    let server = TestServer::start().await;
+    let artifacts = server.data_dir.path().join("artifacts");
+    std::fs::create_dir_all(&artifacts).unwrap();
+    let disk = Tmpfs::mount(&artifacts, "1m");
+    let client = server.admin().await;
+    let id = bounded("acquire", client.acquire(30_000)).await.unwrap().session_id;
+    client.put_file(&id, "small.txt", b"fits").await.unwrap();
+    client.put_file(&id, "big.bin", &vec![7u8; 2 << 20]).await.unwrap();
+    bounded("release", client.release(&id)).await.unwrap();
+
+    // A read waits for the teardown, which kept what it could.
+    let ended = bounded("get", client.get(&id)).await.unwrap();
+    let why = &ended.artifacts_refused;
+    assert!(why.contains("no room left for \"big.bin\"") && why.contains("--data-dir"), "{why}");
+    assert!(!why.contains("--worker-disk-mb"), "{why}");
+    let kept: Vec<(String, u64)> = match client.list_files(&id).await {
+        Ok(files) => files.into_iter().map(|f| (f.name, f.size)).collect(),
+        Err(e) => panic!("{e:?}"),
+    };
+    // What was kept is whole; the file that did not fit left nothing.
+    assert!(kept.iter().all(|(name, size)| name == "small.txt" && *size == 4), "{kept:?}");
+    let names: Vec<String> = std::fs::read_dir(artifacts.join(&id))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(!names.iter().any(|n| n.starts_with(".upload-") || n == "big.bin"), "{names:?}");
+
+    // With room again, the tenant's next session keeps its files.
+    std::fs::remove_dir_all(artifacts.join(&id)).unwrap();
+    let next = bounded("acquire", client.acquire(30_000)).await.unwrap().session_id;
+    client.put_file(&next, "next.txt", b"kept").await.unwrap();
+    bounded("release", client.release(&next)).await.unwrap();
+    assert_eq!(bounded("get file", client.get_file(&next, "next.txt")).await.unwrap().1, b"kept");
+    assert!(bounded("get", client.get(&next)).await.unwrap().artifacts_refused.is_empty());
+    server.stop().await;
+    drop(disk);
+}
+
 /// Another process holds `BEGIN EXCLUSIVE` on the server's SQLite file for longer than the
 /// busy timeout: the live session keeps answering actions, their records wait in the local
 /// audit spool, `/readyz` answers 503 and names the lock; once it lets go the server serves
