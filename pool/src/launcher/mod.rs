@@ -33,7 +33,7 @@ pub use cleanup::{claim_profiles, reap_abandoned, reap_orphans, unclaim_profiles
 pub(crate) use group::Spawned;
 pub use group::{group_memory, idle_boots, GroupMemory};
 pub(crate) use process::Process;
-pub(crate) use profile::{check_mounts, mount_tmpfs, unmount_under};
+pub(crate) use profile::{check_mounts, mount_tmpfs, resize_tmpfs, unmount_under};
 pub use profile::{profiles_capped, CLEANUP_RETRIES};
 
 /// How workers are launched.
@@ -64,13 +64,31 @@ pub struct LaunchConfig {
     /// Where each worker gets a cgroup of its own (memory, tasks, CPU weight); `None` where
     /// the server may not manage cgroups.
     pub cgroups: Option<std::sync::Arc<Cgroups>>,
-    /// The size in MiB of the tmpfs each worker's profile is, and each session's files
-    /// directory (`--worker-disk-mb`): what its pages can store, and download; 0 leaves both on
-    /// the filesystem under them.
+    /// The most MiB of the tmpfs each worker's profile is, and each session's files directory
+    /// (`--worker-disk-mb`): what its pages can store, and download; 0 leaves both on the
+    /// filesystem under them. See [`LaunchConfig::disk_mb`].
     pub profile_mb: u32,
 }
 
+/// The least MiB [`LaunchConfig::disk_mb`] gives (`--worker-disk-mb`'s least).
+const DISK_MB_MIN: u32 = 16;
+
 impl LaunchConfig {
+    /// The MiB of a worker's profile tmpfs, and of each of its sessions' files directories,
+    /// under a memory limit of `limit` bytes (`None`: a spare's, the server's default where
+    /// workers have cgroups): `profile_mb`, or a quarter of the limit when less. Both are
+    /// memory counted in that limit, so what a page stores and downloads, at most half of it
+    /// together, ends in a quota error or a full disk before its tab is killed at the limit.
+    /// 0 when profiles are not tmpfs.
+    pub fn disk_mb(&self, limit: Option<u64>) -> u32 {
+        let limit = limit.or_else(|| self.cgroups.as_ref().map(|c| c.default_memory));
+        match (self.profile_mb, limit) {
+            (0, _) => 0,
+            (mb, None) => mb,
+            (mb, Some(bytes)) => mb.min(u32::try_from((bytes >> 20) / 4).unwrap_or(u32::MAX).max(DISK_MB_MIN)),
+        }
+    }
+
     /// `disk_dir` when it is not `profiles_dir` (the profiles are on a tmpfs): each worker's
     /// HTTP cache then goes there.
     pub(crate) fn separate_disk_dir(&self) -> Option<&Path> {
@@ -107,7 +125,7 @@ pub(crate) async fn launch(
     let lock = take_port(cfg).await?;
     let port = lock.port();
     let uid = cfg.worker_uids.map(|uids| uids.uid_for_port(port));
-    let dirs = Dirs::create(&cfg.profiles_dir, cfg.separate_disk_dir(), port, cfg.profile_mb).await?;
+    let dirs = Dirs::create(&cfg.profiles_dir, cfg.separate_disk_dir(), port, cfg.disk_mb(None)).await?;
     let cgroup = match create_cgroup(cfg, port).await {
         Ok(cgroup) => cgroup,
         Err(e) => {
@@ -193,4 +211,35 @@ async fn take_port(cfg: &LaunchConfig) -> Result<PortLock, PoolError> {
     })
     .await
     .map_err(|e| PoolError::Launch(format!("port task: {e}")))?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A worker's profile and files directory get `--worker-disk-mb`, or a quarter of its
+    /// memory limit when less (so a tenant's small limit is met by a full disk first).
+    #[test]
+    fn the_disk_is_a_quarter_of_the_memory_limit_at_most() {
+        let cfg = |profile_mb| LaunchConfig {
+            chrome: PathBuf::new(),
+            profiles_dir: PathBuf::new(),
+            disk_dir: PathBuf::new(),
+            lock_dir: PathBuf::new(),
+            ports: PortRange { start: 1, end: 2 },
+            launch_timeout: Duration::ZERO,
+            cdp_timeout: Duration::ZERO,
+            worker_uids: None,
+            allow_unsandboxed: false,
+            cgroups: None,
+            profile_mb,
+        };
+        let mib = |n: u64| Some(n << 20);
+        assert_eq!(cfg(512).disk_mb(mib(1536)), 384);
+        assert_eq!(cfg(512).disk_mb(mib(256)), 64, "a tenant's least max_memory_mb");
+        assert_eq!(cfg(512).disk_mb(mib(4096)), 512, "never past --worker-disk-mb");
+        assert_eq!(cfg(512).disk_mb(mib(40)), 16, "at least --worker-disk-mb's least");
+        assert_eq!(cfg(512).disk_mb(None), 512, "no cgroups: no limit to stay within");
+        assert_eq!(cfg(0).disk_mb(mib(256)), 0, "no tmpfs");
+    }
 }

@@ -185,6 +185,26 @@ fn try_mount(dir: &Path, size_mb: u32) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Resizes the tmpfs on `dir` (mounted by [`mount_tmpfs`]) to `size_mb` MiB, its flags kept:
+/// a lease's memory limit leaves less room than a spare's. Nothing where mounts were refused.
+pub(crate) fn resize_tmpfs(dir: &Path, size_mb: u32) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    if UNCAPPED.get().is_some() {
+        return Ok(());
+    }
+    let target = std::ffi::CString::new(dir.as_os_str().as_bytes())?;
+    let options = std::ffi::CString::new(format!("size={size_mb}m"))?;
+    // A remount changes the flags to these: the same as the mount's.
+    let flags = libc::MS_REMOUNT | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
+    // SAFETY: every pointer is null or to a NUL-terminated string that outlives the call.
+    let resized =
+        unsafe { libc::mount(std::ptr::null(), target.as_ptr(), std::ptr::null(), flags, options.as_ptr().cast()) };
+    if resized != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Unmounts every mount at or below `dir` (a worker's profile tmpfs, a session's files
 /// directory, or the profiles dir of a server that was killed), detached, so its removal can
 /// go on; not following a link.
@@ -282,6 +302,33 @@ mod tests {
         unmount_under(&dir);
         assert!(crate::procfs::mounts_under(top.path()).is_empty());
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// As root: a mounted tmpfs resized (a lease's memory limit) holds the new size, keeps its
+    /// flags, and cannot be made smaller than what it holds.
+    #[test]
+    fn a_tmpfs_resized_holds_its_new_size_and_keeps_its_flags() {
+        let Some(top) = root_tempdir() else { return };
+        let dir = top.path().join("port-1");
+        std::fs::create_dir(&dir).unwrap();
+        try_mount(&dir, 8).unwrap();
+        std::fs::write(dir.join("held"), vec![1u8; 3 << 20]).unwrap();
+        resize_tmpfs(&dir, 4).unwrap();
+        assert_eq!(total(&dir), 4 << 20);
+        let full = std::fs::write(dir.join("more"), vec![0u8; 2 << 20]).unwrap_err();
+        assert_eq!(full.raw_os_error(), Some(libc::ENOSPC), "{full}");
+        let below = resize_tmpfs(&dir, 2).unwrap_err();
+        assert_eq!(below.raw_os_error(), Some(libc::EINVAL), "{below}");
+        assert_eq!(total(&dir), 4 << 20);
+        let path = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: statvfs writes into the zeroed struct we own; the path is NUL-terminated.
+        let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+        assert_eq!(unsafe { libc::statvfs(path.as_ptr(), &mut st) }, 0);
+        let kept = libc::ST_NOSUID | libc::ST_NODEV | libc::ST_NOEXEC;
+        assert_eq!(st.f_flag & kept, kept, "flags {:#x}", st.f_flag);
+        unmount_under(&dir);
+        // Not a mount point: nothing to resize.
+        assert_eq!(resize_tmpfs(&dir, 4).unwrap_err().raw_os_error(), Some(libc::EINVAL));
     }
 
     /// A thread without `CAP_SYS_ADMIN` (capabilities are a thread's own) is refused, as a

@@ -55,17 +55,22 @@ impl Lease {
                 return Ok(self);
             }
         }
-        let (name, profile, browser, context) = match self.held() {
-            Held::Own(w) => (w.id.0.clone(), w.process.profile.clone(), w.driver.browser.clone(), None),
+        let (name, profile, browser, context, cgroup) = match self.held() {
+            Held::Own(w) => {
+                (w.id.0.clone(), w.process.profile.clone(), w.driver.browser.clone(), None, w.process.cgroup.clone())
+            }
             Held::Context(c) => (
                 format!("{}-{}", c.browser.id.0, c.context),
                 c.browser.profile.clone(),
                 c.browser.browser.clone(),
                 Some(c.context.clone()),
+                c.browser.cgroup.clone(),
             ),
         };
-        let dir = root(&self.pool.inner.cfg.launch.disk_dir).join(name);
-        make_files_dir(&dir, &profile, self.pool.inner.cfg.launch.profile_mb)?;
+        let launch = &self.pool.inner.cfg.launch;
+        let dir = root(&launch.disk_dir).join(name);
+        // Within the memory limit the browser has now (its tenant's).
+        make_files_dir(&dir, &profile, launch.disk_mb(cgroup.map(|c| c.memory_limit())))?;
         self.files = dir.clone();
         send_downloads(self.driver(), &browser, context, dir, self.pool.inner.cfg.launch.cdp_timeout).await?;
         Ok(self)
@@ -138,6 +143,13 @@ impl Prepared {
     }
 }
 
+impl Prepared {
+    /// The directory, while it is still the worker's.
+    pub(super) fn dir(&self) -> Option<&Path> {
+        self.0.as_deref()
+    }
+}
+
 impl Drop for Prepared {
     fn drop(&mut self) {
         if let Some(dir) = self.0.take() {
@@ -157,7 +169,7 @@ pub(super) async fn prepare(
 ) -> Option<Prepared> {
     let (timeout, dir) = (launch.cdp_timeout, root(&launch.disk_dir).join(id));
     let made = async {
-        make_files_dir(&dir, profile, launch.profile_mb)?;
+        make_files_dir(&dir, profile, launch.disk_mb(None))?;
         let prepared = Prepared(Some(dir.clone()));
         send_downloads(driver, &driver.browser, None, dir.clone(), timeout).await?;
         Ok::<_, PoolError>(prepared)

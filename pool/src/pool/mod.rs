@@ -340,8 +340,11 @@ impl Pool {
     /// store (its profile's tmpfs), in words; `None` with neither.
     pub fn resource_fence(&self) -> Option<String> {
         let launch = &self.inner.cfg.launch;
-        let disk = (launch.profile_mb > 0 && crate::launcher::profiles_capped().is_ok())
-            .then(|| format!("profile: a tmpfs of {} MiB", launch.profile_mb));
+        let disk = (launch.profile_mb > 0 && crate::launcher::profiles_capped().is_ok()).then(|| {
+            let within =
+                if launch.cgroups.is_some() { " (a quarter of a tenant's memory limit when less)" } else { "" };
+            format!("profile: a tmpfs of {} MiB{within}", launch.disk_mb(None))
+        });
         let fences: Vec<String> = launch.cgroups.as_ref().map(|c| c.describe()).into_iter().chain(disk).collect();
         (!fences.is_empty()).then(|| fences.join("; "))
     }
@@ -458,10 +461,22 @@ impl Pool {
     }
 
     /// Sets a leased worker's memory limit (`None`: the server's default, which every spare
-    /// has), where workers have cgroups.
+    /// has), where workers have cgroups, and sizes its profile and files directory within it
+    /// (see [`LaunchConfig::disk_mb`](crate::launcher::LaunchConfig::disk_mb)).
     fn fence_memory(&self, worker: &Worker, memory: Option<u64>) -> Result<(), PoolError> {
         let Some(cgroup) = &worker.process.cgroup else { return Ok(()) };
         let bytes = memory.unwrap_or(cgroup.memory_limit());
+        let launch = &self.inner.cfg.launch;
+        let (spare, leased) = (launch.disk_mb(None), launch.disk_mb(Some(bytes)));
+        if leased != spare {
+            let dirs =
+                std::iter::once(worker.process.profile.as_path()).chain(worker.files.as_ref().and_then(|f| f.dir()));
+            for dir in dirs {
+                crate::launcher::resize_tmpfs(dir, leased).map_err(|e| {
+                    PoolError::Launch(format!("{} could not be made a tmpfs of {leased} MiB: {e}", dir.display()))
+                })?;
+            }
+        }
         cgroup.set_memory(bytes).map_err(|e| PoolError::MemoryLimit(format!("{} MB: {e}", bytes >> 20)))
     }
 

@@ -23,6 +23,15 @@ fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
+/// The size in MiB of the tmpfs `dir` is, `None` when it is not a tmpfs.
+fn tmpfs_mib(dir: &Path) -> Option<u64> {
+    let path = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: statfs writes into the zeroed struct we own; the path is NUL-terminated.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    assert_eq!(unsafe { libc::statfs(path.as_ptr(), &mut st) }, 0, "{}", dir.display());
+    (st.f_type == libc::TMPFS_MAGIC).then(|| (st.f_blocks as u64 * st.f_bsize as u64) >> 20)
+}
+
 /// Writes up to `mib` MiB to a file of the origin-private file system, a MiB at a time, as
 /// fast as the page can; answers how many it wrote and the error that stopped it, if any.
 fn fill_opfs(mib: u32) -> String {
@@ -320,12 +329,7 @@ async fn a_page_stores_no_more_than_its_worker_s_disk_and_its_session_goes_on() 
 
     // The profile is a tmpfs of 32 MiB of its own, the worker's uid's.
     assert_eq!(mounts_under(&profile), vec![profile.clone()]);
-    let path = std::ffi::CString::new(profile.as_os_str().as_encoded_bytes()).unwrap();
-    // SAFETY: statfs writes into the zeroed struct we own; the path is NUL-terminated.
-    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
-    assert_eq!(unsafe { libc::statfs(path.as_ptr(), &mut st) }, 0);
-    assert_eq!(st.f_type, libc::TMPFS_MAGIC);
-    assert_eq!(st.f_blocks as u64 * st.f_bsize as u64, 32 << 20);
+    assert_eq!(tmpfs_mib(&profile), Some(32));
     use std::os::unix::fs::MetadataExt;
     let worker_uid = browserpool_pool::sandbox::process_uid(worker.pid).unwrap();
     assert_eq!(std::fs::metadata(&profile).unwrap().uid(), worker_uid);
@@ -390,6 +394,79 @@ async fn a_page_stores_no_more_than_its_worker_s_disk_and_its_session_goes_on() 
     let kept = client.list_files(&id).await.unwrap();
     assert!(kept.iter().any(|f| f.name == "small.bin" && f.size == 1024), "kept past the release: {kept:?}");
     let profiles = server.profiles_dir();
+    server.stop().await;
+    assert_eq!(mounts_under(&profiles), Vec::<PathBuf>::new());
+}
+
+/// A tenant's small memory limit makes its worker's disk smaller too (a quarter of the limit,
+/// for its profile and its files directory each): what its page stores ends in a quota error
+/// before its tab would be killed at the limit, and the session goes on; a session of the
+/// server's default limit keeps the server's size.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_s_small_memory_limit_shrinks_its_worker_s_disk_and_its_session_goes_on() {
+    let test = "a_tenant_s_small_memory_limit_shrinks_its_worker_s_disk_and_its_session_goes_on";
+    if !is_root() {
+        return skip(test, "only a root server mounts a tmpfs for each profile");
+    }
+    let server = TestServer::start_with(|a| {
+        a.default_isolation = Some("process".into());
+        a.max_workers = 2;
+    })
+    .await;
+    let admin = server.admin().await;
+    let status = admin.admin().pool_status(pb::PoolStatusRequest {}).await.unwrap().into_inner();
+    let fence = status.replicas[0].resource_fence.clone();
+    if !fence.contains("memory 1536 MiB") {
+        server.stop().await;
+        return skip(test, "no cgroup per worker on this host");
+    }
+    assert!(fence.contains("profile: a tmpfs of 384 MiB (a quarter of a tenant's memory limit when less)"), "{fence}");
+    let tenant = pb::Tenant {
+        id: "small".into(),
+        max_slots: 1,
+        allow_private_networks: true,
+        isolation: pb::Isolation::Process as i32,
+        max_memory_mb: 256,
+        ..Default::default()
+    };
+    admin.admin().put_tenant(pb::PutTenantRequest { tenant: Some(tenant) }).await.unwrap();
+    let small = server.client(&server.token("small", "ci", &["sessions:read", "sessions:write"]).await).await;
+
+    let (admin, profiles) = (&admin, server.profiles_dir());
+    let dirs = |worker_id: String| {
+        let profiles = profiles.clone();
+        async move {
+            let status = admin.admin().pool_status(pb::PoolStatusRequest {}).await.unwrap().into_inner();
+            let worker = status.workers.iter().find(|w| w.worker_id == worker_id).expect("the session's worker");
+            (profiles.join(format!("port-{}", worker.cdp_port)), profiles.join("files").join(&worker_id))
+        }
+    };
+    let session = small.acquire(30_000).await.unwrap();
+    let id = session.session_id.clone();
+    let (profile, files) = dirs(session.worker_id.clone()).await;
+    assert_eq!((tmpfs_mib(&profile), tmpfs_mib(&files)), (Some(64), Some(64)), "a quarter of 256 MiB each");
+
+    let site = fixture_site().await;
+    ok(&act(&small, &id, action("navigate", "", format!("{site}/about"))).await);
+    // 300 MiB would take the worker past its 256 MiB: in a tmpfs of the server's 384 MiB its
+    // tab is killed at the limit (TabCrashed, "it reached its memory limit"), tried.
+    let filled = ok(&act(&small, &id, action("evaluate", "", fill_opfs(300))).await);
+    let wrote = filled["wrote"].as_u64().unwrap();
+    assert!(wrote < 64, "stopped inside 64 MiB: {filled}");
+    assert_eq!(filled["error"], "QuotaExceededError", "{filled}");
+    ok(&act(&small, &id, action("navigate", "", format!("{site}/second"))).await);
+    assert_eq!(ok(&act(&small, &id, action("title", "", "")).await), "Second");
+    // An upload shares the smaller room.
+    let refused = small.put_file(&id, "upload.bin", &vec![1u8; 80 << 20]).await.unwrap_err();
+    let browserpool_client::Error::Status(status) = refused else { panic!("a status: {refused:?}") };
+    assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
+
+    // The server's default limit: the server's size, as a spare has it.
+    let other = admin.acquire(30_000).await.unwrap();
+    let (other_profile, other_files) = dirs(other.worker_id.clone()).await;
+    assert_eq!((tmpfs_mib(&other_profile), tmpfs_mib(&other_files)), (Some(384), Some(384)));
+    admin.release(&other.session_id).await.unwrap();
+    assert!(small.release(&id).await.unwrap().released);
     server.stop().await;
     assert_eq!(mounts_under(&profiles), Vec::<PathBuf>::new());
 }
