@@ -189,8 +189,9 @@ pub struct ServeArgs {
     /// Most MiB of the tmpfs each worker's profile is, and each session's files directory,
     /// where the server may mount one (as root): all a page can store (IndexedDB, the
     /// origin-private file system, caches) and download, in memory counted in the worker's
-    /// memory limit, of which each takes at most a quarter; 0 leaves them on the filesystem
-    /// under them, where a page may store up to Chromium's quota, most of that disk.
+    /// memory limit, of which each takes at most a quarter where workers have cgroups; 0
+    /// leaves them on the filesystem under them, where a page may store up to Chromium's
+    /// quota, most of that disk.
     #[arg(long, env = "BROWSERPOOL_WORKER_DISK_MB", default_value_t = 512, value_parser = worker_disk_mb)]
     pub worker_disk_mb: u32,
     /// Most tasks (processes and threads) each worker may have, where the server manages

@@ -284,11 +284,26 @@ impl SessionDir {
     }
 
     /// Writes the directory's own file `name` (a dot name, never listed as a file), new.
+    /// On failure (a full disk) nothing of it is left.
     pub fn write_meta(&self, name: &str, content: &[u8]) -> Result<(), FileError> {
         let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         let fd = rustix::fs::openat(&self.fd, name, flags, Mode::from_raw_mode(0o600))
             .map_err(|e| FileError::io(&format!("create {name:?}"), e))?;
-        File::from(fd).write_all(content).map_err(|e| FileError::io(&format!("write {name:?}"), e))
+        File::from(fd).write_all(content).map_err(|e| {
+            let _ = rustix::fs::unlinkat(&self.fd, name, AtFlags::empty());
+            FileError::write(&self.fd, name, e)
+        })
+    }
+
+    /// Writes the directory's own file `name` (a dot name) in place of what it held, whole or
+    /// not at all.
+    pub fn replace_meta(&self, name: &str, content: &[u8]) -> Result<(), FileError> {
+        let tmp = format!("{name}.new-{}", uuid::Uuid::new_v4().simple());
+        self.write_meta(&tmp, content)?;
+        rustix::fs::renameat(&self.fd, tmp.as_str(), &self.fd, name).map_err(|e| {
+            let _ = rustix::fs::unlinkat(&self.fd, tmp.as_str(), AtFlags::empty());
+            FileError::io(&format!("rename {name:?}"), e)
+        })
     }
 
     /// Whether the directory's own file `name` (a dot name) is there, a plain file.

@@ -340,11 +340,15 @@ impl Pool {
     /// store (its profile's tmpfs), in words; `None` with neither.
     pub fn resource_fence(&self) -> Option<String> {
         let launch = &self.inner.cfg.launch;
-        let disk = (launch.profile_mb > 0 && crate::launcher::profiles_capped().is_ok()).then(|| {
-            let within =
-                if launch.cgroups.is_some() { " (a quarter of a tenant's memory limit when less)" } else { "" };
-            format!("profile: a tmpfs of {} MiB{within}", launch.disk_mb(None))
-        });
+        let disk =
+            (launch.profile_mb > 0 && crate::launcher::profiles_capped().is_ok()).then(|| match &launch.cgroups {
+                Some(_) => format!(
+                    "profile: a tmpfs of {} MiB (a quarter of the worker's memory limit, at most {} MiB)",
+                    launch.disk_mb(None),
+                    launch.profile_mb
+                ),
+                None => format!("profile: a tmpfs of {} MiB", launch.profile_mb),
+            });
         let fences: Vec<String> = launch.cgroups.as_ref().map(|c| c.describe()).into_iter().chain(disk).collect();
         (!fences.is_empty()).then(|| fences.join("; "))
     }
@@ -472,9 +476,10 @@ impl Pool {
             let dirs =
                 std::iter::once(worker.process.profile.as_path()).chain(worker.files.as_ref().and_then(|f| f.dir()));
             for dir in dirs {
-                crate::launcher::resize_tmpfs(dir, leased).map_err(|e| {
-                    PoolError::Launch(format!("{} could not be made a tmpfs of {leased} MiB: {e}", dir.display()))
-                })?;
+                if let Err(e) = crate::launcher::resize_tmpfs(dir, leased) {
+                    tracing::warn!(dir = %dir.display(), size_mb = leased, error = %e, "a worker's tmpfs could not be resized");
+                    return Err(PoolError::Launch(format!("the worker's disk could not be made {leased} MiB: {e}")));
+                }
             }
         }
         cgroup.set_memory(bytes).map_err(|e| PoolError::MemoryLimit(format!("{} MB: {e}", bytes >> 20)))

@@ -160,6 +160,8 @@ impl Pool {
                     self.inner.warm_ready.notify_waiters();
                     browser
                 } else {
+                    // Each context gets a files directory of its own; the worker's goes.
+                    drop(worker.files.take());
                     // The limit holds for the shared browser as a whole: its sessions share
                     // its processes.
                     if let Err(e) = self.fence_memory(&worker, memory) {
@@ -169,8 +171,6 @@ impl Pool {
                         return Err(e);
                     }
                     worker.driver.stop();
-                    // Each context gets a files directory of its own; the worker's goes.
-                    drop(worker.files.take());
                     let browser = Arc::new(SharedBrowser {
                         tenant: tenant.to_string(),
                         id: worker.id.clone(),

@@ -48,10 +48,14 @@ pub(super) enum NotKept {
 impl From<FileError> for NotKept {
     fn from(e: FileError) -> NotKept {
         match e {
-            // Not a session's files directory (whose words those are): the server's own disk.
-            FileError::Full { name, free } => NotKept::Failed(format!(
-                "no room left for {name:?} in the kept artifacts ({free} bytes free): the disk of --data-dir is full"
-            )),
+            // Not a session's files directory (whose words those are): the server's own disk,
+            // whose free bytes are not the tenant's to know.
+            FileError::Full { name, .. } => {
+                let name = if name == RECORDING { RECORDING_NAME } else { name.as_str() };
+                NotKept::Failed(format!(
+                    "no room left for {name:?} on the server's disk for kept artifacts (--data-dir)"
+                ))
+            }
             e => NotKept::Failed(e.to_string()),
         }
     }
@@ -119,16 +123,24 @@ impl Keeping {
         }
         let bytes = files.iter().map(|(_, size)| size).sum();
         self.admitted(bytes, |dst| {
-            let mut moved = 0;
+            let (mut moved, mut failed) = (0, None);
             for (name, _) in files {
                 match src.move_to(dst, &name) {
                     Ok(()) => moved += 1,
                     // Gone or replaced meanwhile: not one of the session's files any more.
                     Err(FileError::NotFound(_) | FileError::NotAFile(_)) => {}
-                    Err(e) => return Err(e.into()),
+                    // The others may still fit (a smaller one on a full disk).
+                    Err(e) => failed = failed.or(Some(NotKept::from(e))),
                 }
             }
-            Ok(moved)
+            match failed {
+                None => Ok(moved),
+                Some(NotKept::Failed(why) | NotKept::Refused(why)) if moved > 0 => {
+                    let files = if moved == 1 { "file" } else { "files" };
+                    Err(NotKept::Failed(format!("{why} ({moved} other {files} kept)")))
+                }
+                Some(e) => Err(e),
+            }
         })
     }
 
@@ -146,25 +158,25 @@ impl Keeping {
     }
 
     /// `write` into the kept directory, `bytes` more, while no other session of its tenant is
-    /// admitted (when the tenant has a cap): refused (and the reason kept in it, for `Get`)
-    /// when they would take the tenant past its cap, or when that was decided already. A
-    /// write that fails (a full disk) keeps its reason too.
+    /// admitted (so that a cap set meanwhile holds too): refused (and the reason kept in it,
+    /// for `Get`) when they would take the tenant past its cap, or when that was decided
+    /// already. A write that fails (a full disk) keeps its reason too.
     fn admitted<T>(&self, bytes: u64, write: impl FnOnce(&SessionDir) -> Result<T, NotKept>) -> Result<T, NotKept> {
         let dst = self.dir()?;
         let written = match (&self.refused, self.cap) {
             (Some(why), _) => Err(NotKept::Refused(why.clone())),
-            (None, None) => write(&dst),
-            (None, Some(cap)) => in_turn(&self.tenant, || {
-                let held = tenant_bytes(&self.root, &self.tenant);
-                if held + bytes > cap {
-                    return Err(NotKept::Refused(refusal(&self.tenant, held, bytes, cap)));
+            (None, cap) => in_turn(&self.tenant, || {
+                let held = cap.map(|_| tenant_bytes(&self.root, &self.tenant));
+                if let (Some(cap), Some(held)) = (cap, held) {
+                    if held + bytes > cap {
+                        return Err(NotKept::Refused(refusal(&self.tenant, held, bytes, cap)));
+                    }
                 }
                 write(&dst)
             }),
         };
         if let Err(NotKept::Refused(why) | NotKept::Failed(why)) = &written {
-            // The first reason stays (a session's files, then its recording).
-            let _ = dst.write_meta(REFUSED, why.as_bytes());
+            note_reason(&dst, why);
         }
         written
     }
@@ -195,10 +207,29 @@ impl Keeping {
         }
         let dst = SessionDir::open(&self.to)?;
         // The expiry first: a directory without one is swept as expired.
-        dst.write_meta(EXPIRES, self.expires_ms.to_string().as_bytes())?;
-        dst.write_meta(TENANT, self.tenant.as_bytes())?;
-        dst.write_meta(UPLOADS, self.uploads.join("\n").as_bytes())?;
+        let meta = dst
+            .write_meta(EXPIRES, self.expires_ms.to_string().as_bytes())
+            .and_then(|()| dst.write_meta(TENANT, self.tenant.as_bytes()))
+            .and_then(|()| dst.write_meta(UPLOADS, self.uploads.join("\n").as_bytes()));
+        if let Err(e) = meta {
+            // Without its tenant, what it held would count against no cap.
+            let _ = std::fs::remove_dir_all(&self.to);
+            return Err(e);
+        }
         Ok(dst)
+    }
+}
+
+/// Adds `why` to the reasons the kept directory `dst` gives for what it does not hold (its
+/// files', then its recording's), once.
+fn note_reason(dst: &SessionDir, why: &str) {
+    let had = dst.read_meta(REFUSED).unwrap_or_default();
+    if had.contains(why) {
+        return;
+    }
+    let all = if had.is_empty() { why.to_string() } else { format!("{had}; {why}") };
+    if let Err(e) = dst.replace_meta(REFUSED, all.as_bytes()) {
+        tracing::warn!(error = %e, reason = why, "why a session's artifacts were not kept could not be written");
     }
 }
 
@@ -375,5 +406,13 @@ mod tests {
         assert!(matches!(keeping.files(&src), Err(NotKept::Refused(w)) if w == why));
         assert_eq!(read_meta(&keeping.to, REFUSED).as_deref(), Some(why.as_str()));
         assert!(src.join("f.bin").exists(), "nothing was moved");
+        // Each reason once (the recording's refusal is the files'), another one added to it.
+        assert!(matches!(keeping.files(&src), Err(NotKept::Refused(_))));
+        let dst = SessionDir::open(&keeping.to).unwrap();
+        note_reason(&dst, "the recording failed");
+        let all = read_meta(&keeping.to, REFUSED).unwrap();
+        assert_eq!(all, format!("{why}; the recording failed"));
+        let names: Vec<_> = std::fs::read_dir(&keeping.to).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert!(names.iter().all(|n| !n.to_string_lossy().contains(".new-")), "{names:?}");
     }
 }

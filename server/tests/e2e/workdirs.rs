@@ -420,7 +420,10 @@ async fn a_tenant_s_small_memory_limit_shrinks_its_worker_s_disk_and_its_session
         server.stop().await;
         return skip(test, "no cgroup per worker on this host");
     }
-    assert!(fence.contains("profile: a tmpfs of 384 MiB (a quarter of a tenant's memory limit when less)"), "{fence}");
+    assert!(
+        fence.contains("profile: a tmpfs of 384 MiB (a quarter of the worker's memory limit, at most 512 MiB)"),
+        "{fence}"
+    );
     let tenant = pb::Tenant {
         id: "small".into(),
         max_slots: 1,

@@ -123,8 +123,9 @@ export declare type Session = Message<"browserpool.v1.Session"> & {
   artifacts: Artifact[];
 
   /**
-   * Why nothing was kept of an ended session that left files or a recording (its tenant's
-   * max_artifact_mb was reached, or the disk refused them); empty otherwise.
+   * Why what an ended session left (files, a recording) was not kept, in whole or in part (its
+   * tenant's max_artifact_mb was reached, or the server's disk had no room), each reason once,
+   * separated by "; "; empty when all of it was kept.
    *
    * @generated from field: string artifacts_refused = 14;
    */
