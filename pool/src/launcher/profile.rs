@@ -267,13 +267,27 @@ mod tests {
         Some(tempfile::tempdir().unwrap())
     }
 
-    /// The size of the filesystem `dir` is on, in bytes.
-    fn total(dir: &Path) -> u64 {
+    /// `<top>/port-1`, a tmpfs of `mb` MiB.
+    fn mounted(top: &Path, mb: u32) -> PathBuf {
+        let dir = top.join("port-1");
+        std::fs::create_dir(&dir).unwrap();
+        try_mount(&dir, mb).unwrap();
+        dir
+    }
+
+    /// The filesystem `dir` is on.
+    fn statvfs(dir: &Path) -> libc::statvfs {
         use std::os::unix::ffi::OsStrExt;
         let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).unwrap();
         // SAFETY: statvfs writes into the zeroed struct we own; the path is NUL-terminated.
         let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
         assert_eq!(unsafe { libc::statvfs(path.as_ptr(), &mut st) }, 0);
+        st
+    }
+
+    /// The size of the filesystem `dir` is on, in bytes.
+    fn total(dir: &Path) -> u64 {
+        let st = statvfs(dir);
         st.f_blocks * st.f_frsize
     }
 
@@ -282,9 +296,7 @@ mod tests {
     #[test]
     fn a_tmpfs_holds_its_size_and_comes_off_with_what_is_mounted_under_it() {
         let Some(top) = root_tempdir() else { return };
-        let dir = top.path().join("port-1");
-        std::fs::create_dir(&dir).unwrap();
-        try_mount(&dir, 2).unwrap();
+        let dir = mounted(top.path(), 2);
         assert_eq!(total(&dir), 2 << 20);
         let inner = dir.join("inner");
         std::fs::create_dir(&inner).unwrap();
@@ -309,9 +321,7 @@ mod tests {
     #[test]
     fn a_tmpfs_resized_holds_its_new_size_and_keeps_its_flags() {
         let Some(top) = root_tempdir() else { return };
-        let dir = top.path().join("port-1");
-        std::fs::create_dir(&dir).unwrap();
-        try_mount(&dir, 8).unwrap();
+        let dir = mounted(top.path(), 8);
         std::fs::write(dir.join("held"), vec![1u8; 3 << 20]).unwrap();
         resize_tmpfs(&dir, 4).unwrap();
         assert_eq!(total(&dir), 4 << 20);
@@ -320,12 +330,8 @@ mod tests {
         let below = resize_tmpfs(&dir, 2).unwrap_err();
         assert_eq!(below.raw_os_error(), Some(libc::EINVAL), "{below}");
         assert_eq!(total(&dir), 4 << 20);
-        let path = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).unwrap();
-        // SAFETY: statvfs writes into the zeroed struct we own; the path is NUL-terminated.
-        let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-        assert_eq!(unsafe { libc::statvfs(path.as_ptr(), &mut st) }, 0);
-        let kept = libc::ST_NOSUID | libc::ST_NODEV | libc::ST_NOEXEC;
-        assert_eq!(st.f_flag & kept, kept, "flags {:#x}", st.f_flag);
+        let (flags, kept) = (statvfs(&dir).f_flag, libc::ST_NOSUID | libc::ST_NODEV | libc::ST_NOEXEC);
+        assert_eq!(flags & kept, kept, "flags {flags:#x}");
         unmount_under(&dir);
         // Not a mount point: nothing to resize.
         assert_eq!(resize_tmpfs(&dir, 4).unwrap_err().raw_os_error(), Some(libc::EINVAL));

@@ -158,6 +158,16 @@ impl Tmpfs {
     }
 }
 
+/// Whether `test` may mount the small tmpfs it fills (root, CAP_SYS_ADMIN); says it skips when not.
+fn may_mount(test: &str) -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root {
+        crate::helpers::skip(test, "mounting the small tmpfs it fills needs root (CAP_SYS_ADMIN)");
+    }
+    root
+}
+
 impl Drop for Tmpfs {
     fn drop(&mut self) {
         let _ = std::process::Command::new("umount").arg("-l").arg(&self.0).status();
@@ -170,12 +180,8 @@ impl Drop for Tmpfs {
 /// every action that answered ok has its record.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_disk_fails_closed_and_recovers_with_every_record() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return crate::helpers::skip(
-            "faults::a_full_disk_fails_closed_and_recovers_with_every_record",
-            "mounting the small tmpfs it fills needs root (CAP_SYS_ADMIN)",
-        );
+    if !may_mount("faults::a_full_disk_fails_closed_and_recovers_with_every_record") {
+        return;
     }
     let db_dir = tempfile::tempdir().unwrap();
     let disk = Tmpfs::mount(db_dir.path(), "4m");
@@ -246,12 +252,8 @@ async fn a_full_disk_fails_closed_and_recovers_with_every_record() {
 /// `--worker-disk-mb`), and the next session of the tenant works and keeps its files.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_artifacts_disk_keeps_no_part_of_a_file_and_says_why() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return crate::helpers::skip(
-            "faults::a_full_artifacts_disk_keeps_no_part_of_a_file_and_says_why",
-            "mounting the small tmpfs it fills needs root (CAP_SYS_ADMIN)",
-        );
+    if !may_mount("faults::a_full_artifacts_disk_keeps_no_part_of_a_file_and_says_why") {
+        return;
     }
     let server = TestServer::start().await;
     let artifacts = server.data_dir.path().join("artifacts");

@@ -48,6 +48,16 @@ fn fill_opfs(mib: u32) -> String {
     )
 }
 
+/// Session `id`'s page, on `site`, writes `mib` MiB to the origin-private file system and stops
+/// with a quota error inside `room` MiB.
+async fn fills_to_quota(client: &browserpool_client::Client, id: &str, site: &str, mib: u32, room: u64) {
+    ok(&act(client, id, action("navigate", "", format!("{site}/about"))).await);
+    let filled = ok(&act(client, id, action("evaluate", "", fill_opfs(mib))).await);
+    let wrote = filled["wrote"].as_u64().unwrap();
+    assert!(wrote < room, "stopped inside {room} MiB: {filled}");
+    assert_eq!(filled["error"], "QuotaExceededError", "{filled}");
+}
+
 /// A page the browser may cache for an hour, 512 KiB, served from the test on loopback.
 async fn cacheable_site() -> String {
     let body = "cacheable ".repeat(512 * 1024 / 10);
@@ -335,11 +345,7 @@ async fn a_page_stores_no_more_than_its_worker_s_disk_and_its_session_goes_on() 
     assert_eq!(std::fs::metadata(&profile).unwrap().uid(), worker_uid);
 
     let site = fixture_site().await;
-    ok(&act(&client, &id, action("navigate", "", format!("{site}/about"))).await);
-    let filled = ok(&act(&client, &id, action("evaluate", "", fill_opfs(256))).await);
-    let wrote = filled["wrote"].as_u64().unwrap();
-    assert!(wrote < 32, "stopped inside 32 MiB: {filled}");
-    assert_eq!(filled["error"], "QuotaExceededError", "{filled}");
+    fills_to_quota(&client, &id, &site, 256, 32).await;
     let stored = act(&client, &id, action("evaluate", "", store_mib(64))).await;
     assert!(!stored.ok, "IndexedDB is refused too: {stored:?}");
     let held = sizes_under(&profile).iter().sum::<u64>();
@@ -450,13 +456,9 @@ async fn a_tenant_s_small_memory_limit_shrinks_its_worker_s_disk_and_its_session
     assert_eq!((tmpfs_mib(&profile), tmpfs_mib(&files)), (Some(64), Some(64)), "a quarter of 256 MiB each");
 
     let site = fixture_site().await;
-    ok(&act(&small, &id, action("navigate", "", format!("{site}/about"))).await);
     // 300 MiB would take the worker past its 256 MiB: in a tmpfs of the server's 384 MiB its
     // tab is killed at the limit (TabCrashed, "it reached its memory limit"), tried.
-    let filled = ok(&act(&small, &id, action("evaluate", "", fill_opfs(300))).await);
-    let wrote = filled["wrote"].as_u64().unwrap();
-    assert!(wrote < 64, "stopped inside 64 MiB: {filled}");
-    assert_eq!(filled["error"], "QuotaExceededError", "{filled}");
+    fills_to_quota(&small, &id, &site, 300, 64).await;
     ok(&act(&small, &id, action("navigate", "", format!("{site}/second"))).await);
     assert_eq!(ok(&act(&small, &id, action("title", "", "")).await), "Second");
     // An upload shares the smaller room.
