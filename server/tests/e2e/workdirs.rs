@@ -407,7 +407,8 @@ async fn a_page_stores_no_more_than_its_worker_s_disk_and_its_session_goes_on() 
 /// A tenant's small memory limit makes its worker's disk smaller too (a quarter of the limit,
 /// for its profile and its files directory each): what its page stores ends in a quota error
 /// before its tab would be killed at the limit, and the session goes on; a session of the
-/// server's default limit keeps the server's size.
+/// server's default limit keeps the server's size; a context tenant's shared browser and its
+/// contexts' files directories take a quarter of that tenant's limit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tenant_s_small_memory_limit_shrinks_its_worker_s_disk_and_its_session_goes_on() {
     let test = "a_tenant_s_small_memory_limit_shrinks_its_worker_s_disk_and_its_session_goes_on";
@@ -472,6 +473,31 @@ async fn a_tenant_s_small_memory_limit_shrinks_its_worker_s_disk_and_its_session
     assert_eq!((tmpfs_mib(&other_profile), tmpfs_mib(&other_files)), (Some(384), Some(384)));
     admin.release(&other.session_id).await.unwrap();
     assert!(small.release(&id).await.unwrap().released);
+
+    // In context isolation the tenant's shared browser takes its limit, and its profile and
+    // each context's files directory a quarter of it.
+    let tenant = pb::Tenant {
+        id: "dense".into(),
+        max_slots: 1,
+        // The sessions above may still hold the pool's two slots while they end.
+        max_queue: 1,
+        isolation: pb::Isolation::Context as i32,
+        max_memory_mb: 512,
+        ..Default::default()
+    };
+    admin.admin().put_tenant(pb::PutTenantRequest { tenant: Some(tenant) }).await.unwrap();
+    let dense = server.client(&server.token("dense", "ci", &["sessions:read", "sessions:write"]).await).await;
+    let session = dense.acquire(30_000).await.unwrap();
+    let (profile, _) = dirs(session.worker_id.clone()).await;
+    let contexts: Vec<PathBuf> = std::fs::read_dir(profiles.join("files"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with(&format!("{}-", session.worker_id)))
+        .collect();
+    assert_eq!(contexts.len(), 1, "{contexts:?}");
+    assert_eq!((tmpfs_mib(&profile), tmpfs_mib(&contexts[0])), (Some(128), Some(128)), "a quarter of 512 MiB each");
+    dense.release(&session.session_id).await.unwrap();
     server.stop().await;
     assert_eq!(mounts_under(&profiles), Vec::<PathBuf>::new());
 }
