@@ -291,7 +291,7 @@ impl SessionDir {
             .map_err(|e| FileError::io(&format!("create {name:?}"), e))?;
         File::from(fd).write_all(content).map_err(|e| {
             let _ = rustix::fs::unlinkat(&self.fd, name, AtFlags::empty());
-            FileError::write(&self.fd, name, e)
+            FileError::io(&format!("write {name:?}"), e)
         })
     }
 

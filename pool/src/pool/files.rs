@@ -141,9 +141,7 @@ impl Prepared {
     pub(super) fn take(mut self) -> PathBuf {
         self.0.take().unwrap_or_default()
     }
-}
 
-impl Prepared {
     /// The directory, while it is still the worker's.
     pub(super) fn dir(&self) -> Option<&Path> {
         self.0.as_deref()
