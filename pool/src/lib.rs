@@ -40,6 +40,7 @@ pub use launcher::{
 };
 pub use lock::DirLock;
 pub use lock::PortRange;
+pub use netns::may_create as may_create_netns;
 pub use outcome::{ActionFailure, ActionOutput, FailureCode, Viewport};
 pub use policy::NavPolicy;
 pub use pool::{

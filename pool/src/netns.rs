@@ -42,6 +42,14 @@ pub(crate) struct NetNs {
     broker: Option<Broker>,
 }
 
+/// Whether this server may create network namespaces of its own (root with `CAP_SYS_ADMIN`):
+/// one is made and dropped. A root server that may not cannot put a worker in one as a uid of
+/// its own: inside the unprivileged user namespace a server that is not root uses instead,
+/// only the server's uid is mapped, and no other can be taken.
+pub fn may_create() -> io::Result<()> {
+    NetNs::create().map(drop)
+}
+
 impl NetNs {
     /// A new namespace, or why the server may not create one (`EPERM` without privilege).
     pub(crate) fn create() -> io::Result<NetNs> {

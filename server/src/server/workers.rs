@@ -143,6 +143,15 @@ pub(super) fn worker_uids(args: &ServeArgs) -> anyhow::Result<Option<UidRange>> 
         return Ok(None);
     }
     args.worker_uids.check(args.port_range, euid, Path::new("/etc")).map_err(anyhow::Error::msg)?;
+    if let Err(e) = browserpool_pool::may_create_netns() {
+        // Otherwise every boot fails ("Operation not permitted"), retried without end.
+        anyhow::bail!(
+            "the server runs as root but may not create network namespaces ({e}): each worker runs in one of \
+             its own as a uid of its own, which needs CAP_SYS_ADMIN. Give the server CAP_SYS_ADMIN (a \
+             container: --cap-add SYS_ADMIN), or run it as a user that is not root (workers then run as that \
+             user, in an unprivileged user namespace)"
+        );
+    }
     Ok(Some(args.worker_uids))
 }
 

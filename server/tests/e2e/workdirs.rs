@@ -2,7 +2,8 @@
 //! its HTTP cache and its session's files stay on the disk; release and stop leave nothing in
 //! either; a `--profiles-in` that is not a directory stops the server before it starts; what a
 //! server killed without cleaning up left is removed by the next one to start; a page stores
-//! no more than its worker's `--worker-disk-mb`.
+//! no more than its worker's `--worker-disk-mb`; a root server without `CAP_SYS_ADMIN` stops at
+//! start.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -500,4 +501,40 @@ async fn a_tenant_s_small_memory_limit_shrinks_its_worker_s_disk_and_its_session
     dense.release(&session.session_id).await.unwrap();
     server.stop().await;
     assert_eq!(mounts_under(&profiles), Vec::<PathBuf>::new());
+}
+
+/// A root server without `CAP_SYS_ADMIN` (a container run as root with the default
+/// capabilities) cannot put its workers, as uids of their own, in network namespaces: it
+/// stops at start saying what to give it, where it used to fail every boot without end.
+#[test]
+fn a_root_server_without_cap_sys_admin_stops_at_start_saying_what_it_needs() {
+    let test = "a_root_server_without_cap_sys_admin_stops_at_start_saying_what_it_needs";
+    if !is_root() {
+        return skip(test, "it drops a capability a root server has");
+    }
+    let data = tempfile::tempdir().unwrap();
+    let mut server = std::process::Command::new("setpriv")
+        .args(["--bounding-set", "-sys_admin", env!("CARGO_BIN_EXE_browserpool"), "serve", "--data-dir"])
+        .arg(data.path())
+        .args(["--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("setpriv (util-linux) runs the server");
+    let started = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = server.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > Duration::from_secs(30) {
+            let _ = server.kill();
+            panic!("the server did not stop within 30 s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut said = String::new();
+    std::io::Read::read_to_string(&mut server.stderr.take().unwrap(), &mut said).unwrap();
+    assert_eq!(status.code(), Some(1), "{said}");
+    assert!(said.contains("may not create network namespaces") && said.contains("--cap-add SYS_ADMIN"), "{said}");
+    assert!(!said.contains("worker failed to boot"), "{said}");
 }
