@@ -286,12 +286,24 @@ impl SessionDir {
     /// Writes the directory's own file `name` (a dot name, never listed as a file), new.
     /// On failure (a full disk) nothing of it is left.
     pub fn write_meta(&self, name: &str, content: &[u8]) -> Result<(), FileError> {
+        self.new_meta(name, |file| file.write_all(content), |e| FileError::io(&format!("write {name:?}"), e))
+    }
+
+    /// Creates the directory's own file `name` (owner only, new, not through a link) and has
+    /// `fill` write it; when that fails (`failed` says how), nothing of it is left: a part
+    /// would count against its tenant's cap.
+    fn new_meta<T>(
+        &self,
+        name: &str,
+        fill: impl FnOnce(&mut File) -> std::io::Result<T>,
+        failed: impl FnOnce(std::io::Error) -> FileError,
+    ) -> Result<T, FileError> {
         let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         let fd = rustix::fs::openat(&self.fd, name, flags, Mode::from_raw_mode(0o600))
             .map_err(|e| FileError::io(&format!("create {name:?}"), e))?;
-        File::from(fd).write_all(content).map_err(|e| {
+        fill(&mut File::from(fd)).map_err(|e| {
             let _ = rustix::fs::unlinkat(&self.fd, name, AtFlags::empty());
-            FileError::io(&format!("write {name:?}"), e)
+            failed(e)
         })
     }
 
@@ -328,14 +340,7 @@ impl SessionDir {
         if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile || st.st_nlink != 1 {
             return Err(FileError::NotAFile(from_path.display().to_string()));
         }
-        let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        let to = rustix::fs::openat(&self.fd, name, flags, Mode::from_raw_mode(0o600))
-            .map_err(|e| FileError::io(&format!("create {name:?}"), e))?;
-        std::io::copy(&mut File::from(fd), &mut File::from(to)).map_err(|e| {
-            // A part of it would be kept, and counted against its tenant's cap.
-            let _ = rustix::fs::unlinkat(&self.fd, name, AtFlags::empty());
-            FileError::write(&self.fd, name, e)
-        })
+        self.new_meta(name, |to| std::io::copy(&mut File::from(fd), to), |e| FileError::write(&self.fd, name, e))
     }
 
     /// Deletes file `name` (a link of that name is removed, never followed).

@@ -130,8 +130,9 @@ pub fn profiles_capped() -> Result<(), String> {
 /// pages store (IndexedDB, the origin-private file system, the Cache API, blobs, the HTTP
 /// cache) or download ends at its size with a full disk, however it is written, and what it
 /// holds is memory, counted in the worker's memory limit where it has a cgroup. A server that
-/// may not mount (a root server in a container without `CAP_SYS_ADMIN`) warns once and leaves
-/// them on the filesystem under them from then on; any other failure is the caller's (the
+/// may not mount (a root server whose mounts a security module refuses; one without
+/// `CAP_SYS_ADMIN` stops at start for its network namespaces) warns once and leaves them on
+/// the filesystem under them from then on; any other failure is the caller's (the
 /// launch fails rather than run a worker without its fence).
 pub(crate) fn mount_tmpfs(dir: &Path, size_mb: u32) -> std::io::Result<()> {
     if UNCAPPED.get().is_some() {
@@ -141,7 +142,7 @@ pub(crate) fn mount_tmpfs(dir: &Path, size_mb: u32) -> std::io::Result<()> {
         Err(e) if matches!(e.raw_os_error(), Some(libc::EPERM | libc::EACCES)) => {
             let why = format!("mount a tmpfs on {}: {e}", dir.display());
             if UNCAPPED.set(why.clone()).is_ok() {
-                tracing::warn!(reason = %why, "workers' profiles and downloads are not capped in size: a page can store as much as Chromium's quota lets it (most of the disk the profiles are on); give the server CAP_SYS_ADMIN, or pass --worker-disk-mb 0 to say so");
+                tracing::warn!(reason = %why, "workers' profiles and downloads are not capped in size: a page can store as much as Chromium's quota lets it (most of the disk the profiles are on); let the server mount (CAP_SYS_ADMIN, and no security module refusing mount), or pass --worker-disk-mb 0 to say so");
             }
             Ok(())
         }
@@ -169,13 +170,20 @@ pub(crate) fn check_mounts(dir: &Path) {
 /// The mount itself (see [`mount_tmpfs`]), on a directory of this process's uid that is not a
 /// link (its parent is this server's: nobody else can swap it in between).
 fn try_mount(dir: &Path, size_mb: u32) -> std::io::Result<()> {
-    use std::os::unix::ffi::OsStrExt;
     if !crate::sandbox::own_dir(&std::fs::symlink_metadata(dir)?) {
         return Err(std::io::Error::other("not a directory of this server's own"));
     }
+    tmpfs_mount(dir, 0, &format!("size={size_mb}m,mode=0700"))
+}
+
+/// `mount(2)` of a tmpfs on `dir` with `options`: a new one, or with `MS_REMOUNT` in
+/// `extra_flags` the one there. Always no devices, no set-uid, nothing executable (a remount
+/// sets the flags to these too).
+fn tmpfs_mount(dir: &Path, extra_flags: libc::c_ulong, options: &str) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
     let target = std::ffi::CString::new(dir.as_os_str().as_bytes())?;
-    let options = std::ffi::CString::new(format!("size={size_mb}m,mode=0700"))?;
-    let flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
+    let options = std::ffi::CString::new(options)?;
+    let flags = extra_flags | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
     // SAFETY: every pointer is to a NUL-terminated string that outlives the call.
     let mounted =
         unsafe { libc::mount(c"tmpfs".as_ptr(), target.as_ptr(), c"tmpfs".as_ptr(), flags, options.as_ptr().cast()) };
@@ -188,21 +196,10 @@ fn try_mount(dir: &Path, size_mb: u32) -> std::io::Result<()> {
 /// Resizes the tmpfs on `dir` (mounted by [`mount_tmpfs`]) to `size_mb` MiB, its flags kept:
 /// a lease's memory limit leaves less room than a spare's. Nothing where mounts were refused.
 pub(crate) fn resize_tmpfs(dir: &Path, size_mb: u32) -> std::io::Result<()> {
-    use std::os::unix::ffi::OsStrExt;
     if UNCAPPED.get().is_some() {
         return Ok(());
     }
-    let target = std::ffi::CString::new(dir.as_os_str().as_bytes())?;
-    let options = std::ffi::CString::new(format!("size={size_mb}m"))?;
-    // A remount changes the flags to these: the same as the mount's.
-    let flags = libc::MS_REMOUNT | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
-    // SAFETY: every pointer is null or to a NUL-terminated string that outlives the call.
-    let resized =
-        unsafe { libc::mount(std::ptr::null(), target.as_ptr(), std::ptr::null(), flags, options.as_ptr().cast()) };
-    if resized != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
+    tmpfs_mount(dir, libc::MS_REMOUNT, &format!("size={size_mb}m"))
 }
 
 /// Unmounts every mount at or below `dir` (a worker's profile tmpfs, a session's files

@@ -34,7 +34,7 @@ pub(super) fn pool_config(
             worker_uids,
             allow_unsandboxed: args.allow_unsandboxed,
             cgroups,
-            // Only root may mount (a root server without CAP_SYS_ADMIN is found out, and warns, at start).
+            // Only root may mount (one refused, by a security module say, is found out and warns at start).
             profile_mb: if worker_uids.is_some() { args.worker_disk_mb } else { 0 },
         },
         warm: args.warm,
