@@ -335,8 +335,8 @@ mod tests {
     }
 
     /// A thread without `CAP_SYS_ADMIN` (capabilities are a thread's own) is refused, as a
-    /// root server in a container without it is: the refusal is the kind `mount_tmpfs` takes
-    /// for "not allowed here", not a failure of the launch.
+    /// mount a security module denies is: the refusal is the kind `mount_tmpfs` takes for "not
+    /// allowed here", not a failure of the launch.
     #[test]
     fn a_mount_without_cap_sys_admin_is_refused_as_not_permitted() {
         let Some(top) = root_tempdir() else { return };
